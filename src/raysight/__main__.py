@@ -1,0 +1,3 @@
+from raysight.cli import main
+
+main()

@@ -1,0 +1,30 @@
+"""Options every query command shares, and the one place client errors become CLI errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from raysight.cli.render import FORMATS
+from raysight.client import Client
+from raysight.config import ENV_SERVER
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def client_options(fn: F) -> F:
+    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format.")(fn)
+    fn = click.option("--server", envvar=ENV_SERVER, metavar="URL",
+                      help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].")(fn)
+    return fn
+
+
+def session_option(fn: F) -> F:
+    return click.option("--session", metavar="NAME",
+                        help="Session name or label; '*' for all. Default: the one that started last.")(fn)
+
+
+def make_client(server: str | None) -> Client:
+    return Client(server)

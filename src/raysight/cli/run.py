@@ -1,0 +1,170 @@
+"""`raysight env`, `raysight run` and `raysight demo`: getting Ray to send its events to raysight."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlencode
+
+import click
+
+from raysight.cli import render
+from raysight.cli.server import start_detached
+from raysight.client import Client
+from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
+
+
+def ray_env(server: str, cluster: str | None = None, run_id: str | None = None, key: str | None = None) -> dict[str, str]:
+    """The variables that make Ray (2.60) export its events to ``server``; set them where Ray starts."""
+    query = {k: v for k, v in (("cluster", cluster), ("run", run_id), ("key", key)) if v}
+    url = server.rstrip("/") + "/ingest/ray-events" + (f"?{urlencode(query)}" if query else "")
+    return {
+        "RAY_enable_ray_event": "1",
+        "RAY_enable_core_worker_ray_event_to_aggregator": "1",
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": url,
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES": "ALL",
+        "RAY_ENABLE_RECORD_ACTOR_TASK_LOGGING": "1",
+    }
+
+
+server_option = click.option("--server", metavar="URL", default=None,
+                             help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].")
+cluster_option = click.option("--cluster", metavar="NAME", help="A label for the sessions this cluster records.")
+key_option = click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None,
+                          help="The server's write-only ingest key, when it is bound beyond loopback.")
+
+
+@click.command("env")
+@server_option
+@cluster_option
+@key_option
+def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> None:
+    """Print the `export` lines that point a `ray start` node at raysight."""
+    for name, value in ray_env(server or default_server(), cluster, key=ingest_key).items():
+        click.echo(f"export {name}='{value}'")
+
+
+def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
+    """Run a Ray program with the export variables set, then tell the server how its driver ended."""
+    run_id = uuid.uuid4().hex
+    env = {**os.environ, **ray_env(server, cluster, run_id, key)}
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        raise click.ClickException(f"command not found: {command[0]}") from None
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = proc.wait()
+    with Client(server) as client:
+        client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
+    return code
+
+
+def ensure_server(server: str | None) -> str:
+    """The server to use; when none was named and none answers locally, start a detached one on the default data dir."""
+    url = server or default_server()
+    with Client(url, timeout=2) as client:
+        if client.ping():
+            return url
+    if server or os.environ.get("RAYSIGHT_SERVER"):
+        raise click.ClickException(f"no raysight server answers at {url}")
+    data_dir = default_data_dir()
+    pid = start_detached(DEFAULT_HOST, DEFAULT_PORT, data_dir)
+    click.echo(f"raysight: started a server in the background (pid {pid}) at {url}, data in {data_dir}; "
+               "`raysight server stop` ends it", err=True)
+    return url
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True})
+@server_option
+@cluster_option
+@key_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run_cmd(server: str | None, cluster: str | None, ingest_key: str | None, command: tuple[str, ...]) -> None:
+    """Run a Ray program (`raysight run -- python app.py`) with its events going to raysight.
+
+    Starts a background server on the default data dir when none answers. Exits with the program's exit code.
+    """
+    url = ensure_server(server)
+    sys.exit(run_program(list(command), url, cluster, ingest_key))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30.0) -> None:
+    """Wait until the server has received no event for ``quiet_s`` (Ray flushes about every second)."""
+    last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        received = client.doctor()["counters"].get("received", 0)
+        if received != last:
+            last, since = received, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.25)
+
+
+@click.command("demo")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Keep the store here (default: a temp dir).")
+@click.option("--port", default=0, help="Port for the demo server (default: a free one).")
+@click.option("--exit", "exit_after", is_flag=True, help="Stop after printing instead of serving until Ctrl-C.")
+def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
+    """Start a server, run a sample Ray workload through it, and show what raysight saw."""
+    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="raysight-demo-"))
+    port = port or _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "raysight", "server", "--port", str(port), "--data-dir", str(data_dir)],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        with Client(url) as client:
+            while not client.ping():
+                if server.poll() is not None:
+                    raise click.ClickException("the demo server did not start")
+                time.sleep(0.1)
+            click.echo("Running the sample workload (nested tasks, actors, a failing task, a retried task, "
+                       "a crashed and restarted actor, a killed actor)…")
+            code = run_program([sys.executable, "-m", "raysight.demo_workload"], url, "demo", None)
+            click.echo(f"Workload exited with code {code}; waiting for Ray's last events…")
+            wait_until_quiet(client)
+            show_demo(client)
+        click.echo(f"\nServer: {url}   data: {data_dir}")
+        click.echo(f"Try:  raysight list tasks --server {url} --filter state=FAILED")
+        click.echo(f"      ray list actors --address {url}")
+        if not exit_after:
+            click.echo("Serving until Ctrl-C.")
+            server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def show_demo(client: Client) -> None:
+    session = client.sessions()[0]
+    render.heading(f"Session {session['session']} ({session['label']}): {session['nodes']} node(s), "
+                   f"{session['jobs']} job(s), {session['tasks']} task attempts, {session['failures']} failed")
+    summary = client.summary("tasks")
+    render.table([{**g, "state_counts": ", ".join(f"{k}: {v}" for k, v in g["state_counts"].items())}
+                  for g in summary["summary"]], title="Tasks by function")
+    failed = client.list("tasks", filters=["state=FAILED"], detail=True)["rows"]
+    render.table(failed, title="Failed attempts",
+                 columns=["task_id", "attempt_number", "name", "error_type", "state_inferred", "error_message"])
+    actors = client.list("actors", detail=True)["rows"]
+    render.table(actors, title="Actors", columns=["actor_id", "class_name", "name", "state", "num_restarts",
+                                                  "death_message"])
+    inferred = client.list("tasks", filters=["state_inferred=true"], detail=True)["rows"]
+    render.table(inferred, title="States raysight inferred (Ray never sent them)",
+                 columns=["task_id", "attempt_number", "name", "state", "inferred_reason"])

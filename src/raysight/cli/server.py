@@ -1,0 +1,106 @@
+"""`raysight server`: run the server in the foreground, or detached with a pidfile; `raysight server stop`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from raysight.client import Client
+from raysight.config import (DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, ENV_INGEST_KEY, ENV_TOKEN,
+                             default_data_dir, is_loopback)
+
+PIDFILE = "server.pid"
+LOGFILE = "server.log"
+
+
+def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None, ingest_key: str | None) -> None:
+    import uvicorn
+
+    from raysight.server.app import create_app
+    from raysight.server.auth import Secrets, load_or_create
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secrets = Secrets(None, None)
+    if not is_loopback(host):
+        secrets = load_or_create(data_dir, token, ingest_key)
+    click.echo(f"raysight listening on http://{host}:{port}")
+    click.echo(f"data in {data_dir}")
+    if secrets.token:
+        click.echo(f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN); "
+                   "ingest URLs need its ingest_key (`raysight env --ingest-key …`)")
+    sys.stdout.flush()
+    uvicorn.run(create_app(data_dir, secrets=secrets, max_body=max_body), host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=5)
+
+
+def start_detached(host: str, port: int, data_dir: Path, max_body: int = DEFAULT_MAX_BODY) -> int:
+    """Start a server in the background, wait until it answers, and return its pid."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = open(data_dir / LOGFILE, "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raysight", "server", "--host", host, "--port", str(port), "--data-dir", str(data_dir),
+         "--max-body", str(max_body)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    (data_dir / PIDFILE).write_text(f"{proc.pid}\n{host}\n{port}\n")
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    with Client(url, timeout=2) as client:
+        deadline = time.monotonic() + 30
+        while not client.ping():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise click.ClickException(f"the server did not start; see {data_dir / LOGFILE}")
+            time.sleep(0.1)
+    return proc.pid
+
+
+@click.group("server", invoke_without_command=True)
+@click.option("--host", default=DEFAULT_HOST, show_default=True,
+              help="Address to bind. Anything but loopback turns on the read token and the ingest key.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Where the store lives [env RAYSIGHT_DATA; default ~/.local/share/raysight].")
+@click.option("--max-body", default=DEFAULT_MAX_BODY, show_default=True, help="Largest ingest body, in bytes.")
+@click.option("--token", envvar=ENV_TOKEN, default=None, help="Read token (when bound beyond loopback).")
+@click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None, help="Write-only ingest key (idem).")
+@click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
+@click.pass_context
+def server_cmd(ctx: click.Context, host: str, port: int, data_dir: Path | None, max_body: int, token: str | None,
+               ingest_key: str | None, detach: bool) -> None:
+    """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
+    if ctx.invoked_subcommand:
+        return
+    data_dir = data_dir or default_data_dir()
+    if detach:
+        pid = start_detached(host, port, data_dir, max_body)
+        click.echo(f"raysight server running in the background (pid {pid}) on http://{host}:{port}, data in {data_dir}")
+        return
+    serve(host, port, data_dir, max_body, token, ingest_key)
+
+
+@server_cmd.command("stop")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="The detached server's data dir.")
+def stop_cmd(data_dir: Path | None) -> None:
+    """Stop the server started with --detach (found through its pidfile)."""
+    pidfile = (data_dir or default_data_dir()) / PIDFILE
+    if not pidfile.exists():
+        raise click.ClickException(f"no detached server: {pidfile} does not exist")
+    pid = int(pidfile.read_text().split()[0])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        click.echo(f"server pid {pid} was not running")
+    else:
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        click.echo(f"stopped raysight server (pid {pid})")
+    pidfile.unlink(missing_ok=True)

@@ -1,0 +1,108 @@
+"""``raysight.Client``: the Python SDK over the server's HTTP API; the CLI is built on it.
+
+    >>> from raysight import Client
+    >>> Client("http://127.0.0.1:8271").list("actors", filters=["state=DEAD"])
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from raysight.config import ENV_TOKEN, default_server
+from raysight.errors import BadQuery, NotFound, RaysightError, ServerUnreachable, Unauthorized
+
+_BY_STATUS: dict[int, type[RaysightError]] = {400: BadQuery, 401: Unauthorized, 404: NotFound}
+
+
+class Client:
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server = (server or default_server()).rstrip("/")
+        token = token or os.environ.get(ENV_TOKEN)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(
+                f"no raysight server answers at {self.server} ({type(exc).__name__}); start one with "
+                "`raysight server`, or point --server / RAYSIGHT_SERVER at yours"
+            ) from None
+        try:
+            body = response.json()
+        except ValueError:
+            raise RaysightError(f"{self.server}{path} answered {response.status_code}: {response.text[:200]}") from None
+        if response.status_code >= 400:
+            message = body.get("error") if isinstance(body, dict) else None
+            raise _BY_STATUS.get(response.status_code, RaysightError)(message or response.text[:500])
+        return body
+
+    def ping(self) -> bool:
+        try:
+            self._http.get("/api/raysight/sessions", timeout=2)
+        except httpx.TransportError:
+            return False
+        return True
+
+    def list(
+        self,
+        resource: str,
+        *,
+        filters: list[str] | None = None,
+        sort: list[str] | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+        detail: bool = False,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"filter": filters or [], "sort": sort or [], "offset": offset, "detail": detail}
+        if limit is not None:
+            params["limit"] = limit
+        if session:
+            params["session"] = session
+        return self._request("GET", f"/api/raysight/{resource}", params=params)  # type: ignore[no-any-return]
+
+    def get(self, resource: str, entity_id: str, *, session: str | None = None) -> dict[str, Any]:
+        params = {"session": session} if session else {}
+        return self._request("GET", f"/api/raysight/{resource}/{entity_id}", params=params)  # type: ignore[no-any-return]
+
+    def summary(self, resource: str, *, session: str | None = None) -> dict[str, Any]:
+        params = {"session": session} if session else {}
+        return self._request("GET", f"/api/raysight/summary/{resource}", params=params)  # type: ignore[no-any-return]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
+
+    def delete_session(self, name: str) -> str:
+        return self._request("DELETE", f"/api/raysight/sessions/{name}")["deleted"]  # type: ignore[no-any-return]
+
+    def doctor(self) -> dict[str, Any]:
+        return self._request("GET", "/api/raysight/doctor")  # type: ignore[no-any-return]
+
+    def reindex(self) -> int:
+        return self._request("POST", "/api/raysight/reindex")["events"]  # type: ignore[no-any-return]
+
+    def run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, key: str | None) -> None:
+        params = {"key": key} if key else {}
+        body = {"run_id": run_id, "driver_pid": driver_pid, "exit_code": exit_code, "ended_ns": ended_ns}
+        self._request("POST", "/ingest/agent/run-exit", json=body, params=params)

@@ -1,0 +1,38 @@
+"""Settings shared by the server, the CLI and `raysight run`: defaults and the environment variables that override them."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8271
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+INGEST_DEADLINE_S = 2.5
+
+ENV_DATA = "RAYSIGHT_DATA"
+ENV_SERVER = "RAYSIGHT_SERVER"
+ENV_TOKEN = "RAYSIGHT_TOKEN"
+ENV_INGEST_KEY = "RAYSIGHT_INGEST_KEY"
+
+
+def default_data_dir() -> Path:
+    """``$RAYSIGHT_DATA``, else ``$XDG_DATA_HOME/raysight``, else ``~/.local/share/raysight``."""
+    if os.environ.get(ENV_DATA):
+        return Path(os.environ[ENV_DATA]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "raysight"
+
+
+def default_server() -> str:
+    return os.environ.get(ENV_SERVER) or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,30 @@
+"""raysight's exceptions, one tree.
+
+RaysightError
+ ├─ BadQuery        a filter, sort, limit or parameter the caller must fix (HTTP 400)
+ ├─ NotFound        an unknown session, resource or ID (HTTP 404)
+ ├─ Unauthorized    a missing or wrong token (HTTP 401)
+ └─ ServerUnreachable   the client could not reach a raysight server
+"""
+
+from __future__ import annotations
+
+
+class RaysightError(Exception):
+    status = 500
+
+
+class BadQuery(RaysightError):
+    status = 400
+
+
+class NotFound(RaysightError):
+    status = 404
+
+
+class Unauthorized(RaysightError):
+    status = 401
+
+
+class ServerUnreachable(RaysightError):
+    status = 503

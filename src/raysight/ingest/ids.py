@@ -1,0 +1,49 @@
+"""Ray ID and timestamp conversions: the base64/RFC 3339 forms of Ray's event stream to hex and nanoseconds."""
+
+from __future__ import annotations
+
+import binascii
+from datetime import datetime, timezone
+from functools import lru_cache
+
+
+def b64_to_hex(value: object) -> str | None:
+    """Ray's standard-base64 ID as the lowercase hex that ``ray list`` shows; None for an absent or nil ID."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        raw = binascii.a2b_base64(value)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"not a base64 ID: {value[:60]!r}") from None
+    if not raw or raw == b"\xff" * len(raw):
+        return None
+    return raw.hex()
+
+
+def parse_ts_ns(value: object) -> int | None:
+    """An RFC 3339 UTC timestamp with up to nanosecond digits (``2026-11-21T19:46:20.382588593Z``) as epoch ns."""
+    if not isinstance(value, str) or len(value) < 20:
+        return None
+    text = value[:-1] if value.endswith("Z") else value
+    head, _, frac = text.partition(".")
+    try:
+        nanos = int((frac + "000000000")[:9]) if frac else 0
+        return _epoch_seconds(head) * 1_000_000_000 + nanos
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _epoch_seconds(head: str) -> int:
+    """Seconds since the epoch of a UTC ``YYYY-MM-DDTHH:MM:SS``; cached, as a batch shares few distinct seconds."""
+    return int(datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp())
+
+
+def to_int(value: object) -> int | None:
+    """proto3 JSON int64 (a string) or int32 (a number) as an int; None when absent or not a number."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

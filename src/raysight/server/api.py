@@ -1,0 +1,101 @@
+"""raysight's own JSON API under /api/raysight: one error shape ``{"ok": false, "error", "status"}``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from raysight.errors import BadQuery
+from raysight.server.params import bool_param, int_param
+from raysight.server.state import app_state
+from raysight.store import queries, summaries
+from raysight.store.filters import parse_filter
+
+MAX_LIMIT = 1_000_000
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return JSONResponse(data, status_code=status)
+
+
+async def list_resource(request: Request) -> Response:
+    """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail="""
+    res = queries.resource(request.path_params["resource"])
+    params = request.query_params
+    limit = int_param(params, "limit", 100)
+    if limit is not None and limit > MAX_LIMIT:
+        raise BadQuery(f"limit {limit} is over {MAX_LIMIT}; page with offset instead")
+    filters = [parse_filter(f) for f in params.getlist("filter")]
+    result = await app_state(request).read(
+        lambda con: queries.list_rows(
+            con,
+            res,
+            session=params.get("session"),
+            filters=filters,
+            sort=params.getlist("sort"),
+            limit=limit,
+            offset=int_param(params, "offset", 0) or 0,
+            detail=bool_param(params, "detail"),
+            exclude_driver=not bool_param(params, "include_driver"),
+        )
+    )
+    return _json({"session": result.session, "total": result.total, "rows": result.rows})
+
+
+async def get_resource(request: Request) -> Response:
+    """GET /api/raysight/{resource}/{id}: every row with that ID (a task's attempts), all fields."""
+    res = queries.resource(request.path_params["resource"])
+    entity_id = request.path_params["entity_id"].lower()
+    session = request.query_params.get("session")
+    result = await app_state(request).read(lambda con: queries.get_rows(con, res, entity_id, session=session))
+    return _json({"session": result.session, "rows": result.rows})
+
+
+async def summary(request: Request) -> Response:
+    """GET /api/raysight/summary/{tasks|actors}?session="""
+    what = request.path_params["resource"]
+    functions = {"tasks": summaries.summarize_tasks, "actors": summaries.summarize_actors}
+    if what not in functions:
+        raise BadQuery(f"summaries exist for tasks and actors, not {what!r}")
+    session = request.query_params.get("session")
+    return _json(await app_state(request).read(lambda con: functions[what](con, session)))
+
+
+async def sessions(request: Request) -> Response:
+    return _json({"sessions": await app_state(request).read(summaries.list_sessions)})
+
+
+async def delete_session(request: Request) -> Response:
+    name = request.path_params["session"]
+    state = app_state(request)
+    resolved = await state.read(lambda con: queries.resolve_session(con, name))
+    await asyncio.wrap_future(state.writer.call(lambda store: store.delete_session(resolved)))
+    return _json({"ok": True, "deleted": resolved})
+
+
+async def doctor(request: Request) -> Response:
+    state = app_state(request)
+    report = await state.read(summaries.doctor)
+    report["writer_queue_events"] = state.writer.queued_events
+    return _json(report)
+
+
+async def reindex(request: Request) -> Response:
+    state = app_state(request)
+    events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
+    return _json({"ok": True, "events": events})
+
+
+routes = [
+    Route("/api/raysight/sessions", sessions),
+    Route("/api/raysight/sessions/{session}", delete_session, methods=["DELETE"]),
+    Route("/api/raysight/doctor", doctor),
+    Route("/api/raysight/reindex", reindex, methods=["POST"]),
+    Route("/api/raysight/summary/{resource}", summary),
+    Route("/api/raysight/{resource}", list_resource),
+    Route("/api/raysight/{resource}/{entity_id}", get_resource),
+]

@@ -1,0 +1,82 @@
+"""The HTTP app: ingest, raysight's API, Ray's API and /metrics on one port, thin over the store."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from raysight.config import DEFAULT_MAX_BODY
+from raysight.errors import RaysightError
+from raysight.server import api, ingest_routes, ray_compat
+from raysight.server.auth import Secrets
+from raysight.server.state import AppState, Metrics, app_state
+from raysight.store.store import Store
+from raysight.store.writer import Writer
+
+log = logging.getLogger("raysight.server")
+
+
+def _is_ray_path(path: str) -> bool:
+    return path.startswith(("/api/v0", "/api/jobs", "/api/version", "/sessions/"))
+
+
+async def handle_error(request: Request, exc: Exception) -> Response:
+    status = exc.status if isinstance(exc, RaysightError) else 500
+    message = str(exc) if isinstance(exc, RaysightError) else f"internal error: {type(exc).__name__}: {exc}"
+    if status == 500:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    if _is_ray_path(request.url.path):
+        return ray_compat.envelope_error(status, message)
+    return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status)
+
+
+class ReadAuth(BaseHTTPMiddleware):
+    """Every path but ingest (which checks its own write-only key) needs the read token, when there is one."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        secrets = app_state(request).secrets
+        path = request.url.path
+        if not path.startswith("/ingest/") and not secrets.token_ok(request.headers.get("authorization")):
+            message = "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
+            if _is_ray_path(path):
+                return Response(message, status_code=401, media_type="text/plain")
+            return JSONResponse({"ok": False, "error": message, "status": 401}, status_code=401)
+        return await call_next(request)
+
+
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(app_state(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(data_dir: str | Path, *, secrets: Secrets | None = None, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+    """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        store = Store(data_dir)
+        metrics_ = Metrics(store)
+        writer = Writer(store, on_commit=metrics_.committed)
+        app.state.raysight = AppState(store, writer, secrets or Secrets(None, None), metrics_, max_body)
+        try:
+            yield
+        finally:
+            writer.close()
+            store.close()
+
+    routes = [*ingest_routes.routes, *api.routes, *ray_compat.routes, Route("/metrics", metrics)]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(ReadAuth)],
+        exception_handlers={Exception: handle_error, RaysightError: handle_error},
+    )

@@ -1,0 +1,155 @@
+"""Ray's own dashboard API, answered from the store, so `ray list/get/summary --address`, `ray.util.state` and
+`ray job list/status` work unchanged; under ``/sessions/<name>/`` for any session, at the root for the newest.
+
+Envelope and semantics follow ``shared/ray/state-http-contract.md``: ``{"result", "msg", "data": {"result"}}``,
+repeated ``filter_keys/predicates/values``, case-insensitive matches, sort by ID, limit ≤ 10000.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+
+from raysight.errors import BadQuery
+from raysight.server.params import bool_param, int_param
+from raysight.server.state import app_state
+from raysight.store import queries, summaries
+from raysight.store.filters import Filter
+
+RAY_MAX_LIMIT = 10_000
+API_VERSION = "4"
+
+
+def envelope(result: Any) -> Response:
+    return JSONResponse({"result": True, "msg": "", "data": {"result": result}})
+
+
+def envelope_error(status: int, message: str) -> Response:
+    return JSONResponse({"result": False, "msg": message, "data": {"result": None}}, status_code=status)
+
+
+def _session(request: Request) -> str | None:
+    return request.path_params.get("session")
+
+
+def _filters(request: Request) -> list[Filter]:
+    params = request.query_params
+    keys, predicates, values = (params.getlist(n) for n in ("filter_keys", "filter_predicates", "filter_values"))
+    if not len(keys) == len(predicates) == len(values):
+        raise BadQuery("filter_keys, filter_predicates and filter_values must come in equal numbers")
+    filters = []
+    for key, predicate, value in zip(keys, predicates, values):
+        if predicate not in ("=", "!="):
+            raise BadQuery(f"Unsupported filter predicate {predicate}. Use = or !=")
+        filters.append(Filter(key.lower(), predicate, value))
+    return filters
+
+
+async def list_resource(request: Request) -> Response:
+    res = queries.resource(request.path_params["resource"])
+    params = request.query_params
+    limit = int_param(params, "limit", 100)
+    if limit is None or limit > RAY_MAX_LIMIT:
+        raise BadQuery(f"Given limit {limit} exceeds the supported limit {RAY_MAX_LIMIT}. Use a lower limit.")
+    for f in (filters := _filters(request)):
+        if f.key not in res.by_name:
+            raise BadQuery(f"The given filter column {f.key} is not supported. Supported: {sorted(res.by_name)}")
+    detail = bool_param(params, "detail")
+    result = await app_state(request).read(
+        lambda con: queries.list_rows(
+            con, res, session=_session(request), filters=filters, limit=limit, detail=detail,
+            exclude_driver=bool_param(params, "exclude_driver", True),
+        )
+    )
+    return envelope(
+        {
+            "total": result.total,
+            "num_after_truncation": result.total,
+            "num_filtered": result.total,
+            "result": result.rows,
+            "partial_failure_warning": "",
+            "warnings": None,
+        }
+    )
+
+
+async def summarize(request: Request) -> Response:
+    what = request.path_params["resource"]
+    state = app_state(request)
+    if what == "tasks":
+        data = await state.read(lambda con: summaries.summarize_tasks(con, _session(request)))
+        groups = data["summary"]
+        by_type = {t: sum(g["attempts"] for g in groups if g["type"] == t) for t in ("NORMAL_TASK", "ACTOR_TASK",
+                                                                                      "ACTOR_CREATION_TASK")}
+        cluster = {
+            "summary": {g["func_or_class_name"]: {k: g[k] for k in ("func_or_class_name", "type", "state_counts")}
+                        for g in groups},
+            "total_tasks": by_type["NORMAL_TASK"],
+            "total_actor_tasks": by_type["ACTOR_TASK"],
+            "total_actor_scheduled": by_type["ACTOR_CREATION_TASK"],
+            "summary_by": "func_name",
+        }
+        total = sum(by_type.values())
+    elif what == "actors":
+        data = await state.read(lambda con: summaries.summarize_actors(con, _session(request)))
+        cluster = {
+            "summary": {g["class_name"]: {"class_name": g["class_name"], "state_counts": g["state_counts"]}
+                        for g in data["summary"]},
+            "total_actors": sum(g["actors"] for g in data["summary"]),
+            "summary_by": "class",
+        }
+        total = cluster["total_actors"]
+    else:
+        raise BadQuery(f"summaries exist for tasks and actors, not {what}")
+    return envelope(
+        {"total": total, "num_after_truncation": total, "num_filtered": total,
+         "result": {"node_id_to_summary": {"cluster": cluster}}, "partial_failure_warning": "", "warnings": None}
+    )
+
+
+def _ray_version() -> str:
+    try:
+        return metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        return "2.60.0"
+
+
+async def version(request: Request) -> Response:
+    session = await app_state(request).read(lambda con: queries.resolve_session(con, _session(request)))
+    return JSONResponse(
+        {"version": API_VERSION, "ray_version": _ray_version(), "ray_commit": "", "session_name": session or ""}
+    )
+
+
+async def jobs(request: Request) -> Response:
+    result = await app_state(request).read(
+        lambda con: queries.list_rows(con, queries.JOBS, session=_session(request), limit=None, detail=True)
+    )
+    return JSONResponse(result.rows)
+
+
+async def job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    result = await app_state(request).read(
+        lambda con: queries.list_rows(con, queries.JOBS, session=_session(request), limit=None, detail=True)
+    )
+    for row in result.rows:
+        if job_id in (row["job_id"], row["submission_id"]):
+            return JSONResponse(row)
+    return PlainTextResponse(f"Job {job_id} does not exist", status_code=404)
+
+
+_routes = [
+    Route("/api/version", version),
+    Route("/api/jobs/", jobs),
+    Route("/api/jobs/{job_id}", job),
+    Route("/api/v0/{resource}/summarize", summarize),
+    Route("/api/v0/{resource}", list_resource),
+]
+
+routes = [*_routes, Mount("/sessions/{session}", routes=_routes)]
+

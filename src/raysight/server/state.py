@@ -1,0 +1,77 @@
+"""What every route shares: the store, its writer, the secrets and the server's own metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import duckdb
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from raysight.server.auth import Secrets
+from raysight.store.store import ApplyResult, Store
+from raysight.store.writer import Writer
+
+T = TypeVar("T")
+
+
+class Metrics:
+    """The server's own Prometheus metrics (``/metrics``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.received = Counter("raysight_events_received", "Ray events received", registry=r)
+        self.stored = Counter("raysight_events_stored", "Ray events newly stored", registry=r)
+        self.deduplicated = Counter("raysight_events_deduplicated", "Ray events already stored", registry=r)
+        self.quarantined = Counter("raysight_events_quarantined", "Malformed events quarantined", registry=r)
+        self.unsupported = Counter("raysight_events_unsupported", "Events of types raysight does not fold", registry=r)
+        self.rejected = Counter("raysight_ingest_rejected", "Ingest requests refused", ["reason"], registry=r)
+        self.latency = Histogram(
+            "raysight_ingest_latency_seconds", "Time from request to durable commit", registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.commit = Histogram("raysight_store_commit_seconds", "Time to commit one group of batches", registry=r)
+        self.store_bytes = Gauge("raysight_store_bytes", "Size of the store's files", registry=r)
+        self.store_bytes.set_function(lambda: _size(store))
+
+    def committed(self, result: ApplyResult, seconds: float) -> None:
+        self.received.inc(result.received)
+        self.stored.inc(result.stored)
+        self.deduplicated.inc(result.deduplicated)
+        self.quarantined.inc(result.quarantined)
+        self.unsupported.inc(result.unsupported)
+        self.commit.observe(seconds)
+
+
+def _size(store: Store) -> float:
+    return float(sum(p.stat().st_size for p in store.data_dir.glob("raysight.duckdb*") if p.is_file()))
+
+
+@dataclass
+class AppState:
+    store: Store
+    writer: Writer
+    secrets: Secrets
+    metrics: Metrics
+    max_body: int
+
+    async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run a read on a thread with its own cursor."""
+
+        def run() -> T:
+            cursor = self.store.reader()
+            try:
+                return fn(cursor)
+            finally:
+                cursor.close()
+
+        return await run_in_threadpool(run)
+
+
+def app_state(request: Request) -> AppState:
+    state: Any = request.app.state.raysight
+    return state

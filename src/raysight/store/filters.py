@@ -1,0 +1,96 @@
+"""Filters and sorts, from the command line's words to SQL fragments and parameters. Pure: no database.
+
+``state=RUNNING``, ``name!=f``, ``worker_pid>100``, ``start_time_ms>-5m``: the same syntax as ``ray list --filter``
+plus ``<``, ``>``, ``<=``, ``>=`` on numbers and times (ISO-8601, epoch ms, or relative like ``-5m``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from raysight.errors import BadQuery
+
+OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
+_RELATIVE = re.compile(r"^([+-]?\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class Filter:
+    key: str
+    op: str
+    value: str
+
+
+def parse_filter(text: str) -> Filter:
+    """``key<op>value`` split at the first operator (``!=`` and two-character operators first)."""
+    positions = [(text.find(op), -len(op), op) for op in OPERATORS if op in text]
+    if not positions:
+        raise BadQuery(f"filter {text!r} has no operator; use key=value, key!=value, key<value or key>value")
+    index, _, op = min(positions)
+    key, value = text[:index].strip(), text[index + len(op) :].strip()
+    if not key:
+        raise BadQuery(f"filter {text!r} has no key")
+    return Filter(key.lower(), op, value)
+
+
+def parse_time_ms(text: str, now_ms: float | None = None) -> float:
+    """A time as epoch milliseconds: epoch ms (``1795290380382``), ISO-8601, or relative to now (``-5m``, ``-1.5h``)."""
+    value = text.strip()
+    match = _RELATIVE.match(value)
+    if match and value[0] in "+-":
+        now = time.time() * 1000 if now_ms is None else now_ms
+        return now + float(match.group(1)) * _UNIT_MS[match.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadQuery(f"{text!r} is not a time: give ISO-8601, epoch milliseconds, or relative like -5m") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp() * 1000
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise BadQuery(f"{text!r} is not a number") from None
+
+
+def filter_sql(f: Filter, column_sql: str, kind: str, now_ms: float | None = None) -> tuple[str, list[object]]:
+    """One filter as a SQL condition over ``column_sql`` (whose values are of ``kind``) and its parameters.
+
+    Strings compare case-insensitively, as Ray's dashboard does; ``<`` and ``>`` need a number or a time.
+    """
+    sql_op = "<>" if f.op == "!=" else f.op
+    if kind == "time_ms":
+        return f"{column_sql} {sql_op} ?", [parse_time_ms(f.value, now_ms)]
+    if kind in ("int", "float"):
+        if f.value.lower() in ("", "none", "null"):
+            return (f"{column_sql} IS NULL" if f.op == "=" else f"{column_sql} IS NOT NULL"), []
+        return f"{column_sql} {sql_op} ?", [_number(f.value)]
+    if f.op not in ("=", "!="):
+        raise BadQuery(f"{f.key} is not a number or a time, so it takes only = and !=")
+    if kind == "bool":
+        truth = f.value.lower()
+        if truth not in ("true", "false", "1", "0"):
+            raise BadQuery(f"{f.key} is true or false, not {f.value!r}")
+        return f"coalesce({column_sql}, false) {sql_op} ?", [truth in ("true", "1")]
+    if f.value.lower() in ("none", "null"):
+        return (f"{column_sql} IS NULL" if f.op == "=" else f"{column_sql} IS NOT NULL"), []
+    if f.op == "=":
+        return f"lower({column_sql}) = lower(?)", [f.value]
+    return f"lower({column_sql}) IS DISTINCT FROM lower(?)", [f.value]
+
+
+def parse_sort(text: str) -> tuple[str, bool]:
+    """``field`` or ``-field`` (descending) to (field, descending)."""
+    text = text.strip()
+    return (text[1:].lower(), True) if text.startswith("-") else (text.lower(), False)

@@ -1,0 +1,354 @@
+"""list / get / summary over the folded entities, with the field names of Ray's state API (plus raysight's own).
+
+Each resource is described once as data (:data:`RESOURCES`): its SQL source, its fields with their kinds,
+which fields are Ray's base columns, and its ID. Queries filter and sort in DuckDB; nothing is capped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import orjson
+
+from raysight.errors import BadQuery, NotFound
+from raysight.store.filters import Filter, filter_sql, parse_sort
+from raysight.store.reconcile import SESSION_ENDS
+
+MS = "// 1000000"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    sql: str
+    kind: str = "str"  # str | int | float | bool | time_ms | json | list
+    base: bool = False
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    source: str  # a FROM clause; its rows carry a `session` column
+    id_field: str
+    fields: list[Field]
+    default_sort: str = ""
+    by_name: dict[str, Field] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_name.update({f.name: f for f in self.fields})
+
+    def field(self, name: str) -> Field:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            known = ", ".join(sorted(self.by_name))
+            raise BadQuery(f"{self.name} have no field {name!r}; known fields: {known}") from None
+
+    def columns(self, detail: bool) -> list[Field]:
+        return [f for f in self.fields if detail or f.base]
+
+
+def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False) -> Field:
+    return Field(name, sql or name, kind, base)
+
+
+TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
+
+TASKS = Resource(
+    "tasks",
+    "tasks t",
+    "task_id",
+    [
+        _f("task_id", "t.task_id", base=True),
+        _f("attempt_number", "t.attempt", "int", True),
+        _f("name", "coalesce(t.name, '')", base=True),
+        _f("state", TASK_STATE, base=True),
+        _f("job_id", "coalesce(t.job_id, '')", base=True),
+        _f("actor_id", "t.actor_id", base=True),
+        _f("type", "coalesce(t.type, 'NORMAL_TASK')", base=True),
+        _f("func_or_class_name", "coalesce(t.func_or_class_name, t.name, '')", base=True),
+        _f("parent_task_id", "coalesce(t.parent_task_id, '')", base=True),
+        _f("node_id", "t.node_id", base=True),
+        _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", base=True),
+        _f("worker_pid", "t.worker_pid", "int", True),
+        _f("error_type", "coalesce(t.error_type, t.inferred_error_type)", base=True),
+        _f("state_inferred", "t.inferred_state IS NOT NULL", "bool", True),
+        _f("inferred_reason", "t.inferred_reason"),
+        _f("reported_state", "t.reported_state"),
+        _f("language", "t.language"),
+        _f("required_resources", "t.required_resources", "json"),
+        _f("runtime_env_info", "t.runtime_env", "runtime_env"),
+        _f("placement_group_id", "t.placement_group_id"),
+        _f("events", "list_transform(t.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6})", "list"),
+        _f(
+            "profiling_data",
+            "list_transform(t.profile, lambda p: {'event_name': p.name, 'start_time': p.start_ns / 1e6, "
+            "'end_time': p.end_ns / 1e6, 'component_type': p.component, 'component_id': p.component_id, "
+            "'node_ip_address': p.node_ip})",
+            "list",
+        ),
+        _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
+        _f("start_time_ms", f"t.start_ns {MS}", "time_ms"),
+        _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
+        _f("duration_ms", "(t.end_ns - t.start_ns) / 1e6", "float"),
+        _f(
+            "task_log_info",
+            "CASE WHEN t.stdout_file IS NOT NULL OR t.stderr_file IS NOT NULL THEN {'stdout_file': t.stdout_file, "
+            "'stderr_file': t.stderr_file, 'stdout_start': t.stdout_start, 'stdout_end': t.stdout_end, "
+            "'stderr_start': t.stderr_start, 'stderr_end': t.stderr_end} END",
+            "list",
+        ),
+        _f("error_message", "coalesce(t.error_message, t.inferred_reason)"),
+        _f("is_debugger_paused", "t.is_debugger_paused", "bool"),
+        _f("call_site", "t.call_site"),
+        _f("label_selector", "t.label_selector", "json"),
+        _f("session", "t.session"),
+    ],
+)
+
+ACTORS = Resource(
+    "actors",
+    "actors a",
+    "actor_id",
+    [
+        _f("actor_id", "a.actor_id", base=True),
+        _f("class_name", "coalesce(a.class_name, '')", base=True),
+        _f("state", "coalesce(a.state, 'DEPENDENCIES_UNREADY')", base=True),
+        _f("job_id", "coalesce(a.job_id, substr(a.actor_id, 25, 8))", base=True),
+        _f("name", "coalesce(a.name, '')", base=True),
+        _f("node_id", "a.node_id", base=True),
+        _f("pid", "a.pid", "int", True),
+        _f("ray_namespace", "a.ray_namespace", base=True),
+        _f("serialized_runtime_env", "a.serialized_runtime_env"),
+        _f("required_resources", "a.required_resources", "json"),
+        _f("death_cause", "a.death_cause", "json"),
+        _f("death_message", "a.death_message"),
+        _f("is_detached", "a.is_detached", "bool"),
+        _f("placement_group_id", "a.placement_group_id"),
+        _f("repr_name", "coalesce(a.repr_name, '')"),
+        _f("num_restarts", "coalesce(a.num_restarts, 0)", "int"),
+        _f("num_restarts_due_to_lineage_reconstruction", "coalesce(a.num_restarts_lineage, 0)", "int"),
+        _f("num_restarts_due_to_node_preemption", "coalesce(a.num_restarts_preemption, 0)", "int"),
+        _f("call_site", "a.call_site"),
+        _f("label_selector", "a.label_selector", "json"),
+        _f("worker_id", "a.worker_id"),
+        _f("start_time_ms", f"a.start_ns {MS}", "time_ms"),
+        _f("end_time_ms", f"a.end_ns {MS}", "time_ms"),
+        _f(
+            "events",
+            "list_transform(a.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6, 'pid': x.pid, "
+            "'node_id': x.node_id, 'worker_id': x.worker_id, 'restart_reason': x.restart_reason, "
+            "'death_message': x.death_message})",
+            "list",
+        ),
+        _f("session", "a.session"),
+    ],
+)
+
+NODES = Resource(
+    "nodes",
+    "nodes n",
+    "node_id",
+    [
+        _f("node_id", "n.node_id", base=True),
+        _f("node_ip", "coalesce(n.node_ip, '')", base=True),
+        _f("is_head_node", "coalesce(n.resources_total LIKE '%node:__internal_head__%', false)", "bool", True),
+        _f("state", "coalesce(n.state, 'ALIVE')", base=True),
+        _f("state_message", "n.death_message", base=True),
+        _f("node_name", "coalesce(n.node_name, n.node_ip, '')", base=True),
+        _f("resources_total", "coalesce(n.resources_total, '{}')", "json", True),
+        _f("labels", "coalesce(n.labels, '{}')", "json", True),
+        _f("hostname", "n.hostname"),
+        _f("death_reason", "n.death_reason"),
+        _f("start_time_ms", f"coalesce(n.start_ns, n.alive_ns) {MS}", "time_ms"),
+        _f("end_time_ms", f"n.end_ns {MS}", "time_ms"),
+        _f("session", "n.session"),
+    ],
+)
+
+WORKERS = Resource(
+    "workers",
+    "workers w LEFT JOIN nodes n ON n.session = w.session AND n.node_id = w.node_id",
+    "worker_id",
+    [
+        _f("worker_id", "w.worker_id", base=True),
+        _f("is_alive", "w.state IS DISTINCT FROM 'DEAD'", "bool", True),
+        _f("worker_type", "coalesce(w.worker_type, 'WORKER')", base=True),
+        _f("exit_type", "w.exit_type", base=True),
+        _f("node_id", "coalesce(w.node_id, '')", base=True),
+        _f("ip", "coalesce(n.node_ip, '')", base=True),
+        _f("pid", "coalesce(w.pid, 0)", "int", True),
+        _f("job_id", "w.job_id"),
+        _f("exit_detail", "w.exit_detail"),
+        _f("worker_launch_time_ms", "w.launch_ms", "time_ms"),
+        _f("worker_launched_time_ms", "w.launched_ms", "time_ms"),
+        _f("start_time_ms", "w.start_ms", "time_ms"),
+        _f("end_time_ms", f"coalesce(w.end_ms, w.end_ns {MS})", "time_ms"),
+        _f("session", "w.session"),
+    ],
+)
+
+_JOB_STATUS = """CASE WHEN r.exit_code IS NOT NULL THEN (CASE WHEN r.exit_code = 0 THEN 'SUCCEEDED' ELSE 'FAILED' END)
+    WHEN j.state = 'FINISHED' THEN 'SUCCEEDED' WHEN e.ended_ns IS NOT NULL THEN 'FAILED' ELSE 'RUNNING' END"""
+
+JOBS = Resource(
+    "jobs",
+    f"""jobs j JOIN sessions s ON s.session = j.session
+        LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+        LEFT JOIN ({SESSION_ENDS}) e ON e.session = j.session
+        LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
+    "job_id",
+    [
+        _f("job_id", "j.job_id", base=True),
+        _f("submission_id", "j.submission_id", base=True),
+        _f("entrypoint", "coalesce(j.entrypoint, '')", base=True),
+        _f("type", "CASE WHEN j.submission_id IS NULL THEN 'DRIVER' ELSE 'SUBMISSION' END", base=True),
+        _f("status", _JOB_STATUS, base=True),
+        _f(
+            "message",
+            "CASE WHEN r.exit_code IS NOT NULL THEN printf('driver exited with code %d', r.exit_code) "
+            "WHEN j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL "
+            "THEN printf('the cluster ended (%s) before Ray reported the end of this job', e.end_reason) END",
+            base=True,
+        ),
+        _f("error_type", "CASE WHEN r.exit_code <> 0 THEN 'JOB_ENTRYPOINT_COMMAND_ERROR' END", base=True),
+        _f(
+            "driver_info",
+            "{'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''), 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}",
+            "list",
+            True,
+        ),
+        _f("state_inferred", "r.exit_code IS NULL AND j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL",
+           "bool", True),
+        _f("start_time", f"j.start_ns {MS}", "time_ms"),
+        _f("end_time", f"coalesce(j.end_ns, r.ended_ns, CASE WHEN e.ended_ns IS NOT NULL THEN e.ended_ns END) {MS}",
+           "time_ms"),
+        _f("metadata", "coalesce(j.metadata, '{}')", "json"),
+        _f("runtime_env", "j.runtime_env", "runtime_env"),
+        _f("driver_node_id", "j.driver_node_id"),
+        _f("driver_exit_code", "r.exit_code", "int"),
+        _f("session", "j.session"),
+    ],
+)
+
+RESOURCES = {r.name: r for r in (TASKS, ACTORS, NODES, WORKERS, JOBS)}
+
+
+@dataclass
+class ListResult:
+    rows: list[dict[str, Any]]
+    total: int
+    session: str | None
+
+
+def resource(name: str) -> Resource:
+    try:
+        return RESOURCES[name.replace("-", "_")]
+    except KeyError:
+        raise BadQuery(f"unknown resource {name!r}; choose one of {', '.join(RESOURCES)}") from None
+
+
+def latest_session(con: duckdb.DuckDBPyConnection) -> str | None:
+    row = con.execute("SELECT session FROM sessions ORDER BY first_ns DESC NULLS LAST, session DESC LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def resolve_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str | None:
+    """The named session (by name or label), or the one that started last when none is named."""
+    if not session:
+        return latest_session(con)
+    row = con.execute(
+        "SELECT session FROM sessions WHERE session = ? OR label = ? ORDER BY first_ns DESC NULLS LAST LIMIT 1",
+        [session, session],
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session named {session!r}; `raysight sessions` lists them")
+    return row[0]
+
+
+def list_rows(
+    con: duckdb.DuckDBPyConnection,
+    res: Resource,
+    *,
+    session: str | None,
+    filters: list[Filter] = (),  # type: ignore[assignment]
+    sort: list[str] = (),  # type: ignore[assignment]
+    limit: int | None = 100,
+    offset: int = 0,
+    detail: bool = False,
+    exclude_driver: bool = False,
+) -> ListResult:
+    """Rows of ``res`` in one session (``"*"`` for all), filtered, sorted, and paged; ``total`` counts every match."""
+    if limit is not None and limit < 0:
+        raise BadQuery("limit must be 0 or more")
+    if offset < 0:
+        raise BadQuery("offset must be 0 or more")
+    where, params = _where(con, res, session, filters, exclude_driver)
+    resolved = params[0] if session != "*" and params else None
+    if session != "*" and not params:
+        return ListResult([], 0, None)
+    order = _order(res, sort)
+    select = ", ".join(f"{f.sql} AS {f.name}" for f in res.columns(detail))
+    page = "" if limit is None else f" LIMIT {int(limit)}"
+    sql = f"SELECT {select} FROM {res.source} WHERE {where} ORDER BY {order}{page} OFFSET {int(offset)}"
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    rows = [_decode(res, dict(zip(names, r))) for r in cursor.fetchall()]
+    total_row = con.execute(f"SELECT count(*) FROM {res.source} WHERE {where}", params).fetchone()
+    return ListResult(rows, int(total_row[0]) if total_row else 0, resolved)
+
+
+def get_rows(con: duckdb.DuckDBPyConnection, res: Resource, entity_id: str, *, session: str | None) -> ListResult:
+    """Every row with this ID (tasks: one per attempt), all fields; NotFound when there is none."""
+    result = list_rows(
+        con, res, session=session, filters=[Filter(res.id_field, "=", entity_id)], limit=None, detail=True
+    )
+    if not result.rows:
+        where = f"session {result.session}" if result.session else "any session"
+        raise NotFound(f"no {res.name[:-1]} with id {entity_id} in {where}")
+    return result
+
+
+def _where(
+    con: duckdb.DuckDBPyConnection, res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool
+) -> tuple[str, list[object]]:
+    alias = res.source.split()[1]
+    conditions: list[str] = []
+    params: list[object] = []
+    if session != "*":
+        resolved = resolve_session(con, session)
+        if resolved is None:
+            return "false", []
+        conditions.append(f"{alias}.session = ?")
+        params.append(resolved)
+    if exclude_driver and res is TASKS:
+        conditions.append("coalesce(t.type, '') <> 'DRIVER_TASK'")
+    for f in filters:
+        column = res.field(f.key)
+        sql, values = filter_sql(f, column.sql, column.kind)
+        conditions.append(sql)
+        params.extend(values)
+    return " AND ".join(conditions) or "true", params
+
+
+def _order(res: Resource, sort: list[str]) -> str:
+    terms = []
+    for text in sort or [res.id_field]:
+        name, descending = parse_sort(text)
+        column = res.field(name)
+        terms.append(f"{column.sql} {'DESC' if descending else 'ASC'} NULLS LAST")
+    if res.name == "tasks":
+        terms.append("t.attempt")
+    return ", ".join(terms)
+
+
+def _decode(res: Resource, row: dict[str, Any]) -> dict[str, Any]:
+    for name, value in row.items():
+        kind = res.by_name[name].kind
+        if kind == "json" and isinstance(value, str):
+            row[name] = orjson.loads(value)
+        elif kind == "runtime_env" and isinstance(value, str):
+            row[name] = {"serialized_runtime_env": value}
+    return row

@@ -1,0 +1,126 @@
+"""Summaries (tasks by function, actors by class), the sessions overview, and the doctor's report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from raysight.store.queries import ACTORS, TASK_STATE, TASKS, resolve_session
+from raysight.store.reconcile import SESSION_ENDS
+
+SLOWEST = 5
+
+
+def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+
+def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict[str, Any]:
+    """Tasks by function: state counts and duration p50/p95/max (ms), and the slowest attempts of the session."""
+    resolved = resolve_session(con, session)
+    name = TASKS.by_name["func_or_class_name"].sql
+    kind = TASKS.by_name["type"].sql
+    groups = _rows(
+        con.execute(
+            f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
+                                  (t.end_ns - t.start_ns) / 1e6 AS dur
+                           FROM tasks t WHERE t.session = ? AND coalesce(t.type, '') <> 'DRIVER_TASK'),
+                counts AS (SELECT fn, map_from_entries(list(row(state, n))) AS state_counts
+                           FROM (SELECT fn, state, count(*) AS n FROM t GROUP BY ALL) GROUP BY fn)
+                SELECT fn AS func_or_class_name, any_value(type) AS type, count(*) AS attempts,
+                       any_value(counts.state_counts) AS state_counts,
+                       quantile_cont(dur, 0.5) AS p50_ms, quantile_cont(dur, 0.95) AS p95_ms, max(dur) AS max_ms
+                FROM t JOIN counts USING (fn)
+                GROUP BY fn ORDER BY attempts DESC, fn""",
+            [resolved],
+        )
+    ) if resolved else []
+    for group in groups:
+        group["state_counts"] = dict(sorted(group["state_counts"].items()))
+    slowest = _rows(
+        con.execute(
+            f"""SELECT t.task_id, t.attempt AS attempt_number, {name} AS func_or_class_name, {TASK_STATE} AS state,
+                       (t.end_ns - t.start_ns) / 1e6 AS duration_ms
+                FROM tasks t WHERE t.session = ? AND t.end_ns IS NOT NULL AND t.start_ns IS NOT NULL
+                ORDER BY duration_ms DESC LIMIT {SLOWEST}""",
+            [resolved],
+        )
+    ) if resolved else []
+    return {"session": resolved, "summary": groups, "slowest": slowest}
+
+
+def summarize_actors(con: duckdb.DuckDBPyConnection, session: str | None) -> dict[str, Any]:
+    """Actors by class: state counts."""
+    resolved = resolve_session(con, session)
+    cls = ACTORS.by_name["class_name"].sql
+    state = ACTORS.by_name["state"].sql
+    groups = _rows(
+        con.execute(
+            f"""SELECT class_name, sum(n)::BIGINT AS actors, map_from_entries(list(row(state, n))) AS state_counts
+                FROM (SELECT {cls} AS class_name, {state} AS state, count(*) AS n FROM actors a
+                      WHERE a.session = ? GROUP BY ALL)
+                GROUP BY class_name ORDER BY actors DESC, class_name""",
+            [resolved],
+        )
+    ) if resolved else []
+    for group in groups:
+        group["state_counts"] = dict(sorted(group["state_counts"].items()))
+    return {"session": resolved, "summary": groups}
+
+
+def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every session seen, newest first, with its size and outcome."""
+    return _rows(
+        con.execute(
+            f"""SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
+                       e.ended_ns // 1000000 AS end_time_ms, e.end_reason,
+                       s.last_ns // 1000000 AS last_event_ms,
+                       coalesce(n.nodes, 0) AS nodes, coalesce(j.jobs, 0) AS jobs,
+                       coalesce(t.tasks, 0) AS tasks, coalesce(t.failures, 0) AS failures,
+                       coalesce(r.bytes, 0) AS raw_bytes, coalesce(r.events, 0) AS events
+                FROM sessions s
+                LEFT JOIN ({SESSION_ENDS}) e USING (session)
+                LEFT JOIN (SELECT session, count(*) AS nodes FROM nodes GROUP BY 1) n USING (session)
+                LEFT JOIN (SELECT session, count(*) AS jobs FROM jobs GROUP BY 1) j USING (session)
+                LEFT JOIN (SELECT session, count(*) FILTER (coalesce(type, '') <> 'DRIVER_TASK') AS tasks,
+                                  count(*) FILTER (coalesce(inferred_state, reported_state) = 'FAILED') AS failures
+                           FROM tasks GROUP BY 1) t USING (session)
+                LEFT JOIN (SELECT session, count(*) AS events, sum(strlen(body)) AS bytes
+                           FROM raw_events GROUP BY 1) r USING (session)
+                ORDER BY s.first_ns DESC NULLS LAST, s.session DESC"""
+        )
+    )
+
+
+def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """What raysight knows it is missing: quarantined and unfolded events, inferred states, ingest lag."""
+    counters = dict(con.execute("SELECT name, value FROM counters").fetchall())
+    unsupported = _rows(
+        con.execute(
+            "SELECT event_type, count(*) AS events FROM raw_events WHERE NOT supported GROUP BY 1 ORDER BY 2 DESC"
+        )
+    )
+    quarantine = _rows(
+        con.execute(
+            "SELECT reason, count(*) AS events, epoch_ms(max(received_at)) AS last_received_ms FROM quarantine "
+            "GROUP BY 1 ORDER BY 2 DESC LIMIT 20"
+        )
+    )
+    inferred = _rows(
+        con.execute(
+            "SELECT session, inferred_state, count(*) AS tasks FROM tasks WHERE inferred_state IS NOT NULL "
+            "GROUP BY ALL ORDER BY session DESC, tasks DESC"
+        )
+    )
+    lag = _rows(
+        con.execute(
+            """SELECT session, epoch_ms(max(received_at)) AS last_received_ms,
+                      quantile_cont(epoch_ms(received_at) - ts_ns / 1e6, 0.5) AS lag_p50_ms,
+                      max(epoch_ms(received_at) - ts_ns / 1e6) AS lag_max_ms
+               FROM raw_events WHERE ts_ns IS NOT NULL GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
+        )
+    )
+    return {"counters": counters, "unsupported": unsupported, "quarantine": quarantine, "inferred": inferred,
+            "ingest_lag": lag}
