@@ -106,7 +106,7 @@ UPDATE tasks SET type = d.type, name = d.name, func_or_class_name = d.func_or_cl
        language = d.language, actor_id = d.actor_id, parent_task_id = d.parent_task_id, job_id = coalesce(tasks.job_id, d.job_id)
 FROM tasks d
 WHERE tasks.session IN (SELECT unnest($1::VARCHAR[])) AND tasks.defined IS NULL
-  AND d.session = tasks.session AND d.task_id = tasks.task_id AND d.defined AND d.attempt <> tasks.attempt
+  AND d.session = tasks.session AND d.task_id = tasks.task_id AND d.defined AND d.attempt = 0 AND tasks.attempt > 0
 """
 
 

@@ -1,0 +1,27 @@
+"""Shared fixtures: a recorded Ray 2.60 session (`fixtures/ray_batches.json`, the POST bodies of a real run of
+nested tasks, a failing task, a retried task, a killed actor and a restarted actor) and in-process servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from raysight.server.app import create_app
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def ray_batches() -> list[list[dict[str, Any]]]:
+    return orjson.loads((FIXTURES / "ray_batches.json").read_bytes())
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> TestClient:
+    """The real app over a fresh store, in-process."""
+    with TestClient(create_app(tmp_path / "data", max_body=1024 * 1024)) as client:
+        yield client

@@ -1,0 +1,104 @@
+"""The HTTP app in-process: ingest's answers to good and bad input, the own API, Ray's envelope, auth, /metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from starlette.testclient import TestClient
+
+from raysight.server.app import create_app
+from raysight.server.auth import Secrets
+
+
+def post(client: TestClient, body: bytes | list, query: str = "?cluster=t") -> object:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    return client.post("/ingest/ray-events" + query, content=data, headers={"Content-Type": "application/json"})
+
+
+def counters(client: TestClient) -> dict[str, int]:
+    return client.get("/api/raysight/doctor").json()["counters"]
+
+
+def test_bad_bodies_get_clear_answers_and_nothing_is_harmed(server: TestClient, ray_batches) -> None:
+    assert post(server, b"{not json").status_code == 400
+    assert post(server, b'{"an": "object"}').json()["error"].startswith("body is a JSON dict")
+    assert post(server, b"x" * (1024 * 1024 + 1)).status_code == 413
+    assert post(server, []).status_code == 200
+    first = ray_batches[0]
+    wrong = [{"eventId": 5, "sessionName": 7}, {**first[0], "eventType": "BRAND_NEW_EVENT", "eventId": "QUJD"},
+             {**first[1], "nodeLifecycleEvent": {"nodeId": "AAAA", "stateTransitions": [{"state": 1}]}}]
+    reply = post(server, wrong)
+    assert reply.status_code == 200 and reply.json()["quarantined"] == 2
+    for _ in range(7):
+        assert post(server, ray_batches[2]).status_code == 200
+    c = counters(server)
+    assert c["stored"] == 1 + len(ray_batches[2]) and c["quarantined"] == 2 and c["unsupported"] == 1
+    assert c["deduplicated"] == 6 * len(ray_batches[2])
+    doctor = server.get("/api/raysight/doctor").json()
+    assert doctor["unsupported"] == [{"event_type": "BRAND_NEW_EVENT", "events": 1}]
+    assert {q["events"] for q in doctor["quarantine"]} == {1}
+
+
+def test_own_api_lists_filters_pages_and_gets(server: TestClient, ray_batches) -> None:
+    for batch in ray_batches:
+        post(server, batch)
+    failed = server.get("/api/raysight/tasks", params={"filter": "state=failed"}).json()
+    assert {r["name"] for r in failed["rows"]} == {"fails", "crash_once", "Fragile.die"}
+    page = server.get("/api/raysight/tasks", params={"sort": "-name", "limit": 2, "offset": 1}).json()
+    everything = server.get("/api/raysight/tasks", params={"sort": "-name", "limit": 100}).json()
+    assert page["rows"] == everything["rows"][1:3] and page["total"] == everything["total"]
+    crash = next(r for r in failed["rows"] if r["name"] == "crash_once")
+    attempts = server.get(f"/api/raysight/tasks/{crash['task_id']}").json()["rows"]
+    assert [a["attempt_number"] for a in attempts] == [0, 1]
+    assert server.get("/api/raysight/tasks", params={"filter": "worker_pid>0"}).json()["total"] > 0
+    missing = server.get("/api/raysight/actors/00ff")
+    assert missing.status_code == 404 and missing.json()["ok"] is False
+    bad = server.get("/api/raysight/tasks", params={"filter": "colour=red"})
+    assert bad.status_code == 400 and "no field 'colour'" in bad.json()["error"]
+    summary = server.get("/api/raysight/summary/tasks").json()
+    crash_group = next(g for g in summary["summary"] if g["func_or_class_name"] == "crash_once")
+    assert crash_group["state_counts"] == {"FAILED": 1, "FINISHED": 1}
+
+
+def test_ray_compatible_api_speaks_rays_envelope(server: TestClient, ray_batches) -> None:
+    for batch in ray_batches:
+        post(server, batch)
+    params = [("limit", "100"), ("detail", "False"), ("filter_keys", "state"), ("filter_predicates", "="),
+              ("filter_values", "dead"), ("exclude_driver", "True"), ("server_timeout_multiplier", "0.8")]
+    body = server.get("/api/v0/actors", params=params).json()
+    assert body["result"] is True
+    data = body["data"]["result"]
+    assert data["total"] == data["num_after_truncation"] == 1
+    assert set(data["result"][0]) >= {"actor_id", "class_name", "state", "job_id", "name", "node_id", "pid",
+                                      "ray_namespace"}
+    too_many = server.get("/api/v0/tasks", params={"limit": 20000})
+    assert too_many.status_code == 400 and too_many.json()["result"] is False
+    summary = server.get("/api/v0/tasks/summarize").json()["data"]["result"]["result"]["node_id_to_summary"]
+    assert summary["cluster"]["summary_by"] == "func_name" and "fails" in summary["cluster"]["summary"]
+    session = server.get("/api/raysight/sessions").json()["sessions"][0]["session"]
+    scoped = server.get(f"/sessions/{session}/api/v0/nodes").json()["data"]["result"]
+    assert scoped["total"] == 1
+    assert server.get("/api/version").json()["session_name"] == session
+    assert server.get("/api/jobs/01000000").json()["type"] == "DRIVER"
+
+
+def test_beyond_loopback_reads_need_the_token_and_the_ingest_key_only_writes(tmp_path: Path, ray_batches) -> None:
+    secrets = Secrets(token="read-secret", ingest_key="write-secret")
+    with TestClient(create_app(tmp_path, secrets=secrets)) as client:
+        assert post(client, ray_batches[0]).status_code == 401
+        assert post(client, ray_batches[0], "?key=write-secret").status_code == 200
+        assert client.get("/api/raysight/sessions?key=write-secret").status_code == 401
+        assert client.get("/api/v0/actors").status_code == 401
+        assert client.get("/metrics").status_code == 401
+        ok = client.get("/api/raysight/sessions", headers={"Authorization": "Bearer read-secret"})
+        assert ok.status_code == 200 and len(ok.json()["sessions"]) == 1
+
+
+def test_metrics_count_what_was_ingested(server: TestClient, ray_batches) -> None:
+    post(server, ray_batches[2])
+    post(server, ray_batches[2])
+    text = server.get("/metrics").text
+    assert f"raysight_events_stored_total {float(len(ray_batches[2]))}" in text
+    assert f"raysight_events_deduplicated_total {float(len(ray_batches[2]))}" in text
+    assert "raysight_ingest_latency_seconds_count 2.0" in text

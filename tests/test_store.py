@@ -1,0 +1,126 @@
+"""The store: folds are order-independent and idempotent, reindex reproduces them, inference marks what it guessed."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from raysight.ingest.ray_events import parse_batch
+from raysight.store import queries
+from raysight.store.store import Store
+
+
+def snapshot(store: Store) -> dict[str, list[dict]]:
+    con = store.reader()
+    return {
+        name: queries.list_rows(con, res, session=None, limit=None, detail=True, sort=[res.id_field]).rows
+        for name, res in queries.RESOURCES.items()
+    }
+
+
+def load(store: Store, batches: list[list[dict]]) -> None:
+    for batch in batches:
+        store.apply(parse_batch(batch, label="rec", run_id="run-1"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def test_recorded_session_folds_field_by_field(store: Store, ray_batches) -> None:
+    load(store, ray_batches)
+    con = store.reader()
+    tasks = queries.list_rows(con, queries.TASKS, session=None, limit=None, detail=True).rows
+    by_name = {}
+    for t in tasks:
+        by_name.setdefault(t["name"], []).append(t)
+    fails = by_name["fails"][0]
+    assert fails["state"] == "FAILED" and fails["error_type"] == "TASK_EXECUTION_EXCEPTION"
+    assert "boom" in fails["error_message"]
+    crash = sorted(by_name["crash_once"], key=lambda t: t["attempt_number"])
+    assert [(t["attempt_number"], t["state"]) for t in crash] == [(0, "FAILED"), (1, "FINISHED")]
+    assert crash[0]["error_type"] == "WORKER_DIED"
+    parent = by_name["parent"][0]
+    assert {c["parent_task_id"] for c in by_name["child"]} == {parent["task_id"]}
+    inc = by_name["Counter.inc"][0]
+    assert [e["state"] for e in inc["events"]][-1] == "FINISHED" and inc["task_log_info"]["stdout_file"]
+    actors = {a["class_name"]: a for a in queries.list_rows(con, queries.ACTORS, session=None, detail=True).rows}
+    assert actors["Counter"]["name"] == "my_counter" and actors["Counter"]["state"] == "DEAD"
+    assert actors["Counter"]["death_cause"]["actorDiedErrorContext"]["reason"] == "RAY_KILL"
+    assert actors["Fragile"]["num_restarts"] == 1 and actors["Fragile"]["state"] == "ALIVE"
+    workers = queries.list_rows(con, queries.WORKERS, session=None, detail=True).rows
+    assert {w["exit_type"] for w in workers if not w["is_alive"]} >= {"SYSTEM_ERROR", "INTENDED_SYSTEM_EXIT"}
+    nodes = queries.list_rows(con, queries.NODES, session=None, detail=True).rows
+    assert len(nodes) == 1 and nodes[0]["is_head_node"] and nodes[0]["resources_total"]["CPU"] == 2.0
+
+
+def test_arrival_order_and_resends_do_not_change_the_answer(tmp_path: Path, ray_batches) -> None:
+    in_order = Store(tmp_path / "a")
+    load(in_order, ray_batches)
+    shuffled = Store(tmp_path / "b")
+    events = [e for b in ray_batches for e in b]
+    random.Random(7).shuffle(events)
+    chunks = [events[i : i + 9] for i in range(0, len(events), 9)]
+    load(shuffled, chunks + chunks[:3] + chunks)  # every event at least twice, some three times
+    assert snapshot(shuffled) == snapshot(in_order)
+    counts = dict(shuffled.reader().execute("SELECT name, value FROM counters").fetchall())
+    assert counts["stored"] == len(events)
+    assert counts["deduplicated"] == len(events) + sum(len(c) for c in chunks[:3])
+
+
+def test_reindex_rebuilds_the_same_entities(store: Store, ray_batches) -> None:
+    load(store, ray_batches)
+    before = snapshot(store)
+    assert store.reindex() == sum(len(b) for b in ray_batches)
+    assert snapshot(store) == before
+
+
+def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_batches) -> None:
+    load(store, ray_batches)
+    open_before = [t for t in snapshot(store)["tasks"] if t["state"] not in ("FINISHED", "FAILED")]
+    assert open_before, "the recording has attempts whose end Ray never sent"
+    driver_pid = int(store.reader().execute("SELECT driver_pid FROM jobs").fetchone()[0])
+    store.record_run_exit("run-1", driver_pid, 3, 1795290400000000000)
+    tasks = {(t["task_id"], t["attempt_number"]): t for t in snapshot(store)["tasks"]}
+    for t in open_before:
+        after = tasks[(t["task_id"], t["attempt_number"])]
+        assert after["state"] in ("FINISHED", "FAILED") and after["state_inferred"] and after["inferred_reason"]
+    job = snapshot(store)["jobs"][0]
+    assert job["status"] == "FAILED" and job["driver_exit_code"] == 3
+    # Ray's own terminal state, arriving late, replaces the inference.
+    late = open_before[0]
+    event = {
+        "eventId": "bGF0ZWxhdGVsYXRl", "sourceType": "CORE_WORKER", "eventType": "TASK_LIFECYCLE_EVENT",
+        "timestamp": "2026-11-21T19:47:00.000000000Z", "sessionName": late["session"],
+        "taskLifecycleEvent": {"taskId": _b64(late["task_id"]), "taskAttempt": late["attempt_number"],
+                               "stateTransitions": [{"state": "FAILED", "timestamp": "2026-11-21T19:47:00Z"}],
+                               "rayErrorInfo": {"errorType": "TASK_CANCELLED", "errorMessage": "late"}},
+    }
+    store.apply(parse_batch([event]))
+    row = next(t for t in snapshot(store)["tasks"] if (t["task_id"], t["attempt_number"]) ==
+               (late["task_id"], late["attempt_number"]))
+    assert row["state"] == "FAILED" and not row["state_inferred"] and row["error_type"] == "TASK_CANCELLED"
+
+
+def _b64(hex_id: str) -> str:
+    import base64
+
+    return base64.b64encode(bytes.fromhex(hex_id)).decode()
+
+
+def test_an_older_schema_is_upgraded_and_refolded(tmp_path: Path, ray_batches) -> None:
+    store = Store(tmp_path)
+    load(store, ray_batches)
+    before = snapshot(store)
+    store.con.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    store.con.execute("DROP TABLE tasks")
+    store.con.execute("CREATE TABLE tasks (session VARCHAR, task_id VARCHAR)")
+    store.close()
+    upgraded = Store(tmp_path)
+    assert upgraded.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "0"
+    assert snapshot(upgraded) == before
