@@ -57,6 +57,7 @@ class Fragile:
 def main() -> None:
     ray.init(num_cpus=2)
     print("nested:", ray.get(parent.remote(3)))
+    time.sleep(1.5)  # the parent's worker flushes its children's events each second; let it before crashes begin
     try:
         ray.get(fails.remote())
     except ray.exceptions.RayTaskError:

@@ -55,6 +55,12 @@ def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False)
 
 
 TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
+# When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
+TASK_NAME = (
+    "coalesce(t.name, regexp_extract(list_filter(t.profile, lambda p: p.name LIKE 'task::%')[1].name, 'task::(.*)', 1))"
+)
+# When the executor's RUNNING event was lost, its profile still says when execution began.
+TASK_START = "coalesce(t.start_ns, list_filter(t.profile, lambda p: p.name = 'task:execute')[1].start_ns)"
 
 TASKS = Resource(
     "tasks",
@@ -63,12 +69,12 @@ TASKS = Resource(
     [
         _f("task_id", "t.task_id", base=True),
         _f("attempt_number", "t.attempt", "int", True),
-        _f("name", "coalesce(t.name, '')", base=True),
+        _f("name", f"coalesce({TASK_NAME}, '')", base=True),
         _f("state", TASK_STATE, base=True),
         _f("job_id", "coalesce(t.job_id, '')", base=True),
         _f("actor_id", "t.actor_id", base=True),
         _f("type", "coalesce(t.type, 'NORMAL_TASK')", base=True),
-        _f("func_or_class_name", "coalesce(t.func_or_class_name, t.name, '')", base=True),
+        _f("func_or_class_name", f"coalesce(t.func_or_class_name, {TASK_NAME}, '')", base=True),
         _f("parent_task_id", "coalesce(t.parent_task_id, '')", base=True),
         _f("node_id", "t.node_id", base=True),
         _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", base=True),
@@ -84,15 +90,16 @@ TASKS = Resource(
         _f("events", "list_transform(t.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6})", "list"),
         _f(
             "profiling_data",
-            "list_transform(t.profile, lambda p: {'event_name': p.name, 'start_time': p.start_ns / 1e6, "
-            "'end_time': p.end_ns / 1e6, 'component_type': p.component, 'component_id': p.component_id, "
-            "'node_ip_address': p.node_ip})",
+            "CASE WHEN len(t.profile) > 0 THEN {'component_type': t.profile[1].component, "
+            "'component_id': t.profile[1].component_id, 'node_ip_address': t.profile[1].node_ip, "
+            "'events': list_transform(t.profile, lambda p: {'event_name': p.name, 'start_time': p.start_ns / 1e6, "
+            "'end_time': p.end_ns / 1e6, 'extra_data': p.extra})} END",
             "list",
         ),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
-        _f("start_time_ms", f"t.start_ns {MS}", "time_ms"),
+        _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
-        _f("duration_ms", "(t.end_ns - t.start_ns) / 1e6", "float"),
+        _f("duration_ms", f"(t.end_ns - {TASK_START}) / 1e6", "float"),
         _f(
             "task_log_info",
             "CASE WHEN t.stdout_file IS NOT NULL OR t.stderr_file IS NOT NULL THEN {'stdout_file': t.stdout_file, "

@@ -6,7 +6,7 @@ from typing import Any
 
 import duckdb
 
-from raysight.store.queries import ACTORS, TASK_STATE, TASKS, resolve_session
+from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 
 SLOWEST = 5
@@ -25,7 +25,7 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
     groups = _rows(
         con.execute(
             f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
-                                  (t.end_ns - t.start_ns) / 1e6 AS dur
+                                  (t.end_ns - {TASK_START}) / 1e6 AS dur
                            FROM tasks t WHERE t.session = ? AND coalesce(t.type, '') <> 'DRIVER_TASK'),
                 counts AS (SELECT fn, map_from_entries(list(row(state, n))) AS state_counts
                            FROM (SELECT fn, state, count(*) AS n FROM t GROUP BY ALL) GROUP BY fn)
@@ -42,7 +42,7 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
     slowest = _rows(
         con.execute(
             f"""SELECT t.task_id, t.attempt AS attempt_number, {name} AS func_or_class_name, {TASK_STATE} AS state,
-                       (t.end_ns - t.start_ns) / 1e6 AS duration_ms
+                       (t.end_ns - {TASK_START}) / 1e6 AS duration_ms
                 FROM tasks t WHERE t.session = ? AND t.end_ns IS NOT NULL AND t.start_ns IS NOT NULL
                 ORDER BY duration_ms DESC LIMIT {SLOWEST}""",
             [resolved],

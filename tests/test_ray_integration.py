@@ -1,0 +1,168 @@
+"""Real Ray workloads recorded through `raysight run` by a real server; each scenario runs once per module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raysight.client import Client
+from tests.ray_scenarios import ServerProcess, ray_run
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+    """The demo workload recorded twice (two sessions with the same deterministic task IDs)."""
+    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    try:
+        ray_run(server.url, "first", "-m", "raysight.demo_workload")
+        ray_run(server.url, "second", "-m", "raysight.demo_workload")
+        yield server
+    finally:
+        server.stop()
+
+
+def everything(client: Client, session: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        r: client.list(r, session=session, limit=None, detail=True)["rows"]
+        for r in ("tasks", "actors", "jobs", "nodes", "workers")
+    }
+
+
+def tasks_by_name(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        out[row["name"]].append(row)
+    for attempts in out.values():
+        attempts.sort(key=lambda r: r["attempt_number"])
+    return out
+
+
+def check_workload(data: dict[str, list[dict[str, Any]]]) -> None:
+    tasks = tasks_by_name(data["tasks"])
+    fails = tasks["fails"][0]
+    assert (fails["state"], fails["error_type"]) == ("FAILED", "TASK_EXECUTION_EXCEPTION")
+    assert "boom: this task fails on purpose" in fails["error_message"]
+    assert [e["state"] for e in fails["events"]][-1] == "FAILED"
+    crash = tasks["crash_once"]
+    assert [(t["attempt_number"], t["state"]) for t in crash] == [(0, "FAILED"), (1, "FINISHED")]
+    assert crash[0]["error_type"] == "WORKER_DIED"
+    parent = tasks["parent"][0]
+    assert parent["state"] == "FINISHED" and len(tasks["child"]) == 3
+    assert {c["parent_task_id"] for c in tasks["child"]} == {parent["task_id"]}
+    for task in data["tasks"]:  # nothing of the finished job is left open without a reason
+        assert task["state"] in ("FINISHED", "FAILED"), task
+        if task["reported_state"] not in ("FINISHED", "FAILED"):
+            assert task["state_inferred"] and task["inferred_reason"], task
+    inc = tasks["Counter.inc"]
+    assert len(inc) == 3 and all(t["actor_id"] and t["worker_pid"] for t in inc)
+    actors = {a["class_name"]: a for a in data["actors"]}
+    counter = actors["Counter"]
+    assert (counter["name"], counter["state"]) == ("demo_counter", "DEAD")
+    assert counter["death_cause"]["actorDiedErrorContext"]["reason"] == "RAY_KILL"
+    fragile = actors["Fragile"]
+    assert fragile["num_restarts"] == 1
+    assert [e["state"] for e in fragile["events"]].count("ALIVE") == 2
+    job = data["jobs"][0]
+    assert (job["type"], job["status"], job["driver_exit_code"]) == ("DRIVER", "SUCCEEDED", 0)
+    assert "demo_workload" in job["entrypoint"]
+    node = data["nodes"][0]
+    assert node["is_head_node"] and node["resources_total"]["CPU"] == 2.0
+    dead = [w for w in data["workers"] if not w["is_alive"]]
+    assert "SYSTEM_ERROR" in {w["exit_type"] for w in dead}  # the crashed task's and the crashed actor's workers
+    assert "INTENDED_SYSTEM_EXIT" in {w["exit_type"] for w in dead}  # ray.kill
+
+
+def test_every_entity_field_by_field(recorded: ServerProcess) -> None:
+    with recorded.client() as client:
+        for session in ("first", "second"):
+            check_workload(everything(client, session))
+
+
+def test_two_sessions_with_the_same_ids_stay_apart(recorded: ServerProcess) -> None:
+    with recorded.client() as client:
+        sessions = client.sessions()
+        assert [s["label"] for s in sessions] == ["second", "first"]
+        first, second = everything(client, "first"), everything(client, "second")
+        ids = lambda rows: {r["task_id"] for r in rows}  # noqa: E731
+        assert ids(first["tasks"]) & ids(second["tasks"])  # Ray reuses task IDs across sessions
+        assert {t["session"] for t in first["tasks"]} != {t["session"] for t in second["tasks"]}
+        assert client.list("tasks", session="*", limit=None)["total"] == len(first["tasks"]) + len(second["tasks"])
+
+
+def test_rays_own_cli_and_sdk_answer_from_raysight(recorded: ServerProcess) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "list", "actors", "--address", recorded.url, "--format", "json",
+         "--filter", "state=DEAD"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    rows = json.loads(out)
+    assert {r["class_name"] for r in rows} >= {"Counter"}
+    from ray.util.state import get_task, list_tasks, summarize_tasks
+
+    failed = list_tasks(address=recorded.url, filters=[("state", "=", "FAILED")], detail=True)
+    assert {t.name for t in failed} >= {"fails", "crash_once"}
+    attempts = get_task(failed[0].task_id, address=recorded.url)
+    assert attempts is not None
+    summary = summarize_tasks(address=recorded.url)
+    assert "fails" in summary["cluster"]["summary"]
+
+
+def test_same_answers_after_restart_and_reindex(recorded: ServerProcess) -> None:
+    with recorded.client() as client:
+        before = everything(client, "first")
+    recorded.stop()
+    recorded.start()
+    with recorded.client() as client:
+        assert everything(client, "first") == before
+        assert client.reindex() > 0
+        assert everything(client, "first") == before
+
+
+def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "store")
+    script = tmp_path / "waits.py"
+    go, done = tmp_path / "go", tmp_path / "done"
+    script.write_text(
+        "import os, time, ray\n"
+        "ray.init(num_cpus=2)\n"
+        "@ray.remote\n"
+        "def square(x):\n    return x * x\n"
+        "assert sum(ray.get([square.remote(i) for i in range(20)])) == 2470\n"
+        f"open({str(done)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.2)\n"
+        "time.sleep(8)\n"
+        "ray.shutdown()\n"
+    )
+    from raysight.cli.run import ray_env
+
+    env = {**{k: v for k, v in __import__("os").environ.items() if k != "RAY_ADDRESS"},
+           **ray_env(server.url, "late")}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while not done.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "workload did not run"
+            time.sleep(0.2)
+        time.sleep(3)  # Ray keeps retrying into a closed port
+        server.start()
+        go.touch()
+        assert proc.wait(timeout=120) == 0
+        with server.client() as client:
+            squares = client.list("tasks", session="late", filters=["name=square"], limit=None)
+            assert squares["total"] == 20
+            assert {r["state"] for r in squares["rows"]} == {"FINISHED"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
