@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raysight.cli.run import ray_env
 from raysight.client import Client
 from tests.ray_scenarios import ServerProcess, ray_run
 
@@ -141,15 +144,10 @@ def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp
         "time.sleep(8)\n"
         "ray.shutdown()\n"
     )
-    from raysight.cli.run import ray_env
-
-    env = {**{k: v for k, v in __import__("os").environ.items() if k != "RAY_ADDRESS"},
-           **ray_env(server.url, "late")}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **ray_env(server.url, "late")}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        import time
-
         deadline = time.monotonic() + 120
         while not done.exists():
             assert proc.poll() is None and time.monotonic() < deadline, "workload did not run"

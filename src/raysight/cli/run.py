@@ -96,7 +96,8 @@ def run_cmd(server: str | None, cluster: str | None, ingest_key: str | None, com
     sys.exit(run_program(list(command), url, cluster, ingest_key))
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -121,7 +122,7 @@ def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30
 def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
     """Start a server, run a sample Ray workload through it, and show what raysight saw."""
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="raysight-demo-"))
-    port = port or _free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "raysight", "server", "--port", str(port), "--data-dir", str(data_dir)],
