@@ -11,6 +11,12 @@ def b64_to_hex(value: object) -> str | None:
     """Ray's standard-base64 ID as the lowercase hex that ``ray list`` shows; None for an absent or nil ID."""
     if not isinstance(value, str) or not value:
         return None
+    return _b64_to_hex(value)
+
+
+@lru_cache(maxsize=65536)
+def _b64_to_hex(value: str) -> str | None:
+    """Cached: a batch names the same job, node, worker and task many times."""
     try:
         raw = binascii.a2b_base64(value)
     except (binascii.Error, ValueError):

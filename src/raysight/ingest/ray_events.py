@@ -2,8 +2,9 @@
 
 Every event becomes exactly one of: a raw row of a folded type, a raw row of a type raysight does not fold
 (``supported=False``: kept, counted, folded by a later ``reindex``), or a quarantined row with its reason.
-Entity patches are keyed by ``(session, id…)``; patches for one key are merged here and again in the store with
-the same commutative rules (non-null scalars win, histories are unions), so arrival order never matters.
+Entity patches are keyed by ``(session, id…)`` and name the columns they set; the store merges them with each
+column's rule (``store/schema.py``), so arrival order never matters. Patches to append tables (a task's state
+transitions and profile events) are rows the store adds the first time it sees the event.
 """
 
 from __future__ import annotations
@@ -53,53 +54,51 @@ class Quarantined:
 
 
 @dataclass(slots=True)
+class Parsed:
+    """One well-formed event: its raw row and the patches it makes to entity (and append) tables."""
+
+    raw: RawEvent
+    patches: list[tuple[str, Key, Patch]]
+
+
+@dataclass(slots=True)
 class Batch:
-    """What one or more POSTs carried, ready for the store."""
+    """What one or more POSTs carried, ready for the store (which folds only the events it had not seen)."""
 
-    raw: list[RawEvent] = field(default_factory=list)
+    events: list[Parsed] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
-    patches: dict[str, dict[Key, Patch]] = field(default_factory=dict)
-
-    def add_patch(self, table: str, key: Key, patch: Patch) -> None:
-        rows = self.patches.setdefault(table, {})
-        old = rows.get(key)
-        rows[key] = patch if old is None else merge_patch(old, patch)
+    sessions: dict[str, Patch] = field(default_factory=dict)  # session -> label, run_id, first_ns, last_ns
 
     def extend(self, other: Batch) -> None:
-        self.raw.extend(other.raw)
+        self.events.extend(other.events)
         self.quarantined.extend(other.quarantined)
-        for table, rows in other.patches.items():
-            for key, patch in rows.items():
-                self.add_patch(table, key, patch)
+        for name, patch in other.sessions.items():
+            self.add_session(name, patch)
+
+    def add_session(self, name: str, patch: Patch) -> None:
+        old = self.sessions.setdefault(name, patch)
+        if old is patch:
+            return
+        times = [v for p in (old, patch) for v in (p["first_ns"], p["last_ns"]) if v is not None]
+        self.sessions[name] = {
+            "label": old["label"] or patch["label"],
+            "run_id": old["run_id"] or patch["run_id"],
+            "first_ns": min(times, default=None),
+            "last_ns": max(times, default=None),
+        }
 
     def __len__(self) -> int:
-        return len(self.raw) + len(self.quarantined)
-
-
-def merge_patch(old: Patch, new: Patch) -> Patch:
-    """Merge two patches of one entity: lists concatenate, other non-null values of ``new`` win."""
-    merged = dict(old)
-    for name, value in new.items():
-        if value is None:
-            continue
-        if isinstance(value, list):
-            merged[name] = (merged.get(name) or []) + value
-        elif name == "last_ns":
-            merged[name] = max(value, merged.get(name) or value)
-        elif name == "first_ns":
-            merged[name] = min(value, merged.get(name) or value)
-        else:
-            merged[name] = value
-    return merged
+        return len(self.events) + len(self.quarantined)
 
 
 def parse_batch(events: list[Any], *, label: str | None = None, run_id: str | None = None) -> Batch:
     """Turn one decoded POST body (a list) into a :class:`Batch`. Never raises for an event's content."""
     batch = Batch()
+    spans: dict[str, list[int]] = {}  # session -> the timestamps seen, as [first, last]
     for event in events:
         body = orjson.dumps(event).decode()
         try:
-            raw, patches = parse_event(event, body)
+            parsed = parse_event(event, body)
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
             session = event.get("sessionName") if isinstance(event, dict) else None
             batch.quarantined.append(
@@ -111,17 +110,17 @@ def parse_batch(events: list[Any], *, label: str | None = None, run_id: str | No
                 )
             )
             continue
-        batch.raw.append(raw)
-        for table, key, patch in patches:
-            batch.add_patch(table, key, patch)
-        ts = raw.ts_ns
-        batch.add_patch(
-            "sessions", (raw.session,), {"label": label, "run_id": run_id, "first_ns": ts, "last_ns": ts}
-        )
+        batch.events.append(parsed)
+        span = spans.setdefault(parsed.raw.session, [])
+        if (ts := parsed.raw.ts_ns) is not None:
+            span[:] = [min(span[0], ts), max(span[1], ts)] if span else [ts, ts]
+    for session, span in spans.items():
+        first, last = span or (None, None)
+        batch.add_session(session, {"label": label, "run_id": run_id, "first_ns": first, "last_ns": last})
     return batch
 
 
-def parse_event(event: Any, body: str) -> tuple[RawEvent, list[tuple[str, Key, Patch]]]:
+def parse_event(event: Any, body: str) -> Parsed:
     """One event to its raw row and entity patches; raises ValueError (or kin) with the reason it is malformed."""
     if not isinstance(event, dict):
         raise ValueError(f"event is a {type(event).__name__}, not an object")
@@ -151,7 +150,7 @@ def parse_event(event: Any, body: str) -> tuple[RawEvent, list[tuple[str, Key, P
         supported=handler is not None,
         body=body,
     )
-    return raw, patches
+    return Parsed(raw, patches)
 
 
 # --- per-type folds: payload -> (table, key, patch) ------------------------------------------------------------
@@ -276,7 +275,9 @@ def fold_task_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patc
     logs = p.get("taskLogInfo") if isinstance(p.get("taskLogInfo"), dict) else {}
     pid = to_int(p.get("workerPid"))
     paused = p.get("isDebuggerPaused")
+    transitions = [(_ts(t), t["state"]) for t in _transitions(p)]
     yield "tasks", key, {
+        **_state_summary(transitions),
         "job_id": b64_to_hex(p.get("jobId")),
         "node_id": b64_to_hex(p.get("nodeId")),
         "worker_id": b64_to_hex(p.get("workerId")),
@@ -292,7 +293,20 @@ def fold_task_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patc
         "error_detail": error_detail,
         "is_debugger_paused": paused if isinstance(paused, bool) else None,
         "actor_repr_name": _str(p.get("actorReprName")),
-        "history": [{"ts": _ts(t), "state": t["state"]} for t in _transitions(p)] or None,
+    }
+    for ts, state in transitions:
+        yield "task_transitions", key, {"ts": ts, "state": state}
+
+
+def _state_summary(transitions: list[tuple[int, str]]) -> Patch:
+    """What the store keeps of a task's transitions besides the transitions themselves (see ``schema.TASKS``)."""
+    if not transitions:
+        return {}
+    return {
+        "first_ns": min(ts for ts, _ in transitions),
+        "pending_ns": min((ts for ts, s in transitions if s == "PENDING_ARGS_AVAIL"), default=None),
+        "start_ns": min((ts for ts, s in transitions if s == "RUNNING"), default=None),
+        "state_key": max((s in TERMINAL_TASK_STATES, ts, s) for ts, s in transitions),
     }
 
 
@@ -305,6 +319,8 @@ def fold_task_profile(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]
     if not isinstance(events, list):
         raise TypeError("profileEvents.events is not a list")
     component = _str(prof.get("componentType"))
+    component_id = b64_to_hex(prof.get("componentId"))
+    node_ip = _str(prof.get("nodeIpAddress"))
     entries = [
         {
             "name": str(e.get("eventName") or ""),
@@ -312,17 +328,25 @@ def fold_task_profile(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]
             "end_ns": to_int(e.get("endTime")),
             "extra": _str(e.get("extraData")),
             "component": component,
-            "component_id": b64_to_hex(prof.get("componentId")),
-            "node_ip": _str(prof.get("nodeIpAddress")),
+            "component_id": component_id,
+            "node_ip": node_ip,
         }
         for e in events
         if isinstance(e, dict)
     ]
-    patch: Patch = {"job_id": b64_to_hex(p.get("jobId")), "profile": entries or None}
+    executions = [e for e in entries if e["name"] == "task:execute"]
+    patch: Patch = {
+        "job_id": b64_to_hex(p.get("jobId")),
+        "profile_name": next((e["name"][6:] for e in entries if e["name"].startswith("task::")), None),
+        "exec_start_ns": min((e["start_ns"] for e in executions if e["start_ns"] is not None), default=None),
+        "executed_ns": max((e["end_ns"] for e in executions if e["end_ns"] is not None), default=None),
+    }
     if component == "worker":
-        patch["exec_worker_id"] = b64_to_hex(prof.get("componentId"))
-        patch["exec_node_ip"] = _str(prof.get("nodeIpAddress"))
+        patch["exec_worker_id"] = component_id
+        patch["exec_node_ip"] = node_ip
     yield "tasks", key, patch
+    for entry in entries:
+        yield "task_profile", key, entry
 
 
 def _entity_key(session: str, p: Patch, name: str) -> Key:

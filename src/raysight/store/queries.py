@@ -56,11 +56,20 @@ def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False)
 
 TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
 # When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
-TASK_NAME = (
-    "coalesce(t.name, regexp_extract(list_filter(t.profile, lambda p: p.name LIKE 'task::%')[1].name, 'task::(.*)', 1))"
-)
+TASK_NAME = "coalesce(t.name, t.profile_name)"
 # When the executor's RUNNING event was lost, its profile still says when execution began.
-TASK_START = "coalesce(t.start_ns, list_filter(t.profile, lambda p: p.name = 'task:execute')[1].start_ns)"
+TASK_START = "coalesce(t.start_ns, t.exec_start_ns)"
+_OF_ATTEMPT = "x.session = t.session AND x.task_id = t.task_id AND x.attempt = t.attempt"
+# Owner and executor may both report a transition: each is shown once, in time order.
+TASK_EVENTS = f"""(SELECT list_transform(list_sort(list_distinct(list({{'ts': x.ts, 'state': x.state}}))),
+                                   lambda e: {{'state': e.state, 'created_ms': e.ts / 1e6}})
+                   FROM task_transitions x WHERE {_OF_ATTEMPT})"""
+TASK_PROFILING = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
+        'component_type': any_value(x.component), 'component_id': any_value(x.component_id),
+        'node_ip_address': any_value(x.node_ip),
+        'events': list({{'event_name': x.name, 'start_time': x.start_ns / 1e6, 'end_time': x.end_ns / 1e6,
+                         'extra_data': x.extra}} ORDER BY x.start_ns)}} END
+    FROM task_profile x WHERE {_OF_ATTEMPT})"""
 
 TASKS = Resource(
     "tasks",
@@ -87,15 +96,8 @@ TASKS = Resource(
         _f("required_resources", "t.required_resources", "json"),
         _f("runtime_env_info", "t.runtime_env", "runtime_env"),
         _f("placement_group_id", "t.placement_group_id"),
-        _f("events", "list_transform(t.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6})", "list"),
-        _f(
-            "profiling_data",
-            "CASE WHEN len(t.profile) > 0 THEN {'component_type': t.profile[1].component, "
-            "'component_id': t.profile[1].component_id, 'node_ip_address': t.profile[1].node_ip, "
-            "'events': list_transform(t.profile, lambda p: {'event_name': p.name, 'start_time': p.start_ns / 1e6, "
-            "'end_time': p.end_ns / 1e6, 'extra_data': p.extra})} END",
-            "list",
-        ),
+        _f("events", TASK_EVENTS, "list"),
+        _f("profiling_data", TASK_PROFILING, "list"),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
         _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),

@@ -32,8 +32,7 @@ WHERE session IN (SELECT unnest($1::VARCHAR[])) AND inferred_state IS NOT NULL A
 _INFER = f"""
 WITH open AS (
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
-           coalesce(reported_state, 'NIL') AS state,
-           list_filter(profile, lambda p: p.name = 'task:execute' AND p.end_ns IS NOT NULL)[-1].end_ns AS executed_ns
+           coalesce(reported_state, 'NIL') AS state, executed_ns
     FROM tasks
     WHERE session IN (SELECT unnest($1::VARCHAR[])) AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL}
 ),

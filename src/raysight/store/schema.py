@@ -1,17 +1,20 @@
-"""The store's tables, described once as data: DDL, the JSON staging shape and the merge SQL all come from here.
+"""The store's tables, described once as data: DDL, the Arrow staging shape and the merge SQL all come from here.
 
-Entity tables are folds of the raw events. Each has key columns, scalar columns (a non-null newcomer wins),
-list columns (set unions, kept sorted) and derived columns (SQL over the merged history). Merging is
-commutative and idempotent, so events may arrive in any order and any number of times.
+Entity tables are folds of the raw events. Each has key columns, merged columns and derived columns (SQL over the
+merged values). Every column has a merge rule — ``latest`` (a non-null newcomer wins), ``keep`` (the first non-null
+stays), ``least``, ``greatest``, or ``union`` (a sorted set-union list, for histories) — applied the same way when
+one batch's patches are combined (:mod:`raysight.store.fold`) and when a row already in the store is updated.
+Apart from ``latest``, the rules are commutative and idempotent, so events may arrive in any order and any number
+of times. Append tables (a task's state transitions and profile events) take rows only from events seen first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import orjson
+import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TERMINAL = "('FINISHED', 'FAILED')"
 
@@ -23,41 +26,47 @@ MACROS = [
     "CREATE OR REPLACE MACRO last_of(h, s) AS list_filter(h, lambda x: x.state = s)[-1]",
 ]
 
+_MERGE_SQL = {
+    "latest": "coalesce({new}, {old})",
+    "keep": "coalesce({old}, {new})",
+    "least": "least({old}, {new})",
+    "greatest": "greatest({old}, {new})",
+    "union": "merge_list({old}, {new})",
+}
+_ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
+
+Fields = dict[str, str]
+
 
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str | dict[str, str]  # a DuckDB type, or the fields of a STRUCT(...)[] history list
-    merge: str | None = None  # SQL for ON CONFLICT, with {old} and {new}; default: a non-null newcomer wins
-
-    @property
-    def is_list(self) -> bool:
-        return isinstance(self.type, dict)
+    type: str | Fields  # a DuckDB scalar type, or the fields of a STRUCT
+    rule: str = "latest"  # see the module docstring; "union" makes the column a list of the struct
 
     @property
     def ddl_type(self) -> str:
         if isinstance(self.type, dict):
-            return "STRUCT(" + ", ".join(f"{k} {v}" for k, v in self.type.items()) + ")[]"
+            struct = "STRUCT(" + ", ".join(f"{k} {v}" for k, v in self.type.items()) + ")"
+            return struct + "[]" if self.rule == "union" else struct
         return self.type
 
     @property
-    def json_type(self) -> object:
-        return [self.type] if isinstance(self.type, dict) else self.type
+    def arrow_type(self) -> pa.DataType:
+        if isinstance(self.type, dict):
+            struct = pa.struct([(k, _ARROW[v]) for k, v in self.type.items()])
+            return pa.list_(struct) if self.rule == "union" else struct
+        return _ARROW[self.type]
 
-    def merge_sql(self, table: str) -> str:
-        old, new = f"{table}.{self.name}", f"excluded.{self.name}"
-        if self.merge:
-            return self.merge.format(old=old, new=new)
-        if self.is_list:
-            return f"merge_list({old}, {new})"
-        return f"coalesce({new}, {old})"
+    def merge_sql(self, old: str, new: str) -> str:
+        return _MERGE_SQL[self.rule].format(old=old, new=new)
 
 
 @dataclass(frozen=True)
 class Derived:
     name: str
     type: str
-    expr: str  # SQL over {h}, the merged history
+    expr: str  # SQL over the merged columns, named in braces: {history}, {state_key}, …
 
 
 @dataclass(frozen=True)
@@ -66,35 +75,47 @@ class Table:
     keys: list[Column]
     columns: list[Column]
     derived: list[Derived] = field(default_factory=list)
-    history: str = "history"
 
     @property
     def staged(self) -> list[Column]:
         return self.keys + self.columns
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(c.name, c.arrow_type) for c in self.staged])
 
     def ddl(self) -> str:
         cols = [f"{c.name} {c.ddl_type}" for c in self.staged] + [f"{d.name} {d.type}" for d in self.derived]
         keys = ", ".join(c.name for c in self.keys)
         return f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(cols)}, PRIMARY KEY ({keys}))"
 
-    def json_spec(self) -> str:
-        return orjson.dumps({c.name: c.json_type for c in self.staged}).decode()
-
-    def upsert_sql(self) -> str:
-        """INSERT from a list of JSON rows (parameter 1), merging into rows that exist."""
-        spec = self.json_spec().replace("'", "''")
-        new_h = f"merge_list(NULL, {self.history})"
-        merged_h = f"merge_list({self.name}.{self.history}, excluded.{self.history})"
-        select = [f"merge_list(NULL, {c.name})" if c.is_list else c.name for c in self.staged]
-        select += [d.expr.format(h=new_h) for d in self.derived]
-        sets = [f"{c.name} = {c.merge_sql(self.name)}" for c in self.columns]
-        sets += [f"{d.name} = {d.expr.format(h=merged_h)}" for d in self.derived]
+    def upsert_sql(self, staged: str) -> str:
+        """INSERT the rows of the registered relation ``staged``, merging into rows that exist."""
+        fresh = {c.name: (f"merge_list(NULL, {c.name})" if c.rule == "union" else c.name) for c in self.staged}
+        merged = {c.name: c.merge_sql(f"{self.name}.{c.name}", f"excluded.{c.name}") for c in self.columns}
+        select = list(fresh.values()) + [d.expr.format_map(fresh) for d in self.derived]
+        sets = [f"{name} = {sql}" for name, sql in merged.items()]
+        sets += [f"{d.name} = {d.expr.format_map(merged)}" for d in self.derived]
         names = [c.name for c in self.staged] + [d.name for d in self.derived]
         return (
-            f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} "
-            f"FROM (SELECT unnest(from_json(j, '{spec}')) FROM unnest($1::VARCHAR[]) AS u(j)) "
+            f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} FROM {staged} "
             f"ON CONFLICT DO UPDATE SET {', '.join(sets)}"
         )
+
+
+@dataclass(frozen=True)
+class AppendTable:
+    """Rows that only accumulate (no key): one per state transition or profile event of a task attempt."""
+
+    name: str
+    columns: list[Column]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(c.name, c.arrow_type) for c in self.columns])
+
+    def ddl(self) -> str:
+        return f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(f'{c.name} {c.ddl_type}' for c in self.columns)})"
 
 
 def _cols(*pairs: tuple[str, str]) -> list[Column]:
@@ -102,10 +123,11 @@ def _cols(*pairs: tuple[str, str]) -> list[Column]:
 
 
 SESSION = Column("session", "VARCHAR")
+TASK_KEY = [SESSION, Column("task_id", "VARCHAR"), Column("attempt", "INTEGER")]
 
 TASKS = Table(
     "tasks",
-    keys=[SESSION, Column("task_id", "VARCHAR"), Column("attempt", "INTEGER")],
+    keys=TASK_KEY,
     columns=_cols(
         ("job_id", "VARCHAR"),
         ("type", "VARCHAR"),
@@ -139,30 +161,37 @@ TASKS = Table(
         ("exec_node_ip", "VARCHAR"),
     )
     + [
-        Column("history", {"ts": "BIGINT", "state": "VARCHAR"}),
-        Column(
-            "profile",
-            {
-                "start_ns": "BIGINT",
-                "end_ns": "BIGINT",
-                "name": "VARCHAR",
-                "extra": "VARCHAR",
-                "component": "VARCHAR",
-                "component_id": "VARCHAR",
-                "node_ip": "VARCHAR",
-            },
-        ),
+        Column("profile_name", "VARCHAR"),  # the executor's name for the task, when the owner's definition is lost
+        Column("first_ns", "BIGINT", "least"),
+        Column("pending_ns", "BIGINT", "least"),
+        Column("start_ns", "BIGINT", "least"),
+        Column("exec_start_ns", "BIGINT", "least"),
+        Column("executed_ns", "BIGINT", "greatest"),  # when the executor's profile says execution ended
+        # The reported state: the latest terminal transition, else the latest transition (ties broken by name).
+        Column("state_key", {"terminal": "BOOLEAN", "ts": "BIGINT", "state": "VARCHAR"}, "greatest"),
     ],
     derived=[
+        Derived("reported_state", "VARCHAR", "struct_extract({state_key}, 'state')"),
+        Derived("creation_ns", "BIGINT", "coalesce({pending_ns}, {first_ns})"),
         Derived(
-            "reported_state",
-            "VARCHAR",
-            f"coalesce(list_filter({{h}}, lambda x: x.state IN {TERMINAL})[-1].state, {{h}}[-1].state)",
+            "end_ns", "BIGINT",
+            "CASE WHEN struct_extract({state_key}, 'terminal') THEN struct_extract({state_key}, 'ts') END",
         ),
-        Derived("creation_ns", "BIGINT", "coalesce(first_of({h}, 'PENDING_ARGS_AVAIL').ts, {h}[1].ts)"),
-        Derived("start_ns", "BIGINT", "first_of({h}, 'RUNNING').ts"),
-        Derived("end_ns", "BIGINT", f"list_filter({{h}}, lambda x: x.state IN {TERMINAL})[-1].ts"),
     ],
+)
+TASK_TRANSITIONS = AppendTable("task_transitions", TASK_KEY + _cols(("ts", "BIGINT"), ("state", "VARCHAR")))
+TASK_PROFILE = AppendTable(
+    "task_profile",
+    TASK_KEY
+    + _cols(
+        ("start_ns", "BIGINT"),
+        ("end_ns", "BIGINT"),
+        ("name", "VARCHAR"),
+        ("extra", "VARCHAR"),
+        ("component", "VARCHAR"),
+        ("component_id", "VARCHAR"),
+        ("node_ip", "VARCHAR"),
+    ),
 )
 # Reconciliation writes these; a terminal state reported later clears them (see store.reconcile).
 TASK_INFERENCE = ["inferred_state VARCHAR", "inferred_reason VARCHAR", "inferred_error_type VARCHAR"]
@@ -199,27 +228,28 @@ ACTORS = Table(
                 "death_cause": "VARCHAR",
                 "death_message": "VARCHAR",
             },
+            "union",
         )
     ],
     derived=[
-        Derived("state", "VARCHAR", "{h}[-1].state"),
-        Derived("node_id", "VARCHAR", "last_of({h}, 'ALIVE').node_id"),
-        Derived("worker_id", "VARCHAR", "last_of({h}, 'ALIVE').worker_id"),
-        Derived("pid", "INTEGER", "last_of({h}, 'ALIVE').pid"),
-        Derived("repr_name", "VARCHAR", "list_filter({h}, lambda x: x.repr_name IS NOT NULL)[-1].repr_name"),
-        Derived("num_restarts", "INTEGER", "len(list_filter({h}, lambda x: x.state = 'RESTARTING'))"),
+        Derived("state", "VARCHAR", "{history}[-1].state"),
+        Derived("node_id", "VARCHAR", "last_of({history}, 'ALIVE').node_id"),
+        Derived("worker_id", "VARCHAR", "last_of({history}, 'ALIVE').worker_id"),
+        Derived("pid", "INTEGER", "last_of({history}, 'ALIVE').pid"),
+        Derived("repr_name", "VARCHAR", "list_filter({history}, lambda x: x.repr_name IS NOT NULL)[-1].repr_name"),
+        Derived("num_restarts", "INTEGER", "len(list_filter({history}, lambda x: x.state = 'RESTARTING'))"),
         Derived(
             "num_restarts_lineage",
             "INTEGER",
-            "len(list_filter({h}, lambda x: x.restart_reason = 'LINEAGE_RECONSTRUCTION'))",
+            "len(list_filter({history}, lambda x: x.restart_reason = 'LINEAGE_RECONSTRUCTION'))",
         ),
         Derived(
-            "num_restarts_preemption", "INTEGER", "len(list_filter({h}, lambda x: x.restart_reason = 'NODE_PREEMPTION'))"
+            "num_restarts_preemption", "INTEGER", "len(list_filter({history}, lambda x: x.restart_reason = 'NODE_PREEMPTION'))"
         ),
-        Derived("death_cause", "VARCHAR", "last_of({h}, 'DEAD').death_cause"),
-        Derived("death_message", "VARCHAR", "last_of({h}, 'DEAD').death_message"),
-        Derived("start_ns", "BIGINT", "first_of({h}, 'ALIVE').ts"),
-        Derived("end_ns", "BIGINT", "last_of({h}, 'DEAD').ts"),
+        Derived("death_cause", "VARCHAR", "last_of({history}, 'DEAD').death_cause"),
+        Derived("death_message", "VARCHAR", "last_of({history}, 'DEAD').death_message"),
+        Derived("start_ns", "BIGINT", "first_of({history}, 'ALIVE').ts"),
+        Derived("end_ns", "BIGINT", "last_of({history}, 'DEAD').ts"),
     ],
 )
 
@@ -235,11 +265,11 @@ JOBS = Table(
         ("submission_id", "VARCHAR"),
         ("defined", "BOOLEAN"),
     )
-    + [Column("history", {"ts": "BIGINT", "state": "VARCHAR"})],
+    + [Column("history", {"ts": "BIGINT", "state": "VARCHAR"}, "union")],
     derived=[
-        Derived("state", "VARCHAR", "{h}[-1].state"),
-        Derived("start_ns", "BIGINT", "first_of({h}, 'CREATED').ts"),
-        Derived("end_ns", "BIGINT", "last_of({h}, 'FINISHED').ts"),
+        Derived("state", "VARCHAR", "{history}[-1].state"),
+        Derived("start_ns", "BIGINT", "first_of({history}, 'CREATED').ts"),
+        Derived("end_ns", "BIGINT", "last_of({history}, 'FINISHED').ts"),
     ],
 )
 
@@ -267,15 +297,16 @@ NODES = Table(
                 "death_reason": "VARCHAR",
                 "death_message": "VARCHAR",
             },
+            "union",
         )
     ],
     derived=[
-        Derived("state", "VARCHAR", "{h}[-1].state"),
-        Derived("resources_total", "VARCHAR", "last_of({h}, 'ALIVE').resources"),
-        Derived("death_reason", "VARCHAR", "last_of({h}, 'DEAD').death_reason"),
-        Derived("death_message", "VARCHAR", "last_of({h}, 'DEAD').death_message"),
-        Derived("alive_ns", "BIGINT", "first_of({h}, 'ALIVE').ts"),
-        Derived("end_ns", "BIGINT", "last_of({h}, 'DEAD').ts"),
+        Derived("state", "VARCHAR", "{history}[-1].state"),
+        Derived("resources_total", "VARCHAR", "last_of({history}, 'ALIVE').resources"),
+        Derived("death_reason", "VARCHAR", "last_of({history}, 'DEAD').death_reason"),
+        Derived("death_message", "VARCHAR", "last_of({history}, 'DEAD').death_message"),
+        Derived("alive_ns", "BIGINT", "first_of({history}, 'ALIVE').ts"),
+        Derived("end_ns", "BIGINT", "last_of({history}, 'DEAD').ts"),
     ],
 )
 
@@ -303,17 +334,18 @@ WORKERS = Table(
                 "exit_detail": "VARCHAR",
                 "memory_used": "BIGINT",
             },
+            "union",
         )
     ],
     derived=[
-        Derived("state", "VARCHAR", "{h}[-1].state"),
-        Derived("exit_type", "VARCHAR", "last_of({h}, 'DEAD').exit_type"),
-        Derived("exit_detail", "VARCHAR", "last_of({h}, 'DEAD').exit_detail"),
-        Derived("launch_ms", "BIGINT", "first_of({h}, 'ALIVE').launch_ms"),
-        Derived("launched_ms", "BIGINT", "first_of({h}, 'ALIVE').launched_ms"),
-        Derived("start_ms", "BIGINT", "first_of({h}, 'ALIVE').start_ms"),
-        Derived("end_ms", "BIGINT", "last_of({h}, 'DEAD').end_ms"),
-        Derived("end_ns", "BIGINT", "last_of({h}, 'DEAD').ts"),
+        Derived("state", "VARCHAR", "{history}[-1].state"),
+        Derived("exit_type", "VARCHAR", "last_of({history}, 'DEAD').exit_type"),
+        Derived("exit_detail", "VARCHAR", "last_of({history}, 'DEAD').exit_detail"),
+        Derived("launch_ms", "BIGINT", "first_of({history}, 'ALIVE').launch_ms"),
+        Derived("launched_ms", "BIGINT", "first_of({history}, 'ALIVE').launched_ms"),
+        Derived("start_ms", "BIGINT", "first_of({history}, 'ALIVE').start_ms"),
+        Derived("end_ms", "BIGINT", "last_of({history}, 'DEAD').end_ms"),
+        Derived("end_ns", "BIGINT", "last_of({history}, 'DEAD').ts"),
     ],
 )
 
@@ -321,16 +353,18 @@ SESSIONS = Table(
     "sessions",
     keys=[SESSION],
     columns=[
-        Column("label", "VARCHAR", merge="coalesce({old}, {new})"),
-        Column("run_id", "VARCHAR", merge="coalesce({old}, {new})"),
-        Column("first_ns", "BIGINT", merge="least({old}, {new})"),
-        Column("last_ns", "BIGINT", merge="greatest({old}, {new})"),
+        Column("label", "VARCHAR", "keep"),
+        Column("run_id", "VARCHAR", "keep"),
+        Column("first_ns", "BIGINT", "least"),
+        Column("last_ns", "BIGINT", "greatest"),
     ],
-    history="",
 )
 
 ENTITY_TABLES = [TASKS, ACTORS, JOBS, NODES, WORKERS]
 FOLDED_TABLES = {t.name: t for t in ENTITY_TABLES + [SESSIONS]}
+APPEND_TABLES = {t.name: t for t in (TASK_TRANSITIONS, TASK_PROFILE)}
+# Everything folded from raw events (sessions aside, which also hold labels): dropped and rebuilt by a reindex.
+FOLD_TABLE_NAMES = [t.name for t in ENTITY_TABLES] + list(APPEND_TABLES)
 
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -349,5 +383,5 @@ RAW_DDL = [
 
 def all_ddl() -> list[str]:
     """Every statement that creates the store from nothing (idempotent)."""
-    tables = [t.ddl() for t in [SESSIONS, *ENTITY_TABLES]]
+    tables = [t.ddl() for t in [SESSIONS, *ENTITY_TABLES, *APPEND_TABLES.values()]]
     return RAW_DDL + tables + [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE]

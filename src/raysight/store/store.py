@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import orjson
+import pyarrow as pa
 
-from raysight.ingest.ray_events import HANDLERS, Batch, parse_event
+from raysight.ingest.ray_events import HANDLERS, Batch, Parsed, parse_event
 from raysight.store import schema
+from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
 
 DB_FILE = "raysight.duckdb"
@@ -41,7 +44,7 @@ class Store:
         self.path = self.data_dir / DB_FILE
         self.con = duckdb.connect(str(self.path))
         self._reader_lock = threading.Lock()
-        self._upserts = {name: t.upsert_sql() for name, t in schema.FOLDED_TABLES.items()}
+        self._upserts = {name: t.upsert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
         self._migrate()
 
     def _migrate(self) -> None:
@@ -58,8 +61,8 @@ class Store:
             )
         self.con.execute("BEGIN")
         if found is not None and found < schema.SCHEMA_VERSION:
-            for table in schema.ENTITY_TABLES:  # entity tables are folds: drop and rebuild from raw events
-                self.con.execute(f"DROP TABLE IF EXISTS {table.name}")
+            for name in schema.FOLD_TABLE_NAMES:  # entity tables are folds: drop and rebuild from raw events
+                self.con.execute(f"DROP TABLE IF EXISTS {name}")
         for statement in schema.all_ddl():
             self.con.execute(statement)
         self.con.execute(
@@ -80,18 +83,22 @@ class Store:
     # --- writes (writer thread only) -------------------------------------------------------------------------
 
     def apply(self, batch: Batch) -> ApplyResult:
-        """Write one batch durably: raw events, quarantine, entity folds, inference and counters, in one transaction."""
+        """Write one batch durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
+
+        Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
+        """
         con = self.con
         con.execute("BEGIN")
         try:
-            stored = self._insert_raw(batch)
+            fresh = self._insert_raw(batch)
+            stored = len(fresh)
             quarantined = self._insert_quarantine(batch)
-            self._fold(batch)
-            unsupported = sum(1 for r in batch.raw if not r.supported)
+            self._fold(_first_sightings(batch.events, fresh), batch.sessions)
+            unsupported = sum(1 for e in batch.events if not e.raw.supported)
             result = ApplyResult(
                 received=len(batch),
                 stored=stored,
-                deduplicated=len(batch.raw) - stored + len(batch.quarantined) - quarantined,
+                deduplicated=len(batch.events) - stored + len(batch.quarantined) - quarantined,
                 quarantined=quarantined,
                 unsupported=unsupported,
             )
@@ -102,20 +109,30 @@ class Store:
             raise
         return result
 
-    def _insert_raw(self, batch: Batch) -> int:
-        if not batch.raw:
-            return 0
-        columns = list(zip(*((r.session, r.event_id, r.event_type, r.source_type, r.ts_ns, r.node_id,
-                              r.supported, r.body) for r in batch.raw)))
-        row = self.con.execute(
-            """INSERT INTO raw_events
-               SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[]),
-                      unnest($5::BIGINT[]), unnest($6::VARCHAR[]), unnest($7::BOOLEAN[]), now(),
-                      unnest($8::VARCHAR[])
-               ON CONFLICT DO NOTHING""",
-            [list(c) for c in columns],
-        ).fetchone()
-        return int(row[0]) if row else 0
+    def _insert_raw(self, batch: Batch) -> set[tuple[str, str]]:
+        """Insert the raw events; returns the (session, event_id) of those that were new."""
+        if not batch.events:
+            return set()
+        raws = [e.raw for e in batch.events]
+        staged = pa.table(
+            {
+                "session": pa.array([r.session for r in raws], pa.string()),
+                "event_id": pa.array([r.event_id for r in raws], pa.string()),
+                "event_type": pa.array([r.event_type for r in raws], pa.string()),
+                "source_type": pa.array([r.source_type for r in raws], pa.string()),
+                "ts_ns": pa.array([r.ts_ns for r in raws], pa.int64()),
+                "node_id": pa.array([r.node_id for r in raws], pa.string()),
+                "supported": pa.array([r.supported for r in raws], pa.bool_()),
+                "body": pa.array([r.body for r in raws], pa.string()),
+            }
+        )
+        rows = self._with_staged(
+            "staged_raw", staged,
+            """INSERT INTO raw_events SELECT session, event_id, event_type, source_type, ts_ns, node_id, supported,
+                      now(), body FROM staged_raw
+               ON CONFLICT DO NOTHING RETURNING session, event_id""",
+        ).fetchall()
+        return set(rows)
 
     def _insert_quarantine(self, batch: Batch) -> int:
         if not batch.quarantined:
@@ -129,15 +146,26 @@ class Store:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def _fold(self, batch: Batch) -> None:
-        for name, rows in batch.patches.items():
-            table = schema.FOLDED_TABLES[name]
-            staged = [
-                orjson.dumps({**dict(zip((c.name for c in table.keys), key)), **patch}).decode()
-                for key, patch in rows.items()
-            ]
-            self.con.execute(self._upserts[name], [staged])
-        reconcile(self.con, sorted({key[0] for key in batch.patches.get("sessions", {})}))
+    def _fold(self, events: Iterable[Parsed], sessions: dict[str, dict]) -> None:
+        folded = fold(events)
+        folded.rows["sessions"] = {(name,): patch for name, patch in sessions.items()}
+        for name, table in schema.FOLDED_TABLES.items():
+            if rows := folded.staged(name):
+                self._with_staged(f"staged_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema),
+                                  self._upserts[name])
+        for name, rows in folded.appends.items():
+            table = schema.APPEND_TABLES[name]
+            self._with_staged(f"staged_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema),
+                              f"INSERT INTO {name} SELECT * FROM staged_{name}")
+        reconcile(self.con, sorted(sessions))
+
+    def _with_staged(self, name: str, staged: pa.Table, sql: str) -> duckdb.DuckDBPyConnection:
+        """Run ``sql`` with the Arrow table ``staged`` visible as ``name``."""
+        self.con.register(name, staged)
+        try:
+            return self.con.execute(sql)
+        finally:
+            self.con.unregister(name)
 
     def _count(self, result: ApplyResult) -> None:
         values = [result.received, result.stored, result.deduplicated, result.quarantined, result.unsupported, 1]
@@ -165,8 +193,8 @@ class Store:
         con = self.con
         con.execute("BEGIN")
         try:
-            for table in schema.ENTITY_TABLES:
-                con.execute(f"DELETE FROM {table.name}")
+            for name in schema.FOLD_TABLE_NAMES:
+                con.execute(f"DELETE FROM {name}")
             con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL")
             cursor = con.cursor()
             cursor.execute("SELECT body FROM raw_events ORDER BY session")
@@ -174,11 +202,11 @@ class Store:
             while chunk := cursor.fetchmany(REINDEX_CHUNK):
                 batch = Batch()
                 for (body,) in chunk:
-                    raw, patches = parse_event(orjson.loads(body), body)
-                    for table, key, patch in patches:
-                        batch.add_patch(table, key, patch)
-                    batch.add_patch("sessions", (raw.session,), {"first_ns": raw.ts_ns, "last_ns": raw.ts_ns})
-                self._fold(batch)
+                    parsed = parse_event(orjson.loads(body), body)
+                    batch.events.append(parsed)
+                    ts = parsed.raw.ts_ns
+                    batch.add_session(parsed.raw.session, {"label": None, "run_id": None, "first_ns": ts, "last_ns": ts})
+                self._fold(batch.events, batch.sessions)
                 total += len(chunk)
             cursor.close()
             con.execute("UPDATE raw_events SET supported = event_type IN (SELECT unnest($1::VARCHAR[]))",
@@ -194,7 +222,7 @@ class Store:
         con.execute("BEGIN")
         try:
             found = con.execute("SELECT count(*) FROM sessions WHERE session = ?", [session]).fetchone()
-            for name in ["raw_events", "quarantine", "sessions", *(t.name for t in schema.ENTITY_TABLES)]:
+            for name in ["raw_events", "quarantine", "sessions", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
             con.execute("COMMIT")
         except BaseException:
@@ -202,3 +230,12 @@ class Store:
             raise
         return bool(found and found[0])
 
+
+
+def _first_sightings(events: list[Parsed], fresh: set[tuple[str, str]]) -> Iterable[Parsed]:
+    """The events whose raw row this batch inserted, each once (a group may carry one event twice)."""
+    for parsed in events:
+        key = (parsed.raw.session, parsed.raw.event_id)
+        if key in fresh:
+            fresh.discard(key)
+            yield parsed
