@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import orjson
@@ -28,13 +29,13 @@ def test_bad_bodies_get_clear_answers_and_nothing_is_harmed(server: TestClient, 
     first = ray_batches[0]
     wrong = [{"eventId": 5, "sessionName": 7}, {**first[0], "eventType": "BRAND_NEW_EVENT", "eventId": "QUJD"},
              {**first[1], "nodeLifecycleEvent": {"nodeId": "AAAA", "stateTransitions": [{"state": 1}]}}]
-    reply = post(server, wrong)
-    assert reply.status_code == 200 and reply.json()["quarantined"] == 2
-    for _ in range(7):
-        assert post(server, ray_batches[2]).status_code == 200
+    assert post(server, wrong).json() == {"ok": True, "received": 3, "resend": False}
+    for i in range(7):
+        assert post(server, ray_batches[2]).json()["resend"] == (i > 0)  # answered from the first copy's commit
+    assert post(server, ray_batches[2], "?cluster=other").json()["resend"] is False  # another label: written
     c = counters(server)
     assert c["stored"] == 1 + len(ray_batches[2]) and c["quarantined"] == 2 and c["unsupported"] == 1
-    assert c["deduplicated"] == 6 * len(ray_batches[2])
+    assert c["deduplicated"] == 7 * len(ray_batches[2]) and c["resent_batches"] == 6
     doctor = server.get("/api/raysight/doctor").json()
     assert doctor["unsupported"] == [{"event_type": "BRAND_NEW_EVENT", "events": 1}]
     assert {q["events"] for q in doctor["quarantine"]} == {1}
@@ -101,4 +102,24 @@ def test_metrics_count_what_was_ingested(server: TestClient, ray_batches) -> Non
     text = server.get("/metrics").text
     assert f"raysight_events_stored_total {float(len(ray_batches[2]))}" in text
     assert f"raysight_events_deduplicated_total {float(len(ray_batches[2]))}" in text
-    assert "raysight_ingest_latency_seconds_count 2.0" in text
+    assert "raysight_ingest_latency_seconds_count 1.0" in text and "raysight_ingest_resends_total 1.0" in text
+
+
+def test_a_resend_while_the_first_copy_is_still_being_written_waits_for_it(
+    tmp_path: Path, ray_batches, monkeypatch
+) -> None:
+    """Past the deadline the caller gets 503 but the write goes on; the resend rides on it instead of queueing again."""
+    monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
+    with TestClient(create_app(tmp_path / "data")) as client:
+        writer = client.app.state.raysight.writer
+        release = threading.Event()
+        writer.call(lambda store: release.wait(10))  # the writer is busy
+        first = post(client, ray_batches[2])
+        assert first.status_code == 503 and "Ray will resend" in first.json()["error"]
+        resend = post(client, ray_batches[2])
+        assert resend.status_code == 503  # still waiting on the same write
+        release.set()
+        assert post(client, ray_batches[2]).json()["resend"] is True
+        assert post(client, ray_batches[3]).json()["resend"] is False  # the writer lives on
+        c = counters(client)
+        assert c["stored"] == len(ray_batches[2]) + len(ray_batches[3]) and c["batches"] <= 2

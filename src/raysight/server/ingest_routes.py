@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
 from raysight.ingest.ray_events import parse_batch
+from raysight.server.resends import digest
 from raysight.server.state import app_state
 from raysight.store.writer import QueueFull
 
@@ -52,32 +53,42 @@ async def ray_events(request: Request) -> Response:
         return _error(413, f"body over {state.max_body} bytes (raise --max-body)")
     except ClientDisconnect:
         return Response(status_code=499)
-    try:
-        events = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        state.metrics.rejected.labels("not_json").inc()
-        return _error(400, f"body is not JSON: {exc}")
-    if not isinstance(events, list):
-        state.metrics.rejected.labels("not_array").inc()
-        return _error(400, f"body is a JSON {type(events).__name__}, not an array of Ray events")
-    batch = parse_batch(
-        events, label=request.query_params.get("cluster") or None, run_id=request.query_params.get("run") or None
-    )
-    try:
-        future = state.writer.submit(batch)
-    except QueueFull as exc:
-        state.metrics.rejected.labels("busy").inc()
-        return _error(503, f"busy: {exc}; Ray will resend", **{"Retry-After": "1"})
+    key = digest(body, request.url.query)
+    prior = state.resends.find(key)
+    if prior is not None and prior[0] is None:
+        state.metrics.resent(prior[1])
+        state.writer.call(lambda store: store.count(received=prior[1], deduplicated=prior[1], resent_batches=1))
+        return JSONResponse({"ok": True, "received": prior[1], "resend": True})
+    if prior is None:
+        try:
+            events = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            state.metrics.rejected.labels("not_json").inc()
+            return _error(400, f"body is not JSON: {exc}")
+        if not isinstance(events, list):
+            state.metrics.rejected.labels("not_array").inc()
+            return _error(400, f"body is a JSON {type(events).__name__}, not an array of Ray events")
+        batch = parse_batch(
+            events, label=request.query_params.get("cluster") or None, run_id=request.query_params.get("run") or None
+        )
+        try:
+            future = state.writer.submit(batch)
+        except QueueFull as exc:
+            state.metrics.rejected.labels("busy").inc()
+            return _error(503, f"busy: {exc}; Ray will resend", **{"Retry-After": "1"})
+        state.resends.track(key, future, len(batch))
+        received = len(batch)
+    else:
+        future, received = prior
     remaining = INGEST_DEADLINE_S - (time.perf_counter() - started)
     try:
-        result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=max(remaining, 0.01))
+        # shielded: a caller that gives up must not cancel the write (resends wait on the same future)
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout=max(remaining, 0.01))
     except asyncio.TimeoutError:
         state.metrics.rejected.labels("deadline").inc()
         return _error(503, "not yet durable; Ray will resend and duplicates are ignored", **{"Retry-After": "1"})
     state.metrics.latency.observe(time.perf_counter() - started)
-    return JSONResponse(
-        {"ok": True, "received": len(batch), "stored": result.stored, "quarantined": len(batch.quarantined)}
-    )
+    return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
 
 
 async def run_exit(request: Request) -> Response:

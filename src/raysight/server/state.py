@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import duckdb
@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from raysight.server.auth import Secrets
+from raysight.server.resends import Resends
 from raysight.store.store import ApplyResult, Store
 from raysight.store.writer import Writer
 
@@ -29,6 +30,7 @@ class Metrics:
         self.deduplicated = Counter("raysight_events_deduplicated", "Ray events already stored", registry=r)
         self.quarantined = Counter("raysight_events_quarantined", "Malformed events quarantined", registry=r)
         self.unsupported = Counter("raysight_events_unsupported", "Events of types raysight does not fold", registry=r)
+        self.resends = Counter("raysight_ingest_resends", "Resent batches answered from the first copy", registry=r)
         self.rejected = Counter("raysight_ingest_rejected", "Ingest requests refused", ["reason"], registry=r)
         self.latency = Histogram(
             "raysight_ingest_latency_seconds", "Time from request to durable commit", registry=r,
@@ -37,6 +39,12 @@ class Metrics:
         self.commit = Histogram("raysight_store_commit_seconds", "Time to commit one group of batches", registry=r)
         self.store_bytes = Gauge("raysight_store_bytes", "Size of the store's files", registry=r)
         self.store_bytes.set_function(lambda: _size(store))
+
+    def resent(self, events: int) -> None:
+        """A resend of a batch already committed, acknowledged without writing."""
+        self.received.inc(events)
+        self.deduplicated.inc(events)
+        self.resends.inc()
 
     def committed(self, result: ApplyResult, seconds: float) -> None:
         self.received.inc(result.received)
@@ -58,6 +66,7 @@ class AppState:
     secrets: Secrets
     metrics: Metrics
     max_body: int
+    resends: Resends = field(default_factory=Resends)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run a read on a thread with its own cursor."""

@@ -23,7 +23,7 @@ from raysight.store.reconcile import reconcile
 
 DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 20_000
-COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches")
+COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,8 @@ class Store:
                 quarantined=quarantined,
                 unsupported=unsupported,
             )
-            self._count(result)
+            self.count(received=result.received, stored=result.stored, deduplicated=result.deduplicated,
+                       quarantined=result.quarantined, unsupported=result.unsupported, batches=1)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -167,12 +168,15 @@ class Store:
         finally:
             self.con.unregister(name)
 
-    def _count(self, result: ApplyResult) -> None:
-        values = [result.received, result.stored, result.deduplicated, result.quarantined, result.unsupported, 1]
+    def count(self, **deltas: int) -> None:
+        """Add to the ingest counters (``raysight doctor``); inside :meth:`apply`'s transaction or on its own."""
+        unknown = set(deltas) - set(COUNTERS)
+        if unknown:
+            raise ValueError(f"unknown counters {sorted(unknown)}")
         self.con.execute(
             """INSERT INTO counters SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[])
                ON CONFLICT DO UPDATE SET value = counters.value + excluded.value""",
-            [list(COUNTERS), values],
+            [list(deltas), list(deltas.values())],
         )
 
     def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:

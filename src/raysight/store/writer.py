@@ -94,26 +94,31 @@ class Writer:
 
     def _commit(self, group: list[tuple[Batch, Future[ApplyResult]]], size: int) -> None:
         merged = Batch()
-        for batch, _ in group:
-            merged.extend(batch)
+        for batch, future in group:
+            merged.extend(batch)  # written even when its caller has given up: the resend will find it
+            future.set_running_or_notify_cancel()
         started = time.perf_counter()
         try:
             result = self.store.apply(merged)
         except Exception as exc:  # the store refused the whole group: every caller gets the error, none is acked
             log.exception("writing %d events failed", size)
             for _, future in group:
-                future.set_exception(exc)
+                if not future.cancelled():
+                    future.set_exception(exc)
         else:
             if self._on_commit:
                 self._on_commit(result, time.perf_counter() - started)
             for _, future in group:
-                future.set_result(result)
+                if not future.cancelled():
+                    future.set_result(result)
         finally:
             with self._lock:
                 self._queued_events -= size
 
 
 def _settle(future: Future[Any], fn: Callable[[Store], Any], store: Store) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
     try:
         future.set_result(fn(store))
     except Exception as exc:
