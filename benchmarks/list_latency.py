@@ -1,0 +1,316 @@
+"""Latency of a filtered task list (`state=FAILED`, the query `ray list tasks` sends): raysight vs Ray's dashboard.
+
+1. Live: a `raysight server` subprocess and a local Ray cluster (started here, exporting its events to it) run
+   N tasks, 9 in 10 `ok` and 1 in 10 `flaky` (raises). Once both raysight and Ray's state API hold them, the same
+   request goes to Ray's dashboard and to raysight, interleaved (warm, median of --requests), then the CLIs'
+   wall times (`ray list tasks` against either, `raysight list tasks`).
+2. Synthesised: N tasks from per-task event templates of the recorded Ray session (tests/fixtures) with rewritten
+   task and event IDs, written in-process with the store API into benchmarks/.cache/ (kept: reruns skip the
+   build; 1M took 14 min on the 2-core VM), then served by `raysight server` and timed on /api/v0/tasks,
+   /api/raysight/tasks and the CLIs.
+Run: .venv/bin/python benchmarks/list_latency.py [--tasks-live N] [--tasks-synth N] [--requests N]
+     [--skip-live] [--skip-synth]        (2-core VM, noisy: compare medians)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import ray
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
+from raysight.client import Client  # noqa: E402
+from raysight.ingest.ray_events import parse_batch  # noqa: E402
+from raysight.store import schema  # noqa: E402
+from raysight.store.store import Store  # noqa: E402
+from tests.ray_scenarios import ServerProcess  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "ray_batches.json"
+CACHE = ROOT / "benchmarks" / ".cache"
+PY = sys.executable
+# Exactly what `ray list tasks --filter state=FAILED --limit 100` sends (shared/ray/state-http-contract.md §2.1).
+RAY_QUERY = [("limit", "100"), ("timeout", "24"), ("detail", "False"), ("filter_keys", "state"),
+             ("filter_predicates", "="), ("filter_values", "FAILED"), ("exclude_driver", "True"),
+             ("server_timeout_multiplier", "0.8")]
+OWN_QUERY = [("filter", "state=FAILED"), ("limit", "100")]
+BATCH_EVENTS = 50_000
+CLI_RUNS = 5
+
+
+def ms(seconds: list[float]) -> str:
+    low, mid, high = (f(seconds) * 1e3 for f in (min, statistics.median, max))
+    return f"median {mid:8.1f} ms (min {low:.1f}, max {high:.1f})"
+
+
+def counts(body: dict[str, Any]) -> tuple[int, int]:
+    """(rows returned, total matches) from a Ray envelope or raysight's own list answer."""
+    data = body["data"]["result"] if "data" in body else body
+    rows = data["result"] if "result" in data else data["rows"]
+    return len(rows), data.get("num_filtered", data["total"])
+
+
+def time_requests(targets: dict[str, str], n: int) -> dict[str, list[float]]:
+    """GET each target URL n times, interleaved, after two warm-up rounds; prints rows and totals per target."""
+    times: dict[str, list[float]] = {name: [] for name in targets}
+    with httpx.Client(timeout=60) as http:
+        for name, url in targets.items():
+            for _ in range(2):
+                body = http.get(url).raise_for_status().json()
+            rows, total = counts(body)
+            extra = f", total {body['data']['result']['total']}" if "data" in body else ""
+            print(f"  {name:<34} {rows} rows of {total} matching{extra}")
+        for _ in range(n):
+            for name, url in targets.items():
+                t0 = time.perf_counter()
+                http.get(url).raise_for_status()
+                times[name].append(time.perf_counter() - t0)
+    for name, seconds in times.items():
+        print(f"  {name:<34} {ms(seconds)}  [{n} requests]")
+    return times
+
+
+def time_cli(label: str, argv: list[str]) -> list[float]:
+    """Wall time of CLI_RUNS runs; without RAY_ADDRESS, which would override `ray list --address`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAYSIGHT_SERVER")}
+    times = []
+    for _ in range(CLI_RUNS):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    print(f"  {label:<34} {ms(times)}  [{CLI_RUNS} runs]")
+    return times
+
+
+def ratio(label: str, slow: list[float], fast: list[float]) -> None:
+    print(f"  {label:<34} {statistics.median(slow) / statistics.median(fast):6.1f}x")
+
+
+def url_with(base: str, path: str, query: list[tuple[str, str]]) -> str:
+    return str(httpx.URL(base + path, params=query))
+
+
+def ray_list(address: str) -> list[str]:
+    return [PY, "-m", "ray.scripts.scripts", "list", "tasks", "--filter", "state=FAILED", "--limit", "100",
+            "--address", address]
+
+
+def raysight_list(server: str) -> list[str]:
+    return [PY, "-m", "raysight", "list", "tasks", "--filter", "state=FAILED", "--limit", "100", "--server", server]
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout_s:.0f} s")
+        time.sleep(1)
+
+
+class Server(ServerProcess):
+    """`ServerProcess`, ready once /api/version answers. Its own readiness check, /api/raysight/sessions within 2 s,
+    fails at 1M tasks on a busy machine: that query reads every raw event."""
+
+    def start(self) -> Server:
+        self.proc = subprocess.Popen(
+            [PY, "-m", "raysight", "server", "--port", str(self.port), "--data-dir", str(self.data_dir)],
+            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )
+        wait_for("the raysight server to answer", self._answers, timeout_s=120)
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "the raysight server exited"
+        try:
+            return httpx.get(self.url + "/api/version", timeout=60).is_success
+        except httpx.TransportError:
+            return False
+
+
+@ray.remote
+def ok(i: int) -> int:
+    return i
+
+
+@ray.remote(max_retries=0)
+def flaky(i: int) -> int:
+    raise ValueError(f"flaky {i}")
+
+
+def run_tasks(n_tasks: int) -> None:
+    """Task i is `flaky` when i % 10 == 9, else `ok`; returns when all are done."""
+    t0 = time.perf_counter()
+    refs = [flaky.remote(i) if i % 10 == 9 else ok.remote(i) for i in range(n_tasks)]
+    ray.wait(refs, num_returns=len(refs), timeout=None)
+    for ref in refs[9::10]:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayTaskError:
+            pass
+    print(f"  ran {n_tasks:,} tasks in {time.perf_counter() - t0:.1f} s")
+
+
+def live(n_tasks: int, n_requests: int) -> None:
+    print(f"== live: {n_tasks:,} tasks on a local Ray cluster, Ray's dashboard vs raysight ==")
+    with tempfile.TemporaryDirectory(prefix="raysight-bench-") as tmp:
+        server = Server(Path(tmp))
+        try:
+            server.start()
+            # No token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists): raysight on loopback has none.
+            os.environ.update({**ray_env(server.url, cluster="bench10k"), "RAY_AUTH_MODE": "disabled"})
+            context = ray.init(num_cpus=2, include_dashboard=True, dashboard_port=free_port(), log_to_driver=False)
+            try:
+                dashboard = f"http://{context.dashboard_url}"
+                run_tasks(n_tasks)
+                failed = n_tasks // 10
+                ray_total = url_with(dashboard, "/api/v0/tasks", [("limit", "1"), ("exclude_driver", "True")])
+                own_failed = url_with(server.url, "/api/raysight/tasks", [*OWN_QUERY[:1], ("limit", "0")])
+                with Client(server.url) as client, httpx.Client(timeout=60) as http:
+                    wait_for("raysight: every failed task", lambda: http.get(own_failed).json()["total"] >= failed)
+                    wait_until_quiet(client)
+                    wait_for("Ray's state API: every task",
+                             lambda: http.get(ray_total).json()["data"]["result"]["total"] >= n_tasks)
+                targets = {"Ray dashboard /api/v0/tasks": url_with(dashboard, "/api/v0/tasks", RAY_QUERY),
+                           "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
+                           "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY)}
+                http_times = time_requests(targets, n_requests)
+                ray_cli = time_cli("ray list --address <Ray dashboard>", ray_list(dashboard))
+                ray_cli_raysight = time_cli("ray list --address <raysight>", ray_list(server.url))
+                raysight_cli = time_cli("raysight list", raysight_list(server.url))
+                print("  ratios (Ray dashboard / raysight, medians):")
+                ratio("HTTP /api/v0/tasks", http_times["Ray dashboard /api/v0/tasks"],
+                      http_times["raysight /api/v0/tasks"])
+                ratio("ray list --address", ray_cli, ray_cli_raysight)
+                ratio("ray list vs raysight list", ray_cli, raysight_cli)
+                time.sleep(2)
+            finally:
+                ray.shutdown()
+        finally:
+            server.stop()
+
+
+# --- synthesised session ---------------------------------------------------------------------------------------
+
+
+def templates() -> tuple[list[str], list[str], list[str]]:
+    """(session-level events, events of one finished `ok` task, of one failed `flaky` task) as JSON text.
+
+    From the recorded session: its `parent` task (defined, ran, finished) and its `fails` task (raised); their
+    task ID is replaced by ``@TASK@`` and their event IDs by ``@EVENT@``."""
+    events = [e for batch in orjson.loads(FIXTURE.read_bytes()) for e in batch]
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    session: list[str] = []
+    for e in events:
+        task_id = next((v["taskId"] for v in e.values() if isinstance(v, dict) and "taskId" in v), None)
+        if task_id is None:
+            session.append(orjson.dumps(e).decode())
+        else:
+            by_task.setdefault(task_id, []).append(e)
+
+    def template(fixture_name: str, name: str) -> list[str]:
+        task_id, task_events = next(
+            (t, es) for t, es in by_task.items()
+            if any(e.get("taskDefinitionEvent", {}).get("taskName") == fixture_name for e in es)
+        )
+        out = []
+        for e in task_events:
+            if definition := e.get("taskDefinitionEvent"):
+                definition["taskName"] = name
+                definition["taskFunc"]["pythonFunctionDescriptor"]["functionName"] = name
+            text = orjson.dumps(e).decode().replace(task_id, "@TASK@")
+            out.append(text.replace(e["eventId"], "@EVENT@"))
+        return out
+
+    return session, template("parent", "ok"), template("fails", "flaky")
+
+
+def synth_batches(n_tasks: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(tasks so far, events) in batches of about BATCH_EVENTS; task i is `flaky` when i % 10 == 9."""
+    session, ok, flaky = templates()
+    texts = list(session)
+    for i in range(n_tasks):
+        unique = (i * 0x9E3779B97F4A7C15 % 2**64).to_bytes(8, "big")  # a bijection: distinct, unordered IDs
+        task = base64.b64encode(unique + bytes.fromhex("ff" * 12 + "01000000")).decode()
+        for k, text in enumerate(flaky if i % 10 == 9 else ok):
+            event = base64.b64encode(unique + k.to_bytes(2, "big") + bytes(18)).decode()
+            texts.append(text.replace("@TASK@", task).replace("@EVENT@", event))
+        if len(texts) >= BATCH_EVENTS or i + 1 == n_tasks:
+            yield i + 1, orjson.loads("[" + ",".join(texts) + "]")
+            texts = []
+
+
+def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
+    """Write the synthesised session into ``data_dir`` with the store API; returns what it took."""
+    shutil.rmtree(data_dir, ignore_errors=True)
+    store = Store(data_dir)
+    events, t0 = 0, time.perf_counter()
+    try:
+        for done, batch in synth_batches(n_tasks):
+            store.apply(parse_batch(batch, label="bench1m"))
+            events += len(batch)
+            elapsed = time.perf_counter() - t0
+            print(f"\r  built {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
+                  f"{events / elapsed:7,.0f} events/s", end="", flush=True)
+    finally:
+        store.close()
+    print()
+    stats = {"tasks": n_tasks, "events": events, "seconds": time.perf_counter() - t0}
+    (data_dir / "built.json").write_bytes(orjson.dumps(stats))
+    return stats
+
+
+def synth(n_tasks: int, n_requests: int) -> None:
+    print(f"== synthesised: {n_tasks:,} tasks, raysight alone ==")
+    data_dir = CACHE / f"tasks-{n_tasks}-schema{schema.SCHEMA_VERSION}"
+    marker = data_dir / "built.json"
+    if marker.exists():
+        stats = orjson.loads(marker.read_bytes())
+        print(f"  cached in {data_dir.relative_to(ROOT)}", end="")
+    else:
+        stats = build(data_dir, n_tasks)
+        print(f"  built in {data_dir.relative_to(ROOT)}", end="")
+    print(f": {stats['events']:,} events in {stats['seconds']:.0f} s ({stats['events'] / stats['seconds']:,.0f} "
+          f"events/s, parse + apply in batches of {BATCH_EVENTS:,})")
+    server = Server(data_dir)
+    try:
+        server.start()
+        time_requests({"raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
+                       "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY)},
+                      n_requests)
+        time_cli("ray list --address <raysight>", ray_list(server.url))
+        time_cli("raysight list", raysight_list(server.url))
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks-live", type=int, default=10_000)
+    parser.add_argument("--tasks-synth", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--skip-synth", action="store_true")
+    args = parser.parse_args()
+    if not args.skip_live:
+        live(args.tasks_live, args.requests)
+    if not args.skip_synth:
+        synth(args.tasks_synth, args.requests)
+
+
+if __name__ == "__main__":
+    main()
