@@ -89,6 +89,15 @@ def test_every_entity_field_by_field(recorded: ServerProcess) -> None:
             check_workload(everything(client, session))
 
 
+def test_doctor_shows_what_rays_aggregator_reported_to_raysight_run(recorded: ServerProcess) -> None:
+    with recorded.client() as client:
+        reported = {r["label"]: r for r in client.doctor()["ray_reported"]}
+    for label in ("first", "second"):
+        scraped = reported[label]
+        assert scraped["agents"] == 1 and scraped["published"] > 0 and scraped["received"] >= scraped["published"]
+        assert scraped["dropped"] == {} and scraped["publish_failures"] == 0
+
+
 def test_two_sessions_with_the_same_ids_stay_apart(recorded: ServerProcess) -> None:
     with recorded.client() as client:
         sessions = client.sessions()

@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
+from tests.conftest import FIXTURES
 
 
 def post(client: TestClient, body: bytes | list, query: str = "?cluster=t") -> object:
@@ -89,6 +90,8 @@ def test_beyond_loopback_reads_need_the_token_and_the_ingest_key_only_writes(tmp
     with TestClient(create_app(tmp_path, secrets=secrets)) as client:
         assert post(client, ray_batches[0]).status_code == 401
         assert post(client, ray_batches[0], "?key=write-secret").status_code == 200
+        assert client.post("/ingest/agent/ray-metrics", content=b"").status_code == 401
+        assert client.post("/ingest/agent/ray-metrics?key=write-secret", content=b"").status_code == 200
         assert client.get("/api/raysight/sessions?key=write-secret").status_code == 401
         assert client.get("/api/v0/actors").status_code == 401
         assert client.get("/metrics").status_code == 401
@@ -123,3 +126,29 @@ def test_a_resend_while_the_first_copy_is_still_being_written_waits_for_it(
         assert post(client, ray_batches[3]).json()["resend"] is False  # the writer lives on
         c = counters(client)
         assert c["stored"] == len(ray_batches[2]) + len(ray_batches[3]) and c["batches"] <= 2
+
+
+def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, ray_batches) -> None:
+    """Counters keep their greatest value per agent process and are summed over a session's agents."""
+    text = (FIXTURES / "aggregator_metrics.txt").read_text()
+    for batch in ray_batches:
+        post(server, batch)
+
+    def send(body: str | bytes) -> object:
+        return server.post("/ingest/agent/ray-metrics", content=body, headers={"Content-Type": "text/plain"})
+
+    assert send(text).json() == {"ok": True, "samples": 9}
+    assert send(text.replace("} 8780.0", "} 10.0")).status_code == 200  # an older scrape never lowers a counter
+    assert send(text.replace('pid="7798"', 'pid="8001"').replace('ip="192.0.2.2"', 'ip="192.0.2.3"')).status_code == 200
+    [reported] = server.get("/api/raysight/doctor").json()["ray_reported"]
+    assert reported["label"] == "t" and reported["agents"] == 2
+    assert (reported["received"], reported["published"], reported["publish_failures"]) == (2 * 15522, 600, 0)
+    assert reported["dropped"] == {"TASK_LIFECYCLE_EVENT": 17560, "TASK_DEFINITION_EVENT": 6402,
+                                   "TASK_PROFILE_EVENT": 6402, "WORKER_LIFECYCLE_EVENT": 4}
+    assert reported["consecutive_publish_failures"] == 3
+    for bad, status in ((b"{not prometheus", 400), (b"\xff\xfe", 400), (b"#" * (1024 * 1024 + 1), 413)):
+        answer = send(bad)
+        assert answer.status_code == status and answer.json()["ok"] is False
+    assert "bad Ray metrics: not Prometheus text" in send(b"x{a=b} 1").json()["error"]
+    server.delete(f"/api/raysight/sessions/{reported['session']}")
+    assert server.get("/api/raysight/doctor").json()["ray_reported"] == []

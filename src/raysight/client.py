@@ -106,3 +106,10 @@ class Client:
         params = {"key": key} if key else {}
         body = {"run_id": run_id, "driver_pid": driver_pid, "exit_code": exit_code, "ended_ns": ended_ns}
         self._request("POST", "/ingest/agent/run-exit", json=body, params=params)
+
+    def ray_metrics(self, text: str, key: str | None) -> int:
+        """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
+        params = {"key": key} if key else {}
+        headers = {"Content-Type": "text/plain; version=0.0.4"}
+        body = self._request("POST", "/ingest/agent/ray-metrics", content=text.encode(), params=params, headers=headers)
+        return body["samples"]  # type: ignore[no-any-return]

@@ -116,10 +116,39 @@ def sessions_delete(name: str, yes: bool, fmt: str | None, server: str | None) -
 @click.command("doctor")
 @client_options
 def doctor_cmd(fmt: str | None, server: str | None) -> None:
-    """What raysight knows it is missing: ingest lag, quarantined and unfolded events, inferred states."""
+    """What raysight knows it is missing (ingest lag, quarantined and unfolded events, inferred states), and what
+    Ray's aggregators reported dropping or failing to send."""
     with make_client(server) as client:
         report = client.doctor()
-    render.dump(report, fmt if fmt in ("json", "yaml") else "yaml")
+    if fmt in ("json", "yaml"):
+        render.dump(report, fmt)
+        return
+    reported = report.pop("ray_reported")
+    render.dump(report, "yaml")
+    render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
+    for line in ray_reported_lines(reported) or ["Nothing scraped yet."]:
+        click.echo(line)
+
+
+def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
+    """The doctor's ``ray_reported`` in words: per session, its counts, then each kind of loss Ray reported."""
+    lines = []
+    for s in sessions:
+        label = f" ({s['label']})" if s["label"] else ""
+        lines.append(f"{s['session']}{label}, {s['agents']} node(s): received {s['received']:,}, "
+                     f"published {s['published']:,}, filtered out {s['filtered']:,}")
+        losses = []
+        if s["dropped"]:
+            counts = ", ".join(f"{n:,} {event_type}" for event_type, n in s["dropped"].items())
+            losses.append(f"Ray reported dropping {counts} (buffer full)")
+        if s["publish_failures"]:
+            losses.append(f"Ray reported {s['publish_failures']:,} events it gave up publishing after retries")
+        if s["buffer_add_failures"]:
+            losses.append(f"Ray reported {s['buffer_add_failures']:,} events it could not add to its buffer")
+        if s["consecutive_publish_failures"]:
+            losses.append(f"Ray's last {s['consecutive_publish_failures']:,} publish attempts had failed when scraped")
+        lines += [f"  {loss}" for loss in losses or ["Ray reported no drops"]]
+    return lines
 
 
 @click.command("reindex")

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import click
 
+from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
 from raysight.cli.server import start_detached
 from raysight.client import Client
@@ -51,17 +52,20 @@ def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> 
 
 
 def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
-    """Run a Ray program with the export variables set, then tell the server how its driver ended."""
+    """Run a Ray program with the export variables set, scraping what Ray's aggregators report while it runs, then
+    tell the server how its driver ended."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key)}
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {command[0]}") from None
+    scraper = Scraper(server, key, proc.pid, ray_temp_dir(env)).start()
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         code = proc.wait()
+    scraper.stop()
     with Client(server) as client:
         client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
     return code

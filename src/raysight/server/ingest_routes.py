@@ -1,4 +1,5 @@
-"""Ingest: Ray's aggregator batches and `raysight run`'s driver exits. Acknowledged only once durable."""
+"""Ingest: Ray's aggregator batches, and from `raysight run` its driver's exit and Ray's aggregator metrics.
+Acknowledged only once durable."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
 from raysight.ingest.ray_events import parse_batch
+from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.resends import digest
 from raysight.server.state import app_state
 from raysight.store.writer import QueueFull
+
+RAY_METRICS_MAX_BODY = 1024 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -110,8 +114,24 @@ async def run_exit(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
+async def ray_metrics(request: Request) -> Response:
+    """POST /ingest/agent/ray-metrics: a node's Prometheus text (its aggregator's lines suffice) from `raysight run`."""
+    state = app_state(request)
+    if not state.secrets.ingest_ok(request.query_params.get("key")):
+        return _error(401, "this ingest URL needs the server's ingest key")
+    try:
+        samples = parse_aggregator_metrics((await read_body(request, RAY_METRICS_MAX_BODY)).decode())
+    except BodyTooLarge:
+        return _error(413, f"body over {RAY_METRICS_MAX_BODY} bytes")
+    except ValueError as exc:  # not UTF-8, or not Prometheus text
+        return _error(400, f"bad Ray metrics: {exc}")
+    written = await asyncio.wrap_future(state.writer.call(lambda store: store.record_ray_metrics(samples)))
+    return JSONResponse({"ok": True, "samples": written})
+
+
 routes = [
     Route("/ingest/ray-events", ray_events, methods=["POST"]),
     Route("/ingest/ray-events/{key}", ray_events, methods=["POST"]),
     Route("/ingest/agent/run-exit", run_exit, methods=["POST"]),
+    Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
 ]

@@ -377,6 +377,11 @@ RAW_DDL = [
     # What `raysight run` saw of a driver it started: its exit code and when it ended (raw input, never folded away).
     """CREATE TABLE IF NOT EXISTS run_exits (
         run_id VARCHAR PRIMARY KEY, driver_pid BIGINT, exit_code INTEGER, ended_ns BIGINT)""",
+    # What Ray's aggregator agents reported of themselves (scraped by `raysight run`), per agent process (`source`):
+    # a counter keeps the greatest value seen, a gauge the latest.
+    """CREATE TABLE IF NOT EXISTS ray_reported (
+        session VARCHAR, source VARCHAR, metric VARCHAR, event_type VARCHAR, kind VARCHAR, value DOUBLE,
+        updated_at TIMESTAMPTZ, PRIMARY KEY (session, source, metric, event_type))""",
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
 ]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import duckdb
@@ -17,6 +17,7 @@ import orjson
 import pyarrow as pa
 
 from raysight.ingest.ray_events import HANDLERS, Batch, Parsed, parse_event
+from raysight.ingest.ray_metrics import RaySample
 from raysight.store import schema
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
@@ -192,6 +193,26 @@ class Store:
             con.execute("ROLLBACK")
             raise
 
+    def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
+        """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.
+
+        Counters only grow within one agent process (a sample's ``source``), so a counter keeps its greatest value
+        and a late or repeated scrape never lowers it; a gauge takes the newest.
+        """
+        if not samples:
+            return 0
+        self.con.execute(
+            """INSERT INTO ray_reported
+               SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[]),
+                      unnest($5::VARCHAR[]), unnest($6::DOUBLE[]), now()
+               ON CONFLICT DO UPDATE SET
+                   value = CASE WHEN excluded.kind = 'counter' THEN greatest(ray_reported.value, excluded.value)
+                                ELSE excluded.value END,
+                   kind = excluded.kind, updated_at = excluded.updated_at""",
+            [list(column) for column in zip(*(astuple(s) for s in samples))],
+        )
+        return len(samples)
+
     def reindex(self) -> int:
         """Rebuild every entity table from the raw events; returns how many events were refolded."""
         con = self.con
@@ -226,7 +247,7 @@ class Store:
         con.execute("BEGIN")
         try:
             found = con.execute("SELECT count(*) FROM sessions WHERE session = ?", [session]).fetchone()
-            for name in ["raw_events", "quarantine", "sessions", *schema.FOLD_TABLE_NAMES]:
+            for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
             con.execute("COMMIT")
         except BaseException:

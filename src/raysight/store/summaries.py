@@ -6,10 +6,20 @@ from typing import Any
 
 import duckdb
 
+from raysight.ingest.ray_metrics import PREFIX
 from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 
 SLOWEST = 5
+DOCTOR_SESSIONS = 5
+# What the doctor shows of Ray's aggregator counters, summed over a session's agents: field -> metric (no prefix).
+RAY_COUNTERS = {
+    "received": "events_received",
+    "published": "published_events",
+    "filtered": "filtered_events",
+    "publish_failures": "publish_failures",
+    "buffer_add_failures": "events_buffer_add_failures",
+}
 
 
 def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -95,7 +105,8 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """What raysight knows it is missing: quarantined and unfolded events, inferred states, ingest lag."""
+    """What raysight knows it is missing (quarantined and unfolded events, inferred states, ingest lag), and what
+    Ray reported losing."""
     counters = dict(con.execute("SELECT name, value FROM counters").fetchall())
     unsupported = _rows(
         con.execute(
@@ -123,4 +134,34 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         )
     )
     return {"counters": counters, "unsupported": unsupported, "quarantine": quarantine, "inferred": inferred,
-            "ingest_lag": lag}
+            "ingest_lag": lag, "ray_reported": ray_reported(con)}
+
+
+def ray_reported(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """What Ray's aggregators said they received, published, failed to publish and dropped (by event type), summed
+    over each session's agents, for the sessions scraped last; ``consecutive_publish_failures`` is the most of any."""
+    sums = ", ".join(
+        f"coalesce(sum(value) FILTER (metric = '{PREFIX}{metric}'), 0)::BIGINT AS {field}"
+        for field, metric in RAY_COUNTERS.items()
+    )
+    rows = _rows(
+        con.execute(
+            f"""WITH totals AS (
+                    SELECT session, count(DISTINCT source) AS agents, {sums},
+                           coalesce(max(value) FILTER (metric = '{PREFIX}consecutive_failures_since_last_success'), 0)
+                               ::BIGINT AS consecutive_publish_failures,
+                           epoch_ms(max(updated_at)) AS last_scraped_ms
+                    FROM ray_reported GROUP BY session ORDER BY last_scraped_ms DESC LIMIT {DOCTOR_SESSIONS}),
+                drops AS (
+                    SELECT session, map_from_entries(list(row(event_type, n))) AS dropped
+                    FROM (SELECT session, event_type, sum(value)::BIGINT AS n FROM ray_reported
+                          WHERE metric = '{PREFIX}queue_dropped_events' AND value > 0 GROUP BY ALL)
+                    GROUP BY session)
+                SELECT t.session, s.label, t.* EXCLUDE (session), d.dropped
+                FROM totals t LEFT JOIN sessions s USING (session) LEFT JOIN drops d USING (session)
+                ORDER BY t.last_scraped_ms DESC"""
+        )
+    )
+    for row in rows:
+        row["dropped"] = dict(sorted((row["dropped"] or {}).items(), key=lambda kv: (-kv[1], kv[0])))
+    return rows

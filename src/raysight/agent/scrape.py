@@ -1,0 +1,94 @@
+"""Scraping what Ray's aggregators report of themselves (counters of events received, published, dropped) from
+the nodes of the session a driver joined, and sending it to the server. Best effort: a failure is skipped, never
+raised, so the user's program is never disturbed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import suppress
+from pathlib import Path
+
+import httpx
+
+from raysight.client import Client
+from raysight.ingest.ray_metrics import PREFIX
+
+SCRAPE_EVERY_S = 2.0
+TIMEOUT_S = 1.0
+
+
+def ray_temp_dir(env: Mapping[str, str]) -> Path:
+    """Where Ray 2.60 keeps its sessions for a process with this environment (unless it passes ``_temp_dir``)."""
+    base = env.get("RAY_TMPDIR") or (env.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return Path(base or "/tmp") / "ray"
+
+
+def find_session(ray_dir: Path, driver_pid: int, since: float) -> Path | None:
+    """The session whose ``logs/`` holds the driver's core log, ``python-core-driver-<worker id>_<pid>.log``.
+
+    Only sessions whose logs changed since ``since`` (epoch seconds) are looked into.
+    """
+    for logs in ray_dir.glob("session_*/logs"):
+        with suppress(OSError):
+            if logs.stat().st_mtime >= since and any(logs.glob(f"python-core-driver-*_{driver_pid}.log")):
+                return logs.parent.resolve()  # not `session_latest`, which moves on
+    return None
+
+
+def metrics_ports(session: Path) -> list[int]:
+    """The metrics export port of every node that shares the session directory (``metrics_export_port_<node>``)."""
+    ports = []
+    for path in session.glob("metrics_export_port_*"):
+        with suppress(OSError):
+            text = path.read_text().strip()
+            if text.isdigit():
+                ports.append(int(text))
+    return ports
+
+
+def aggregator_lines(text: str) -> str:
+    """The aggregator's lines of a node's metrics page (a few dozen of about two thousand)."""
+    return "".join(line + "\n" for line in text.splitlines() if PREFIX in line)
+
+
+class Scraper:
+    """A thread that scrapes the aggregators of ``driver_pid``'s Ray session every few seconds, and once more when
+    stopped (the cluster may be gone by then)."""
+
+    def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
+        self.key, self.driver_pid, self.ray_dir = key, driver_pid, ray_dir
+        self.since = time.time() - 1
+        self.session: Path | None = None
+        self._client = Client(server, timeout=5)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raysight-scraper", daemon=True)
+
+    def start(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5) -> None:
+        self._stopping.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        with self._client:
+            while True:
+                stopping = self._stopping.wait(SCRAPE_EVERY_S)
+                with suppress(Exception):  # never disturb the user's program
+                    self.scrape()
+                if stopping:
+                    return
+
+    def scrape(self) -> None:
+        """Send every node's aggregator lines to the server; a node or a server that fails is skipped."""
+        self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
+        for port in metrics_ports(self.session) if self.session else []:
+            with suppress(Exception):
+                page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False)
+                if lines := aggregator_lines(page.raise_for_status().text):
+                    self._client.ray_metrics(lines, self.key)

@@ -1,0 +1,51 @@
+"""What Ray's per-node aggregator agent reports of itself, from its node's Prometheus text. Pure: no I/O.
+
+The agent counts the events it received, published, filtered out, failed to publish and dropped from its full
+buffer (``ray_aggregator_agent_*``, labels ``SessionName``, ``ip``, ``pid`` of the agent, ``event_type`` for drops).
+Counters only grow within one agent process, so each sample is keyed by that process (``ip:pid``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX = "ray_aggregator_agent_"
+SAMPLE_SUFFIX = {"counter": "_total", "gauge": ""}  # the kinds kept, and how a sample's name extends its family's
+
+
+@dataclass(frozen=True, slots=True)
+class RaySample:
+    session: str
+    source: str  # the agent process, "ip:pid"
+    metric: str  # the family's name: a counter's without "_total"
+    event_type: str  # "" unless the series has one
+    kind: str  # "counter" or "gauge"
+    value: float
+
+
+def parse_aggregator_metrics(text: str) -> list[RaySample]:
+    """The aggregator's counters and gauges in ``text``; series that differ only in other labels are summed.
+
+    Samples of other metrics, without a ``SessionName`` or with a non-finite value are left out; text that is not
+    Prometheus exposition raises ValueError.
+    """
+    summed: dict[tuple[str, str, str, str, str], float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            if not family.name.startswith(PREFIX) or family.type not in SAMPLE_SUFFIX:
+                continue
+            for sample in family.samples:
+                labels = sample.labels
+                session = labels.get("SessionName", "")
+                own = sample.name == family.name + SAMPLE_SUFFIX[family.type]  # not a counter's "_created"
+                if not (own and session and math.isfinite(sample.value)):
+                    continue
+                source = f"{labels.get('ip', '')}:{labels.get('pid', '')}"
+                key = (session, source, family.name, labels.get("event_type", ""), family.type)
+                summed[key] = summed.get(key, 0.0) + sample.value
+    except ValueError as exc:
+        raise ValueError(f"not Prometheus text: {exc}") from None
+    return [RaySample(*key, value) for key, value in summed.items()]
