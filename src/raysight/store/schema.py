@@ -89,14 +89,33 @@ class Table:
         keys = ", ".join(c.name for c in self.keys)
         return f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(cols)}, PRIMARY KEY ({keys}))"
 
-    def upsert_sql(self, staged: str) -> str:
-        """INSERT the rows of the registered relation ``staged``, merging into rows that exist."""
-        fresh = {c.name: (f"merge_list(NULL, {c.name})" if c.rule == "union" else c.name) for c in self.staged}
-        merged = {c.name: c.merge_sql(f"{self.name}.{c.name}", f"excluded.{c.name}") for c in self.columns}
-        select = list(fresh.values()) + [d.expr.format_map(fresh) for d in self.derived]
-        sets = [f"{name} = {sql}" for name, sql in merged.items()]
+    @property
+    def fresh(self) -> dict[str, str]:
+        """Each staged column as a new row takes it (histories sorted and deduplicated)."""
+        return {c.name: (f"merge_list(NULL, {c.name})" if c.rule == "union" else c.name) for c in self.staged}
+
+    def insert_sql(self, staged: str) -> str:
+        """INSERT the rows of the registered relation ``staged`` whose keys are new; returns the keys inserted."""
+        select = list(self.fresh.values()) + [d.expr.format_map(self.fresh) for d in self.derived]
+        names = [c.name for c in self.staged] + [d.name for d in self.derived]
+        keys = ", ".join(c.name for c in self.keys)
+        return (
+            f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} FROM {staged} "
+            f"ON CONFLICT DO NOTHING RETURNING {keys}"
+        )
+
+    def merge_sql(self, staged: str, columns: list[str]) -> str:
+        """Merge the rows of ``staged`` into the rows with their keys, touching only ``columns`` (and the derived).
+
+        DuckDB's ON CONFLICT costs per column updated, so the columns no staged row sets are left out.
+        """
+        merged = {c.name: f"{self.name}.{c.name}" for c in self.columns}
+        merged.update({c.name: c.merge_sql(f"{self.name}.{c.name}", f"excluded.{c.name}")
+                       for c in self.columns if c.name in columns})
+        sets = [f"{name} = {merged[name]}" for name in columns]
         sets += [f"{d.name} = {d.expr.format_map(merged)}" for d in self.derived]
         names = [c.name for c in self.staged] + [d.name for d in self.derived]
+        select = list(self.fresh.values()) + [d.expr.format_map(self.fresh) for d in self.derived]
         return (
             f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} FROM {staged} "
             f"ON CONFLICT DO UPDATE SET {', '.join(sets)}"

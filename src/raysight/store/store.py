@@ -24,6 +24,8 @@ from raysight.store.reconcile import reconcile
 
 DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 20_000
+WAL_LIMIT = "1GB"
+IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
 
 
@@ -43,9 +45,12 @@ class Store:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
-        self.con = duckdb.connect(str(self.path))
+        # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher threshold
+        # and checkpoints while idle (the writer's) keep that out of ingest bursts.
+        self.con = duckdb.connect(str(self.path), config={"checkpoint_threshold": WAL_LIMIT})
         self._reader_lock = threading.Lock()
-        self._upserts = {name: t.upsert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
+        self._inserts = {name: t.insert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
+        self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
         self._migrate()
 
     def _migrate(self) -> None:
@@ -77,6 +82,12 @@ class Store:
         """A cursor for one thread's reads."""
         with self._reader_lock:
             return self.con.cursor()
+
+    def checkpoint_if_due(self) -> None:
+        """Checkpoint when the WAL has grown past :data:`IDLE_CHECKPOINT_BYTES` (writer thread)."""
+        wal = self.path.with_name(self.path.name + ".wal")
+        if wal.exists() and wal.stat().st_size > IDLE_CHECKPOINT_BYTES:
+            self.con.execute("CHECKPOINT")
 
     def close(self) -> None:
         self.con.close()
@@ -151,15 +162,29 @@ class Store:
     def _fold(self, events: Iterable[Parsed], sessions: dict[str, dict]) -> None:
         folded = fold(events)
         folded.rows["sessions"] = {(name,): patch for name, patch in sessions.items()}
-        for name, table in schema.FOLDED_TABLES.items():
+        for name in schema.FOLDED_TABLES:
             if rows := folded.staged(name):
-                self._with_staged(f"staged_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema),
-                                  self._upserts[name])
+                self._upsert(name, rows)
         for name, rows in folded.appends.items():
             table = schema.APPEND_TABLES[name]
             self._with_staged(f"staged_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema),
                               f"INSERT INTO {name} SELECT * FROM staged_{name}")
         reconcile(self.con, sorted(sessions))
+
+    def _upsert(self, name: str, rows: list[dict[str, object]]) -> None:
+        """Insert rows with new keys, then merge the others into the stored rows (two cheap statements, not one)."""
+        table = schema.FOLDED_TABLES[name]
+        staged = f"staged_{name}"
+        inserted = set(self._with_staged(staged, pa.Table.from_pylist(rows, schema=table.arrow_schema),
+                                         self._inserts[name]).fetchall())
+        if len(inserted) == len(rows):
+            return
+        keys = [c.name for c in table.keys]
+        rest = [r for r in rows if tuple(r[k] for k in keys) not in inserted]
+        columns = tuple(c.name for c in table.columns if any(r.get(c.name) is not None for r in rest))
+        sql = self._merges.get((name, columns)) or self._merges.setdefault((name, columns),
+                                                                           table.merge_sql(staged, list(columns)))
+        self._with_staged(staged, pa.Table.from_pylist(rest, schema=table.arrow_schema), sql)
 
     def _with_staged(self, name: str, staged: pa.Table, sql: str) -> duckdb.DuckDBPyConnection:
         """Run ``sql`` with the Arrow table ``staged`` visible as ``name``."""

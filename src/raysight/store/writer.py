@@ -22,6 +22,7 @@ log = logging.getLogger("raysight.writer")
 
 MAX_QUEUED_EVENTS = 500_000
 MAX_GROUP_EVENTS = 50_000
+IDLE_S = 0.5
 _STOP = object()
 
 
@@ -65,7 +66,11 @@ class Writer:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=IDLE_S)
+            except queue.Empty:
+                self.store.checkpoint_if_due()  # idle: fold the WAL into the database file now, not mid-burst
+                continue
             if item is _STOP:
                 return
             work, future = item
