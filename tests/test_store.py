@@ -124,3 +124,21 @@ def test_an_older_schema_is_upgraded_and_refolded(tmp_path: Path, ray_batches) -
     upgraded = Store(tmp_path)
     assert upgraded.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "0"
     assert snapshot(upgraded) == before
+    upgraded.close()
+
+
+def test_sessions_count_their_events_and_a_v2_store_gains_the_counts(tmp_path: Path, ray_batches) -> None:
+    store = Store(tmp_path)
+    load(store, ray_batches)
+    load(store, ray_batches)  # resent: counted once
+    raw = store.con.execute("SELECT count(*), sum(strlen(body)) FROM raw_events").fetchone()
+    assert store.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
+    store.con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    store.con.execute("ALTER TABLE sessions DROP COLUMN events")
+    store.con.execute("ALTER TABLE sessions DROP COLUMN raw_bytes")
+    store.close()
+    upgraded = Store(tmp_path)
+    assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
+    upgraded.reindex()
+    assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
+    upgraded.close()

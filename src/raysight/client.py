@@ -59,7 +59,7 @@ class Client:
 
     def ping(self) -> bool:
         try:
-            self._http.get("/api/raysight/sessions", timeout=2)
+            self._http.get("/api/raysight/ping", timeout=2)
         except httpx.TransportError:
             return False
         return True

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from raysight import __version__
 from raysight.errors import BadQuery
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
@@ -84,6 +85,11 @@ async def doctor(request: Request) -> Response:
     return _json(report)
 
 
+async def ping(request: Request) -> Response:
+    """GET /api/raysight/ping: answers without touching the store (liveness for `raysight run` and the CLI)."""
+    return _json({"ok": True, "version": __version__})
+
+
 async def reindex(request: Request) -> Response:
     state = app_state(request)
     events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
@@ -91,6 +97,7 @@ async def reindex(request: Request) -> Response:
 
 
 routes = [
+    Route("/api/raysight/ping", ping),
     Route("/api/raysight/sessions", sessions),
     Route("/api/raysight/sessions/{session}", delete_session, methods=["DELETE"]),
     Route("/api/raysight/doctor", doctor),

@@ -85,6 +85,8 @@ def filter_sql(f: Filter, column_sql: str, kind: str, now_ms: float | None = Non
         return f"coalesce({column_sql}, false) {sql_op} ?", [truth in ("true", "1")]
     if f.value.lower() in ("none", "null"):
         return (f"{column_sql} IS NULL" if f.op == "=" else f"{column_sql} IS NOT NULL"), []
+    if kind == "id":  # stored as lowercase hex: a plain comparison, which DuckDB can answer from its index
+        return (f"{column_sql} = ?" if f.op == "=" else f"{column_sql} IS DISTINCT FROM ?"), [f.value.lower()]
     if f.op == "=":
         return f"lower({column_sql}) = lower(?)", [f.value]
     return f"lower({column_sql}) IS DISTINCT FROM lower(?)", [f.value]

@@ -18,6 +18,7 @@ _KEYS.update({name: [c.name for c in schema.TASK_KEY] for name in schema.APPEND_
 class Folded:
     rows: dict[str, dict[Key, Patch]] = field(default_factory=dict)  # table -> key -> merged patch
     appends: dict[str, list[Patch]] = field(default_factory=dict)  # append table -> rows
+    session_stats: dict[str, Patch] = field(default_factory=dict)  # session -> events and raw_bytes folded
 
     def staged(self, table: str) -> list[dict[str, Any]]:
         """Rows ready for staging: key columns named, merged columns beside them."""
@@ -29,6 +30,9 @@ def fold(events: Iterable[Parsed]) -> Folded:
     """Merge the patches of ``events`` (in arrival order) per table and key; collect append-table rows."""
     out = Folded()
     for parsed in events:
+        stats = out.session_stats.setdefault(parsed.raw.session, {"events": 0, "raw_bytes": 0})
+        stats["events"] += 1
+        stats["raw_bytes"] += len(parsed.raw.body)
         for table, key, patch in parsed.patches:
             if table in schema.APPEND_TABLES:
                 out.appends.setdefault(table, []).append({**dict(zip(_KEYS[table], key)), **patch})
@@ -55,5 +59,7 @@ def merge_into(old: Patch, new: Patch, rules: dict[str, str]) -> None:
             old[name] = min(current, value)
         elif rule == "greatest":
             old[name] = max(current, value)
+        elif rule == "sum":
+            old[name] = current + value
         elif rule == "union":
             old[name] = current + value

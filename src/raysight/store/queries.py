@@ -23,8 +23,9 @@ MS = "// 1000000"
 class Field:
     name: str
     sql: str
-    kind: str = "str"  # str | int | float | bool | time_ms | json | list
+    kind: str = "str"  # str | id | int | float | bool | time_ms | json | list
     base: bool = False
+    late: bool = False  # costly (a subquery per row): computed for the page's rows only, after paging
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Resource:
     source: str  # a FROM clause; its rows carry a `session` column
     id_field: str
     fields: list[Field]
+    keys: tuple[str, ...] = ()  # SQL of the row's key (session first, ID second), needed by late fields
     default_sort: str = ""
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
@@ -50,8 +52,8 @@ class Resource:
         return [f for f in self.fields if detail or f.base]
 
 
-def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False) -> Field:
-    return Field(name, sql or name, kind, base)
+def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False, late: bool = False) -> Field:
+    return Field(name, sql or name, kind, base, late)
 
 
 TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
@@ -76,17 +78,17 @@ TASKS = Resource(
     "tasks t",
     "task_id",
     [
-        _f("task_id", "t.task_id", base=True),
+        _f("task_id", "t.task_id", "id", True),
         _f("attempt_number", "t.attempt", "int", True),
         _f("name", f"coalesce({TASK_NAME}, '')", base=True),
         _f("state", TASK_STATE, base=True),
-        _f("job_id", "coalesce(t.job_id, '')", base=True),
-        _f("actor_id", "t.actor_id", base=True),
+        _f("job_id", "coalesce(t.job_id, '')", "id", True),
+        _f("actor_id", "t.actor_id", "id", True),
         _f("type", "coalesce(t.type, 'NORMAL_TASK')", base=True),
         _f("func_or_class_name", f"coalesce(t.func_or_class_name, {TASK_NAME}, '')", base=True),
-        _f("parent_task_id", "coalesce(t.parent_task_id, '')", base=True),
-        _f("node_id", "t.node_id", base=True),
-        _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", base=True),
+        _f("parent_task_id", "coalesce(t.parent_task_id, '')", "id", True),
+        _f("node_id", "t.node_id", "id", True),
+        _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", "id", True),
         _f("worker_pid", "t.worker_pid", "int", True),
         _f("error_type", "coalesce(t.error_type, t.inferred_error_type)", base=True),
         _f("state_inferred", "t.inferred_state IS NOT NULL", "bool", True),
@@ -95,9 +97,9 @@ TASKS = Resource(
         _f("language", "t.language"),
         _f("required_resources", "t.required_resources", "json"),
         _f("runtime_env_info", "t.runtime_env", "runtime_env"),
-        _f("placement_group_id", "t.placement_group_id"),
-        _f("events", TASK_EVENTS, "list"),
-        _f("profiling_data", TASK_PROFILING, "list"),
+        _f("placement_group_id", "t.placement_group_id", "id"),
+        _f("events", TASK_EVENTS, "list", late=True),
+        _f("profiling_data", TASK_PROFILING, "list", late=True),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
         _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
@@ -115,6 +117,7 @@ TASKS = Resource(
         _f("label_selector", "t.label_selector", "json"),
         _f("session", "t.session"),
     ],
+    keys=("t.session", "t.task_id", "t.attempt"),
 )
 
 ACTORS = Resource(
@@ -122,12 +125,12 @@ ACTORS = Resource(
     "actors a",
     "actor_id",
     [
-        _f("actor_id", "a.actor_id", base=True),
+        _f("actor_id", "a.actor_id", "id", True),
         _f("class_name", "coalesce(a.class_name, '')", base=True),
         _f("state", "coalesce(a.state, 'DEPENDENCIES_UNREADY')", base=True),
-        _f("job_id", "coalesce(a.job_id, substr(a.actor_id, 25, 8))", base=True),
+        _f("job_id", "coalesce(a.job_id, substr(a.actor_id, 25, 8))", "id", True),
         _f("name", "coalesce(a.name, '')", base=True),
-        _f("node_id", "a.node_id", base=True),
+        _f("node_id", "a.node_id", "id", True),
         _f("pid", "a.pid", "int", True),
         _f("ray_namespace", "a.ray_namespace", base=True),
         _f("serialized_runtime_env", "a.serialized_runtime_env"),
@@ -135,14 +138,14 @@ ACTORS = Resource(
         _f("death_cause", "a.death_cause", "json"),
         _f("death_message", "a.death_message"),
         _f("is_detached", "a.is_detached", "bool"),
-        _f("placement_group_id", "a.placement_group_id"),
+        _f("placement_group_id", "a.placement_group_id", "id"),
         _f("repr_name", "coalesce(a.repr_name, '')"),
         _f("num_restarts", "coalesce(a.num_restarts, 0)", "int"),
         _f("num_restarts_due_to_lineage_reconstruction", "coalesce(a.num_restarts_lineage, 0)", "int"),
         _f("num_restarts_due_to_node_preemption", "coalesce(a.num_restarts_preemption, 0)", "int"),
         _f("call_site", "a.call_site"),
         _f("label_selector", "a.label_selector", "json"),
-        _f("worker_id", "a.worker_id"),
+        _f("worker_id", "a.worker_id", "id"),
         _f("start_time_ms", f"a.start_ns {MS}", "time_ms"),
         _f("end_time_ms", f"a.end_ns {MS}", "time_ms"),
         _f(
@@ -161,7 +164,7 @@ NODES = Resource(
     "nodes n",
     "node_id",
     [
-        _f("node_id", "n.node_id", base=True),
+        _f("node_id", "n.node_id", "id", True),
         _f("node_ip", "coalesce(n.node_ip, '')", base=True),
         _f("is_head_node", "coalesce(n.resources_total LIKE '%node:__internal_head__%', false)", "bool", True),
         _f("state", "coalesce(n.state, 'ALIVE')", base=True),
@@ -182,14 +185,14 @@ WORKERS = Resource(
     "workers w LEFT JOIN nodes n ON n.session = w.session AND n.node_id = w.node_id",
     "worker_id",
     [
-        _f("worker_id", "w.worker_id", base=True),
+        _f("worker_id", "w.worker_id", "id", True),
         _f("is_alive", "w.state IS DISTINCT FROM 'DEAD'", "bool", True),
         _f("worker_type", "coalesce(w.worker_type, 'WORKER')", base=True),
         _f("exit_type", "w.exit_type", base=True),
-        _f("node_id", "coalesce(w.node_id, '')", base=True),
+        _f("node_id", "coalesce(w.node_id, '')", "id", True),
         _f("ip", "coalesce(n.node_ip, '')", base=True),
         _f("pid", "coalesce(w.pid, 0)", "int", True),
-        _f("job_id", "w.job_id"),
+        _f("job_id", "w.job_id", "id"),
         _f("exit_detail", "w.exit_detail"),
         _f("worker_launch_time_ms", "w.launch_ms", "time_ms"),
         _f("worker_launched_time_ms", "w.launched_ms", "time_ms"),
@@ -210,7 +213,7 @@ JOBS = Resource(
         LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
     "job_id",
     [
-        _f("job_id", "j.job_id", base=True),
+        _f("job_id", "j.job_id", "id", True),
         _f("submission_id", "j.submission_id", base=True),
         _f("entrypoint", "coalesce(j.entrypoint, '')", base=True),
         _f("type", "CASE WHEN j.submission_id IS NULL THEN 'DRIVER' ELSE 'SUBMISSION' END", base=True),
@@ -236,7 +239,7 @@ JOBS = Resource(
            "time_ms"),
         _f("metadata", "coalesce(j.metadata, '{}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
-        _f("driver_node_id", "j.driver_node_id"),
+        _f("driver_node_id", "j.driver_node_id", "id"),
         _f("driver_exit_code", "r.exit_code", "int"),
         _f("session", "j.session"),
     ],
@@ -299,14 +302,35 @@ def list_rows(
     if session != "*" and not params:
         return ListResult([], 0, None)
     order = _order(res, sort)
-    select = ", ".join(f"{f.sql} AS {f.name}" for f in res.columns(detail))
+    fields = res.columns(detail)
+    late = [f for f in fields if f.late]
+    select = [f"{f.sql} AS {f.name}" for f in fields if not f.late]
+    select += [f"{k} AS __key{i}" for i, k in enumerate(res.keys)] if late else []
     page = "" if limit is None else f" LIMIT {int(limit)}"
-    sql = f"SELECT {select} FROM {res.source} WHERE {where} ORDER BY {order}{page} OFFSET {int(offset)}"
+    sql = f"SELECT {', '.join(select)} FROM {res.source} WHERE {where} ORDER BY {order}{page} OFFSET {int(offset)}"
     cursor = con.execute(sql, params)
     names = [d[0] for d in cursor.description]
-    rows = [_decode(res, dict(zip(names, r))) for r in cursor.fetchall()]
+    rows = [dict(zip(names, r)) for r in cursor.fetchall()]
+    if late and rows:
+        _add_late(con, res, late, rows)
+    rows = [_decode(res, {f.name: row[f.name] for f in fields}) for row in rows]
     total_row = con.execute(f"SELECT count(*) FROM {res.source} WHERE {where}", params).fetchone()
     return ListResult(rows, int(total_row[0]) if total_row else 0, resolved)
+
+
+def _add_late(con: duckdb.DuckDBPyConnection, res: Resource, late: list[Field], rows: list[dict[str, Any]]) -> None:
+    """Fill the late fields of ``rows`` (one page) with a query over just their keys."""
+    hidden = [f"__key{i}" for i in range(len(res.keys))]
+    ids = sorted({row["__key1"] for row in rows})
+    cursor = con.execute(
+        f"SELECT {', '.join(res.keys)}, {', '.join(f.sql for f in late)} FROM {res.source} "
+        f"WHERE {res.keys[1]} IN (SELECT unnest($1::VARCHAR[]))",
+        [ids],
+    )
+    found = {tuple(r[: len(hidden)]): r[len(hidden):] for r in cursor.fetchall()}
+    for row in rows:
+        values = found.get(tuple(row.pop(k) for k in hidden), (None,) * len(late))
+        row.update(zip((f.name for f in late), values))
 
 
 def get_rows(con: duckdb.DuckDBPyConnection, res: Resource, entity_id: str, *, session: str | None) -> ListResult:

@@ -2,7 +2,7 @@
 
 Entity tables are folds of the raw events. Each has key columns, merged columns and derived columns (SQL over the
 merged values). Every column has a merge rule — ``latest`` (a non-null newcomer wins), ``keep`` (the first non-null
-stays), ``least``, ``greatest``, or ``union`` (a sorted set-union list, for histories) — applied the same way when
+stays), ``least``, ``greatest``, ``sum`` (of what each event brought: only first sightings are folded), or ``union`` (a sorted set-union list, for histories) — applied the same way when
 one batch's patches are combined (:mod:`raysight.store.fold`) and when a row already in the store is updated.
 Apart from ``latest``, the rules are commutative and idempotent, so events may arrive in any order and any number
 of times. Append tables (a task's state transitions and profile events) take rows only from events seen first.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TERMINAL = "('FINISHED', 'FAILED')"
 
@@ -31,6 +31,7 @@ _MERGE_SQL = {
     "keep": "coalesce({old}, {new})",
     "least": "least({old}, {new})",
     "greatest": "greatest({old}, {new})",
+    "sum": "coalesce({old}, 0) + coalesce({new}, 0)",
     "union": "merge_list({old}, {new})",
 }
 _ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
@@ -376,6 +377,8 @@ SESSIONS = Table(
         Column("run_id", "VARCHAR", "keep"),
         Column("first_ns", "BIGINT", "least"),
         Column("last_ns", "BIGINT", "greatest"),
+        Column("events", "BIGINT", "sum"),  # raw events stored, and their bytes: `raysight sessions` without a scan
+        Column("raw_bytes", "BIGINT", "sum"),
     ],
 )
 
@@ -403,6 +406,19 @@ RAW_DDL = [
         updated_at TIMESTAMPTZ, PRIMARY KEY (session, source, metric, event_type))""",
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
 ]
+
+
+# Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
+MIGRATIONS = {
+    3: [
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS events BIGINT",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS raw_bytes BIGINT",
+        """UPDATE sessions SET events = r.events, raw_bytes = r.raw_bytes
+           FROM (SELECT session, count(*) AS events, sum(strlen(body)) AS raw_bytes FROM raw_events GROUP BY 1) r
+           WHERE sessions.session = r.session""",
+    ],
+}
+REFOLD_BELOW = 2
 
 
 def all_ddl() -> list[str]:

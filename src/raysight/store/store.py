@@ -65,17 +65,22 @@ class Store:
                 f"the store at {self.path} has schema version {found}, newer than this raysight "
                 f"({schema.SCHEMA_VERSION}); upgrade raysight"
             )
+        refold = found is not None and found < schema.REFOLD_BELOW
         self.con.execute("BEGIN")
-        if found is not None and found < schema.SCHEMA_VERSION:
+        if refold:
             for name in schema.FOLD_TABLE_NAMES:  # entity tables are folds: drop and rebuild from raw events
                 self.con.execute(f"DROP TABLE IF EXISTS {name}")
+        elif found is not None:
+            for version in range(found + 1, schema.SCHEMA_VERSION + 1):
+                for statement in schema.MIGRATIONS.get(version, []):
+                    self.con.execute(statement)
         for statement in schema.all_ddl():
             self.con.execute(statement)
         self.con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)]
         )
         self.con.execute("COMMIT")
-        if found is not None and found < schema.SCHEMA_VERSION:
+        if refold:
             self.reindex()
 
     def reader(self) -> duckdb.DuckDBPyConnection:
@@ -161,7 +166,8 @@ class Store:
 
     def _fold(self, events: Iterable[Parsed], sessions: dict[str, dict]) -> None:
         folded = fold(events)
-        folded.rows["sessions"] = {(name,): patch for name, patch in sessions.items()}
+        folded.rows["sessions"] = {(name,): {**patch, **folded.session_stats.get(name, {})}
+                                   for name, patch in sessions.items()}
         for name in schema.FOLDED_TABLES:
             if rows := folded.staged(name):
                 self._upsert(name, rows)
@@ -245,7 +251,7 @@ class Store:
         try:
             for name in schema.FOLD_TABLE_NAMES:
                 con.execute(f"DELETE FROM {name}")
-            con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL")
+            con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
             cursor = con.cursor()
             cursor.execute("SELECT body FROM raw_events ORDER BY session")
             total = 0

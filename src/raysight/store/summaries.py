@@ -89,7 +89,7 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
                        s.last_ns // 1000000 AS last_event_ms,
                        coalesce(n.nodes, 0) AS nodes, coalesce(j.jobs, 0) AS jobs,
                        coalesce(t.tasks, 0) AS tasks, coalesce(t.failures, 0) AS failures,
-                       coalesce(r.bytes, 0) AS raw_bytes, coalesce(r.events, 0) AS events
+                       coalesce(s.raw_bytes, 0) AS raw_bytes, coalesce(s.events, 0) AS events
                 FROM sessions s
                 LEFT JOIN ({SESSION_ENDS}) e USING (session)
                 LEFT JOIN (SELECT session, count(*) AS nodes FROM nodes GROUP BY 1) n USING (session)
@@ -97,8 +97,6 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
                 LEFT JOIN (SELECT session, count(*) FILTER (coalesce(type, '') <> 'DRIVER_TASK') AS tasks,
                                   count(*) FILTER (coalesce(inferred_state, reported_state) = 'FAILED') AS failures
                            FROM tasks GROUP BY 1) t USING (session)
-                LEFT JOIN (SELECT session, count(*) AS events, sum(strlen(body)) AS bytes
-                           FROM raw_events GROUP BY 1) r USING (session)
                 ORDER BY s.first_ns DESC NULLS LAST, s.session DESC"""
         )
     )
