@@ -15,7 +15,6 @@ Run: .venv/bin/python benchmarks/list_latency.py [--tasks-live N] [--tasks-synth
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shutil
 import statistics
@@ -23,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,9 @@ from raysight.client import Client  # noqa: E402
 from raysight.ingest.ray_events import parse_batch  # noqa: E402
 from raysight.store import schema  # noqa: E402
 from raysight.store.store import Store  # noqa: E402
+from benchmarks.recorded import body, synth_batches  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
-FIXTURE = ROOT / "tests" / "fixtures" / "ray_batches.json"
 CACHE = ROOT / "benchmarks" / ".cache"
 PY = sys.executable
 # Exactly what `ray list tasks --filter state=FAILED --limit 100` sends (shared/ray/state-http-contract.md §2.1).
@@ -207,60 +206,14 @@ def live(n_tasks: int, n_requests: int) -> None:
 # --- synthesised session ---------------------------------------------------------------------------------------
 
 
-def templates() -> tuple[list[str], list[str], list[str]]:
-    """(session-level events, events of one finished `ok` task, of one failed `flaky` task) as JSON text.
-
-    From the recorded session: its `parent` task (defined, ran, finished) and its `fails` task (raised); their
-    task ID is replaced by ``@TASK@`` and their event IDs by ``@EVENT@``."""
-    events = [e for batch in orjson.loads(FIXTURE.read_bytes()) for e in batch]
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    session: list[str] = []
-    for e in events:
-        task_id = next((v["taskId"] for v in e.values() if isinstance(v, dict) and "taskId" in v), None)
-        if task_id is None:
-            session.append(orjson.dumps(e).decode())
-        else:
-            by_task.setdefault(task_id, []).append(e)
-
-    def template(fixture_name: str, name: str) -> list[str]:
-        task_id, task_events = next(
-            (t, es) for t, es in by_task.items()
-            if any(e.get("taskDefinitionEvent", {}).get("taskName") == fixture_name for e in es)
-        )
-        out = []
-        for e in task_events:
-            if definition := e.get("taskDefinitionEvent"):
-                definition["taskName"] = name
-                definition["taskFunc"]["pythonFunctionDescriptor"]["functionName"] = name
-            text = orjson.dumps(e).decode().replace(task_id, "@TASK@")
-            out.append(text.replace(e["eventId"], "@EVENT@"))
-        return out
-
-    return session, template("parent", "ok"), template("fails", "flaky")
-
-
-def synth_batches(n_tasks: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """(tasks so far, events) in batches of about BATCH_EVENTS; task i is `flaky` when i % 10 == 9."""
-    session, ok, flaky = templates()
-    texts = list(session)
-    for i in range(n_tasks):
-        unique = (i * 0x9E3779B97F4A7C15 % 2**64).to_bytes(8, "big")  # a bijection: distinct, unordered IDs
-        task = base64.b64encode(unique + bytes.fromhex("ff" * 12 + "01000000")).decode()
-        for k, text in enumerate(flaky if i % 10 == 9 else ok):
-            event = base64.b64encode(unique + k.to_bytes(2, "big") + bytes(18)).decode()
-            texts.append(text.replace("@TASK@", task).replace("@EVENT@", event))
-        if len(texts) >= BATCH_EVENTS or i + 1 == n_tasks:
-            yield i + 1, orjson.loads("[" + ",".join(texts) + "]")
-            texts = []
-
-
 def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
     """Write the synthesised session into ``data_dir`` with the store API; returns what it took."""
     shutil.rmtree(data_dir, ignore_errors=True)
     store = Store(data_dir)
     events, t0 = 0, time.perf_counter()
     try:
-        for done, batch in synth_batches(n_tasks):
+        for done, texts in synth_batches(n_tasks, BATCH_EVENTS):
+            batch = orjson.loads(body(texts))
             store.apply(parse_batch(batch, label="bench1m"))
             events += len(batch)
             elapsed = time.perf_counter() - t0

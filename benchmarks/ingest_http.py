@@ -1,0 +1,128 @@
+"""Ingest throughput over HTTP into the store, with the raysight server pinned to one core.
+
+The server (`raysight server`, fresh data dir) runs on core 0; this process, the load generator, on core 1. Each
+round POSTs a new synthesised session (benchmarks/recorded.py: the recorded Ray session's per-task events with
+fresh IDs) in 1000-event batches as Ray's aggregators do, over --connections concurrent connections (one POST in
+flight each, like that many nodes; a 503 is retried as Ray would). Every 200 means the batch is committed, so
+the figure is durable events per second from the first POST to the last answer. Beside it, interleaved, the
+bound: parsing the same bodies (orjson + ``parse_batch``) alone on one core.
+Run: .venv/bin/python benchmarks/ingest_http.py [--rounds 5] [--tasks 20000] [--connections 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.recorded import body, synth_batches  # noqa: E402
+from raysight.cli.run import free_port  # noqa: E402
+from raysight.client import Client  # noqa: E402
+from raysight.ingest.ray_events import parse_batch  # noqa: E402
+
+SERVER_CORE, GENERATOR_CORE = 0, 1
+BATCH_EVENTS = 1000
+
+
+def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "raysight", "server", "--port", str(port),
+         "--data-dir", data_dir],
+        stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    with Client(f"http://127.0.0.1:{port}", timeout=2) as client:
+        deadline = time.monotonic() + 30
+        while not client.ping():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the server did not start")
+            time.sleep(0.1)
+    return proc
+
+
+def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, int]:
+    """POST every body, ``connections`` at a time; (seconds until the last answer, 503s retried)."""
+    def send(share: list[bytes]) -> int:
+        retries = 0
+        with httpx.Client(timeout=30) as http:
+            for data in share:
+                while (status := http.post(url, content=data).status_code) == 503:
+                    retries += 1
+                if status != 200:
+                    raise SystemExit(f"ingest answered {status}")
+        return retries
+
+    shares = [bodies[i::connections] for i in range(connections)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(connections) as pool:
+        retries = sum(pool.map(send, shares))
+    return time.perf_counter() - started, retries
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parse_only(bodies: list[bytes]) -> float:
+    started = time.perf_counter()
+    for data in bodies:
+        parse_batch(orjson.loads(data))
+    return time.perf_counter() - started
+
+
+def stored_events(client: Client) -> int:
+    return int(client.doctor()["counters"].get("stored", 0))
+
+
+def spread(rates: list[float]) -> str:
+    return f"median {statistics.median(rates):9,.0f} events/s  (min {min(rates):,.0f}, max {max(rates):,.0f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=20_000, help="synthesised tasks per round")
+    parser.add_argument("--connections", type=int, default=4)
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {GENERATOR_CORE})
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/ingest/ray-events?cluster=bench"
+    parse_rates, http_rates = [], []
+    with tempfile.TemporaryDirectory() as data_dir:
+        server = start_server(data_dir, port)
+        try:
+            with Client(f"http://127.0.0.1:{port}") as client:
+                for r in range(args.rounds):
+                    bodies = [body(texts) for _, texts in synth_batches(args.tasks, BATCH_EVENTS, r * args.tasks)]
+                    events = sum(len(orjson.loads(b)) for b in bodies)
+                    parse_rates.append(events / parse_only(bodies))
+                    before, cpu = stored_events(client), cpu_seconds(server.pid)
+                    seconds, retries = post_all(url, bodies, args.connections)
+                    busy = (cpu_seconds(server.pid) - cpu) / seconds
+                    stored = stored_events(client) - before
+                    http_rates.append(events / seconds)
+                    print(f"round {r + 1}: {events:,} events in {len(bodies)} POSTs; parse-only "
+                          f"{parse_rates[-1]:,.0f}/s; HTTP into the store {http_rates[-1]:,.0f}/s "
+                          f"({stored:,} new events stored, {retries} 503s retried, server core {busy:.0%} busy)", flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    print(f"\n{'parse only (bound)':>24}: {spread(parse_rates)}")
+    print(f"{'HTTP → store, 1 core':>24}: {spread(http_rates)}")
+    print(f"{'ratio':>24}: {statistics.median(http_rates) / statistics.median(parse_rates):.2f}x of the parse-only "
+          f"bound; aim ≥ 50,000 events/s ({args.rounds} interleaved rounds, {args.connections} connections)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Sessions of any size synthesised from the recorded Ray session (tests/fixtures/ray_batches.json).
+
+Per-task event templates are cut from two recorded tasks (`parent`: defined, ran, finished; `fails`: raised), with
+the task ID and each event ID replaced; every synthesised task gets fresh IDs, so rounds never overlap.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
+
+
+def templates() -> tuple[list[str], list[str], list[str]]:
+    """(session-level events, events of one finished `ok` task, of one failed `flaky` task) as JSON text."""
+    events = [e for batch in orjson.loads(FIXTURE.read_bytes()) for e in batch]
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    session: list[str] = []
+    for e in events:
+        task_id = next((v["taskId"] for v in e.values() if isinstance(v, dict) and "taskId" in v), None)
+        if task_id is None:
+            session.append(orjson.dumps(e).decode())
+        else:
+            by_task.setdefault(task_id, []).append(e)
+
+    def template(fixture_name: str, name: str, first_k: int) -> list[str]:
+        task_id, task_events = next(
+            (t, es) for t, es in by_task.items()
+            if any(e.get("taskDefinitionEvent", {}).get("taskName") == fixture_name for e in es)
+        )
+        out = []
+        for k, e in enumerate(task_events, first_k):
+            if definition := e.get("taskDefinitionEvent"):
+                definition["taskName"] = name
+                definition["taskFunc"]["pythonFunctionDescriptor"]["functionName"] = name
+            text = orjson.dumps(e).decode().replace(task_id, "@TASK@")
+            out.append(text.replace(e["eventId"], f"@EVENT{k}@"))
+        return out
+
+    ok = template("parent", "ok", 0)
+    return session, ok, template("fails", "flaky", len(ok))
+
+
+def synth_batches(n_tasks: int, batch_events: int, first: int = 0) -> Iterator[tuple[int, list[str]]]:
+    """(tasks so far, event JSON texts) in batches of about ``batch_events``; task i is `flaky` when i % 10 == 9.
+
+    Tasks are numbered from ``first``: two calls with disjoint ranges give disjoint task and event IDs.
+    """
+    session, ok, flaky = templates()
+    texts, done = list(session), 0
+    for i in range(first, first + n_tasks):
+        unique = (i * 0x9E3779B97F4A7C15 % 2**64).to_bytes(8, "big")  # a bijection: distinct, unordered IDs
+        task = base64.b64encode(unique + bytes.fromhex("ff" * 12 + "01000000")).decode()
+        for k, text in enumerate(flaky if i % 10 == 9 else ok, 0 if i % 10 != 9 else len(ok)):
+            event = base64.b64encode(unique + k.to_bytes(2, "big") + bytes(18)).decode()
+            texts.append(text.replace("@TASK@", task).replace(f"@EVENT{k}@", event))
+        done += 1
+        if len(texts) >= batch_events or done == n_tasks:
+            yield done, texts
+            texts = []
+
+
+def body(texts: list[str]) -> bytes:
+    """A POST body as Ray's aggregator sends it: one JSON array."""
+    return ("[" + ",".join(texts) + "]").encode()
