@@ -29,7 +29,9 @@ class ServerProcess:
         with Client(self.url, timeout=2) as client:
             deadline = time.monotonic() + 30
             while not client.ping():
-                assert self.proc.poll() is None and time.monotonic() < deadline, "server did not start"
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError("server did not start")
                 time.sleep(0.1)
         return self
 

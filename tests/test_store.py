@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from raysight.client import RESOURCES
 from raysight.ingest.ray_events import parse_batch
 from raysight.store import queries
 from raysight.store.store import Store
@@ -30,6 +31,10 @@ def store(tmp_path: Path) -> Store:
     s = Store(tmp_path)
     yield s
     s.close()
+
+
+def test_the_client_names_every_resource_the_store_answers() -> None:
+    assert set(RESOURCES) == set(queries.RESOURCES)
 
 
 def test_recorded_session_folds_field_by_field(store: Store, ray_batches) -> None:

@@ -14,6 +14,9 @@ import httpx
 from raysight.config import ENV_TOKEN, default_server
 from raysight.errors import BadQuery, NotFound, RaysightError, ServerUnreachable, Unauthorized
 
+# What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
+RESOURCES = ("actors", "jobs", "nodes", "tasks", "workers")
+
 _BY_STATUS: dict[int, type[RaysightError]] = {400: BadQuery, 401: Unauthorized, 404: NotFound}
 
 

@@ -8,7 +8,7 @@ import click
 
 from raysight.cli import render
 from raysight.cli.common import client_options, make_client, session_option
-from raysight.store.queries import RESOURCES
+from raysight.client import RESOURCES
 
 RESOURCE = click.Choice(sorted(RESOURCES) + ["placement-groups"], case_sensitive=False)
 LISTABLE = click.Choice(sorted(RESOURCES), case_sensitive=False)
