@@ -132,7 +132,7 @@ def test_an_older_schema_is_upgraded_and_refolded(tmp_path: Path, ray_batches) -
     upgraded.close()
 
 
-def test_sessions_count_their_events_and_a_v2_store_gains_the_counts(tmp_path: Path, ray_batches) -> None:
+def test_sessions_count_their_events_and_a_v2_store_is_upgraded_in_place(tmp_path: Path, ray_batches) -> None:
     store = Store(tmp_path)
     load(store, ray_batches)
     load(store, ray_batches)  # resent: counted once
@@ -144,6 +144,7 @@ def test_sessions_count_their_events_and_a_v2_store_gains_the_counts(tmp_path: P
     store.close()
     upgraded = Store(tmp_path)
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
+    assert upgraded.apply(parse_batch(ray_batches[2])).stored == 0  # the migrated raw keys still deduplicate
     upgraded.reindex()
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
     upgraded.close()

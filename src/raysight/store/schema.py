@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TERMINAL = "('FINISHED', 'FAILED')"
 
@@ -388,12 +388,16 @@ APPEND_TABLES = {t.name: t for t in (TASK_TRANSITIONS, TASK_PROFILE)}
 # Everything folded from raw events (sessions aside, which also hold labels): dropped and rebuilt by a reindex.
 FOLD_TABLE_NAMES = [t.name for t in ENTITY_TABLES] + list(APPEND_TABLES)
 
+# Keyed by the 128-bit md5 of (session, event_id): DuckDB's index on two long strings cost twice as much per insert.
+RAW_KEY = "md5_number(session || ' ' || event_id)"
+RAW_EVENTS_DDL = """CREATE TABLE IF NOT EXISTS {name} (
+        key UHUGEINT PRIMARY KEY, session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR,
+        ts_ns BIGINT, node_id VARCHAR, supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR)"""
+RAW_COLUMNS = "session, event_id, event_type, source_type, ts_ns, node_id, supported, received_at, body"
+
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS raw_events (
-        session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR, ts_ns BIGINT,
-        node_id VARCHAR, supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR,
-        PRIMARY KEY (session, event_id))""",
+    RAW_EVENTS_DDL.format(name="raw_events"),
     """CREATE TABLE IF NOT EXISTS quarantine (
         key VARCHAR PRIMARY KEY, session VARCHAR, reason VARCHAR, received_at TIMESTAMPTZ, body VARCHAR)""",
     # What `raysight run` saw of a driver it started: its exit code and when it ended (raw input, never folded away).
@@ -416,6 +420,12 @@ MIGRATIONS = {
         """UPDATE sessions SET events = r.events, raw_bytes = r.raw_bytes
            FROM (SELECT session, count(*) AS events, sum(strlen(body)) AS raw_bytes FROM raw_events GROUP BY 1) r
            WHERE sessions.session = r.session""",
+    ],
+    4: [
+        RAW_EVENTS_DDL.format(name="raw_events_v4"),
+        f"INSERT INTO raw_events_v4 SELECT {RAW_KEY}, {RAW_COLUMNS} FROM raw_events",
+        "DROP TABLE raw_events",
+        "ALTER TABLE raw_events_v4 RENAME TO raw_events",
     ],
 }
 REFOLD_BELOW = 2

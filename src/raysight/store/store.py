@@ -146,8 +146,8 @@ class Store:
         )
         rows = self._with_staged(
             "staged_raw", staged,
-            """INSERT INTO raw_events SELECT session, event_id, event_type, source_type, ts_ns, node_id, supported,
-                      now(), body FROM staged_raw
+            f"""INSERT INTO raw_events SELECT {schema.RAW_KEY}, session, event_id, event_type, source_type, ts_ns,
+                      node_id, supported, now(), body FROM staged_raw
                ON CONFLICT DO NOTHING RETURNING session, event_id""",
         ).fetchall()
         return set(rows)
