@@ -48,6 +48,7 @@ class Store:
         # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher threshold
         # and checkpoints while idle (the writer's) keep that out of ingest bursts.
         self.con = duckdb.connect(str(self.path), config={"checkpoint_threshold": WAL_LIMIT})
+        self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
         self._reader_lock = threading.Lock()
         self._inserts = {name: t.insert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
