@@ -1,7 +1,8 @@
 """Ray's structured event stream (a JSON array per POST) to raw rows and entity patches. Pure: no I/O.
 
 Every event becomes exactly one of: a raw row of a folded type, a raw row of a type raysight does not fold
-(``supported=False``: kept, counted, folded by a later ``reindex``), or a quarantined row with its reason.
+(``supported=False``: kept, counted, folded by a later ``reindex``; Ray 2.60 defines PLACEMENT_GROUP_*,
+SUBMISSION_JOB_* and PLATFORM events but never sends them), or a quarantined row with its reason.
 Entity patches are keyed by ``(session, id…)`` and name the columns they set; the store merges them with each
 column's rule (``store/schema.py``), so arrival order never matters. Patches to append tables (a task's state
 transitions and profile events) are rows the store adds the first time it sees the event.
@@ -22,17 +23,6 @@ Patch = dict[str, Any]
 Key = tuple[Any, ...]
 
 TERMINAL_TASK_STATES = frozenset({"FINISHED", "FAILED"})
-NOT_FOLDED_TYPES = frozenset(
-    {
-        "PLACEMENT_GROUP_DEFINITION_EVENT",
-        "PLACEMENT_GROUP_LIFECYCLE_EVENT",
-        "SUBMISSION_JOB_DEFINITION_EVENT",
-        "SUBMISSION_JOB_LIFECYCLE_EVENT",
-        "PLATFORM_EVENT",
-    }
-)
-
-
 @dataclass(frozen=True, slots=True)
 class RawEvent:
     session: str
