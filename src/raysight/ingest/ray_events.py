@@ -23,6 +23,8 @@ Patch = dict[str, Any]
 Key = tuple[Any, ...]
 
 TERMINAL_TASK_STATES = frozenset({"FINISHED", "FAILED"})
+
+
 @dataclass(frozen=True, slots=True)
 class RawEvent:
     session: str
