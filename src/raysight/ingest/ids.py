@@ -11,12 +11,17 @@ def b64_to_hex(value: object) -> str | None:
     """Ray's standard-base64 ID as the lowercase hex that ``ray list`` shows; None for an absent or nil ID."""
     if not isinstance(value, str) or not value:
         return None
-    return _b64_to_hex(value)
+    return _cached_hex(value)
 
 
-@lru_cache(maxsize=65536)
-def _b64_to_hex(value: str) -> str | None:
-    """Cached: a batch names the same job, node, worker and task many times."""
+def unique_b64_to_hex(value: object) -> str | None:
+    """:func:`b64_to_hex` for IDs seen once (event IDs), which would only crowd the cache out."""
+    if not isinstance(value, str) or not value:
+        return None
+    return _hex(value)
+
+
+def _hex(value: str) -> str | None:
     try:
         raw = binascii.a2b_base64(value)
     except (binascii.Error, ValueError):
@@ -24,6 +29,9 @@ def _b64_to_hex(value: str) -> str | None:
     if not raw or raw == b"\xff" * len(raw):
         return None
     return raw.hex()
+
+
+_cached_hex = lru_cache(maxsize=65536)(_hex)  # a batch names the same job, node, worker and task many times
 
 
 def parse_ts_ns(value: object) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from raysight.ingest.ids import b64_to_hex, parse_ts_ns, to_int
+from raysight.ingest.ids import b64_to_hex, parse_ts_ns, to_int, unique_b64_to_hex
 
 Patch = dict[str, Any]
 Key = tuple[Any, ...]
@@ -25,7 +25,7 @@ Key = tuple[Any, ...]
 TERMINAL_TASK_STATES = frozenset({"FINISHED", "FAILED"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RawEvent:
     session: str
     event_id: str
@@ -123,7 +123,7 @@ def parse_event(event: Any, body: str) -> Parsed:
     if not isinstance(event_type, str) or not event_type:
         raise ValueError("eventType is missing or not a string")
     source_type = event.get("sourceType")
-    event_id = b64_to_hex(event.get("eventId")) or "content:" + hashlib.md5(body.encode()).hexdigest()
+    event_id = unique_b64_to_hex(event.get("eventId")) or "content:" + hashlib.md5(body.encode()).hexdigest()
     handler = HANDLERS.get(event_type)
     patches: list[tuple[str, Key, Patch]] = []
     if handler is not None:
