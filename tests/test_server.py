@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -10,12 +11,19 @@ from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
+from raysight.store.journal import Journal
 from tests.conftest import FIXTURES
 
 
-def post(client: TestClient, body: bytes | list, query: str = "?cluster=t") -> object:
+def post(client: TestClient, body: bytes | list, query: str = "?cluster=t", settle: bool = True) -> object:
+    """POST a body as Ray's aggregator does; then (``settle``) wait until the server has folded what it journalled."""
     data = body if isinstance(body, bytes) else orjson.dumps(body)
-    return client.post("/ingest/ray-events" + query, content=data, headers={"Content-Type": "application/json"})
+    reply = client.post("/ingest/ray-events" + query, content=data, headers={"Content-Type": "application/json"})
+    deadline = time.monotonic() + 10
+    while settle and client.app.state.raysight.writer.backlog()["batches"]:
+        assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
+        time.sleep(0.01)
+    return reply
 
 
 def counters(client: TestClient) -> dict[str, int]:
@@ -108,24 +116,41 @@ def test_metrics_count_what_was_ingested(server: TestClient, ray_batches) -> Non
     assert "raysight_ingest_latency_seconds_count 1.0" in text and "raysight_ingest_resends_total 1.0" in text
 
 
-def test_a_resend_while_the_first_copy_is_still_being_written_waits_for_it(
+def test_a_resend_while_the_first_copy_is_still_being_journalled_waits_for_it(
     tmp_path: Path, ray_batches, monkeypatch
 ) -> None:
     """Past the deadline the caller gets 503 but the write goes on; the resend rides on it instead of queueing again."""
     monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
     with TestClient(create_app(tmp_path / "data")) as client:
-        writer = client.app.state.raysight.writer
-        release = threading.Event()
-        writer.call(lambda store: release.wait(10))  # the writer is busy
-        first = post(client, ray_batches[2])
+        journal = client.app.state.raysight.writer.journal
+        release, append = threading.Event(), journal.append
+        monkeypatch.setattr(journal, "append", lambda batches: release.wait(10) and append(batches))  # a slow disk
+        first = post(client, ray_batches[2], settle=False)
         assert first.status_code == 503 and "Ray will resend" in first.json()["error"]
-        resend = post(client, ray_batches[2])
-        assert resend.status_code == 503  # still waiting on the same write
+        resend = post(client, ray_batches[2], settle=False)
+        assert resend.status_code == 503  # still waiting on the same append
         release.set()
-        assert post(client, ray_batches[2]).json()["resend"] is True
-        assert post(client, ray_batches[3]).json()["resend"] is False  # the writer lives on
+        while client.app.state.raysight.writer.backlog()["batches"]:  # journalled, then folded
+            time.sleep(0.01)
+        assert post(client, ray_batches[2]).json()["resend"] is True  # answered from the journalled first copy
+        assert post(client, ray_batches[3]).json()["resend"] is False  # the journal lives on
         c = counters(client)
-        assert c["stored"] == len(ray_batches[2]) + len(ray_batches[3]) and c["batches"] <= 2
+        assert c["stored"] == len(ray_batches[2]) + len(ray_batches[3]) and c["resent_batches"] == 1
+
+
+def test_journalled_batches_are_folded_when_the_server_starts(tmp_path: Path, ray_batches) -> None:
+    """What a crash leaves in the journal (acknowledged, not folded; a torn last append) is folded, the tear cut."""
+    journal = Journal(tmp_path / "data" / "journal", folded=0)
+    journal.append([("t", None, orjson.dumps(batch)) for batch in ray_batches])
+    journal.close()
+    (segment,) = (tmp_path / "data" / "journal").glob("*.log")
+    with segment.open("ab") as torn:
+        torn.write(b"\x99\x00\x00\x00\x00")
+    with TestClient(create_app(tmp_path / "data")) as client:
+        post(client, [])  # settles once the replayed journal is folded
+        assert counters(client)["stored"] == sum(map(len, ray_batches))
+        assert client.get("/api/raysight/actors", params={"filter": "class_name=Counter"}).json()["total"] == 1
+        assert client.get("/api/raysight/sessions").json()["sessions"][0]["label"] == "t"
 
 
 def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, ray_batches) -> None:

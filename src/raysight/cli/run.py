@@ -108,11 +108,13 @@ def free_port() -> int:
 
 
 def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30.0) -> None:
-    """Wait until the server has received no event for ``quiet_s`` (Ray flushes about every second)."""
+    """Wait until the server has received no event for ``quiet_s`` (Ray flushes about every second) and has folded
+    everything it acknowledged."""
     last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        received = client.doctor()["counters"].get("received", 0)
-        if received != last:
+        report = client.doctor()
+        received = report["counters"].get("received", 0)
+        if received != last or report["ingest_backlog"]["batches"]:
             last, since = received, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return

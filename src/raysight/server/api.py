@@ -81,7 +81,7 @@ async def delete_session(request: Request) -> Response:
 async def doctor(request: Request) -> Response:
     state = app_state(request)
     report = await state.read(summaries.doctor)
-    report["writer_queue_events"] = state.writer.queued_events
+    report["ingest_backlog"] = state.writer.backlog()  # acknowledged (journalled), not yet folded
     return _json(report)
 
 

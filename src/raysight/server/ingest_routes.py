@@ -12,7 +12,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
-from raysight.ingest.ray_events import parse_batch
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.resends import digest
 from raysight.server.state import app_state
@@ -72,16 +71,15 @@ async def ray_events(request: Request) -> Response:
         if not isinstance(events, list):
             state.metrics.rejected.labels("not_array").inc()
             return _error(400, f"body is a JSON {type(events).__name__}, not an array of Ray events")
-        batch = parse_batch(
-            events, label=request.query_params.get("cluster") or None, run_id=request.query_params.get("run") or None
-        )
         try:
-            future = state.writer.submit(batch)
+            future = state.writer.submit(
+                body, request.query_params.get("cluster") or None, request.query_params.get("run") or None
+            )
         except QueueFull as exc:
             state.metrics.rejected.labels("busy").inc()
             return _error(503, f"busy: {exc}; Ray will resend", **{"Retry-After": "1"})
-        state.resends.track(key, future, len(batch))
-        received = len(batch)
+        state.resends.track(key, future, len(events))
+        received = len(events)
     else:
         future, received = prior
     remaining = INGEST_DEADLINE_S - (time.perf_counter() - started)
@@ -91,6 +89,8 @@ async def ray_events(request: Request) -> Response:
     except asyncio.TimeoutError:
         state.metrics.rejected.labels("deadline").inc()
         return _error(503, "not yet durable; Ray will resend and duplicates are ignored", **{"Retry-After": "1"})
+    except OSError as exc:
+        return _error(503, f"could not journal the batch ({exc}); Ray will resend", **{"Retry-After": "1"})
     state.metrics.latency.observe(time.perf_counter() - started)
     return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
 

@@ -89,6 +89,11 @@ class Store:
         with self._reader_lock:
             return self.con.cursor()
 
+    def journal_folded(self) -> int:
+        """The last journal record folded into the store (0 before any)."""
+        row = self.con.execute("SELECT value FROM meta WHERE key = 'journal_folded'").fetchone()
+        return int(row[0]) if row else 0
+
     def checkpoint_if_due(self) -> None:
         """Checkpoint when the WAL has grown past :data:`IDLE_CHECKPOINT_BYTES` (writer thread)."""
         wal = self.path.with_name(self.path.name + ".wal")
@@ -100,10 +105,11 @@ class Store:
 
     # --- writes (writer thread only) -------------------------------------------------------------------------
 
-    def apply(self, batch: Batch) -> ApplyResult:
+    def apply(self, batch: Batch, journal_seq: int | None = None) -> ApplyResult:
         """Write one batch durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
 
         Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
+        ``journal_seq`` is the last journal record the batch holds; it is recorded in the same transaction.
         """
         con = self.con
         con.execute("BEGIN")
@@ -122,6 +128,8 @@ class Store:
             )
             self.count(received=result.received, stored=result.stored, deduplicated=result.deduplicated,
                        quarantined=result.quarantined, unsupported=result.unsupported, batches=1)
+            if journal_seq is not None:
+                con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

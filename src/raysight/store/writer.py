@@ -1,8 +1,10 @@
-"""The single writer: a thread that group-commits queued batches and resolves each caller's future on commit.
+"""Two threads between the ingest routes and the store.
 
-Callers (the ingest routes) await the future with a deadline; a batch that misses it is still committed later,
-and the resend it provokes is deduplicated. The queue is bounded by events, so a stalled store sheds load with
-503s instead of memory.
+The journal thread appends the POST bodies that are waiting, fsyncs once, and resolves each caller's future: the
+batch is durable and may be acknowledged. The fold thread takes journalled batches in large groups, parses them
+and applies them to the store in one transaction that also records the last journal record folded; it runs the
+store's other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded
+records are folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
 """
 
 from __future__ import annotations
@@ -15,110 +17,168 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from raysight.ingest.ray_events import Batch
+import orjson
+
+from raysight.ingest.ray_events import Batch, parse_batch
+from raysight.store.journal import Journal, Record
 from raysight.store.store import ApplyResult, Store
 
 log = logging.getLogger("raysight.writer")
 
-MAX_QUEUED_EVENTS = 500_000
-MAX_GROUP_EVENTS = 50_000
+MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
+MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
+RETRY_S = 1.0
 _STOP = object()
 
 
 class QueueFull(Exception):
-    """The writer is too far behind to accept more now."""
+    """The store is too far behind to accept more now."""
 
 
 class Writer:
     def __init__(self, store: Store, on_commit: Callable[[ApplyResult, float], None] | None = None) -> None:
         self.store = store
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._queued_events = 0
+        folded = store.journal_folded()
+        self.journal = Journal(store.data_dir / "journal", folded)
+        self._to_journal: queue.Queue[Any] = queue.Queue()
+        self._to_fold: queue.Queue[Any] = queue.Queue()
+        self._backlog_bytes = 0
+        self._backlog_batches = 0
         self._lock = threading.Lock()
         self._on_commit = on_commit
-        self._thread = threading.Thread(target=self._run, name="raysight-writer", daemon=True)
-        self._thread.start()
+        for record in self.journal.replay(folded):
+            self._count_in(record)
+            self._to_fold.put(record)
+        self._threads = [
+            threading.Thread(target=self._journal_loop, name="raysight-journal", daemon=True),
+            threading.Thread(target=self._fold_loop, name="raysight-writer", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    @property
-    def queued_events(self) -> int:
-        return self._queued_events
+    def backlog(self) -> dict[str, int]:
+        """Batches (and their bytes) acknowledged but not yet folded into the store."""
+        return {"batches": self._backlog_batches, "bytes": self._backlog_bytes}
 
-    def submit(self, batch: Batch) -> Future[ApplyResult]:
-        """Queue a batch; the future resolves once it is committed."""
+    def submit(self, body: bytes, label: str | None = None, run_id: str | None = None) -> Future[Record]:
+        """Journal a POST body; the future resolves once it is on disk (and it is folded soon after)."""
         with self._lock:
-            if self._queued_events + len(batch) > MAX_QUEUED_EVENTS:
-                raise QueueFull(f"{self._queued_events} events are waiting to be written")
-            self._queued_events += len(batch)
-        future: Future[ApplyResult] = Future()
-        self._queue.put((batch, future))
+            if self._backlog_bytes + len(body) > MAX_BACKLOG_BYTES:
+                raise QueueFull(f"{self._backlog_bytes} bytes are waiting to be folded into the store")
+            self._backlog_bytes += len(body)
+            self._backlog_batches += 1
+        future: Future[Record] = Future()
+        self._to_journal.put(((label, run_id, body), future))
         return future
 
     def call(self, fn: Callable[[Store], Any]) -> Future[Any]:
-        """Run ``fn(store)`` on the writer thread, between batches (reindex, deletes, run exits)."""
+        """Run ``fn(store)`` on the fold thread after what is queued now (reindex, deletes, run exits)."""
         future: Future[Any] = Future()
-        self._queue.put((fn, future))
+        self._to_journal.put((fn, future))  # through the journal thread, so it stays behind earlier batches
         return future
 
     def close(self, timeout: float = 30) -> None:
-        self._queue.put(_STOP)
-        self._thread.join(timeout)
+        self._to_journal.put(_STOP)
+        for thread in self._threads:
+            thread.join(timeout)
+        self.journal.close()
 
-    def _run(self) -> None:
+    def _count_in(self, record: Record) -> None:
+        with self._lock:
+            self._backlog_bytes += len(record.body)
+            self._backlog_batches += 1
+
+    # --- journal thread ----------------------------------------------------------------------------------------
+
+    def _journal_loop(self) -> None:
+        while True:
+            items = [self._to_journal.get()]
+            while True:
+                try:
+                    items.append(self._to_journal.get_nowait())
+                except queue.Empty:
+                    break
+            pending: list[tuple[tuple[str | None, str | None, bytes], Future[Record]]] = []
+            for item in items:
+                if item is _STOP or callable(item[0]):
+                    self._append(pending)
+                    pending = []
+                    self._to_fold.put(item)
+                    if item is _STOP:
+                        return
+                else:
+                    pending.append(item)
+            self._append(pending)
+
+    def _append(self, pending: list[tuple[tuple[str | None, str | None, bytes], Future[Record]]]) -> None:
+        if not pending:
+            return
+        try:
+            records = self.journal.append([batch for batch, _ in pending])
+        except OSError as exc:  # the disk refused: nothing is acknowledged, Ray resends
+            log.exception("journal append failed")
+            with self._lock:
+                self._backlog_bytes -= sum(len(b[2]) for b, _ in pending)
+                self._backlog_batches -= len(pending)
+            for _, future in pending:
+                future.set_exception(exc)
+            return
+        for record, (_, future) in zip(records, pending):
+            self._to_fold.put(record)
+            future.set_result(record)
+
+    # --- fold thread -------------------------------------------------------------------------------------------
+
+    def _fold_loop(self) -> None:
         while True:
             try:
-                item = self._queue.get(timeout=IDLE_S)
+                item = self._to_fold.get(timeout=IDLE_S)
             except queue.Empty:
                 self.store.checkpoint_if_due()  # idle: fold the WAL into the database file now, not mid-burst
                 continue
             if item is _STOP:
                 return
-            work, future = item
-            if callable(work):
-                _settle(future, work, self.store)
+            if not isinstance(item, Record):
+                _settle(item[1], item[0], self.store)
                 continue
-            group = [(work, future)]
-            size = len(work)
-            pending_call = None
-            while size < MAX_GROUP_EVENTS:
+            group, size, after = [item], len(item.body), None
+            while size < MAX_GROUP_BYTES:
                 try:
-                    nxt = self._queue.get_nowait()
+                    nxt = self._to_fold.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP or callable(nxt[0]):
-                    pending_call = nxt
+                if not isinstance(nxt, Record):
+                    after = nxt
                     break
                 group.append(nxt)
-                size += len(nxt[0])
-            self._commit(group, size)
-            if pending_call is None:
-                continue
-            if pending_call is _STOP:
+                size += len(nxt.body)
+            self._fold(group, size)
+            if after is _STOP:
                 return
-            _settle(pending_call[1], pending_call[0], self.store)
+            if after is not None:
+                _settle(after[1], after[0], self.store)
 
-    def _commit(self, group: list[tuple[Batch, Future[ApplyResult]]], size: int) -> None:
+    def _fold(self, group: list[Record], size: int) -> None:
+        """Parse and apply ``group`` in one transaction; retried until the store takes it (it is acknowledged)."""
         merged = Batch()
-        for batch, future in group:
-            merged.extend(batch)  # written even when its caller has given up: the resend will find it
-            future.set_running_or_notify_cancel()
-        started = time.perf_counter()
-        try:
-            result = self.store.apply(merged)
-        except Exception as exc:  # the store refused the whole group: every caller gets the error, none is acked
-            log.exception("writing %d events failed", size)
-            for _, future in group:
-                if not future.cancelled():
-                    future.set_exception(exc)
-        else:
-            if self._on_commit:
-                self._on_commit(result, time.perf_counter() - started)
-            for _, future in group:
-                if not future.cancelled():
-                    future.set_result(result)
-        finally:
-            with self._lock:
-                self._queued_events -= size
+        for record in group:
+            events = orjson.loads(record.body)  # validated as a JSON array before it was journalled
+            merged.extend(parse_batch(events, label=record.label, run_id=record.run_id))
+        while True:
+            started = time.perf_counter()
+            try:
+                result = self.store.apply(merged, journal_seq=group[-1].seq)
+                break
+            except Exception:
+                log.exception("folding %d journalled batches failed; retrying", len(group))
+                time.sleep(RETRY_S)
+        self.journal.release(group[-1].seq)
+        with self._lock:
+            self._backlog_bytes -= size
+            self._backlog_batches -= len(group)
+        if self._on_commit:
+            self._on_commit(result, time.perf_counter() - started)
 
 
 def _settle(future: Future[Any], fn: Callable[[Store], Any], store: Store) -> None:

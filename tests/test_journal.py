@@ -1,0 +1,48 @@
+"""The ingest journal: records survive a reopen in order, a torn tail is cut, folded segments are released."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raysight.store import journal as journal_module
+from raysight.store.journal import Journal
+
+
+def test_records_replay_in_order_after_a_reopen_and_numbering_goes_on(tmp_path: Path) -> None:
+    j = Journal(tmp_path, folded=0)
+    first = j.append([("lab", "run", b"[1]"), (None, None, b"[2]")])
+    j.close()
+    j = Journal(tmp_path, folded=0)
+    assert [(r.seq, r.label, r.run_id, r.body) for r in j.replay(0)] == [(1, "lab", "run", b"[1]"), (2, None, None, b"[2]")]
+    assert [r.seq for r in j.append([(None, None, b"[3]")])] == [3]
+    assert [r.body for r in j.replay(folded=first[-1].seq)] == [b"[3]"]
+    j.close()
+
+
+def test_a_torn_last_append_is_cut_and_never_replayed(tmp_path: Path) -> None:
+    j = Journal(tmp_path, folded=0)
+    j.append([(None, None, b"[1]")])
+    j.close()
+    (segment,) = tmp_path.glob("*.log")
+    good = segment.stat().st_size
+    with segment.open("ab") as f:
+        f.write(b"\x40\x00\x00\x00garbage")
+    j = Journal(tmp_path, folded=0)
+    assert segment.stat().st_size == good and [r.body for r in j.replay(0)] == [b"[1]"]
+    assert j.append([(None, None, b"[2]")])[0].seq == 2
+    j.close()
+
+
+def test_segments_whose_records_are_all_folded_are_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 10)  # a segment per append
+    j = Journal(tmp_path, folded=0)
+    for n in range(4):
+        j.append([(None, None, f"[{n}]".encode())])
+    assert len(list(tmp_path.glob("*.log"))) == 4
+    j.release(folded=2)
+    assert [r.seq for r in j.replay(0)] == [3, 4]
+    j.release(folded=4)
+    assert [r.seq for r in j.replay(0)] == [4]  # the segment being appended to stays
+    j.close()
