@@ -10,6 +10,7 @@ records are folded first. A backlog bound turns a stalled store into 503s instea
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -28,6 +29,7 @@ log = logging.getLogger("raysight.writer")
 MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
 MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
+FOLD_NICENESS = 10
 RETRY_S = 1.0
 _STOP = object()
 
@@ -46,6 +48,7 @@ class Writer:
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._on_commit = on_commit
         for record in self.journal.replay(folded):
             self._count_in(record)
@@ -79,6 +82,8 @@ class Writer:
         return future
 
     def close(self, timeout: float = 30) -> None:
+        """Stop after the group being folded; what is left unfolded stays in the journal for the next start."""
+        self._stopping.set()
         self._to_journal.put(_STOP)
         for thread in self._threads:
             thread.join(timeout)
@@ -131,13 +136,16 @@ class Writer:
     # --- fold thread -------------------------------------------------------------------------------------------
 
     def _fold_loop(self) -> None:
+        # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
+        # (the journal thread) keeps its normal priority, so Ray is never held up.
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
         while True:
             try:
                 item = self._to_fold.get(timeout=IDLE_S)
             except queue.Empty:
                 self.store.checkpoint_if_due()  # idle: fold the WAL into the database file now, not mid-burst
                 continue
-            if item is _STOP:
+            if item is _STOP or self._stopping.is_set():
                 return
             if not isinstance(item, Record):
                 _settle(item[1], item[0], self.store)
@@ -154,7 +162,7 @@ class Writer:
                 group.append(nxt)
                 size += len(nxt.body)
             self._fold(group, size)
-            if after is _STOP:
+            if after is _STOP or self._stopping.is_set():
                 return
             if after is not None:
                 _settle(after[1], after[0], self.store)
@@ -172,7 +180,8 @@ class Writer:
                 break
             except Exception:
                 log.exception("folding %d journalled batches failed; retrying", len(group))
-                time.sleep(RETRY_S)
+                if self._stopping.wait(RETRY_S):
+                    return  # still in the journal: folded at the next start
         self.journal.release(group[-1].seq)
         with self._lock:
             self._backlog_bytes -= size
