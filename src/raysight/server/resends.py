@@ -1,9 +1,9 @@
 """Ray's resends, recognised before parsing.
 
 An aggregator that gets no answer within 3 s (or a 503) sends the same batch again, byte for byte, and keeps
-doing so. Parsing and queueing every copy would feed an overloaded server more of the work it is behind on. So a
-resend of a batch still being written waits on the first copy's commit, and one of a batch committed recently is
-acknowledged at once: its events are already durable.
+doing so. Parsing and journalling every copy would feed an overloaded server more of the work it is behind on. So
+a resend of a batch still being journalled waits on the first copy's append, and one of a batch made durable
+recently is acknowledged at once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
 
-REMEMBERED = 4096  # committed batches remembered (about a minute of a busy cluster's POSTs)
+REMEMBERED = 4096  # durable batches remembered (about a minute of a busy cluster's POSTs)
 
 
 def digest(body: bytes, query: str) -> bytes:
@@ -27,15 +27,15 @@ def digest(body: bytes, query: str) -> bytes:
 class Resends:
     def __init__(self, remembered: int = REMEMBERED) -> None:
         self._pending: dict[bytes, tuple[Future[Any], int]] = {}  # digest -> (the first copy's write, events)
-        self._committed: OrderedDict[bytes, int] = OrderedDict()  # digest -> events in the batch
+        self._durable: OrderedDict[bytes, int] = OrderedDict()  # digest -> events in the batch
         self._remembered = remembered
         self._lock = threading.Lock()
 
     def find(self, key: bytes) -> tuple[Future[Any] | None, int] | None:
-        """(the first copy's write, or None once it is committed; its event count), or None for a new batch."""
+        """(the first copy's append, or None once it is durable; its event count), or None for a new batch."""
         with self._lock:
-            if key in self._committed:
-                return None, self._committed[key]
+            if key in self._durable:
+                return None, self._durable[key]
             return self._pending.get(key)
 
     def track(self, key: bytes, future: Future[Any], events: int) -> None:
@@ -47,6 +47,6 @@ class Resends:
         with self._lock:
             self._pending.pop(key, None)
             if future.exception() is None:
-                self._committed[key] = events
-                while len(self._committed) > self._remembered:
-                    self._committed.popitem(last=False)
+                self._durable[key] = events
+                while len(self._durable) > self._remembered:
+                    self._durable.popitem(last=False)
