@@ -297,10 +297,10 @@ def list_rows(
         raise BadQuery("limit must be 0 or more")
     if offset < 0:
         raise BadQuery("offset must be 0 or more")
-    where, params = _where(con, res, session, filters, exclude_driver)
-    resolved = params[0] if session != "*" and params else None
-    if session != "*" and not params:
-        return ListResult([], 0, None)
+    resolved = None if session == "*" else resolve_session(con, session)
+    if session != "*" and resolved is None:
+        return ListResult([], 0, None)  # an empty store
+    where, params = _where(res, resolved, filters, exclude_driver)
     order = _order(res, sort)
     fields = res.columns(detail)
     late = [f for f in fields if f.late]
@@ -345,17 +345,15 @@ def get_rows(con: duckdb.DuckDBPyConnection, res: Resource, entity_id: str, *, s
 
 
 def _where(
-    con: duckdb.DuckDBPyConnection, res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool
+    res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool
 ) -> tuple[str, list[object]]:
+    """The WHERE clause and its parameters: one session (None: every session), the filters."""
     alias = res.source.split()[1]
     conditions: list[str] = []
     params: list[object] = []
-    if session != "*":
-        resolved = resolve_session(con, session)
-        if resolved is None:
-            return "false", []
+    if session is not None:
         conditions.append(f"{alias}.session = ?")
-        params.append(resolved)
+        params.append(session)
     if exclude_driver and res is TASKS:
         conditions.append("coalesce(t.type, '') <> 'DRIVER_TASK'")
     for f in filters:
