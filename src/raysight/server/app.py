@@ -10,10 +10,10 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raysight.config import DEFAULT_MAX_BODY
 from raysight.errors import RaysightError
@@ -40,18 +40,29 @@ async def handle_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status)
 
 
-class ReadAuth(BaseHTTPMiddleware):
-    """Every path but ingest (which checks its own write-only key) needs the read token, when there is one."""
+class ReadAuth:
+    """Every path but ingest (which checks its own write-only key) needs the read token, when there is one.
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        secrets = app_state(request).secrets
-        path = request.url.path
-        if not path.startswith("/ingest/") and not secrets.token_ok(request.headers.get("authorization")):
-            message = "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
-            if _is_ray_path(path):
-                return Response(message, status_code=401, media_type="text/plain")
-            return JSONResponse({"ok": False, "error": message, "status": 401}, status_code=401)
-        return await call_next(request)
+    Plain ASGI: ingest requests (and their bodies) pass straight through.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/ingest/"):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if app_state(request).secrets.token_ok(request.headers.get("authorization")):
+            await self.app(scope, receive, send)
+            return
+        message = "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
+        if _is_ray_path(scope["path"]):
+            denied: Response = Response(message, status_code=401, media_type="text/plain")
+        else:
+            denied = JSONResponse({"ok": False, "error": message, "status": 401}, status_code=401)
+        await denied(scope, receive, send)
 
 
 async def metrics(request: Request) -> Response:
