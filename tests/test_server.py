@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.store.journal import Journal
+from raysight.store.store import Store
 from tests.conftest import FIXTURES
 
 
@@ -177,3 +178,31 @@ def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, r
     assert "bad Ray metrics: not Prometheus text" in send(b"x{a=b} 1").json()["error"]
     server.delete(f"/api/raysight/sessions/{reported['session']}")
     assert server.get("/api/raysight/doctor").json()["ray_reported"] == []
+
+
+def test_a_batch_the_store_keeps_refusing_is_quarantined_whole_and_the_rest_folded(
+    tmp_path: Path, ray_batches, monkeypatch
+) -> None:
+    """Acknowledged means kept: a batch that fails every fold is set apart with its reason, never dropped or stuck."""
+    monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.01)
+    apply = Store.apply
+
+    def refuse_poison(self: Store, batch, journal_seq=None):
+        if any(e.raw.session == "poison" for e in batch.events):
+            raise RuntimeError("cannot write this")
+        return apply(self, batch, journal_seq)
+
+    monkeypatch.setattr(Store, "apply", refuse_poison)
+    with TestClient(create_app(tmp_path / "data")) as client:
+        writer = client.app.state.raysight.writer
+        release = threading.Event()
+        writer.call(lambda store: release.wait(10))  # hold folding so that the three batches fold as one group
+        poison = [{**e, "sessionName": "poison"} for e in ray_batches[3]]
+        for batch in (ray_batches[2], poison, ray_batches[4]):
+            assert post(client, batch, settle=False).status_code == 200
+        release.set()
+        post(client, [])
+        c = counters(client)
+        assert c["stored"] == len(ray_batches[2]) + len(ray_batches[4]) and c["quarantined"] == 1
+        doctor = client.get("/api/raysight/doctor").json()
+        assert "could not fold this batch: cannot write this" in doctor["quarantine"][0]["reason"]

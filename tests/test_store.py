@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import random
 from pathlib import Path
 
@@ -148,3 +150,30 @@ def test_sessions_count_their_events_and_a_v2_store_is_upgraded_in_place(tmp_pat
     upgraded.reindex()
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
     upgraded.close()
+
+
+def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_store(store: Store, ray_batches) -> None:
+    """An event whose numbers overflow the store's columns would fail every write of its group: it is quarantined."""
+    lifecycle = next(e for b in ray_batches for e in b if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+
+    def variant(n: int, change) -> dict:
+        event = copy.deepcopy(lifecycle)
+        event["eventId"] = base64.b64encode(bytes([n]) * 28).decode()
+        change(event, event["taskLifecycleEvent"])
+        return event
+
+    odd = [
+        variant(1, lambda e, p: p.update(taskAttempt=99_999_999_999)),
+        variant(2, lambda e, p: p.update(workerPid=1e20)),  # as orjson reads a number beyond 64 bits
+        variant(3, lambda e, p: p["stateTransitions"][0].update(timestamp="9999-12-31T00:00:00Z")),
+        variant(4, lambda e, p: p.update(taskLogInfo={"stdoutStart": "99999999999999999999"})),
+    ]
+    kept = [
+        variant(5, lambda e, p: e.update(timestamp="9999-12-31T00:00:00Z")),  # the event's own time: unknown
+        variant(6, lambda e, p: p.update(taskLogInfo={"stdoutFile": "a\u0000b"})),
+    ]
+    batch = parse_batch(odd + kept)
+    reasons = [q.reason for q in batch.quarantined]
+    assert len(reasons) == 4 and all("bits" in r or "timestamp" in r for r in reasons), reasons
+    result = store.apply(batch)
+    assert result.stored == 2 and result.quarantined == 4

@@ -42,9 +42,10 @@ def parse_ts_ns(value: object) -> int | None:
     head, _, frac = text.partition(".")
     try:
         nanos = int((frac + "000000000")[:9]) if frac else 0
-        return _epoch_seconds(head) * 1_000_000_000 + nanos
+        ns = _epoch_seconds(head) * 1_000_000_000 + nanos
     except ValueError:
         return None
+    return ns if -(1 << 63) <= ns < 1 << 63 else None  # beyond 2262 is not a timestamp Ray sent
 
 
 @lru_cache(maxsize=4096)
@@ -53,11 +54,17 @@ def _epoch_seconds(head: str) -> int:
     return int(datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp())
 
 
-def to_int(value: object) -> int | None:
-    """proto3 JSON int64 (a string) or int32 (a number) as an int; None when absent or not a number."""
+def to_int(value: object, bits: int = 64) -> int | None:
+    """proto3 JSON int64 (a string) or int32 (a number) as an int; None when absent or not a number.
+
+    Raises ValueError when the number does not fit the store's ``bits``-bit column: such an event is quarantined.
+    """
     if value is None or value == "" or isinstance(value, bool):
         return None
     try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        number = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         return None
+    if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+        raise ValueError(f"{value!r} does not fit in {bits} bits")
+    return number

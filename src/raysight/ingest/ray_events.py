@@ -195,7 +195,7 @@ def _task_key(session: str, payload: Patch, attempt_field: str = "taskAttempt") 
     task_id = b64_to_hex(payload.get("taskId"))
     if task_id is None:
         raise ValueError("taskId is missing")
-    attempt = to_int(payload.get(attempt_field)) or 0
+    attempt = to_int(payload.get(attempt_field), bits=32) or 0
     return (session, task_id, attempt)
 
 
@@ -265,7 +265,7 @@ def fold_task_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patc
     key = _task_key(session, p)
     error_type, error_message, error_detail = _error(p.get("rayErrorInfo"))
     logs = p.get("taskLogInfo") if isinstance(p.get("taskLogInfo"), dict) else {}
-    pid = to_int(p.get("workerPid"))
+    pid = to_int(p.get("workerPid"), bits=32)
     paused = p.get("isDebuggerPaused")
     transitions = [(_ts(t), t["state"]) for t in _transitions(p)]
     yield "tasks", key, {
@@ -375,8 +375,8 @@ def fold_actor_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Pat
                 "state": state,
                 "node_id": b64_to_hex(t.get("nodeId")),
                 "worker_id": b64_to_hex(t.get("workerId")),
-                "pid": to_int(t.get("pid")) or None,
-                "port": to_int(t.get("port")) or None,
+                "pid": to_int(t.get("pid"), bits=32) or None,
+                "port": to_int(t.get("port"), bits=32) or None,
                 "repr_name": _str(t.get("reprName")),
                 "restart_reason": _str(t.get("restartReason")) if state == "RESTARTING" else None,
                 "death_cause": _json(t.get("deathCause")) if state == "DEAD" else None,

@@ -89,6 +89,22 @@ class Store:
         with self._reader_lock:
             return self.con.cursor()
 
+    def quarantine_batch(self, body: bytes, reason: str, journal_seq: int) -> None:
+        """Keep a whole journalled batch the store could not fold (with why), and move past it."""
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            con.execute(
+                "INSERT INTO quarantine VALUES (md5(?), NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
+                [body.decode(), reason[:500], body.decode()],
+            )
+            self.count(quarantined=1)
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""
         row = self.con.execute("SELECT value FROM meta WHERE key = 'journal_folded'").fetchone()

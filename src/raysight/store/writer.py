@@ -31,6 +31,7 @@ MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
 FOLD_NICENESS = 10
 RETRY_S = 1.0
+FOLD_TRIES = 3
 _STOP = object()
 
 
@@ -168,25 +169,43 @@ class Writer:
                 _settle(after[1], after[0], self.store)
 
     def _fold(self, group: list[Record], size: int) -> None:
-        """Parse and apply ``group`` in one transaction; retried until the store takes it (it is acknowledged)."""
+        """Parse and apply ``group`` in one transaction. It has been acknowledged, so it is never dropped: when the
+        store keeps refusing it, its batches are folded one by one, and a batch the store refuses on its own (while
+        it takes a quarantine row) is quarantined whole. Otherwise (a full disk) it is retried until it goes in."""
         merged = Batch()
         for record in group:
             events = orjson.loads(record.body)  # validated as a JSON array before it was journalled
             merged.extend(parse_batch(events, label=record.label, run_id=record.run_id))
-        while True:
+        for attempt in range(FOLD_TRIES):
             started = time.perf_counter()
             try:
                 result = self.store.apply(merged, journal_seq=group[-1].seq)
                 break
-            except Exception:
-                log.exception("folding %d journalled batches failed; retrying", len(group))
+            except Exception as exc:
+                log.exception("folding %d journalled batches failed (try %d)", len(group), attempt + 1)
+                error = exc
                 if self._stopping.wait(RETRY_S):
                     return  # still in the journal: folded at the next start
+        else:
+            if len(group) > 1:
+                for record in group:
+                    self._fold([record], len(record.body))
+                return
+            while True:
+                try:
+                    self.store.quarantine_batch(group[0].body, f"the store could not fold this batch: {error}",
+                                                group[0].seq)
+                    break
+                except Exception:
+                    log.exception("the store takes nothing; retrying")
+                    if self._stopping.wait(RETRY_S):
+                        return
+            result = None
         self.journal.release(group[-1].seq)
         with self._lock:
             self._backlog_bytes -= size
             self._backlog_batches -= len(group)
-        if self._on_commit:
+        if self._on_commit and result is not None:
             self._on_commit(result, time.perf_counter() - started)
 
 
