@@ -59,7 +59,5 @@ def merge_into(old: Patch, new: Patch, rules: dict[str, str]) -> None:
             old[name] = min(current, value)
         elif rule == "greatest":
             old[name] = max(current, value)
-        elif rule == "sum":
-            old[name] = current + value
-        elif rule == "union":
+        elif rule in ("sum", "union"):  # numbers add up; history lists concatenate (the store sorts them)
             old[name] = current + value

@@ -6,10 +6,11 @@ readers take their own cursor (:meth:`Store.reader`) and see committed data only
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 
 import duckdb
@@ -67,22 +68,34 @@ class Store:
                 f"({schema.SCHEMA_VERSION}); upgrade raysight"
             )
         refold = found is not None and found < schema.REFOLD_BELOW
-        self.con.execute("BEGIN")
-        if refold:
-            for name in schema.FOLD_TABLE_NAMES:  # entity tables are folds: drop and rebuild from raw events
-                self.con.execute(f"DROP TABLE IF EXISTS {name}")
-        elif found is not None:
-            for version in range(found + 1, schema.SCHEMA_VERSION + 1):
-                for statement in schema.MIGRATIONS.get(version, []):
-                    self.con.execute(statement)
-        for statement in schema.all_ddl():
-            self.con.execute(statement)
-        self.con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)]
-        )
-        self.con.execute("COMMIT")
+        with self._transaction() as con:
+            if refold:
+                for name in schema.FOLD_TABLE_NAMES:  # entity tables are folds: drop and rebuild from raw events
+                    con.execute(f"DROP TABLE IF EXISTS {name}")
+            elif found is not None:
+                for version in range(found + 1, schema.SCHEMA_VERSION + 1):
+                    for statement in schema.MIGRATIONS.get(version, []):
+                        con.execute(statement)
+            for statement in schema.all_ddl():
+                con.execute(statement)
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
         if refold:
             self.reindex()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN … COMMIT, or ROLLBACK when anything in the block raises."""
+        self.con.execute("BEGIN")
+        try:
+            yield self.con
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def _mark_folded(self, journal_seq: int) -> None:
+        """Record the last journal record folded (inside the transaction that folded it)."""
+        self.con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for one thread's reads."""
@@ -91,19 +104,14 @@ class Store:
 
     def quarantine_batch(self, body: bytes, reason: str, journal_seq: int) -> None:
         """Keep a whole journalled batch the store could not fold (with why), and move past it."""
-        con = self.con
-        con.execute("BEGIN")
-        try:
+        text = body.decode()
+        with self._transaction() as con:
             con.execute(
                 "INSERT INTO quarantine VALUES (md5(?), NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
-                [body.decode(), reason[:500], body.decode()],
+                [text, reason[:500], text],
             )
             self.count(quarantined=1)
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+            self._mark_folded(journal_seq)
 
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""
@@ -127,29 +135,21 @@ class Store:
         Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
         ``journal_seq`` is the last journal record the batch holds; it is recorded in the same transaction.
         """
-        con = self.con
-        con.execute("BEGIN")
-        try:
+        with self._transaction():
             fresh = self._insert_raw(batch)
             stored = len(fresh)
             quarantined = self._insert_quarantine(batch)
             self._fold(_first_sightings(batch.events, fresh), batch.sessions)
-            unsupported = sum(1 for e in batch.events if not e.raw.supported)
             result = ApplyResult(
                 received=len(batch),
                 stored=stored,
                 deduplicated=len(batch.events) - stored + len(batch.quarantined) - quarantined,
                 quarantined=quarantined,
-                unsupported=unsupported,
+                unsupported=sum(1 for e in batch.events if not e.raw.supported),
             )
-            self.count(received=result.received, stored=result.stored, deduplicated=result.deduplicated,
-                       quarantined=result.quarantined, unsupported=result.unsupported, batches=1)
+            self.count(**asdict(result), batches=1)
             if journal_seq is not None:
-                con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+                self._mark_folded(journal_seq)
         return result
 
     def _insert_raw(self, batch: Batch) -> set[tuple[str, str]]:
@@ -213,8 +213,9 @@ class Store:
         keys = [c.name for c in table.keys]
         rest = [r for r in rows if tuple(r[k] for k in keys) not in inserted]
         columns = tuple(c.name for c in table.columns if any(r.get(c.name) is not None for r in rest))
-        sql = self._merges.get((name, columns)) or self._merges.setdefault((name, columns),
-                                                                           table.merge_sql(staged, list(columns)))
+        sql = self._merges.get((name, columns))
+        if sql is None:
+            sql = self._merges[(name, columns)] = table.merge_sql(staged, list(columns))
         self._with_staged(staged, pa.Table.from_pylist(rest, schema=table.arrow_schema), sql)
 
     def _with_staged(self, name: str, staged: pa.Table, sql: str) -> duckdb.DuckDBPyConnection:
@@ -238,16 +239,10 @@ class Store:
 
     def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:
         """Keep what `raysight run` saw of its driver's end, and re-derive the sessions it started."""
-        con = self.con
-        con.execute("BEGIN")
-        try:
+        with self._transaction() as con:
             con.execute("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns])
             sessions = [r[0] for r in con.execute("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
             reconcile(con, sessions)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
 
     def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
         """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.
@@ -271,9 +266,7 @@ class Store:
 
     def reindex(self) -> int:
         """Rebuild every entity table from the raw events; returns how many events were refolded."""
-        con = self.con
-        con.execute("BEGIN")
-        try:
+        with self._transaction() as con:
             for name in schema.FOLD_TABLE_NAMES:
                 con.execute(f"DELETE FROM {name}")
             con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
@@ -292,25 +285,14 @@ class Store:
             cursor.close()
             con.execute("UPDATE raw_events SET supported = event_type IN (SELECT unnest($1::VARCHAR[]))",
                         [sorted(HANDLERS)])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         return total
 
     def delete_session(self, session: str) -> bool:
-        con = self.con
-        con.execute("BEGIN")
-        try:
+        with self._transaction() as con:
             found = con.execute("SELECT count(*) FROM sessions WHERE session = ?", [session]).fetchone()
             for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         return bool(found and found[0])
-
 
 
 def _first_sightings(events: list[Parsed], fresh: set[tuple[str, str]]) -> Iterable[Parsed]:

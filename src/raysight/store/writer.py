@@ -52,7 +52,7 @@ class Writer:
         self._stopping = threading.Event()
         self._on_commit = on_commit
         for record in self.journal.replay(folded):
-            self._count_in(record)
+            self._backlog(len(record.body), 1)
             self._to_fold.put(record)
         self._threads = [
             threading.Thread(target=self._journal_loop, name="raysight-journal", daemon=True),
@@ -67,11 +67,7 @@ class Writer:
 
     def submit(self, body: bytes, label: str | None = None, run_id: str | None = None) -> Future[Record]:
         """Journal a POST body; the future resolves once it is on disk (and it is folded soon after)."""
-        with self._lock:
-            if self._backlog_bytes + len(body) > MAX_BACKLOG_BYTES:
-                raise QueueFull(f"{self._backlog_bytes} bytes are waiting to be folded into the store")
-            self._backlog_bytes += len(body)
-            self._backlog_batches += 1
+        self._backlog(len(body), 1, limit=MAX_BACKLOG_BYTES)
         future: Future[Record] = Future()
         self._to_journal.put(((label, run_id, body), future))
         return future
@@ -90,10 +86,13 @@ class Writer:
             thread.join(timeout)
         self.journal.close()
 
-    def _count_in(self, record: Record) -> None:
+    def _backlog(self, size: int, batches: int, limit: int | None = None) -> None:
+        """Count batches in (positive) or out (negative) of the unfolded backlog; QueueFull past ``limit`` bytes."""
         with self._lock:
-            self._backlog_bytes += len(record.body)
-            self._backlog_batches += 1
+            if limit is not None and self._backlog_bytes + size > limit:
+                raise QueueFull(f"{self._backlog_bytes} bytes are waiting to be folded into the store")
+            self._backlog_bytes += size
+            self._backlog_batches += batches
 
     # --- journal thread ----------------------------------------------------------------------------------------
 
@@ -124,9 +123,7 @@ class Writer:
             records = self.journal.append([batch for batch, _ in pending])
         except OSError as exc:  # the disk refused: nothing is acknowledged, Ray resends
             log.exception("journal append failed")
-            with self._lock:
-                self._backlog_bytes -= sum(len(b[2]) for b, _ in pending)
-                self._backlog_batches -= len(pending)
+            self._backlog(-sum(len(body) for (_, _, body), _ in pending), -len(pending))
             for _, future in pending:
                 future.set_exception(exc)
             return
@@ -202,9 +199,7 @@ class Writer:
                         return
             result = None
         self.journal.release(group[-1].seq)
-        with self._lock:
-            self._backlog_bytes -= size
-            self._backlog_batches -= len(group)
+        self._backlog(-size, -len(group))
         if self._on_commit and result is not None:
             self._on_commit(result, time.perf_counter() - started)
 
