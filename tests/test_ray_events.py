@@ -1,64 +1,121 @@
-"""Parsing Ray's event stream: pure functions over recorded batches and hand-made bad events."""
+"""Parsing Ray's event stream: recorded batches and hand-made bad events through the store's parsers (DuckDB for
+task events, Python for the cluster-level ones)."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
+
+import orjson
+import pytest
 
 from raysight.ingest.ids import b64_to_hex, parse_ts_ns
-from raysight.ingest.ray_events import parse_batch
-from raysight.store.fold import fold
+from raysight.store.store import Post, Store
 
 
-def test_ids_decode_to_rays_hex_and_nil_ids_to_none() -> None:
-    assert b64_to_hex("yO9FzNARJXH///////////////8BAAAA") == "c8ef45ccd0112571" + "ff" * 12 + "01000000"
-    assert b64_to_hex("////////////////////////") is None
-    assert b64_to_hex("") is None
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path)
+    yield s
+    s.close()
 
 
-def test_timestamps_keep_nanoseconds() -> None:
-    assert parse_ts_ns("2026-11-21T19:46:20.382588593Z") == 1795290380382588593
-    assert parse_ts_ns("2026-11-21T19:46:20.380Z") == 1795290380380000000
-    assert parse_ts_ns("yesterday") is None
+def rows(store: Store, sql: str) -> list[dict]:
+    cursor = store.con.execute(sql)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
-def test_every_recorded_event_is_kept_raw_and_folded(ray_batches) -> None:
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("yO9FzNARJXH///////////////8BAAAA", "c8ef45ccd0112571" + "ff" * 12 + "01000000"),
+        ("////////////////////////", None),
+        ("", None),
+    ],
+)
+def test_ids_decode_to_rays_hex_and_nil_ids_to_none_alike_in_python_and_sql(store: Store, text, expected) -> None:
+    assert b64_to_hex(text) == expected
+    assert store.con.execute("SELECT ray_id(?)", [text]).fetchall() == [(expected,)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-21T19:46:20.382588593Z", 1795290380382588593),
+        ("2026-11-21T19:46:20.380Z", 1795290380380000000),
+        ("2026-11-21T19:46:20Z", 1795290380000000000),
+        ("9999-12-31T00:00:00Z", None),  # past what int64 nanoseconds hold
+        ("yesterday", None),
+    ],
+)
+def test_timestamps_keep_nanoseconds_alike_in_python_and_sql(store: Store, text, expected) -> None:
+    assert parse_ts_ns(text) == expected
+    assert store.con.execute("SELECT ray_ts_ns(?)", [text]).fetchall() == [(expected,)]
+
+
+def test_every_recorded_event_is_kept_raw_and_folded(store: Store, ray_batches) -> None:
     events = [e for b in ray_batches for e in b]
-    batch = parse_batch(events, label="lab")
-    assert len(batch.events) == len(events) and not batch.quarantined
-    assert all(e.raw.supported for e in batch.events)
-    tasks = fold(batch.events).rows["tasks"]
-    fails = next(p for p in tasks.values() if p.get("name") == "fails")
+    result = store.apply([Post(orjson.dumps(events), label="lab")])
+    assert result.stored == len(events) and result.quarantined == result.unsupported == 0
+    tasks = rows(store, "SELECT * FROM tasks")
+    fails = next(t for t in tasks if t["name"] == "fails")
     assert fails["error_type"] == "TASK_EXECUTION_EXCEPTION" and "boom" in fails["error_message"]
-    crash = sorted((k[2], p) for k, p in tasks.items() if p.get("name") == "crash_once")
+    assert fails["reported_state"] == "FAILED" and fails["func_or_class_name"] == "fails"
+    crash = sorted((t["attempt"], t) for t in tasks if t["name"] == "crash_once")
     assert [a for a, _ in crash] == [0, 1]
-    assert crash[0][1]["error_type"] == "WORKER_DIED"
-    (session,) = batch.sessions.values()
+    assert crash[0][1]["error_type"] == "WORKER_DIED" and crash[1][1]["reported_state"] == "FINISHED"
+    creation = next(t for t in tasks if t["type"] == "ACTOR_CREATION_TASK")
+    assert creation["actor_id"] == creation["task_id"][16:]  # an actor's creation task ID embeds its actor ID
+    (session,) = rows(store, "SELECT * FROM sessions")
     assert session["label"] == "lab" and session["first_ns"] < session["last_ns"]
+    assert session["events"] == len(events)
 
 
-def test_owner_and_executor_halves_merge_into_one_attempt(ray_batches) -> None:
-    events = [e for b in ray_batches for e in b]
-    folded = fold(parse_batch(events).events)
-    counter_inc = {k: p for k, p in folded.rows["tasks"].items() if p.get("name") == "Counter.inc"}
+def test_owner_and_executor_halves_merge_into_one_attempt(store: Store, ray_batches) -> None:
+    store.apply([Post(orjson.dumps(b)) for b in ray_batches])
+    counter_inc = rows(store, "SELECT * FROM tasks WHERE name = 'Counter.inc'")
     assert len(counter_inc) == 3
-    for key, p in counter_inc.items():
-        states = {t["state"] for t in folded.appends["task_transitions"] if (t["task_id"], t["attempt"]) == key[1:]}
+    for task in counter_inc:
+        states = {r["state"] for r in rows(store, f"SELECT state FROM task_transitions WHERE task_id = "
+                                                  f"'{task['task_id']}' AND attempt = {task['attempt']}")}
         assert {"RUNNING", "FINISHED"} <= states  # executor's RUNNING and owner's FINISHED
-        assert p["state_key"][0] and p["state_key"][2] == "FINISHED" and p["start_ns"] < p["state_key"][1]
-        assert p["worker_pid"] and p["worker_id"] and p["stdout_file"]
+        assert task["reported_state"] == "FINISHED" and task["start_ns"] < task["end_ns"]
+        assert task["worker_pid"] and task["worker_id"] and task["stdout_file"] and task["actor_id"]
+        assert task["exec_worker_id"] and task["exec_start_ns"] <= task["executed_ns"]
 
 
-def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(ray_batches) -> None:
-    good = ray_batches[0][0]
+def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(store: Store, ray_batches) -> None:
+    events = [e for b in ray_batches for e in b]
+    good = events[0]
     no_payload = {k: v for k, v in good.items() if k != "nodeDefinitionEvent"}
-    bad_transitions = copy.deepcopy(ray_batches[0][1])
+    bad_transitions = copy.deepcopy(events[1])
     bad_transitions["nodeLifecycleEvent"]["stateTransitions"] = "ALIVE"
+    task = next(e for e in events if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+    bad_task_transitions = copy.deepcopy(task)
+    bad_task_transitions["taskLifecycleEvent"]["stateTransitions"] = [{"state": 3, "timestamp": "now"}]
+    no_task_id = copy.deepcopy(task)
+    del no_task_id["taskLifecycleEvent"]["taskId"]
+    bad_id = copy.deepcopy(task)
+    bad_id["taskLifecycleEvent"]["jobId"] = "%%%"
     unknown = {**good, "eventType": "SOMETHING_NEW_EVENT", "eventId": "AAAA"}
-    events = [good, 42, {"eventType": "TASK_DEFINITION_EVENT"}, no_payload, bad_transitions, unknown]
-    batch = parse_batch(events)
-    assert [e.raw.event_type for e in batch.events] == ["NODE_DEFINITION_EVENT", "SOMETHING_NEW_EVENT"]
-    assert [e.raw.supported for e in batch.events] == [True, False]
-    reasons = [q.reason for q in batch.quarantined]
-    assert len(reasons) == 4
-    assert "not an object" in reasons[0] and "sessionName" in reasons[1]
-    assert "nodeDefinitionEvent" in reasons[2] and "stateTransitions" in reasons[3]
+    batch = [good, 42, None, {"eventType": "TASK_DEFINITION_EVENT"}, {**good, "sessionName": 7}, no_payload,
+             bad_transitions, bad_task_transitions, no_task_id, bad_id, unknown]
+    result = store.apply([Post(orjson.dumps(batch))])
+    assert result.stored == 2 and result.unsupported == 1 and result.quarantined == len(batch) - 2
+    kept = rows(store, "SELECT event_type, supported FROM raw_events ORDER BY event_type")
+    assert kept == [{"event_type": "NODE_DEFINITION_EVENT", "supported": True},
+                    {"event_type": "SOMETHING_NEW_EVENT", "supported": False}]
+    reasons = {r["body"]: r["reason"] for r in rows(store, "SELECT body, reason FROM quarantine")}
+    assert reasons["42"] == "event is a number, not an object" and reasons["null"] == "event is a null, not an object"
+
+    def reason(event: dict) -> str:
+        return next(why for body, why in reasons.items() if body != "null" and orjson.loads(body) == event)
+
+    assert "sessionName" in reason({"eventType": "TASK_DEFINITION_EVENT"})
+    assert "sessionName" in reason({**good, "sessionName": 7})
+    assert "nodeDefinitionEvent" in reason(no_payload)
+    assert "stateTransitions" in reason(bad_transitions)
+    assert "state transition has no state" in reason(bad_task_transitions)
+    assert reason(no_task_id) == "taskId is missing"
+    assert reason(bad_id) == "not a base64 ID: %%%"

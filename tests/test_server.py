@@ -187,10 +187,10 @@ def test_a_batch_the_store_keeps_refusing_is_quarantined_whole_and_the_rest_fold
     monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.01)
     apply = Store.apply
 
-    def refuse_poison(self: Store, batch, journal_seq=None):
-        if any(e.raw.session == "poison" for e in batch.events):
+    def refuse_poison(self: Store, posts, journal_seq=None):
+        if any(b'"sessionName":"poison"' in p.body for p in posts):
             raise RuntimeError("cannot write this")
-        return apply(self, batch, journal_seq)
+        return apply(self, posts, journal_seq)
 
     monkeypatch.setattr(Store, "apply", refuse_poison)
     with TestClient(create_app(tmp_path / "data")) as client:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+import orjson
+
 from raysight.client import RESOURCES
-from raysight.ingest.ray_events import parse_batch
 from raysight.store import queries
-from raysight.store.store import Store
+from raysight.store.store import Post, Store
 
 
 def snapshot(store: Store) -> dict[str, list[dict]]:
@@ -25,7 +26,11 @@ def snapshot(store: Store) -> dict[str, list[dict]]:
 
 def load(store: Store, batches: list[list[dict]]) -> None:
     for batch in batches:
-        store.apply(parse_batch(batch, label="rec", run_id="run-1"))
+        store.apply([post(batch, label="rec", run_id="run-1")])
+
+
+def post(events: list[dict], label: str | None = None, run_id: str | None = None) -> Post:
+    return Post(orjson.dumps(events), label, run_id)
 
 
 @pytest.fixture
@@ -75,6 +80,9 @@ def test_arrival_order_and_resends_do_not_change_the_answer(tmp_path: Path, ray_
     chunks = [events[i : i + 9] for i in range(0, len(events), 9)]
     load(shuffled, chunks + chunks[:3] + chunks)  # every event at least twice, some three times
     assert snapshot(shuffled) == snapshot(in_order)
+    grouped = Store(tmp_path / "c")  # the same, as the writer applies a group of posts: in one transaction
+    grouped.apply([post(c) for c in chunks + chunks[:3] + chunks])
+    assert snapshot(grouped) == snapshot(in_order)
     counts = dict(shuffled.reader().execute("SELECT name, value FROM counters").fetchall())
     assert counts["stored"] == len(events)
     assert counts["deduplicated"] == len(events) + sum(len(c) for c in chunks[:3])
@@ -108,7 +116,7 @@ def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_bat
                                "stateTransitions": [{"state": "FAILED", "timestamp": "2026-11-21T19:47:00Z"}],
                                "rayErrorInfo": {"errorType": "TASK_CANCELLED", "errorMessage": "late"}},
     }
-    store.apply(parse_batch([event]))
+    store.apply([post([event])])
     row = next(t for t in snapshot(store)["tasks"] if (t["task_id"], t["attempt_number"]) ==
                (late["task_id"], late["attempt_number"]))
     assert row["state"] == "FAILED" and not row["state_inferred"] and row["error_type"] == "TASK_CANCELLED"
@@ -146,7 +154,7 @@ def test_sessions_count_their_events_and_a_v2_store_is_upgraded_in_place(tmp_pat
     store.close()
     upgraded = Store(tmp_path)
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
-    assert upgraded.apply(parse_batch(ray_batches[2])).stored == 0  # the migrated raw keys still deduplicate
+    assert upgraded.apply([post(ray_batches[2])]).stored == 0  # the migrated raw keys still deduplicate
     upgraded.reindex()
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
     upgraded.close()
@@ -172,8 +180,7 @@ def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_s
         variant(5, lambda e, p: e.update(timestamp="9999-12-31T00:00:00Z")),  # the event's own time: unknown
         variant(6, lambda e, p: p.update(taskLogInfo={"stdoutFile": "a\u0000b"})),
     ]
-    batch = parse_batch(odd + kept)
-    reasons = [q.reason for q in batch.quarantined]
-    assert len(reasons) == 4 and all("bits" in r or "timestamp" in r for r in reasons), reasons
-    result = store.apply(batch)
+    result = store.apply([post(odd + kept)])
     assert result.stored == 2 and result.quarantined == 4
+    reasons = [r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall()]
+    assert all("bits" in r or "timestamp" in r for r in reasons), reasons

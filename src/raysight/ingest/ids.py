@@ -1,4 +1,5 @@
-"""Ray ID and timestamp conversions: the base64/RFC 3339 forms of Ray's event stream to hex and nanoseconds."""
+"""Ray ID and timestamp conversions for the Python folds: the base64/RFC 3339 forms of Ray's event stream to hex and
+nanoseconds (the SQL folds use the macros of :mod:`raysight.ingest.events_sql`, tested to agree)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ def b64_to_hex(value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     return _cached_hex(value)
-
-
-def unique_b64_to_hex(value: object) -> str | None:
-    """:func:`b64_to_hex` for IDs seen once (event IDs), which would only crowd the cache out."""
-    if not isinstance(value, str) or not value:
-        return None
-    return _hex(value)
 
 
 def _hex(value: str) -> str | None:

@@ -1,49 +1,32 @@
-"""One batch's patches combined into one row per entity key, with the schema's merge rules. Pure: no I/O."""
+"""One batch's Python-folded patches combined into one row per entity key, with the schema's merge rules. Pure.
+
+The SQL-folded task tables get the same rules from :meth:`raysight.store.schema.Column.aggregate_sql`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from raysight.ingest.ray_events import Key, Parsed, Patch
+from raysight.ingest.ray_events import Key, Patch
 from raysight.store import schema
 
 _RULES = {name: {c.name: c.rule for c in t.columns} for name, t in schema.FOLDED_TABLES.items()}
-_KEYS = {name: [c.name for c in t.keys] for name, t in schema.FOLDED_TABLES.items()}
-_KEYS.update({name: [c.name for c in schema.TASK_KEY] for name in schema.APPEND_TABLES})
 
 
-@dataclass
-class Folded:
-    rows: dict[str, dict[Key, Patch]] = field(default_factory=dict)  # table -> key -> merged patch
-    appends: dict[str, list[Patch]] = field(default_factory=dict)  # append table -> rows
-    session_stats: dict[str, Patch] = field(default_factory=dict)  # session -> events and raw_bytes folded
-
-    def staged(self, table: str) -> list[dict[str, Any]]:
-        """Rows ready for staging: key columns named, merged columns beside them."""
-        names = _KEYS[table]
-        return [{**dict(zip(names, key)), **patch} for key, patch in self.rows.get(table, {}).items()]
-
-
-def fold(events: Iterable[Parsed]) -> Folded:
-    """Merge the patches of ``events`` (in arrival order) per table and key; collect append-table rows."""
-    out = Folded()
-    for parsed in events:
-        stats = out.session_stats.setdefault(parsed.raw.session, {"events": 0, "raw_bytes": 0})
-        stats["events"] += 1
-        stats["raw_bytes"] += len(parsed.raw.body)
-        for table, key, patch in parsed.patches:
-            if table in schema.APPEND_TABLES:
-                out.appends.setdefault(table, []).append({**dict(zip(_KEYS[table], key)), **patch})
-                continue
-            rows = out.rows.setdefault(table, {})
-            old = rows.get(key)
-            if old is None:
-                rows[key] = dict(patch)
-            else:
-                merge_into(old, patch, _RULES[table])
-    return out
+def fold(patches: Iterable[tuple[str, Key, Patch]]) -> dict[str, list[dict[str, Any]]]:
+    """Merge ``patches`` (in arrival order) per table and key: table -> rows, key columns named beside the rest."""
+    rows: dict[str, dict[Key, Patch]] = {}
+    for table, key, patch in patches:
+        merged = rows.setdefault(table, {})
+        old = merged.get(key)
+        if old is None:
+            merged[key] = dict(patch)
+        else:
+            merge_into(old, patch, _RULES[table])
+    keys = {name: [c.name for c in schema.FOLDED_TABLES[name].keys] for name in rows}
+    return {name: [{**dict(zip(keys[name], key)), **patch} for key, patch in merged.items()]
+            for name, merged in rows.items()}
 
 
 def merge_into(old: Patch, new: Patch, rules: dict[str, str]) -> None:

@@ -34,6 +34,14 @@ _MERGE_SQL = {
     "sum": "coalesce({old}, 0) + coalesce({new}, 0)",
     "union": "merge_list({old}, {new})",
 }
+_AGGREGATE_SQL = {
+    "latest": "arg_max({c}, {order}) FILTER (WHERE {c} IS NOT NULL)",
+    "keep": "arg_min({c}, {order}) FILTER (WHERE {c} IS NOT NULL)",
+    "least": "min({c})",
+    "greatest": "max({c})",
+    "sum": "sum({c})",
+    "union": "flatten(list({c}) FILTER (WHERE {c} IS NOT NULL))",
+}
 _ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
 
 Fields = dict[str, str]
@@ -61,6 +69,10 @@ class Column:
 
     def merge_sql(self, old: str, new: str) -> str:
         return _MERGE_SQL[self.rule].format(old=old, new=new)
+
+    def aggregate_sql(self, order: str) -> str:
+        """The rule as an aggregate over one batch's rows of a key, ``order`` being their arrival order."""
+        return _AGGREGATE_SQL[self.rule].format(c=self.name, order=order)
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,12 @@ class Table:
     def fresh(self) -> dict[str, str]:
         """Each staged column as a new row takes it (histories sorted and deduplicated)."""
         return {c.name: (f"merge_list(NULL, {c.name})" if c.rule == "union" else c.name) for c in self.staged}
+
+    def aggregate_sql(self, rows: str, order: str) -> str:
+        """One row per key from the relation ``rows`` (several per key, any subset of the columns set)."""
+        keys = ", ".join(c.name for c in self.keys)
+        columns = ", ".join(f"{c.aggregate_sql(order)} AS {c.name}" for c in self.columns)
+        return f"SELECT {keys}, {columns} FROM ({rows}) GROUP BY {keys}"
 
     def insert_sql(self, staged: str) -> str:
         """INSERT the rows of the registered relation ``staged`` whose keys are new; returns the keys inserted."""

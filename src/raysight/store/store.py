@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 
@@ -17,17 +17,40 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from raysight.ingest.ray_events import HANDLERS, Batch, Parsed, parse_event
+from raysight.ingest import events_sql
+from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.store import schema
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
 
 DB_FILE = "raysight.duckdb"
-REINDEX_CHUNK = 20_000
+REINDEX_CHUNK = 100_000
+SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
+
+
+@dataclass(frozen=True)
+class Post:
+    """One POST body (a JSON array of Ray events) and the ingest URL's cluster label and run ID."""
+
+    body: bytes | str
+    label: str | None = None
+    run_id: str | None = None
+
+
+# A session's label, run ID and time span from every well-formed event; its counts from the events first seen.
+_SESSION_ROWS = """
+    SELECT session, arg_min(label, seq) FILTER (WHERE label IS NOT NULL) AS label,
+           arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+           min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, any_value(f.events) AS events,
+           any_value(f.raw_bytes) AS raw_bytes
+    FROM valid_events v
+    LEFT JOIN (SELECT session, count(*) AS events, sum(strlen(body)) AS raw_bytes FROM fresh GROUP BY session) f
+        USING (session)
+    GROUP BY session"""
 
 
 @dataclass(frozen=True)
@@ -57,10 +80,10 @@ class Store:
 
     def _migrate(self) -> None:
         """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``) and refold it."""
-        for statement in schema.MACROS:
+        for statement in schema.MACROS + events_sql.MACROS:
             self.con.execute(statement)
         self.con.execute(schema.RAW_DDL[0])
-        row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         found = int(row[0]) if row else None
         if found is not None and found > schema.SCHEMA_VERSION:
             raise RuntimeError(
@@ -97,6 +120,11 @@ class Store:
         """Record the last journal record folded (inside the transaction that folded it)."""
         self.con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
 
+    def _one(self, sql: str, params: list[object] | None = None) -> tuple | None:
+        """The first row of ``sql``'s result (read whole: DuckDB keeps a half-read result open), or None."""
+        rows = self.con.execute(sql, params).fetchall()
+        return rows[0] if rows else None
+
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for one thread's reads."""
         with self._reader_lock:
@@ -115,7 +143,7 @@ class Store:
 
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""
-        row = self.con.execute("SELECT value FROM meta WHERE key = 'journal_folded'").fetchone()
+        row = self._one("SELECT value FROM meta WHERE key = 'journal_folded'")
         return int(row[0]) if row else 0
 
     def checkpoint_if_due(self) -> None:
@@ -129,102 +157,143 @@ class Store:
 
     # --- writes (writer thread only) -------------------------------------------------------------------------
 
-    def apply(self, batch: Batch, journal_seq: int | None = None) -> ApplyResult:
-        """Write one batch durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
+    def apply(self, posts: Sequence[Post], journal_seq: int | None = None) -> ApplyResult:
+        """Write POST bodies durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
 
         Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
-        ``journal_seq`` is the last journal record the batch holds; it is recorded in the same transaction.
+        ``journal_seq`` is the last journal record the posts hold; it is recorded in the same transaction.
         """
-        with self._transaction():
-            fresh = self._insert_raw(batch)
-            stored = len(fresh)
-            quarantined = self._insert_quarantine(batch)
-            self._fold(_first_sightings(batch.events, fresh), batch.sessions)
+        staged = pa.table({
+            "post": pa.array(range(len(posts)), pa.int32()),
+            "label": pa.array([p.label for p in posts], pa.string()),
+            "run_id": pa.array([p.run_id for p in posts], pa.string()),
+            "body": pa.array([p.body for p in posts], pa.string()),
+        })
+        with self._transaction() as con:
+            con.register("staged_posts", staged)
+            try:
+                patches = self._parse(events_sql.EXPLODE_POSTS)
+            finally:
+                con.unregister("staged_posts")
+            fresh_ids = self._insert_raw()
+            con.register("fresh_ids", fresh_ids)
+            try:
+                con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM valid_events "
+                            "SEMI JOIN fresh_ids USING (session, event_id)")
+            finally:
+                con.unregister("fresh_ids")
+            received, unsupported = self._one(
+                "SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) "
+                "FROM batch_events",
+                [SUPPORTED_TYPES],
+            )
+            quarantined = self._insert_quarantine()
+            self._fold(patches)
             result = ApplyResult(
-                received=len(batch),
-                stored=stored,
-                deduplicated=len(batch.events) - stored + len(batch.quarantined) - quarantined,
+                received=received,
+                stored=fresh_ids.num_rows,
+                deduplicated=received - fresh_ids.num_rows - quarantined,
                 quarantined=quarantined,
-                unsupported=sum(1 for e in batch.events if not e.raw.supported),
+                unsupported=unsupported,
             )
             self.count(**asdict(result), batches=1)
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
         return result
 
-    def _insert_raw(self, batch: Batch) -> set[tuple[str, str]]:
-        """Insert the raw events; returns the (session, event_id) of those that were new."""
-        if not batch.events:
-            return set()
-        raws = [e.raw for e in batch.events]
-        staged = pa.table(
-            {
-                "session": pa.array([r.session for r in raws], pa.string()),
-                "event_id": pa.array([r.event_id for r in raws], pa.string()),
-                "event_type": pa.array([r.event_type for r in raws], pa.string()),
-                "source_type": pa.array([r.source_type for r in raws], pa.string()),
-                "ts_ns": pa.array([r.ts_ns for r in raws], pa.int64()),
-                "node_id": pa.array([r.node_id for r in raws], pa.string()),
-                "supported": pa.array([r.supported for r in raws], pa.bool_()),
-                "body": pa.array([r.body for r in raws], pa.string()),
-            }
-        )
-        rows = self._with_staged(
-            "staged_raw", staged,
-            f"""INSERT INTO raw_events SELECT {schema.RAW_KEY}, session, event_id, event_type, source_type, ts_ns,
-                      node_id, supported, now(), body FROM staged_raw
-               ON CONFLICT DO NOTHING RETURNING session, event_id""",
+    def _parse(self, incoming: str) -> dict[int, list[tuple[str, Key, Patch]]]:
+        """Parse the events ``incoming`` selects into ``batch_events`` and keep the well-formed ones, each
+        (session, event ID) once, as ``valid_events``. Returns the patches of the Python-folded types."""
+        con = self.con
+        con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {incoming}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
+        patches: dict[int, list[tuple[str, Key, Patch]]] = {}
+        reasons: list[tuple[int, str]] = []
+        rows = con.execute(
+            "SELECT seq, session, event_type, body FROM batch_events WHERE reason IS NULL AND list_contains($1, event_type)",
+            [list(HANDLERS)],
         ).fetchall()
-        return set(rows)
+        for seq, session, event_type, body in rows:
+            try:
+                patches[seq] = fold_payload(event_type, session, orjson.loads(body))
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+                reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
+        if reasons:
+            con.execute("UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
+                        "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
+                        [[seq for seq, _ in reasons], [why for _, why in reasons]])
+        con.execute("CREATE OR REPLACE TEMP TABLE valid_events AS SELECT * FROM batch_events WHERE reason IS NULL "
+                    "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1")
+        return patches
 
-    def _insert_quarantine(self, batch: Batch) -> int:
-        if not batch.quarantined:
-            return 0
-        q = batch.quarantined
-        row = self.con.execute(
+    def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
+        """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
+        rows = self.con.execute(sql, params).fetchall()
+        return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
+
+    def _insert_raw(self) -> pa.Table:
+        """Insert the valid events' raw rows; returns the (session, event_id) of those that were new."""
+        return self._returning(
+            f"""INSERT INTO raw_events
+                SELECT {schema.RAW_KEY}, session, event_id, event_type, j.sourceType, ts_ns, ray_id(j.nodeId),
+                       list_contains($1, event_type), now(), body
+                FROM valid_events
+                ON CONFLICT DO NOTHING RETURNING session, event_id""",
+            ["session", "event_id"], [SUPPORTED_TYPES],
+        )
+
+    def _insert_quarantine(self) -> int:
+        row = self._one(
             """INSERT INTO quarantine
-               SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), now(), unnest($4::VARCHAR[])
-               ON CONFLICT DO NOTHING""",
-            [[x.key for x in q], [x.session for x in q], [x.reason for x in q], [x.body for x in q]],
-        ).fetchone()
+               SELECT md5(body), session, reason, now(), body FROM batch_events WHERE reason IS NOT NULL
+               QUALIFY row_number() OVER (PARTITION BY md5(body) ORDER BY seq) = 1
+               ON CONFLICT DO NOTHING"""
+        )
         return int(row[0]) if row else 0
 
-    def _fold(self, events: Iterable[Parsed], sessions: dict[str, dict]) -> None:
-        folded = fold(events)
-        folded.rows["sessions"] = {(name,): {**patch, **folded.session_stats.get(name, {})}
-                                   for name, patch in sessions.items()}
-        for name in schema.FOLDED_TABLES:
-            if rows := folded.staged(name):
-                self._upsert(name, rows)
-        for name, rows in folded.appends.items():
-            table = schema.APPEND_TABLES[name]
-            self._with_staged(f"staged_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema),
-                              f"INSERT INTO {name} SELECT * FROM staged_{name}")
-        reconcile(self.con, sorted(sessions))
+    def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
+        """Fold ``fresh`` (events first seen) into the entity tables; session spans come from ``valid_events``."""
+        con = self.con
+        tasks = schema.TASKS
+        con.execute(f"CREATE OR REPLACE TEMP TABLE staged_tasks AS {tasks.aggregate_sql(events_sql.TASK_ROWS, 'seq')}")
+        self._upsert("tasks", "staged_tasks")
+        con.execute(f"INSERT INTO task_transitions BY NAME {events_sql.TASK_TRANSITION_ROWS}")
+        con.execute(f"INSERT INTO task_profile BY NAME {events_sql.TASK_PROFILE_ROWS}")
+        seqs = [row[0] for row in con.execute("SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq",
+                                              [list(HANDLERS)]).fetchall()]
+        for name, rows in fold(p for seq in seqs for p in patches[seq]).items():
+            table = schema.FOLDED_TABLES[name]
+            con.register(f"arrow_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema))
+            try:
+                self._upsert(name, f"arrow_{name}")
+            finally:
+                con.unregister(f"arrow_{name}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE staged_sessions AS {_SESSION_ROWS}")
+        self._upsert("sessions", "staged_sessions")
+        sessions = [row[0] for row in con.execute("SELECT session FROM staged_sessions ORDER BY 1").fetchall()]
+        reconcile(con, sessions)
 
-    def _upsert(self, name: str, rows: list[dict[str, object]]) -> None:
-        """Insert rows with new keys, then merge the others into the stored rows (two cheap statements, not one)."""
+    def _upsert(self, name: str, staged: str) -> None:
+        """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
+        cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets)."""
         table = schema.FOLDED_TABLES[name]
-        staged = f"staged_{name}"
-        inserted = set(self._with_staged(staged, pa.Table.from_pylist(rows, schema=table.arrow_schema),
-                                         self._inserts[name]).fetchall())
-        if len(inserted) == len(rows):
+        inserted = self._returning(table.insert_sql(staged), [c.name for c in table.keys])
+        (total,) = self._one(f"SELECT count(*) FROM {staged}")
+        if inserted.num_rows == total:
             return
-        keys = [c.name for c in table.keys]
-        rest = [r for r in rows if tuple(r[k] for k in keys) not in inserted]
-        columns = tuple(c.name for c in table.columns if any(r.get(c.name) is not None for r in rest))
+        keys = ", ".join(c.name for c in table.keys)
+        self.con.register("inserted_keys", inserted)
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE merging AS "
+                             f"SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})")
+        finally:
+            self.con.unregister("inserted_keys")
+        counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
+        columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
         sql = self._merges.get((name, columns))
         if sql is None:
-            sql = self._merges[(name, columns)] = table.merge_sql(staged, list(columns))
-        self._with_staged(staged, pa.Table.from_pylist(rest, schema=table.arrow_schema), sql)
-
-    def _with_staged(self, name: str, staged: pa.Table, sql: str) -> duckdb.DuckDBPyConnection:
-        """Run ``sql`` with the Arrow table ``staged`` visible as ``name``."""
-        self.con.register(name, staged)
-        try:
-            return self.con.execute(sql)
-        finally:
-            self.con.unregister(name)
+            sql = self._merges[(name, columns)] = table.merge_sql("merging", list(columns))
+        self.con.execute(sql).fetchall()
 
     def count(self, **deltas: int) -> None:
         """Add to the ingest counters (``raysight doctor``); inside :meth:`apply`'s transaction or on its own."""
@@ -265,40 +334,29 @@ class Store:
         return len(samples)
 
     def reindex(self) -> int:
-        """Rebuild every entity table from the raw events; returns how many events were refolded."""
+        """Rebuild every entity table from the raw events; returns how many events were refolded.
+
+        An event this raysight's parser rejects (kept by an older one) is left out of the folds, not fatal.
+        """
         with self._transaction() as con:
             for name in schema.FOLD_TABLE_NAMES:
                 con.execute(f"DELETE FROM {name}")
             con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
-            cursor = con.cursor()
-            cursor.execute("SELECT body FROM raw_events ORDER BY session")
+            (last,) = self._one("SELECT coalesce(max(rowid) + 1, 0) FROM raw_events")
             total = 0
-            while chunk := cursor.fetchmany(REINDEX_CHUNK):
-                batch = Batch()
-                for (body,) in chunk:
-                    parsed = parse_event(orjson.loads(body), body)
-                    batch.events.append(parsed)
-                    ts = parsed.raw.ts_ns
-                    batch.add_session(parsed.raw.session, {"label": None, "run_id": None, "first_ns": ts, "last_ns": ts})
-                self._fold(batch.events, batch.sessions)
-                total += len(chunk)
-            cursor.close()
-            con.execute("UPDATE raw_events SET supported = event_type IN (SELECT unnest($1::VARCHAR[]))",
-                        [sorted(HANDLERS)])
+            for start in range(0, last, REINDEX_CHUNK):
+                patches = self._parse(f"""
+                    SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body
+                    FROM raw_events WHERE rowid >= {start} AND rowid < {start + REINDEX_CHUNK}""")
+                con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM valid_events")
+                self._fold(patches)
+                total += self._one("SELECT count(*) FROM fresh")[0]
+            con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
         return total
 
     def delete_session(self, session: str) -> bool:
         with self._transaction() as con:
-            found = con.execute("SELECT count(*) FROM sessions WHERE session = ?", [session]).fetchone()
+            found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
             for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
         return bool(found and found[0])
-
-
-def _first_sightings(events: list[Parsed], fresh: set[tuple[str, str]]) -> Iterable[Parsed]:
-    """The events whose raw row this batch inserted, each once (a group may carry one event twice)."""
-    for parsed in events:
-        key = (parsed.raw.session, parsed.raw.event_id)
-        if key in fresh:
-            fresh.discard(key)
-            yield parsed

@@ -18,11 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-import orjson
-
-from raysight.ingest.ray_events import Batch, parse_batch
 from raysight.store.journal import Journal, Record
-from raysight.store.store import ApplyResult, Store
+from raysight.store.store import ApplyResult, Post, Store
 
 log = logging.getLogger("raysight.writer")
 
@@ -169,14 +166,11 @@ class Writer:
         """Parse and apply ``group`` in one transaction. It has been acknowledged, so it is never dropped: when the
         store keeps refusing it, its batches are folded one by one, and a batch the store refuses on its own (while
         it takes a quarantine row) is quarantined whole. Otherwise (a full disk) it is retried until it goes in."""
-        merged = Batch()
-        for record in group:
-            events = orjson.loads(record.body)  # validated as a JSON array before it was journalled
-            merged.extend(parse_batch(events, label=record.label, run_id=record.run_id))
+        posts = [Post(record.body, record.label, record.run_id) for record in group]
         for attempt in range(FOLD_TRIES):
             started = time.perf_counter()
             try:
-                result = self.store.apply(merged, journal_seq=group[-1].seq)
+                result = self.store.apply(posts, journal_seq=group[-1].seq)
                 break
             except Exception as exc:
                 log.exception("folding %d journalled batches failed (try %d)", len(group), attempt + 1)

@@ -1,0 +1,266 @@
+"""Ray's event stream parsed inside DuckDB: the SQL that turns POST bodies into events, and task events into rows.
+
+A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
+parsed, validated and folded by DuckDB's JSON reader and SQL in a few statements per group of batches, never an
+object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few events per process)
+keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text only; the store
+runs it (``store/store.py``), over these relations:
+
+- ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
+  the raw events themselves when reindexing);
+- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task payloads and ``reason``, why
+  the event is quarantined (NULL when it is well formed);
+- ``fresh``: the well-formed events the store had not seen, which :data:`TASK_ROWS`, :data:`TASK_TRANSITION_ROWS`
+  and :data:`TASK_PROFILE_ROWS` fold.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+_TRANSITIONS = '[{"state": "VARCHAR", "timestamp": "VARCHAR"}]'
+_PROFILE_ENTRIES = '[{"eventName": "VARCHAR", "startTime": "VARCHAR", "endTime": "VARCHAR", "extraData": "VARCHAR"}]'
+
+# Ray's IDs are standard base64; the store shows them as lowercase hex, and an all-0xff ID means "none".
+MACROS = [
+    "CREATE OR REPLACE MACRO ray_nil(h) AS CASE WHEN ltrim(h, 'f') <> '' THEN h END",
+    "CREATE OR REPLACE MACRO ray_id(s) AS ray_nil(lower(hex(try(from_base64(nullif(s, ''))))))",
+    "CREATE OR REPLACE MACRO bad_id(s) AS (s <> '' AND try(from_base64(s)) IS NULL)",
+    # proto3 JSON: int64 as a string, int32 as a number; one that overflows its column quarantines the event
+    "CREATE OR REPLACE MACRO bad_int32(s) AS (s <> '' AND TRY_CAST(s AS INTEGER) IS NULL)",
+    "CREATE OR REPLACE MACRO bad_int64(s) AS (s <> '' AND TRY_CAST(s AS BIGINT) IS NULL)",
+    # RFC 3339 UTC with up to nanosecond digits to epoch ns; NULL when malformed or past what 64 bits hold (2262)
+    "CREATE OR REPLACE MACRO ray_ns_of(secs, frac) AS "
+    "CASE WHEN secs BETWEEN -9223372035 AND 9223372035 THEN secs * 1000000000 + TRY_CAST(frac AS BIGINT) END",
+    "CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN length(s) >= 20 THEN ray_ns_of("
+    "epoch_ms(try_strptime(left(s, 19), '%Y-%m-%dT%H:%M:%S')) // 1000, "
+    "rpad(left(split_part(rtrim(s, 'Z'), '.', 2), 9), 9, '0')) END",
+    # what kind of JSON value, in JSON's own words
+    "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'string' WHEN 'ARRAY' THEN 'array' "
+    "WHEN 'OBJECT' THEN 'object' WHEN 'BOOLEAN' THEN 'boolean' WHEN 'NULL' THEN 'null' ELSE 'number' END",
+    # a JSON string's value; NULL for any other JSON value
+    "CREATE OR REPLACE MACRO json_str(j) AS CASE WHEN left(j, 1) = '\"' THEN json_extract_string(j, '$') END",
+    # the human text inside an ActorDeathCause-like object (an error's nested actorDiedError and kin)
+    "CREATE OR REPLACE MACRO death_text(j) AS coalesce("
+    "list_filter(json_extract_string(j, '$.*.formattedExceptionString'), lambda m: m <> '')[1], "
+    "list_filter(json_extract_string(j, '$.*.errorMessage'), lambda m: m <> '')[1], "
+    "nullif(json_extract_string(j, '$.errorMessage'), ''))",
+    # (module, Class.function) from a FunctionDescriptor of any of Ray's languages
+    "CREATE OR REPLACE MACRO func_name(d) AS CASE WHEN nullif(d.className, '') IS NOT NULL "
+    "AND nullif(d.functionName, '') IS NOT NULL THEN d.className || '.' || d.functionName "
+    "ELSE coalesce(nullif(d.functionName, ''), nullif(d.className, '')) END",
+    # a task's state transitions and profile events, read from the JSON kept in the event's struct
+    f"CREATE OR REPLACE MACRO transitions_of(j) AS from_json(coalesce(j, '[]'), '{_TRANSITIONS}')",
+    f"CREATE OR REPLACE MACRO profile_entries_of(j) AS from_json(coalesce(j, '[]'), '{_PROFILE_ENTRIES}')",
+    # why one of a task's state transitions is malformed (the first such), or NULL
+    "CREATE OR REPLACE MACRO bad_transition(j) AS list_filter(list_transform(transitions_of(j), lambda t: "
+    "CASE WHEN NOT regexp_full_match(t.state, '[A-Z][A-Z_]*') THEN 'a state transition has no state' "
+    "WHEN ray_ts_ns(t.timestamp) IS NULL THEN 'a state transition has a bad timestamp: ' || t.timestamp END), "
+    "lambda why: why IS NOT NULL)[1]",
+    "CREATE OR REPLACE MACRO descriptor(f) AS "
+    "coalesce(f.pythonFunctionDescriptor, f.javaFunctionDescriptor, f.cppFunctionDescriptor)",
+]
+
+_DESCRIPTOR = {"moduleName": "VARCHAR", "className": "VARCHAR", "functionName": "VARCHAR"}
+_FUNCTION = {f"{lang}FunctionDescriptor": _DESCRIPTOR for lang in ("python", "java", "cpp")}
+_DEFINITION = {
+    "taskId": "VARCHAR", "taskAttempt": "VARCHAR", "jobId": "VARCHAR", "requiredResources": "JSON",
+    "parentTaskId": "VARCHAR", "placementGroupId": "VARCHAR", "serializedRuntimeEnv": "VARCHAR",
+    "language": "VARCHAR", "labelSelector": "JSON", "callSite": "VARCHAR",
+}
+# The shape DuckDB reads each event into. Leaves that must be checked (numbers, nested lists) are read as text or
+# JSON and validated below; everything else an event carries is kept in its raw body only.
+STRUCTURE = {
+    "eventId": "VARCHAR", "sessionName": "JSON", "eventType": "JSON", "sourceType": "VARCHAR",
+    "timestamp": "VARCHAR", "nodeId": "VARCHAR",
+    "taskDefinitionEvent": {**_DEFINITION, "taskFunc": _FUNCTION, "taskName": "VARCHAR", "taskType": "VARCHAR"},
+    "actorTaskDefinitionEvent": {
+        **_DEFINITION, "actorFunc": _FUNCTION, "actorTaskName": "VARCHAR", "actorId": "VARCHAR",
+    },
+    "taskLifecycleEvent": {
+        "taskId": "VARCHAR", "taskAttempt": "VARCHAR", "jobId": "VARCHAR", "nodeId": "VARCHAR",
+        "workerId": "VARCHAR", "workerPid": "VARCHAR", "stateTransitions": "JSON", "rayErrorInfo": "JSON",
+        "taskLogInfo": {
+            name: "VARCHAR" for name in ("stdoutFile", "stderrFile", "stdoutStart", "stdoutEnd", "stderrStart",
+                                         "stderrEnd")
+        },
+        "isDebuggerPaused": "VARCHAR", "actorReprName": "VARCHAR",
+    },
+    "taskProfileEvents": {
+        "taskId": "VARCHAR", "attemptNumber": "VARCHAR", "jobId": "VARCHAR",
+        "profileEvents": {"componentType": "VARCHAR", "componentId": "VARCHAR", "nodeIpAddress": "VARCHAR",
+                          "events": "JSON"},
+    },
+}
+
+# event type -> (payload field, attempt field, ID fields, 32-bit and 64-bit number fields) of the task payloads
+TASK_PAYLOADS = {
+    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", "taskAttempt",
+                              ["taskId", "jobId", "parentTaskId", "placementGroupId"], ["taskAttempt"], []),
+    "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent", "taskAttempt",
+                                    ["taskId", "jobId", "parentTaskId", "placementGroupId", "actorId"],
+                                    ["taskAttempt"], []),
+    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", "taskAttempt", ["taskId", "jobId", "nodeId", "workerId"],
+                             ["taskAttempt", "workerPid"],
+                             [f"taskLogInfo.{s}{e}" for s in ("stdout", "stderr") for e in ("Start", "End")]),
+    "TASK_PROFILE_EVENT": ("taskProfileEvents", "attemptNumber", ["taskId", "jobId", "profileEvents.componentId"],
+                           ["attemptNumber"], []),
+}
+
+EXPLODE_POSTS = """
+    SELECT post, label, run_id, unnest(range(len(events))) AS ord, coalesce(unnest(events), 'null') AS body
+    FROM (SELECT *, from_json(body, '["JSON"]') AS events FROM staged_posts)"""
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _type_reason(event_type: str) -> str:
+    """SQL: why a well-enveloped event of a task type is malformed, or NULL."""
+    payload, _, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
+    p = f"j.{payload}"
+    checks = [(f"{p} IS NULL", _sql_str(f"{event_type} has no {payload} object")),
+              (f"nullif({p}.taskId, '') IS NULL", "'taskId is missing'")]
+    checks += [(f"bad_id({p}.{name})", f"'not a base64 ID: ' || left({p}.{name}, 60)") for name in ids]
+    checks += [(f"bad_int32({p}.{name})", f"{_sql_str(name + ' ')} || {p}.{name} || ' does not fit in 32 bits'")
+               for name in ints32]
+    checks += [(f"bad_int64({p}.{name})", f"{_sql_str(name + ' ')} || {p}.{name} || ' does not fit in 64 bits'")
+               for name in ints64]
+    if event_type == "TASK_LIFECYCLE_EVENT":
+        transitions = f"{p}.stateTransitions"
+        checks += [
+            (f"{transitions} IS NOT NULL AND json_type({transitions}) <> 'ARRAY'",
+             "'stateTransitions is not a list'"),
+            (f"bad_transition({transitions}) IS NOT NULL", f"bad_transition({transitions})"),
+        ]
+    if event_type == "TASK_PROFILE_EVENT":
+        entries = f"{p}.profileEvents.events"
+        checks += [
+            (f"{p}.profileEvents IS NULL", "'profileEvents is not an object'"),
+            (f"{entries} IS NOT NULL AND json_type({entries}) <> 'ARRAY'", "'profileEvents.events is not a list'"),
+            (f"list_bool_or(list_transform(profile_entries_of({entries}), "
+             "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime)))",
+             "'a profile event time does not fit in 64 bits'"),
+        ]
+    return "CASE " + " ".join(f"WHEN {cond} THEN {why}" for cond, why in checks) + " END"
+
+
+def _parse_events() -> str:
+    structure = orjson.dumps(STRUCTURE).decode()
+    by_type = " ".join(f"WHEN {_sql_str(t)} THEN {_type_reason(t)}" for t in TASK_PAYLOADS)
+    return f"""
+    SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, j, session, event_type,
+           CASE WHEN ray_id(j.eventId) IS NULL THEN 'content:' || md5(body) ELSE ray_id(j.eventId) END AS event_id, ray_ts_ns(j.timestamp) AS ts_ns,
+           CASE
+               WHEN left(body, 1) <> '{{' THEN 'event is a ' || json_kind(body) || ', not an object'
+               WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'
+               WHEN event_type IS NULL OR event_type = '' THEN 'eventType is missing or not a string'
+               WHEN bad_id(j.eventId) THEN 'not a base64 ID: ' || left(j.eventId, 60)
+               ELSE CASE event_type {by_type} END
+           END AS reason
+    FROM (
+        SELECT *, json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
+        FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
+    )"""
+
+
+PARSE_EVENTS = _parse_events()
+
+
+def _definition_rows(event_type: str, payload: str, func: str, name: str, task_type: str, actor_id: str) -> str:
+    """SQL: the tasks columns a (normal or actor) task definition sets, with ``d`` its payload."""
+    return f"""
+    SELECT session, ray_id(d.taskId) AS task_id, coalesce(TRY_CAST(d.taskAttempt AS INTEGER), 0) AS attempt, seq,
+           ray_id(d.jobId) AS job_id, {task_type} AS type,
+           coalesce(nullif(d.{name}, ''), func_name(descriptor(d.{func})), '') AS name,
+           func_name(descriptor(d.{func})) AS func_or_class_name,
+           nullif(descriptor(d.{func}).moduleName, '') AS module_name,
+           nullif(d.language, '') AS language, {actor_id} AS actor_id,
+           ray_id(d.parentTaskId) AS parent_task_id, ray_id(d.placementGroupId) AS placement_group_id,
+           nullif(nullif(d.requiredResources, '{{}}'), '[]') AS required_resources,
+           nullif(d.serializedRuntimeEnv, '') AS runtime_env, nullif(d.callSite, '') AS call_site,
+           nullif(nullif(d.labelSelector, '{{}}'), '[]') AS label_selector, true AS defined
+    FROM (SELECT *, j.{payload} AS d FROM fresh WHERE event_type = '{event_type}')"""
+
+
+# One row per task attempt and event, with the tasks columns the event sets (the store merges them by rule).
+TASK_ROWS = (
+    _definition_rows("TASK_DEFINITION_EVENT", "taskDefinitionEvent", "taskFunc", "taskName",
+                     "coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')",
+                     "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(ray_id(d.taskId), 17) END")
+    + "\n    UNION ALL BY NAME"
+    + _definition_rows("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", "actorFunc", "actorTaskName",
+                       "'ACTOR_TASK'", "ray_id(d.actorId)")
+    + """
+    UNION ALL BY NAME
+    SELECT session, ray_id(l.taskId) AS task_id, coalesce(TRY_CAST(l.taskAttempt AS INTEGER), 0) AS attempt,
+           seq,
+           list_min(list_transform(t, lambda x: x.ts)) AS first_ns,
+           list_min(list_transform(list_filter(t, lambda x: x.state = 'PENDING_ARGS_AVAIL'), lambda x: x.ts))
+               AS pending_ns,
+           list_min(list_transform(list_filter(t, lambda x: x.state = 'RUNNING'), lambda x: x.ts)) AS start_ns,
+           list_max(list_transform(t, lambda x: {'terminal': x.state IN ('FINISHED', 'FAILED'), 'ts': x.ts,
+                                                 'state': x.state})) AS state_key,
+           ray_id(l.jobId) AS job_id, ray_id(l.nodeId) AS node_id, ray_id(l.workerId) AS worker_id,
+           nullif(TRY_CAST(l.workerPid AS INTEGER), 0) AS worker_pid,
+           nullif(l.taskLogInfo.stdoutFile, '') AS stdout_file, nullif(l.taskLogInfo.stderrFile, '') AS stderr_file,
+           TRY_CAST(l.taskLogInfo.stdoutStart AS BIGINT) AS stdout_start,
+           TRY_CAST(l.taskLogInfo.stdoutEnd AS BIGINT) AS stdout_end,
+           TRY_CAST(l.taskLogInfo.stderrStart AS BIGINT) AS stderr_start,
+           TRY_CAST(l.taskLogInfo.stderrEnd AS BIGINT) AS stderr_end,
+           nullif(json_extract_string(l.rayErrorInfo, '$.errorType'), '') AS error_type,
+           coalesce(nullif(json_extract_string(l.rayErrorInfo, '$.errorMessage'), ''),
+                    death_text(json_extract(l.rayErrorInfo, '$.runtimeEnvSetupFailedError')),
+                    death_text(json_extract(l.rayErrorInfo, '$.actorDiedError')),
+                    death_text(json_extract(l.rayErrorInfo, '$.actorUnavailableError'))) AS error_message,
+           CASE WHEN json_type(l.rayErrorInfo) = 'OBJECT' AND l.rayErrorInfo <> '{}' THEN l.rayErrorInfo END
+               AS error_detail,
+           TRY_CAST(l.isDebuggerPaused AS BOOLEAN) AS is_debugger_paused,
+           nullif(l.actorReprName, '') AS actor_repr_name
+    FROM (
+        SELECT *, j.taskLifecycleEvent AS l,
+               list_transform(transitions_of(j.taskLifecycleEvent.stateTransitions),
+                              lambda x: {'ts': ray_ts_ns(x.timestamp), 'state': x.state}) AS t
+        FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT'
+    )
+    UNION ALL BY NAME
+    SELECT session, ray_id(p.taskId) AS task_id, coalesce(TRY_CAST(p.attemptNumber AS INTEGER), 0) AS attempt,
+           seq, ray_id(p.jobId) AS job_id,
+           substr(list_filter(e, lambda x: starts_with(x.eventName, 'task::'))[1].eventName, 7) AS profile_name,
+           list_min(list_transform(list_filter(e, lambda x: x.eventName = 'task:execute'),
+                                   lambda x: TRY_CAST(x.startTime AS BIGINT))) AS exec_start_ns,
+           list_max(list_transform(list_filter(e, lambda x: x.eventName = 'task:execute'),
+                                   lambda x: TRY_CAST(x.endTime AS BIGINT))) AS executed_ns,
+           CASE WHEN p.profileEvents.componentType = 'worker' THEN ray_id(p.profileEvents.componentId) END
+               AS exec_worker_id,
+           CASE WHEN p.profileEvents.componentType = 'worker' THEN nullif(p.profileEvents.nodeIpAddress, '') END
+               AS exec_node_ip
+    FROM (
+        SELECT *, j.taskProfileEvents AS p,
+               profile_entries_of(j.taskProfileEvents.profileEvents.events) AS e
+        FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT'
+    )"""
+)
+
+TASK_TRANSITION_ROWS = """
+    SELECT session, ray_id(l.taskId) AS task_id, coalesce(TRY_CAST(l.taskAttempt AS INTEGER), 0) AS attempt,
+           ray_ts_ns(t.timestamp) AS ts, t.state AS state
+    FROM (
+        SELECT session, j.taskLifecycleEvent AS l,
+               unnest(transitions_of(j.taskLifecycleEvent.stateTransitions)) AS t
+        FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT'
+    )"""
+
+TASK_PROFILE_ROWS = """
+    SELECT session, ray_id(p.taskId) AS task_id, coalesce(TRY_CAST(p.attemptNumber AS INTEGER), 0) AS attempt,
+           TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
+           coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
+           nullif(p.profileEvents.componentType, '') AS component, ray_id(p.profileEvents.componentId) AS component_id,
+           nullif(p.profileEvents.nodeIpAddress, '') AS node_ip
+    FROM (
+        SELECT session, j.taskProfileEvents AS p,
+               unnest(profile_entries_of(j.taskProfileEvents.profileEvents.events)) AS e
+        FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT'
+    )
+    WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
