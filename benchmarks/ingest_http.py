@@ -6,7 +6,7 @@ fresh IDs) in 1000-event batches as Ray's aggregators do, over --connections con
 flight each, like that many nodes; a 503 is retried as Ray would). Two figures: events acknowledged per second
 (each 200 means the batch is durable, in the ingest journal), from the first POST to the last answer; and events
 folded into the store (queryable) per second, from the first POST until the server's backlog is empty. Beside
-them, interleaved, the bound: parsing the same bodies (orjson + ``parse_batch``) alone on one core.
+them, interleaved, the bound: parsing the same bodies as the store does (DuckDB, one thread) storing nothing.
 Run: .venv/bin/python benchmarks/ingest_http.py [--rounds 5] [--tasks 20000] [--connections 4]
 """
 
@@ -26,10 +26,9 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.recorded import body, synth_batches  # noqa: E402
+from benchmarks.recorded import body, parse_only, synth_batches  # noqa: E402
 from raysight.cli.run import free_port  # noqa: E402
 from raysight.client import Client  # noqa: E402
-from raysight.ingest.ray_events import parse_batch  # noqa: E402
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 BATCH_EVENTS = 1000
@@ -75,19 +74,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def parse_only(bodies: list[bytes]) -> float:
-    started = time.perf_counter()
-    for data in bodies:
-        parse_batch(orjson.loads(data))
-    return time.perf_counter() - started
-
-
 def stored_events(client: Client) -> int:
     return int(client.doctor()["counters"].get("stored", 0))
 
 
 def wait_folded(client: Client) -> None:
-    while client.doctor()["ingest_backlog"]["batches"]:
+    while client.ingest_backlog()["batches"]:
         time.sleep(0.05)
 
 

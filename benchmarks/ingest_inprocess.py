@@ -1,7 +1,8 @@
-"""Ingest in-process, no HTTP: parse-only (the bound) vs parse + durable commit to the store, on this core.
+"""Ingest in-process, no HTTP: parse-only (the bound) vs parse + durable commit to the store, on one thread.
 
-Each round synthesises a new session (benchmarks/recorded.py, fresh IDs) in 1000-event batches and applies them
-four at a time, as the server's writer groups batches from four busy aggregators. Interleaved rounds; medians.
+Each round synthesises a new session (benchmarks/recorded.py, fresh IDs) in 1000-event POST bodies and applies
+them in groups of ``recorded.GROUP``, as the server's writer folds POSTs that queued up. DuckDB runs on one thread
+(as with the server pinned to one core). Interleaved rounds; medians.
 Run: .venv/bin/python benchmarks/ingest_inprocess.py [rounds] [tasks per round]
 """
 
@@ -16,31 +17,25 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.recorded import body, synth_batches  # noqa: E402
-from raysight.ingest.ray_events import Batch, parse_batch  # noqa: E402
-from raysight.store.store import Store  # noqa: E402
-
-GROUP = 4
+from benchmarks.recorded import GROUP, body, parse_only, synth_batches  # noqa: E402
+from raysight.store.store import Post, Store  # noqa: E402
 
 
-def main(rounds: int = 5, tasks: int = 10_000) -> None:
+def main(rounds: int = 5, tasks: int = 20_000) -> None:
     parse_rates, apply_rates = [], []
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
+        store.con.execute("SET threads = 1")
         for r in range(rounds):
             bodies = [body(texts) for _, texts in synth_batches(tasks, 1000, r * tasks)]
             n = sum(len(orjson.loads(b)) for b in bodies)
-            started = time.perf_counter()
-            for data in bodies:
-                parse_batch(orjson.loads(data))
-            parse_rates.append(n / (time.perf_counter() - started))
+            parse_rates.append(n / parse_only(bodies))
             started = time.perf_counter()
             for i in range(0, len(bodies), GROUP):
-                group = Batch()
-                for data in bodies[i : i + GROUP]:
-                    group.extend(parse_batch(orjson.loads(data)))
-                store.apply(group)
+                store.apply([Post(b) for b in bodies[i : i + GROUP]])
             apply_rates.append(n / (time.perf_counter() - started))
+            print(f"round {r + 1}: {n:,} events; parse only {parse_rates[-1]:,.0f}/s; "
+                  f"parse + commit {apply_rates[-1]:,.0f}/s", flush=True)
         store.close()
     for name, rates in (("parse only", parse_rates), ("parse + commit", apply_rates)):
         print(f"{name:>15}: median {statistics.median(rates):9,.0f} events/s  (min {min(rates):,.0f}, "

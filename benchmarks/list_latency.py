@@ -35,9 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
-from raysight.ingest.ray_events import parse_batch  # noqa: E402
 from raysight.store import schema  # noqa: E402
-from raysight.store.store import Store  # noqa: E402
+from raysight.store.store import Post, Store  # noqa: E402
 from benchmarks.recorded import body, synth_batches  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
@@ -213,9 +212,8 @@ def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
     events, t0 = 0, time.perf_counter()
     try:
         for done, texts in synth_batches(n_tasks, BATCH_EVENTS):
-            batch = orjson.loads(body(texts))
-            store.apply(parse_batch(batch, label="bench1m"))
-            events += len(batch)
+            store.apply([Post(body(texts), label="bench1m")])
+            events += len(texts)
             elapsed = time.perf_counter() - t0
             print(f"\r  built {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
                   f"{events / elapsed:7,.0f} events/s", end="", flush=True)

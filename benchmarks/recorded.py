@@ -7,13 +7,19 @@ the task ID and each event ID replaced; every synthesised task gets fresh IDs, s
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
+import pyarrow as pa
+
+from raysight.ingest import events_sql
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
+GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
 
 
 def templates() -> tuple[list[str], list[str], list[str]]:
@@ -68,3 +74,32 @@ def synth_batches(n_tasks: int, batch_events: int, first: int = 0) -> Iterator[t
 def body(texts: list[str]) -> bytes:
     """A POST body as Ray's aggregator sends it: one JSON array."""
     return ("[" + ",".join(texts) + "]").encode()
+
+
+def parse_only(bodies: list[bytes]) -> float:
+    """Seconds to parse ``bodies`` as the store does, on one thread, storing nothing: the bound for ingest.
+
+    In groups of :data:`GROUP` POSTs: explode each body into events, type and validate them
+    (``events_sql.PARSE_EVENTS``) and compute every task event's columns (``events_sql.TASK_ROWS``).
+    """
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    for statement in events_sql.MACROS:
+        con.execute(statement)
+    started = time.perf_counter()
+    for i in range(0, len(bodies), GROUP):
+        group = bodies[i : i + GROUP]
+        con.register("staged_posts", pa.table({
+            "post": pa.array(range(len(group)), pa.int32()),
+            "label": pa.array([None] * len(group), pa.string()),
+            "run_id": pa.array([None] * len(group), pa.string()),
+            "body": pa.array(group, pa.string()),
+        }))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {events_sql.EXPLODE_POSTS}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
+        con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM batch_events WHERE reason IS NULL")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE task_rows AS {events_sql.TASK_ROWS}")
+        con.unregister("staged_posts")
+    elapsed = time.perf_counter() - started
+    con.close()
+    return elapsed

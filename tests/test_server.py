@@ -206,3 +206,15 @@ def test_a_batch_the_store_keeps_refusing_is_quarantined_whole_and_the_rest_fold
         assert c["stored"] == len(ray_batches[2]) + len(ray_batches[4]) and c["quarantined"] == 1
         doctor = client.get("/api/raysight/doctor").json()
         assert "could not fold this batch: cannot write this" in doctor["quarantine"][0]["reason"]
+
+
+def test_posts_arriving_within_the_fold_interval_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
+    """Folding costs a fixed amount per group, so a burst of POSTs is folded at once, and only once."""
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=1.0)) as client:
+        started = time.monotonic()
+        for batch in ray_batches[:4]:
+            assert post(client, batch, settle=False).status_code == 200
+        assert time.monotonic() - started < 1.0, "posting should not wait for folding"
+        post(client, [])  # settles: waits until the group is folded
+        c = counters(client)
+        assert c["batches"] == 1 and c["stored"] == sum(len(b) for b in ray_batches[:4])

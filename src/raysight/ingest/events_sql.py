@@ -8,7 +8,7 @@ runs it (``store/store.py``), over these relations:
 
 - ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
   the raw events themselves when reindexing);
-- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task payloads and ``reason``, why
+- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task payloads, ``reason``, why
   the event is quarantined (NULL when it is well formed);
 - ``fresh``: the well-formed events the store had not seen, which :data:`TASK_ROWS`, :data:`TASK_TRANSITION_ROWS`
   and :data:`TASK_PROFILE_ROWS` fold.
@@ -150,8 +150,9 @@ def _parse_events() -> str:
     structure = orjson.dumps(STRUCTURE).decode()
     by_type = " ".join(f"WHEN {_sql_str(t)} THEN {_type_reason(t)}" for t in TASK_PAYLOADS)
     return f"""
-    SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, j, session, event_type,
-           CASE WHEN ray_id(j.eventId) IS NULL THEN 'content:' || md5(body) ELSE ray_id(j.eventId) END AS event_id, ray_ts_ns(j.timestamp) AS ts_ns,
+    SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j, session, event_type,
+           CASE WHEN ray_id(j.eventId) IS NULL THEN 'content:' || md5(body) ELSE ray_id(j.eventId) END AS event_id,
+           ray_ts_ns(j.timestamp) AS ts_ns,
            CASE
                WHEN left(body, 1) <> '{{' THEN 'event is a ' || json_kind(body) || ', not an object'
                WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'

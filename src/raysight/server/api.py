@@ -86,8 +86,9 @@ async def doctor(request: Request) -> Response:
 
 
 async def ping(request: Request) -> Response:
-    """GET /api/raysight/ping: answers without touching the store (liveness for `raysight run` and the CLI)."""
-    return _json({"ok": True, "version": __version__})
+    """GET /api/raysight/ping: answers without touching the store (liveness for `raysight run` and the CLI), with
+    the ingest backlog (batches acknowledged, not yet folded)."""
+    return _json({"ok": True, "version": __version__, "ingest_backlog": app_state(request).writer.backlog()})
 
 
 async def reindex(request: Request) -> Response:

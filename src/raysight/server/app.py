@@ -21,7 +21,7 @@ from raysight.server import api, ingest_routes, ray_compat
 from raysight.server.auth import Secrets
 from raysight.server.state import AppState, Metrics, app_state
 from raysight.store.store import Store
-from raysight.store.writer import Writer
+from raysight.store.writer import FOLD_INTERVAL_S, FOLD_NICENESS, Writer
 
 log = logging.getLogger("raysight.server")
 
@@ -69,14 +69,20 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(app_state(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def create_app(data_dir: str | Path, *, secrets: Secrets | None = None, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def create_app(
+    data_dir: str | Path,
+    *,
+    secrets: Secrets | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    fold_interval_s: float = FOLD_INTERVAL_S,
+) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = Store(data_dir)
+        store = Store(data_dir, worker_niceness=FOLD_NICENESS)
         metrics_ = Metrics(store)
-        writer = Writer(store, on_commit=metrics_.committed)
+        writer = Writer(store, on_commit=metrics_.committed, fold_interval_s=fold_interval_s)
         app.state.raysight = AppState(store, writer, secrets or Secrets(None, None), metrics_, max_body)
         try:
             yield

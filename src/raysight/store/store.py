@@ -47,8 +47,8 @@ _SESSION_ROWS = """
            arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
            min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, any_value(f.events) AS events,
            any_value(f.raw_bytes) AS raw_bytes
-    FROM valid_events v
-    LEFT JOIN (SELECT session, count(*) AS events, sum(strlen(body)) AS raw_bytes FROM fresh GROUP BY session) f
+    FROM (SELECT * FROM batch_events WHERE reason IS NULL)
+    LEFT JOIN (SELECT session, count(*) AS events, sum(bytes) AS raw_bytes FROM fresh GROUP BY session) f
         USING (session)
     GROUP BY session"""
 
@@ -62,16 +62,39 @@ class ApplyResult:
     unsupported: int
 
 
+def _connect(path: Path, niceness: int) -> duckdb.DuckDBPyConnection:
+    """Open the database from a thread at ``niceness``, so that DuckDB's worker threads, which it starts then and
+    which do most of the folding, inherit it (Linux niceness is per thread)."""
+    opened: list[duckdb.DuckDBPyConnection | BaseException] = []
+
+    def open_niced() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+            # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher
+            # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB sizes its
+            # pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads.
+            opened.append(duckdb.connect(
+                str(path), config={"checkpoint_threshold": WAL_LIMIT, "threads": len(os.sched_getaffinity(0))}))
+        except BaseException as exc:
+            opened.append(exc)
+
+    thread = threading.Thread(target=open_niced, name="raysight-store-open")
+    thread.start()
+    thread.join()
+    if isinstance(opened[0], BaseException):
+        raise opened[0]
+    return opened[0]
+
+
 class Store:
     """One DuckDB database file in ``data_dir``."""
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], worker_niceness: int = 0) -> None:
+        """Open (creating or upgrading) the store; DuckDB's worker threads run at ``worker_niceness``."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
-        # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher threshold
-        # and checkpoints while idle (the writer's) keep that out of ingest bursts.
-        self.con = duckdb.connect(str(self.path), config={"checkpoint_threshold": WAL_LIMIT})
+        self.con = _connect(self.path, worker_niceness)
         self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
         self._reader_lock = threading.Lock()
         self._inserts = {name: t.insert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
@@ -115,6 +138,15 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _registered(self, name: str, table: pa.Table) -> Iterator[None]:
+        """``table`` visible to SQL as ``name`` within the block."""
+        self.con.register(name, table)
+        try:
+            yield
+        finally:
+            self.con.unregister(name)
 
     def _mark_folded(self, journal_seq: int) -> None:
         """Record the last journal record folded (inside the transaction that folded it)."""
@@ -169,19 +201,12 @@ class Store:
             "run_id": pa.array([p.run_id for p in posts], pa.string()),
             "body": pa.array([p.body for p in posts], pa.string()),
         })
-        with self._transaction() as con:
-            con.register("staged_posts", staged)
-            try:
+        with self._transaction():
+            with self._registered("staged_posts", staged):
                 patches = self._parse(events_sql.EXPLODE_POSTS)
-            finally:
-                con.unregister("staged_posts")
             fresh_ids = self._insert_raw()
-            con.register("fresh_ids", fresh_ids)
-            try:
-                con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM valid_events "
-                            "SEMI JOIN fresh_ids USING (session, event_id)")
-            finally:
-                con.unregister("fresh_ids")
+            with self._registered("fresh_ids", fresh_ids):
+                self._keep_fresh("SEMI JOIN fresh_ids USING (session, event_id)", fresh_ids.num_rows)
             received, unsupported = self._one(
                 "SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) "
                 "FROM batch_events",
@@ -202,15 +227,16 @@ class Store:
         return result
 
     def _parse(self, incoming: str) -> dict[int, list[tuple[str, Key, Patch]]]:
-        """Parse the events ``incoming`` selects into ``batch_events`` and keep the well-formed ones, each
-        (session, event ID) once, as ``valid_events``. Returns the patches of the Python-folded types."""
+        """Parse the events ``incoming`` selects into ``batch_events``; returns the patches of the Python-folded
+        types (whose malformed events get their ``reason`` here)."""
         con = self.con
         con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {incoming}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
         patches: dict[int, list[tuple[str, Key, Patch]]] = {}
         reasons: list[tuple[int, str]] = []
         rows = con.execute(
-            "SELECT seq, session, event_type, body FROM batch_events WHERE reason IS NULL AND list_contains($1, event_type)",
+            "SELECT seq, session, event_type, body FROM batch_events "
+            "WHERE reason IS NULL AND list_contains($1, event_type)",
             [list(HANDLERS)],
         ).fetchall()
         for seq, session, event_type, body in rows:
@@ -222,9 +248,16 @@ class Store:
             con.execute("UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
                         "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
                         [[seq for seq, _ in reasons], [why for _, why in reasons]])
-        con.execute("CREATE OR REPLACE TEMP TABLE valid_events AS SELECT * FROM batch_events WHERE reason IS NULL "
-                    "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1")
         return patches
+
+    def _keep_fresh(self, join: str, distinct: int | None = None) -> None:
+        """``fresh``: the well-formed events of ``batch_events`` that ``join`` keeps, as the folds read them; each
+        once when there are more than ``distinct`` (a group of posts may carry one event twice)."""
+        self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT seq, session, event_id, event_type, bytes, j "
+                         f"FROM batch_events {join} WHERE reason IS NULL")
+        if distinct is not None and self._one("SELECT count(*) FROM fresh")[0] > distinct:
+            self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM fresh "
+                             "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1")
 
     def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
         """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
@@ -237,7 +270,7 @@ class Store:
             f"""INSERT INTO raw_events
                 SELECT {schema.RAW_KEY}, session, event_id, event_type, j.sourceType, ts_ns, ray_id(j.nodeId),
                        list_contains($1, event_type), now(), body
-                FROM valid_events
+                FROM batch_events WHERE reason IS NULL
                 ON CONFLICT DO NOTHING RETURNING session, event_id""",
             ["session", "event_id"], [SUPPORTED_TYPES],
         )
@@ -252,22 +285,20 @@ class Store:
         return int(row[0]) if row else 0
 
     def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
-        """Fold ``fresh`` (events first seen) into the entity tables; session spans come from ``valid_events``."""
+        """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
+        spans come from all of ``batch_events``."""
         con = self.con
-        tasks = schema.TASKS
-        con.execute(f"CREATE OR REPLACE TEMP TABLE staged_tasks AS {tasks.aggregate_sql(events_sql.TASK_ROWS, 'seq')}")
+        con.execute("CREATE OR REPLACE TEMP TABLE staged_tasks AS "
+                    + schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"))
         self._upsert("tasks", "staged_tasks")
         con.execute(f"INSERT INTO task_transitions BY NAME {events_sql.TASK_TRANSITION_ROWS}")
         con.execute(f"INSERT INTO task_profile BY NAME {events_sql.TASK_PROFILE_ROWS}")
-        seqs = [row[0] for row in con.execute("SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq",
-                                              [list(HANDLERS)]).fetchall()]
-        for name, rows in fold(p for seq in seqs for p in patches[seq]).items():
-            table = schema.FOLDED_TABLES[name]
-            con.register(f"arrow_{name}", pa.Table.from_pylist(rows, schema=table.arrow_schema))
-            try:
+        seqs = con.execute("SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq",
+                           [list(HANDLERS)]).fetchall()
+        for name, rows in fold(p for (seq,) in seqs for p in patches[seq]).items():
+            staged = pa.Table.from_pylist(rows, schema=schema.FOLDED_TABLES[name].arrow_schema)
+            with self._registered(f"arrow_{name}", staged):
                 self._upsert(name, f"arrow_{name}")
-            finally:
-                con.unregister(f"arrow_{name}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE staged_sessions AS {_SESSION_ROWS}")
         self._upsert("sessions", "staged_sessions")
         sessions = [row[0] for row in con.execute("SELECT session FROM staged_sessions ORDER BY 1").fetchall()]
@@ -282,12 +313,9 @@ class Store:
         if inserted.num_rows == total:
             return
         keys = ", ".join(c.name for c in table.keys)
-        self.con.register("inserted_keys", inserted)
-        try:
+        with self._registered("inserted_keys", inserted):
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE merging AS "
                              f"SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})")
-        finally:
-            self.con.unregister("inserted_keys")
         counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
         columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
         sql = self._merges.get((name, columns))
@@ -348,7 +376,7 @@ class Store:
                 patches = self._parse(f"""
                     SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body
                     FROM raw_events WHERE rowid >= {start} AND rowid < {start + REINDEX_CHUNK}""")
-                con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM valid_events")
+                self._keep_fresh("")
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])

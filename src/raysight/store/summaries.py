@@ -12,6 +12,7 @@ from raysight.store.reconcile import SESSION_ENDS
 
 SLOWEST = 5
 DOCTOR_SESSIONS = 5
+LAG_WINDOW = "15 MINUTES"  # raw events arrive in time order, so the window reads only the newest row groups
 # What the doctor shows of Ray's aggregator counters, summed over a session's agents: field -> metric (no prefix).
 RAY_COUNTERS = {
     "received": "events_received",
@@ -103,8 +104,8 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """What raysight knows it is missing (quarantined and unfolded events, inferred states, ingest lag), and what
-    Ray reported losing."""
+    """What raysight knows it is missing (quarantined and unfolded events, inferred states, ingest lag over the last
+    :data:`LAG_WINDOW` of ingest), and what Ray reported losing."""
     counters = dict(con.execute("SELECT name, value FROM counters").fetchall())
     unsupported = _rows(
         con.execute(
@@ -125,10 +126,13 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     )
     lag = _rows(
         con.execute(
-            """SELECT session, epoch_ms(max(received_at)) AS last_received_ms,
+            f"""SELECT session, epoch_ms(max(received_at)) AS last_received_ms,
                       quantile_cont(epoch_ms(received_at) - ts_ns / 1e6, 0.5) AS lag_p50_ms,
                       max(epoch_ms(received_at) - ts_ns / 1e6) AS lag_max_ms
-               FROM raw_events WHERE ts_ns IS NOT NULL GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
+               FROM raw_events
+               WHERE ts_ns IS NOT NULL
+                 AND received_at >= (SELECT max(received_at) FROM raw_events) - INTERVAL {LAG_WINDOW}
+               GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
         )
     )
     return {"counters": counters, "unsupported": unsupported, "quarantine": quarantine, "inferred": inferred,
