@@ -26,6 +26,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cpu import cpu_seconds  # noqa: E402
 from benchmarks.recorded import body, parse_only, synth_batches  # noqa: E402
 from raysight.cli.run import free_port  # noqa: E402
 from raysight.client import Client  # noqa: E402
@@ -66,12 +67,6 @@ def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, in
     with ThreadPoolExecutor(connections) as pool:
         retries = sum(pool.map(send, shares))
     return time.perf_counter() - started, retries
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stored_events(client: Client) -> int:

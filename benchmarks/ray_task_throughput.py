@@ -19,7 +19,10 @@ import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cpu import cpu_seconds  # noqa: E402
 from raysight.cli.run import free_port, ray_env, wait_until_quiet
 from raysight.client import Client
 
@@ -107,8 +110,9 @@ def main(rounds: int, tasks: int) -> None:
                     before = Sink.bodies, Sink.events
                     rates["discard"].append(measure(tasks, ray_env(sink_url, cluster=f"discard-{r}")))
                     got = f"sink got {Sink.events - before[1]:,} events in {Sink.bodies - before[0]} POSTs"
-                    label = f"bench-{r}"
+                    label, cpu = f"bench-{r}", cpu_seconds(server.pid)
                     rates["raysight"].append(measure(tasks, ray_env(url, cluster=label)))
+                    cpu = cpu_seconds(server.pid) - cpu  # while Ray ran (folding may go on after)
                     wait_until_quiet(client)
                     noop = [g for g in client.summary("tasks", session=label)["summary"]
                             if g["func_or_class_name"].endswith("noop")]
@@ -116,7 +120,7 @@ def main(rounds: int, tasks: int) -> None:
                     done = sum(g["state_counts"].get("FINISHED", 0) for g in noop)
                     print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s"
                           f"  ({got}; raysight stored {stored:,} noop attempts, {done:,} FINISHED, "
-                          f"of {WARMUP + tasks:,})", flush=True)
+                          f"of {WARMUP + tasks:,}; server CPU while Ray ran {cpu:.2f} s)", flush=True)
         finally:
             server.terminate()
             server.wait(timeout=30)

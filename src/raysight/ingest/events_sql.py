@@ -10,8 +10,10 @@ runs it (``store/store.py``), over these relations:
   the raw events themselves when reindexing);
 - ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task payloads, ``reason``, why
   the event is quarantined (NULL when it is well formed);
-- ``fresh``: the well-formed events the store had not seen, which :data:`TASK_ROWS`, :data:`TASK_TRANSITION_ROWS`
-  and :data:`TASK_PROFILE_ROWS` fold.
+- ``fresh`` (:data:`FRESH_EVENTS`): the well-formed events the store had not seen, with their task keys;
+- ``fresh_transitions`` and ``fresh_profile`` (:data:`TRANSITIONS`, :data:`PROFILE_ENTRIES`): one row per state
+  transition and profile entry of the fresh task events, for the append tables and for :data:`TASK_ROWS`, which
+  gives the tasks columns each fresh event, transition and entry sets.
 """
 
 from __future__ import annotations
@@ -169,41 +171,63 @@ def _parse_events() -> str:
 PARSE_EVENTS = _parse_events()
 
 
+# ``fresh`` from the well-formed events of ``batch_events`` (joined to those first seen), with each task event's key
+_TASK_PAYLOAD = ("coalesce(j.taskDefinitionEvent.{f}, j.actorTaskDefinitionEvent.{f}, "
+                 "j.taskLifecycleEvent.{f}, j.taskProfileEvents.{f})")
+FRESH_EVENTS = f"""
+    SELECT seq, session, event_id, event_type, bytes, j,
+           ray_id({_TASK_PAYLOAD.format(f="taskId")}) AS task_id,
+           coalesce(TRY_CAST(coalesce(j.taskDefinitionEvent.taskAttempt, j.actorTaskDefinitionEvent.taskAttempt,
+                                      j.taskLifecycleEvent.taskAttempt, j.taskProfileEvents.attemptNumber)
+                             AS INTEGER), 0) AS attempt,
+           ray_id({_TASK_PAYLOAD.format(f="jobId")}) AS job_id
+    FROM batch_events {{join}} WHERE reason IS NULL"""
+
+# One row per state transition and per profile entry of the fresh task events (append tables and task columns).
+TRANSITIONS = """
+    SELECT session, task_id, attempt, seq, ray_ts_ns(t.timestamp) AS ts, t.state AS state
+    FROM (SELECT *, unnest(transitions_of(j.taskLifecycleEvent.stateTransitions)) AS t
+          FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT')"""
+PROFILE_ENTRIES = """
+    SELECT session, task_id, attempt, seq,
+           TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
+           coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
+           nullif(p.componentType, '') AS component, ray_id(p.componentId) AS component_id,
+           nullif(p.nodeIpAddress, '') AS node_ip
+    FROM (SELECT *, j.taskProfileEvents.profileEvents AS p,
+                 unnest(profile_entries_of(j.taskProfileEvents.profileEvents.events)) AS e
+          FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT')
+    WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
+
+
 def _definition_rows(event_type: str, payload: str, func: str, name: str, task_type: str, actor_id: str) -> str:
     """SQL: the tasks columns a (normal or actor) task definition sets, with ``d`` its payload."""
     return f"""
-    SELECT session, ray_id(d.taskId) AS task_id, coalesce(TRY_CAST(d.taskAttempt AS INTEGER), 0) AS attempt, seq,
-           ray_id(d.jobId) AS job_id, {task_type} AS type,
-           coalesce(nullif(d.{name}, ''), func_name(descriptor(d.{func})), '') AS name,
-           func_name(descriptor(d.{func})) AS func_or_class_name,
-           nullif(descriptor(d.{func}).moduleName, '') AS module_name,
-           nullif(d.language, '') AS language, {actor_id} AS actor_id,
+    SELECT session, task_id, attempt, seq, job_id, {task_type} AS type,
+           coalesce(nullif(d.{name}, ''), func, '') AS name, func AS func_or_class_name,
+           nullif(f.moduleName, '') AS module_name, nullif(d.language, '') AS language, {actor_id} AS actor_id,
            ray_id(d.parentTaskId) AS parent_task_id, ray_id(d.placementGroupId) AS placement_group_id,
            nullif(nullif(d.requiredResources, '{{}}'), '[]') AS required_resources,
            nullif(d.serializedRuntimeEnv, '') AS runtime_env, nullif(d.callSite, '') AS call_site,
            nullif(nullif(d.labelSelector, '{{}}'), '[]') AS label_selector, true AS defined
-    FROM (SELECT *, j.{payload} AS d FROM fresh WHERE event_type = '{event_type}')"""
+    FROM (SELECT *, func_name(f) AS func
+          FROM (SELECT *, j.{payload} AS d, descriptor(j.{payload}.{func}) AS f
+                FROM fresh WHERE event_type = '{event_type}'))"""
 
 
-# One row per task attempt and event, with the tasks columns the event sets (the store merges them by rule).
+# One row per fresh task event, state transition and profile entry, with the tasks columns each sets (the store
+# merges a key's rows by the columns' rules).
 TASK_ROWS = (
     _definition_rows("TASK_DEFINITION_EVENT", "taskDefinitionEvent", "taskFunc", "taskName",
                      "coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')",
-                     "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(ray_id(d.taskId), 17) END")
+                     "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(task_id, 17) END")
     + "\n    UNION ALL BY NAME"
     + _definition_rows("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", "actorFunc", "actorTaskName",
                        "'ACTOR_TASK'", "ray_id(d.actorId)")
     + """
     UNION ALL BY NAME
-    SELECT session, ray_id(l.taskId) AS task_id, coalesce(TRY_CAST(l.taskAttempt AS INTEGER), 0) AS attempt,
-           seq,
-           list_min(list_transform(t, lambda x: x.ts)) AS first_ns,
-           list_min(list_transform(list_filter(t, lambda x: x.state = 'PENDING_ARGS_AVAIL'), lambda x: x.ts))
-               AS pending_ns,
-           list_min(list_transform(list_filter(t, lambda x: x.state = 'RUNNING'), lambda x: x.ts)) AS start_ns,
-           list_max(list_transform(t, lambda x: {'terminal': x.state IN ('FINISHED', 'FAILED'), 'ts': x.ts,
-                                                 'state': x.state})) AS state_key,
-           ray_id(l.jobId) AS job_id, ray_id(l.nodeId) AS node_id, ray_id(l.workerId) AS worker_id,
+    SELECT session, task_id, attempt, seq, job_id,
+           ray_id(l.nodeId) AS node_id, ray_id(l.workerId) AS worker_id,
            nullif(TRY_CAST(l.workerPid AS INTEGER), 0) AS worker_pid,
            nullif(l.taskLogInfo.stdoutFile, '') AS stdout_file, nullif(l.taskLogInfo.stderrFile, '') AS stderr_file,
            TRY_CAST(l.taskLogInfo.stdoutStart AS BIGINT) AS stdout_start,
@@ -219,49 +243,22 @@ TASK_ROWS = (
                AS error_detail,
            TRY_CAST(l.isDebuggerPaused AS BOOLEAN) AS is_debugger_paused,
            nullif(l.actorReprName, '') AS actor_repr_name
-    FROM (
-        SELECT *, j.taskLifecycleEvent AS l,
-               list_transform(transitions_of(j.taskLifecycleEvent.stateTransitions),
-                              lambda x: {'ts': ray_ts_ns(x.timestamp), 'state': x.state}) AS t
-        FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT'
-    )
+    FROM (SELECT *, j.taskLifecycleEvent AS l FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT')
     UNION ALL BY NAME
-    SELECT session, ray_id(p.taskId) AS task_id, coalesce(TRY_CAST(p.attemptNumber AS INTEGER), 0) AS attempt,
-           seq, ray_id(p.jobId) AS job_id,
-           substr(list_filter(e, lambda x: starts_with(x.eventName, 'task::'))[1].eventName, 7) AS profile_name,
-           list_min(list_transform(list_filter(e, lambda x: x.eventName = 'task:execute'),
-                                   lambda x: TRY_CAST(x.startTime AS BIGINT))) AS exec_start_ns,
-           list_max(list_transform(list_filter(e, lambda x: x.eventName = 'task:execute'),
-                                   lambda x: TRY_CAST(x.endTime AS BIGINT))) AS executed_ns,
-           CASE WHEN p.profileEvents.componentType = 'worker' THEN ray_id(p.profileEvents.componentId) END
-               AS exec_worker_id,
-           CASE WHEN p.profileEvents.componentType = 'worker' THEN nullif(p.profileEvents.nodeIpAddress, '') END
-               AS exec_node_ip
-    FROM (
-        SELECT *, j.taskProfileEvents AS p,
-               profile_entries_of(j.taskProfileEvents.profileEvents.events) AS e
-        FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT'
-    )"""
+    SELECT session, task_id, attempt, seq, ts AS first_ns,
+           CASE WHEN state = 'PENDING_ARGS_AVAIL' THEN ts END AS pending_ns,
+           CASE WHEN state = 'RUNNING' THEN ts END AS start_ns,
+           {'terminal': state IN ('FINISHED', 'FAILED'), 'ts': ts, 'state': state} AS state_key
+    FROM fresh_transitions
+    UNION ALL BY NAME
+    SELECT session, task_id, attempt, seq, job_id,
+           CASE WHEN p.componentType = 'worker' THEN ray_id(p.componentId) END AS exec_worker_id,
+           CASE WHEN p.componentType = 'worker' THEN nullif(p.nodeIpAddress, '') END AS exec_node_ip
+    FROM (SELECT *, j.taskProfileEvents.profileEvents AS p FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT')
+    UNION ALL BY NAME
+    SELECT session, task_id, attempt, seq,
+           CASE WHEN starts_with(name, 'task::') THEN substr(name, 7) END AS profile_name,
+           CASE WHEN name = 'task:execute' THEN start_ns END AS exec_start_ns,
+           CASE WHEN name = 'task:execute' THEN end_ns END AS executed_ns
+    FROM fresh_profile"""
 )
-
-TASK_TRANSITION_ROWS = """
-    SELECT session, ray_id(l.taskId) AS task_id, coalesce(TRY_CAST(l.taskAttempt AS INTEGER), 0) AS attempt,
-           ray_ts_ns(t.timestamp) AS ts, t.state AS state
-    FROM (
-        SELECT session, j.taskLifecycleEvent AS l,
-               unnest(transitions_of(j.taskLifecycleEvent.stateTransitions)) AS t
-        FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT'
-    )"""
-
-TASK_PROFILE_ROWS = """
-    SELECT session, ray_id(p.taskId) AS task_id, coalesce(TRY_CAST(p.attemptNumber AS INTEGER), 0) AS attempt,
-           TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
-           coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
-           nullif(p.profileEvents.componentType, '') AS component, ray_id(p.profileEvents.componentId) AS component_id,
-           nullif(p.profileEvents.nodeIpAddress, '') AS node_ip
-    FROM (
-        SELECT session, j.taskProfileEvents AS p,
-               unnest(profile_entries_of(j.taskProfileEvents.profileEvents.events)) AS e
-        FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT'
-    )
-    WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""

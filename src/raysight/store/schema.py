@@ -37,8 +37,8 @@ _MERGE_SQL = {
     "union": "merge_list({old}, {new})",
 }
 _AGGREGATE_SQL = {
-    "latest": "arg_max({c}, {order}) FILTER (WHERE {c} IS NOT NULL)",
-    "keep": "arg_min({c}, {order}) FILTER (WHERE {c} IS NOT NULL)",
+    "latest": "arg_max({c}, {order})",  # DuckDB's arg_max/arg_min pass over rows whose value is NULL
+    "keep": "arg_min({c}, {order})",
     "least": "min({c})",
     "greatest": "max({c})",
     "sum": "sum({c})",

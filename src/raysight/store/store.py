@@ -146,7 +146,8 @@ class Store:
         try:
             yield
         finally:
-            self.con.unregister(name)
+            with contextlib.suppress(duckdb.TransactionException):  # aborted: the rollback takes the view too
+                self.con.unregister(name)
 
     def _mark_folded(self, journal_seq: int) -> None:
         """Record the last journal record folded (inside the transaction that folded it)."""
@@ -253,8 +254,7 @@ class Store:
     def _keep_fresh(self, join: str, distinct: int | None = None) -> None:
         """``fresh``: the well-formed events of ``batch_events`` that ``join`` keeps, as the folds read them; each
         once when there are more than ``distinct`` (a group of posts may carry one event twice)."""
-        self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT seq, session, event_id, event_type, bytes, j "
-                         f"FROM batch_events {join} WHERE reason IS NULL")
+        self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=join))
         if distinct is not None and self._one("SELECT count(*) FROM fresh")[0] > distinct:
             self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM fresh "
                              "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1")
@@ -288,11 +288,14 @@ class Store:
         """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
         spans come from all of ``batch_events``."""
         con = self.con
+        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_transitions AS {events_sql.TRANSITIONS}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_profile AS {events_sql.PROFILE_ENTRIES}")
         con.execute("CREATE OR REPLACE TEMP TABLE staged_tasks AS "
                     + schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"))
         self._upsert("tasks", "staged_tasks")
-        con.execute(f"INSERT INTO task_transitions BY NAME {events_sql.TASK_TRANSITION_ROWS}")
-        con.execute(f"INSERT INTO task_profile BY NAME {events_sql.TASK_PROFILE_ROWS}")
+        for name, rows in (("task_transitions", "fresh_transitions"), ("task_profile", "fresh_profile")):
+            columns = ", ".join(c.name for c in schema.APPEND_TABLES[name].columns)
+            con.execute(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
         seqs = con.execute("SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq",
                            [list(HANDLERS)]).fetchall()
         for name, rows in fold(p for (seq,) in seqs for p in patches[seq]).items():

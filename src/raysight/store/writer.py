@@ -26,10 +26,11 @@ log = logging.getLogger("raysight.writer")
 MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
 MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
-FOLD_NICENESS = 10
-# Folding a group costs a fixed ~0.2 s of CPU (DuckDB binds a dozen large statements) plus ~50 µs an event, so
-# POSTs that arrive within this long of the first one waiting are folded together. It bounds how stale queries are.
-FOLD_INTERVAL_S = 1.0
+FOLD_NICENESS = 19
+# Folding a group costs a fixed ~0.2 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
+# so POSTs that arrive within this long of the first one waiting are folded together (Ray's aggregators send about
+# once a second). It bounds how stale queries are.
+FOLD_INTERVAL_S = 2.0
 RETRY_S = 1.0
 FOLD_TRIES = 3
 _STOP = object()
