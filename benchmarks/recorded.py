@@ -79,8 +79,9 @@ def body(texts: list[str]) -> bytes:
 def parse_only(bodies: list[bytes]) -> float:
     """Seconds to parse ``bodies`` as the store does, on one thread, storing nothing: the bound for ingest.
 
-    In groups of :data:`GROUP` POSTs: explode each body into events, type and validate them
-    (``events_sql.PARSE_EVENTS``) and compute every task event's columns (``events_sql.TASK_ROWS``).
+    In groups of :data:`GROUP` POSTs, the store's parsing statements: explode each body into events, type and
+    validate them (``events_sql.PARSE_EVENTS``), unnest transitions and profile entries, and compute the tasks
+    columns every event sets (``events_sql.TASK_ROWS``); no merging, no writes.
     """
     con = duckdb.connect()
     con.execute("SET threads = 1")
@@ -97,7 +98,9 @@ def parse_only(bodies: list[bytes]) -> float:
         }))
         con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {events_sql.EXPLODE_POSTS}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
-        con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM batch_events WHERE reason IS NULL")
+        con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=""))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_transitions AS {events_sql.TRANSITIONS}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_profile AS {events_sql.PROFILE_ENTRIES}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE task_rows AS {events_sql.TASK_ROWS}")
         con.unregister("staged_posts")
     elapsed = time.perf_counter() - started

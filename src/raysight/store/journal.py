@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -32,6 +33,7 @@ class Record:
     label: str | None
     run_id: str | None
     body: bytes
+    at: float = field(default_factory=time.monotonic, compare=False)  # when it was journalled (or replayed)
 
 
 def encode(record: Record) -> bytes:

@@ -28,7 +28,7 @@ MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
 FOLD_NICENESS = 19
 # Folding a group costs a fixed ~0.2 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
-# so POSTs that arrive within this long of the first one waiting are folded together (Ray's aggregators send about
+# so POSTs journalled within this long of the first one waiting are folded together (Ray's aggregators send about
 # once a second). It bounds how stale queries are.
 FOLD_INTERVAL_S = 2.0
 RETRY_S = 1.0
@@ -156,7 +156,7 @@ class Writer:
                 _settle(item[1], item[0], self.store)
                 continue
             group, size, after = [item], len(item.body), None
-            deadline = time.monotonic() + self.fold_interval_s
+            deadline = item.at + self.fold_interval_s
             while size < MAX_GROUP_BYTES and not self._stopping.is_set():
                 try:
                     nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
