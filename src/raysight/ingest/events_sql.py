@@ -1,8 +1,8 @@
 """Ray's event stream parsed inside DuckDB: the SQL that turns POST bodies into events, and task events into rows.
 
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
-parsed, validated and folded by DuckDB's JSON reader and SQL in a few statements per group of batches, never an
-object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few events per process)
+parsed, validated and folded by DuckDB's JSON reader and SQL, in the same dozen statements for a group of POSTs
+whatever its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few events per process)
 keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text only; the store
 runs it (``store/store.py``), over these relations:
 
@@ -95,17 +95,17 @@ STRUCTURE = {
     },
 }
 
-# event type -> (payload field, attempt field, ID fields, 32-bit and 64-bit number fields) of the task payloads
+# event type -> (payload field, ID fields, 32-bit and 64-bit number fields) of the task payloads
 TASK_PAYLOADS = {
-    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", "taskAttempt",
-                              ["taskId", "jobId", "parentTaskId", "placementGroupId"], ["taskAttempt"], []),
-    "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent", "taskAttempt",
+    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", ["taskId", "jobId", "parentTaskId", "placementGroupId"],
+                              ["taskAttempt"], []),
+    "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent",
                                     ["taskId", "jobId", "parentTaskId", "placementGroupId", "actorId"],
                                     ["taskAttempt"], []),
-    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", "taskAttempt", ["taskId", "jobId", "nodeId", "workerId"],
+    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", ["taskId", "jobId", "nodeId", "workerId"],
                              ["taskAttempt", "workerPid"],
                              [f"taskLogInfo.{s}{e}" for s in ("stdout", "stderr") for e in ("Start", "End")]),
-    "TASK_PROFILE_EVENT": ("taskProfileEvents", "attemptNumber", ["taskId", "jobId", "profileEvents.componentId"],
+    "TASK_PROFILE_EVENT": ("taskProfileEvents", ["taskId", "jobId", "profileEvents.componentId"],
                            ["attemptNumber"], []),
 }
 
@@ -120,7 +120,7 @@ def _sql_str(text: str) -> str:
 
 def _type_reason(event_type: str) -> str:
     """SQL: why a well-enveloped event of a task type is malformed, or NULL."""
-    payload, _, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
+    payload, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
     p = f"j.{payload}"
     checks = [(f"{p} IS NULL", _sql_str(f"{event_type} has no {payload} object")),
               (f"nullif({p}.taskId, '') IS NULL", "'taskId is missing'")]
