@@ -118,34 +118,36 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _first_bad(fields: list[str], bad: str, message: str) -> str:
+    """SQL: ``message`` for the first of ``fields`` (``x.name``, ``x.value``) that macro ``bad`` rejects, or NULL."""
+    items = ", ".join(f"{{'name': {_sql_str(name)}, 'value': {value}}}" for name, value in fields)
+    return f"list_transform(list_filter([{items}], lambda x: {bad}(x.value)), lambda x: {message})[1]"
+
+
 def _type_reason(event_type: str) -> str:
-    """SQL: why a well-enveloped event of a task type is malformed, or NULL."""
+    """SQL: why a well-enveloped event of a task type is malformed, or NULL (one list check per kind of field)."""
     payload, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
     p = f"j.{payload}"
-    checks = [(f"{p} IS NULL", _sql_str(f"{event_type} has no {payload} object")),
-              (f"nullif({p}.taskId, '') IS NULL", "'taskId is missing'")]
-    checks += [(f"bad_id({p}.{name})", f"'not a base64 ID: ' || left({p}.{name}, 60)") for name in ids]
-    checks += [(f"bad_int32({p}.{name})", f"{_sql_str(name + ' ')} || {p}.{name} || ' does not fit in 32 bits'")
-               for name in ints32]
-    checks += [(f"bad_int64({p}.{name})", f"{_sql_str(name + ' ')} || {p}.{name} || ' does not fit in 64 bits'")
-               for name in ints64]
+    fields = [_first_bad([(name, f"{p}.{name}") for name in ids], "bad_id",
+                         "'not a base64 ID: ' || left(x.value, 60)")]
+    for bits, names in ((32, ints32), (64, ints64)):
+        if names:
+            fields.append(_first_bad([(name, f"{p}.{name}") for name in names], f"bad_int{bits}",
+                                     f"x.name || ' ' || x.value || ' does not fit in {bits} bits'"))
     if event_type == "TASK_LIFECYCLE_EVENT":
         transitions = f"{p}.stateTransitions"
-        checks += [
-            (f"{transitions} IS NOT NULL AND json_type({transitions}) <> 'ARRAY'",
-             "'stateTransitions is not a list'"),
-            (f"bad_transition({transitions}) IS NOT NULL", f"bad_transition({transitions})"),
-        ]
+        fields += [f"CASE WHEN json_type({transitions}) <> 'ARRAY' THEN 'stateTransitions is not a list' END",
+                   f"bad_transition({transitions})"]
     if event_type == "TASK_PROFILE_EVENT":
         entries = f"{p}.profileEvents.events"
-        checks += [
-            (f"{p}.profileEvents IS NULL", "'profileEvents is not an object'"),
-            (f"{entries} IS NOT NULL AND json_type({entries}) <> 'ARRAY'", "'profileEvents.events is not a list'"),
-            (f"list_bool_or(list_transform(profile_entries_of({entries}), "
-             "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime)))",
-             "'a profile event time does not fit in 64 bits'"),
-        ]
-    return "CASE " + " ".join(f"WHEN {cond} THEN {why}" for cond, why in checks) + " END"
+        fields += [f"CASE WHEN {p}.profileEvents IS NULL THEN 'profileEvents is not an object' END",
+                   f"CASE WHEN json_type({entries}) <> 'ARRAY' THEN 'profileEvents.events is not a list' END",
+                   f"CASE WHEN list_bool_or(list_transform(profile_entries_of({entries}), "
+                   "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime))) "
+                   "THEN 'a profile event time does not fit in 64 bits' END"]
+    return (f"CASE WHEN {p} IS NULL THEN {_sql_str(f'{event_type} has no {payload} object')} "
+            f"WHEN nullif({p}.taskId, '') IS NULL THEN 'taskId is missing' "
+            f"ELSE coalesce({', '.join(fields)}) END")
 
 
 def _parse_events() -> str:
@@ -200,33 +202,24 @@ PROFILE_ENTRIES = """
     WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
 
 
-def _definition_rows(event_type: str, payload: str, func: str, name: str, task_type: str, actor_id: str) -> str:
-    """SQL: the tasks columns a (normal or actor) task definition sets, with ``d`` its payload."""
-    return f"""
-    SELECT session, task_id, attempt, seq, job_id, {task_type} AS type,
-           coalesce(nullif(d.{name}, ''), func, '') AS name, func AS func_or_class_name,
-           nullif(f.moduleName, '') AS module_name, nullif(d.language, '') AS language, {actor_id} AS actor_id,
-           ray_id(d.parentTaskId) AS parent_task_id, ray_id(d.placementGroupId) AS placement_group_id,
-           nullif(nullif(d.requiredResources, '{{}}'), '[]') AS required_resources,
-           nullif(d.serializedRuntimeEnv, '') AS runtime_env, nullif(d.callSite, '') AS call_site,
-           nullif(nullif(d.labelSelector, '{{}}'), '[]') AS label_selector, true AS defined
-    FROM (SELECT *, func_name(f) AS func
-          FROM (SELECT *, j.{payload} AS d, descriptor(j.{payload}.{func}) AS f
-                FROM fresh WHERE event_type = '{event_type}'))"""
-
-
 # One row per fresh task event, state transition and profile entry, with the tasks columns each sets (the store
-# merges a key's rows by the columns' rules).
-TASK_ROWS = (
-    _definition_rows("TASK_DEFINITION_EVENT", "taskDefinitionEvent", "taskFunc", "taskName",
-                     "coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')",
-                     "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(task_id, 17) END")
-    + "\n    UNION ALL BY NAME"
-    + _definition_rows("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", "actorFunc", "actorTaskName",
-                       "'ACTOR_TASK'", "ray_id(d.actorId)")
-    + """
-    UNION ALL BY NAME
+# merges a key's rows by the columns' rules). A fresh event carries one payload, so the others' fields are NULL:
+# one SELECT serves all four task event types.
+TASK_ROWS = """
     SELECT session, task_id, attempt, seq, job_id,
+           CASE event_type WHEN 'TASK_DEFINITION_EVENT' THEN coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')
+                           WHEN 'ACTOR_TASK_DEFINITION_EVENT' THEN 'ACTOR_TASK' END AS type,
+           CASE WHEN defined THEN coalesce(nullif(d.taskName, ''), nullif(a.actorTaskName, ''), func, '') END AS name,
+           func AS func_or_class_name, nullif(f.moduleName, '') AS module_name,
+           nullif(coalesce(d.language, a.language), '') AS language,
+           CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(task_id, 17) ELSE ray_id(a.actorId) END
+               AS actor_id,
+           ray_id(coalesce(d.parentTaskId, a.parentTaskId)) AS parent_task_id,
+           ray_id(coalesce(d.placementGroupId, a.placementGroupId)) AS placement_group_id,
+           nullif(nullif(coalesce(d.requiredResources, a.requiredResources), '{}'), '[]') AS required_resources,
+           nullif(coalesce(d.serializedRuntimeEnv, a.serializedRuntimeEnv), '') AS runtime_env,
+           nullif(coalesce(d.callSite, a.callSite), '') AS call_site,
+           nullif(nullif(coalesce(d.labelSelector, a.labelSelector), '{}'), '[]') AS label_selector, defined,
            ray_id(l.nodeId) AS node_id, ray_id(l.workerId) AS worker_id,
            nullif(TRY_CAST(l.workerPid AS INTEGER), 0) AS worker_pid,
            nullif(l.taskLogInfo.stdoutFile, '') AS stdout_file, nullif(l.taskLogInfo.stderrFile, '') AS stderr_file,
@@ -242,8 +235,18 @@ TASK_ROWS = (
            CASE WHEN json_type(l.rayErrorInfo) = 'OBJECT' AND l.rayErrorInfo <> '{}' THEN l.rayErrorInfo END
                AS error_detail,
            TRY_CAST(l.isDebuggerPaused AS BOOLEAN) AS is_debugger_paused,
-           nullif(l.actorReprName, '') AS actor_repr_name
-    FROM (SELECT *, j.taskLifecycleEvent AS l FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT')
+           nullif(l.actorReprName, '') AS actor_repr_name,
+           CASE WHEN p.componentType = 'worker' THEN ray_id(p.componentId) END AS exec_worker_id,
+           CASE WHEN p.componentType = 'worker' THEN nullif(p.nodeIpAddress, '') END AS exec_node_ip
+    FROM (
+        SELECT *, func_name(f) AS func
+        FROM (SELECT *, j.taskDefinitionEvent AS d, j.actorTaskDefinitionEvent AS a, j.taskLifecycleEvent AS l,
+                     j.taskProfileEvents.profileEvents AS p,
+                     descriptor(coalesce(j.taskDefinitionEvent.taskFunc, j.actorTaskDefinitionEvent.actorFunc)) AS f,
+                     CASE WHEN event_type IN ('TASK_DEFINITION_EVENT', 'ACTOR_TASK_DEFINITION_EVENT') THEN true END
+                         AS defined
+              FROM fresh WHERE task_id IS NOT NULL)
+    )
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq, ts AS first_ns,
            CASE WHEN state = 'PENDING_ARGS_AVAIL' THEN ts END AS pending_ns,
@@ -251,14 +254,8 @@ TASK_ROWS = (
            {'terminal': state IN ('FINISHED', 'FAILED'), 'ts': ts, 'state': state} AS state_key
     FROM fresh_transitions
     UNION ALL BY NAME
-    SELECT session, task_id, attempt, seq, job_id,
-           CASE WHEN p.componentType = 'worker' THEN ray_id(p.componentId) END AS exec_worker_id,
-           CASE WHEN p.componentType = 'worker' THEN nullif(p.nodeIpAddress, '') END AS exec_node_ip
-    FROM (SELECT *, j.taskProfileEvents.profileEvents AS p FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT')
-    UNION ALL BY NAME
     SELECT session, task_id, attempt, seq,
            CASE WHEN starts_with(name, 'task::') THEN substr(name, 7) END AS profile_name,
            CASE WHEN name = 'task:execute' THEN start_ns END AS exec_start_ns,
            CASE WHEN name = 'task:execute' THEN end_ns END AS executed_ns
     FROM fresh_profile"""
-)
