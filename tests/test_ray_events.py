@@ -107,7 +107,7 @@ def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(store: 
     assert kept == [{"event_type": "NODE_DEFINITION_EVENT", "supported": True},
                     {"event_type": "SOMETHING_NEW_EVENT", "supported": False}]
     reasons = {r["body"]: r["reason"] for r in rows(store, "SELECT body, reason FROM quarantine")}
-    assert reasons["42"] == "event is a number, not an object" and reasons["null"] == "event is a null, not an object"
+    assert reasons["42"] == "event is a number, not an object" and reasons["null"] == "event is null, not an object"
 
     def reason(event: dict) -> str:
         return next(why for body, why in reasons.items() if body != "null" and orjson.loads(body) == event)

@@ -38,8 +38,9 @@ MACROS = [
     "epoch_ms(try_strptime(left(s, 19), '%Y-%m-%dT%H:%M:%S')) // 1000, "
     "rpad(left(split_part(rtrim(s, 'Z'), '.', 2), 9), 9, '0')) END",
     # what kind of JSON value, in JSON's own words
-    "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'string' WHEN 'ARRAY' THEN 'array' "
-    "WHEN 'OBJECT' THEN 'object' WHEN 'BOOLEAN' THEN 'boolean' WHEN 'NULL' THEN 'null' ELSE 'number' END",
+    "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'a string' "
+    "WHEN 'ARRAY' THEN 'an array' WHEN 'OBJECT' THEN 'an object' WHEN 'BOOLEAN' THEN 'a boolean' "
+    "WHEN 'NULL' THEN 'null' ELSE 'a number' END",
     # a JSON string's value; NULL for any other JSON value
     "CREATE OR REPLACE MACRO json_str(j) AS CASE WHEN left(j, 1) = '\"' THEN json_extract_string(j, '$') END",
     # the human text inside an ActorDeathCause-like object (an error's nested actorDiedError and kin)
@@ -158,7 +159,7 @@ def _parse_events() -> str:
            CASE WHEN ray_id(j.eventId) IS NULL THEN 'content:' || md5(body) ELSE ray_id(j.eventId) END AS event_id,
            ray_ts_ns(j.timestamp) AS ts_ns,
            CASE
-               WHEN left(body, 1) <> '{{' THEN 'event is a ' || json_kind(body) || ', not an object'
+               WHEN left(body, 1) <> '{{' THEN 'event is ' || json_kind(body) || ', not an object'
                WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'
                WHEN event_type IS NULL OR event_type = '' THEN 'eventType is missing or not a string'
                WHEN bad_id(j.eventId) THEN 'not a base64 ID: ' || left(j.eventId, 60)
