@@ -1,9 +1,9 @@
 """Ray's event stream parsed inside DuckDB: the SQL that turns POST bodies into events, and task events into rows.
 
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
-parsed, validated and folded by DuckDB's JSON reader and SQL, in the same dozen statements for a group of POSTs
-whatever its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few events per process)
-keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text only; the store
+parsed, validated and folded by DuckDB's JSON reader and SQL, in the same statements for a group of POSTs whatever
+its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few
+events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text only; the store
 runs it (``store/store.py``), over these relations:
 
 - ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or

@@ -1,5 +1,8 @@
 """The embedded DuckDB store: opening and upgrading it, applying batches in one transaction, and reindexing.
 
+A group of POST bodies goes in whole: DuckDB explodes and parses them (the SQL of :mod:`raysight.ingest.events_sql`),
+the raw events are inserted (only first sightings are folded), task events are folded in SQL and the cluster-level
+events by their Python folds (:mod:`raysight.ingest.ray_events`), all in one transaction.
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
 readers take their own cursor (:meth:`Store.reader`) and see committed data only.
 """
@@ -350,7 +353,8 @@ class Store:
     def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:
         """Keep what `raysight run` saw of its driver's end, and re-derive the sessions it started."""
         with self._transaction() as con:
-            con.execute("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns])
+            con.execute("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)",
+                        [run_id, driver_pid, exit_code, ended_ns])
             sessions = [r[0] for r in con.execute("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
             reconcile(con, sessions)
 
