@@ -3,6 +3,7 @@ task events, Python for the cluster-level ones)."""
 
 from __future__ import annotations
 
+import base64
 import copy
 from pathlib import Path
 
@@ -119,3 +120,34 @@ def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(store: 
     assert "state transition has no state" in reason(bad_task_transitions)
     assert reason(no_task_id) == "taskId is missing"
     assert reason(bad_id) == "not a base64 ID: %%%"
+
+
+def test_a_task_event_is_read_from_its_own_payload_and_bad_transitions_never_reach_a_task(
+    store: Store, ray_batches
+) -> None:
+    """A state transition without a state or a time is quarantined (it would rank above every real state), and
+    only the payload an event's type names is folded."""
+    events = [e for b in ray_batches for e in b]
+    lifecycle = next(e for e in events if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+
+    def variant(n: int, **changes) -> dict:
+        event = copy.deepcopy(lifecycle)
+        event["eventId"] = base64.b64encode(bytes([n]) * 28).decode()
+        event["taskLifecycleEvent"].update(changes)
+        return event
+
+    no_state = variant(1, stateTransitions=[{"timestamp": "2026-11-21T19:46:21Z"}])
+    no_time = variant(2, stateTransitions=[{"state": "FINISHED"}])
+    not_object = variant(3, stateTransitions=[1])
+    lenient = variant(4, taskAttempt="abc", workerPid=True)  # not numbers: read as absent, as Ray would mean
+    stray = {**copy.deepcopy(lifecycle), "eventType": "SOME_FUTURE_EVENT", "eventId": "c3RyYXlzdHJheQ=="}
+    stray["taskLifecycleEvent"]["taskId"] = base64.b64encode(b"\x07" * 24).decode()
+    result = store.apply([Post(orjson.dumps([no_state, no_time, not_object, lenient, stray]))])
+    reasons = sorted(r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall())
+    assert reasons == ["a state transition has a bad timestamp: none", "a state transition has no state",
+                       "a state transition has no state"]
+    assert result.stored == 2 and result.unsupported == 1
+    (task,) = rows(store, "SELECT * FROM tasks")
+    assert task["attempt"] == 0 and task["worker_pid"] is None and task["task_id"] == b64_to_hex(
+        lifecycle["taskLifecycleEvent"]["taskId"])  # the future event's stray payload made no task
+    assert None not in {t["state"] for t in rows(store, "SELECT state FROM task_transitions")}

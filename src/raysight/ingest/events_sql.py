@@ -28,9 +28,12 @@ MACROS = [
     "CREATE OR REPLACE MACRO ray_nil(h) AS CASE WHEN ltrim(h, 'f') <> '' THEN h END",
     "CREATE OR REPLACE MACRO ray_id(s) AS ray_nil(lower(hex(try(from_base64(nullif(s, ''))))))",
     "CREATE OR REPLACE MACRO bad_id(s) AS (s <> '' AND try(from_base64(s)) IS NULL)",
-    # proto3 JSON: int64 as a string, int32 as a number; one that overflows its column quarantines the event
-    "CREATE OR REPLACE MACRO bad_int32(s) AS (s <> '' AND TRY_CAST(s AS INTEGER) IS NULL)",
-    "CREATE OR REPLACE MACRO bad_int64(s) AS (s <> '' AND TRY_CAST(s AS BIGINT) IS NULL)",
+    # proto3 JSON: int64 as a string, int32 as a number. A number that overflows its column quarantines the event;
+    # anything else that is not a number is read as absent (NULL)
+    "CREATE OR REPLACE MACRO bad_int32(s) AS "
+    "coalesce(isfinite(TRY_CAST(s AS DOUBLE)) AND TRY_CAST(s AS INTEGER) IS NULL, false)",
+    "CREATE OR REPLACE MACRO bad_int64(s) AS "
+    "coalesce(isfinite(TRY_CAST(s AS DOUBLE)) AND TRY_CAST(s AS BIGINT) IS NULL, false)",
     # RFC 3339 UTC with up to nanosecond digits to epoch ns; NULL when malformed or past what 64 bits hold (2262)
     "CREATE OR REPLACE MACRO ray_ns_of(secs, frac) AS "
     "CASE WHEN secs BETWEEN -9223372035 AND 9223372035 THEN secs * 1000000000 + TRY_CAST(frac AS BIGINT) END",
@@ -57,8 +60,9 @@ MACROS = [
     f"CREATE OR REPLACE MACRO profile_entries_of(j) AS from_json(coalesce(j, '[]'), '{_PROFILE_ENTRIES}')",
     # why one of a task's state transitions is malformed (the first such), or NULL
     "CREATE OR REPLACE MACRO bad_transition(j) AS list_filter(list_transform(transitions_of(j), lambda t: "
-    "CASE WHEN NOT regexp_full_match(t.state, '[A-Z][A-Z_]*') THEN 'a state transition has no state' "
-    "WHEN ray_ts_ns(t.timestamp) IS NULL THEN 'a state transition has a bad timestamp: ' || t.timestamp END), "
+    "CASE WHEN NOT coalesce(regexp_full_match(t.state, '[A-Z][A-Z_]*'), false) "
+    "THEN 'a state transition has no state' WHEN ray_ts_ns(t.timestamp) IS NULL "
+    "THEN 'a state transition has a bad timestamp: ' || coalesce(t.timestamp, 'none') END), "
     "lambda why: why IS NOT NULL)[1]",
     "CREATE OR REPLACE MACRO descriptor(f) AS "
     "coalesce(f.pythonFunctionDescriptor, f.javaFunctionDescriptor, f.cppFunctionDescriptor)",
@@ -174,16 +178,20 @@ def _parse_events() -> str:
 PARSE_EVENTS = _parse_events()
 
 
+
+def _own_payload(field: str, profile_field: str | None = None) -> str:
+    """SQL: ``field`` of the event's own task payload (by its type: an event may carry stray keys), else NULL."""
+    paths = {t: f"{payload}.{profile_field if t == 'TASK_PROFILE_EVENT' and profile_field else field}"
+             for t, (payload, *_) in TASK_PAYLOADS.items()}
+    return "CASE event_type " + " ".join(f"WHEN '{t}' THEN j.{path}" for t, path in paths.items()) + " END"
+
+
 # ``fresh`` from the well-formed events of ``batch_events`` (joined to those first seen), with each task event's key
-_TASK_PAYLOAD = ("coalesce(j.taskDefinitionEvent.{f}, j.actorTaskDefinitionEvent.{f}, "
-                 "j.taskLifecycleEvent.{f}, j.taskProfileEvents.{f})")
 FRESH_EVENTS = f"""
     SELECT seq, session, event_id, event_type, bytes, j,
-           ray_id({_TASK_PAYLOAD.format(f="taskId")}) AS task_id,
-           coalesce(TRY_CAST(coalesce(j.taskDefinitionEvent.taskAttempt, j.actorTaskDefinitionEvent.taskAttempt,
-                                      j.taskLifecycleEvent.taskAttempt, j.taskProfileEvents.attemptNumber)
-                             AS INTEGER), 0) AS attempt,
-           ray_id({_TASK_PAYLOAD.format(f="jobId")}) AS job_id
+           ray_id({_own_payload("taskId")}) AS task_id,
+           coalesce(TRY_CAST({_own_payload("taskAttempt", "attemptNumber")} AS INTEGER), 0) AS attempt,
+           ray_id({_own_payload("jobId")}) AS job_id
     FROM batch_events {{join}} WHERE reason IS NULL"""
 
 # One row per state transition and per profile entry of the fresh task events (append tables and task columns).
@@ -204,8 +212,8 @@ PROFILE_ENTRIES = """
 
 
 # One row per fresh task event, state transition and profile entry, with the tasks columns each sets (the store
-# merges a key's rows by the columns' rules). A fresh event carries one payload, so the others' fields are NULL:
-# one SELECT serves all four task event types.
+# merges a key's rows by the columns' rules). Only the event's own payload is read (``d``, ``a``, ``l``, ``p``; the
+# others are NULL, and so are their fields): one SELECT serves all four task event types.
 TASK_ROWS = """
     SELECT session, task_id, attempt, seq, job_id,
            CASE event_type WHEN 'TASK_DEFINITION_EVENT' THEN coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')
@@ -241,12 +249,16 @@ TASK_ROWS = """
            CASE WHEN p.componentType = 'worker' THEN nullif(p.nodeIpAddress, '') END AS exec_node_ip
     FROM (
         SELECT *, func_name(f) AS func
-        FROM (SELECT *, j.taskDefinitionEvent AS d, j.actorTaskDefinitionEvent AS a, j.taskLifecycleEvent AS l,
-                     j.taskProfileEvents.profileEvents AS p,
-                     descriptor(coalesce(j.taskDefinitionEvent.taskFunc, j.actorTaskDefinitionEvent.actorFunc)) AS f,
-                     CASE WHEN event_type IN ('TASK_DEFINITION_EVENT', 'ACTOR_TASK_DEFINITION_EVENT') THEN true END
-                         AS defined
-              FROM fresh WHERE task_id IS NOT NULL)
+        FROM (SELECT *, descriptor(coalesce(d.taskFunc, a.actorFunc)) AS f,
+                     CASE WHEN d IS NOT NULL OR a IS NOT NULL THEN true END AS defined
+              FROM (SELECT *,
+                           CASE WHEN event_type = 'TASK_DEFINITION_EVENT' THEN j.taskDefinitionEvent END AS d,
+                           CASE WHEN event_type = 'ACTOR_TASK_DEFINITION_EVENT' THEN j.actorTaskDefinitionEvent END
+                               AS a,
+                           CASE WHEN event_type = 'TASK_LIFECYCLE_EVENT' THEN j.taskLifecycleEvent END AS l,
+                           CASE WHEN event_type = 'TASK_PROFILE_EVENT' THEN j.taskProfileEvents.profileEvents END
+                               AS p
+                    FROM fresh WHERE task_id IS NOT NULL))
     )
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq, ts AS first_ns,

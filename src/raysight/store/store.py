@@ -30,6 +30,9 @@ from raysight.store.reconcile import reconcile
 DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
+# Temporary tables a fold builds (see events_sql), dropped when it is done
+STAGING_TABLES = ("incoming", "batch_events", "fresh", "fresh_transitions", "fresh_profile", "staged_tasks",
+                  "staged_sessions", "merging")
 WAL_LIMIT = "1GB"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
@@ -238,7 +241,13 @@ class Store:
             self.count(**asdict(result), batches=1)
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
+            self._drop_staging()
         return result
+
+    def _drop_staging(self) -> None:
+        """Let go of the group's staging tables (a 48 MB group's parsed events hold several times that)."""
+        for name in STAGING_TABLES:
+            self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
     def _parse(self, incoming: str) -> dict[int, list[tuple[str, Key, Patch]]]:
         """Parse the events ``incoming`` selects into ``batch_events``; returns the patches of the Python-folded
@@ -397,6 +406,7 @@ class Store:
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
+            self._drop_staging()
         return total
 
     def delete_session(self, session: str) -> bool:
