@@ -27,10 +27,12 @@ MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
 MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 IDLE_S = 0.5
 FOLD_NICENESS = 19
-# Folding a group costs a fixed ~0.2 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
+# Folding a group costs a fixed ~0.17 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
 # so POSTs journalled within this long of the first one waiting are folded together (Ray's aggregators send about
-# once a second). It bounds how stale queries are.
-FOLD_INTERVAL_S = 2.0
+# once a second). It bounds how stale queries are (an event is queryable within about this long of arriving) and
+# sets what raysight takes from a busy Ray beside it: at 2 s Ray's task throughput ran at 0.86-0.93x of a discarding
+# sink, at 4 s 0.93-1.0x (benchmarks/ray_task_throughput.py).
+FOLD_INTERVAL_S = 4.0
 RETRY_S = 1.0
 FOLD_TRIES = 3
 _STOP = object()
