@@ -218,3 +218,21 @@ def test_posts_arriving_within_the_fold_interval_are_folded_as_one_group(tmp_pat
         post(client, [])  # settles: waits until the group is folded
         c = counters(client)
         assert c["batches"] == 1 and c["stored"] == sum(len(b) for b in ray_batches[:4])
+
+
+def test_behind_a_full_group_the_backlog_folds_without_waiting(tmp_path: Path, ray_batches, monkeypatch) -> None:
+    """The fold interval amortises small groups; a backlog that fills groups is drained at once."""
+    bodies = sorted((orjson.dumps(b) for b in ray_batches[:4]), key=len, reverse=True)[:2] + [b"[]"]
+    monkeypatch.setattr("raysight.store.writer.MAX_GROUP_BYTES", len(bodies[0]) + len(bodies[1]))
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=30.0)) as client:
+        writer = client.app.state.raysight.writer
+        release = threading.Event()
+        writer.call(lambda store: release.wait(10))  # hold folding while the three batches queue up
+        for body in bodies:
+            assert post(client, body, settle=False).status_code == 200
+        release.set()
+        started = time.monotonic()
+        while writer.backlog()["batches"]:
+            assert time.monotonic() - started < 10, "the rest of the backlog waited for the fold interval"
+            time.sleep(0.01)
+        assert counters(client)["batches"] == 2  # a full group of two, then the third at once

@@ -146,6 +146,7 @@ class Writer:
         # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
         # (the journal thread) keeps its normal priority, so Ray is never held up.
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
+        draining = False
         while True:
             try:
                 item = self._to_fold.get(timeout=IDLE_S)
@@ -158,7 +159,8 @@ class Writer:
                 _settle(item[1], item[0], self.store)
                 continue
             group, size, after = [item], len(item.body), None
-            deadline = item.at + self.fold_interval_s
+            # Behind a full group the backlog is being drained: fold what is queued now, waiting for no more.
+            deadline = item.at + (0.0 if draining else self.fold_interval_s)
             while size < MAX_GROUP_BYTES and not self._stopping.is_set():
                 try:
                     nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -170,6 +172,7 @@ class Writer:
                 group.append(nxt)
                 size += len(nxt.body)
             self._fold(group, size)
+            draining = size >= MAX_GROUP_BYTES
             if after is _STOP or self._stopping.is_set():
                 return
             if after is not None:
