@@ -178,7 +178,6 @@ def _parse_events() -> str:
 PARSE_EVENTS = _parse_events()
 
 
-
 def _own_payload(field: str, profile_field: str | None = None) -> str:
     """SQL: ``field`` of the event's own task payload (by its type: an event may carry stray keys), else NULL."""
     paths = {t: f"{payload}.{profile_field if t == 'TASK_PROFILE_EVENT' and profile_field else field}"

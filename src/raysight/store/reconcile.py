@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import duckdb
 
-TERMINAL = "('FINISHED', 'FAILED')"
+from raysight.store.schema import TERMINAL
 
 # A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died.
 SESSION_ENDS = """

@@ -103,7 +103,6 @@ class Store:
         self.con = _connect(self.path, worker_niceness, self.threads)
         self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
         self._reader_lock = threading.Lock()
-        self._inserts = {name: t.insert_sql(f"staged_{name}") for name, t in schema.FOLDED_TABLES.items()}
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
         self._migrate()
 
