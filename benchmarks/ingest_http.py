@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,26 +27,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import cpu_seconds  # noqa: E402
 from benchmarks.recorded import body, parse_only, synth_batches  # noqa: E402
-from raysight.cli.run import free_port  # noqa: E402
 from raysight.client import Client  # noqa: E402
+from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 BATCH_EVENTS = 1000
-
-
-def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "raysight", "server", "--port", str(port),
-         "--data-dir", data_dir],
-        stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
-    with Client(f"http://127.0.0.1:{port}", timeout=2) as client:
-        deadline = time.monotonic() + 30
-        while not client.ping():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the server did not start")
-            time.sleep(0.1)
-    return proc
 
 
 def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, int]:
@@ -89,23 +73,22 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     args = parser.parse_args()
     os.sched_setaffinity(0, {GENERATOR_CORE})
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/ingest/ray-events?cluster=bench"
     parse_rates, acked_rates, folded_rates = [], [], []
     with tempfile.TemporaryDirectory() as data_dir:
-        server = start_server(data_dir, port)
+        server = ServerProcess(Path(data_dir), prefix=["taskset", "-c", str(SERVER_CORE)]).start()
+        url = f"{server.url}/ingest/ray-events?cluster=bench"
         try:
-            with Client(f"http://127.0.0.1:{port}") as client:
+            with server.client() as client:
                 for r in range(args.rounds):
                     bodies = [body(texts) for _, texts in synth_batches(args.tasks, BATCH_EVENTS, r * args.tasks)]
                     events = sum(len(orjson.loads(b)) for b in bodies)
                     parse_rates.append(events / parse_only(bodies))
-                    before, cpu = stored_events(client), cpu_seconds(server.pid)
+                    before, cpu = stored_events(client), cpu_seconds(server.proc.pid)
                     started = time.perf_counter()
                     acked, retries = post_all(url, bodies, args.connections)
                     wait_folded(client)
                     folded = time.perf_counter() - started
-                    busy = (cpu_seconds(server.pid) - cpu) / folded
+                    busy = (cpu_seconds(server.proc.pid) - cpu) / folded
                     stored = stored_events(client) - before
                     acked_rates.append(events / acked)
                     folded_rates.append(events / folded)
@@ -114,8 +97,7 @@ def main() -> None:
                           f"{folded_rates[-1]:,.0f}/s ({stored:,} new events stored, {retries} 503s retried, "
                           f"server core {busy:.0%} busy)", flush=True)
         finally:
-            server.terminate()
-            server.wait(timeout=60)
+            server.stop()
     print(f"\n{'parse only (bound)':>28}: {spread(parse_rates)}")
     print(f"{'acknowledged (durable)':>28}: {spread(acked_rates)}")
     print(f"{'folded (queryable)':>28}: {spread(folded_rates)}")

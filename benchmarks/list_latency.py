@@ -120,26 +120,6 @@ def wait_for(what: str, done: Callable[[], bool], timeout_s: float = 600) -> Non
         time.sleep(1)
 
 
-class Server(ServerProcess):
-    """`ServerProcess`, ready once /api/version answers. Its own readiness check, /api/raysight/sessions within 2 s,
-    fails at 1M tasks on a busy machine: that query reads every raw event."""
-
-    def start(self) -> Server:
-        self.proc = subprocess.Popen(
-            [PY, "-m", "raysight", "server", "--port", str(self.port), "--data-dir", str(self.data_dir)],
-            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )
-        wait_for("the raysight server to answer", self._answers, timeout_s=120)
-        return self
-
-    def _answers(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "the raysight server exited"
-        try:
-            return httpx.get(self.url + "/api/version", timeout=60).is_success
-        except httpx.TransportError:
-            return False
-
-
 @ray.remote
 def ok(i: int) -> int:
     return i
@@ -166,7 +146,7 @@ def run_tasks(n_tasks: int) -> None:
 def live(n_tasks: int, n_requests: int) -> None:
     print(f"== live: {n_tasks:,} tasks on a local Ray cluster, Ray's dashboard vs raysight ==")
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as tmp:
-        server = Server(Path(tmp))
+        server = ServerProcess(Path(tmp))
         try:
             server.start()
             # No token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists): raysight on loopback has none.
@@ -237,7 +217,7 @@ def synth(n_tasks: int, n_requests: int) -> None:
         print(f"  built in {data_dir.relative_to(ROOT)}", end="")
     print(f": {stats['events']:,} events in {stats['seconds']:.0f} s ({stats['events'] / stats['seconds']:,.0f} "
           f"events/s, parse + apply in batches of {BATCH_EVENTS:,})")
-    server = Server(data_dir)
+    server = ServerProcess(data_dir, start_timeout_s=120)  # a 4.4 GB store may replay its WAL first
     try:
         server.start()
         time_requests({"raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),

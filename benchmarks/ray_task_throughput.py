@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import cpu_seconds  # noqa: E402
-from raysight.cli.run import free_port, ray_env, wait_until_quiet
-from raysight.client import Client
+from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
+from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 WARMUP = 200
 AIM = 0.9
@@ -82,37 +82,23 @@ def measure(tasks: int, env: dict[str, str]) -> float:
     return float(proc.stdout.split()[-1])
 
 
-def start_server(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "raysight", "server", "--port", str(port), "--data-dir", data_dir],
-                            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    with Client(url, timeout=2) as client:
-        deadline = time.monotonic() + 30
-        while not client.ping():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("raysight server did not start")
-            time.sleep(0.1)
-    return proc, url
-
-
 def main(rounds: int, tasks: int) -> None:
     rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
     sink = ThreadingHTTPServer(("127.0.0.1", free_port()), Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     sink_url = f"http://127.0.0.1:{sink.server_address[1]}"
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
-        server, url = start_server(data_dir)
+        server = ServerProcess(Path(data_dir)).start()
         try:
-            with Client(url) as client:
+            with server.client() as client:
                 for r in range(1, rounds + 1):
                     rates["off"].append(measure(tasks, {}))
                     before = Sink.bodies, Sink.events
                     rates["discard"].append(measure(tasks, ray_env(sink_url, cluster=f"discard-{r}")))
                     got = f"sink got {Sink.events - before[1]:,} events in {Sink.bodies - before[0]} POSTs"
-                    label, cpu = f"bench-{r}", cpu_seconds(server.pid)
-                    rates["raysight"].append(measure(tasks, ray_env(url, cluster=label)))
-                    cpu = cpu_seconds(server.pid) - cpu  # while Ray ran (folding may go on after)
+                    label, cpu = f"bench-{r}", cpu_seconds(server.proc.pid)
+                    rates["raysight"].append(measure(tasks, ray_env(server.url, cluster=label)))
+                    cpu = cpu_seconds(server.proc.pid) - cpu  # while Ray ran (folding may go on after)
                     wait_until_quiet(client)
                     noop = [g for g in client.summary("tasks", session=label)["summary"]
                             if g["func_or_class_name"].endswith("noop")]
@@ -122,8 +108,7 @@ def main(rounds: int, tasks: int) -> None:
                           f"  ({got}; raysight stored {stored:,} noop attempts, {done:,} FINISHED, "
                           f"of {WARMUP + tasks:,}; server CPU while Ray ran {cpu:.2f} s)", flush=True)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()
             sink.shutdown()
             sink.server_close()
     for c in CONFIGS:

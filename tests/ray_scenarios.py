@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from raysight.cli.run import free_port, wait_until_quiet
@@ -16,18 +17,22 @@ from raysight.client import Client
 class ServerProcess:
     """`raysight server` on a loopback port, started and stopped by PID."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, prefix: Sequence[str] = (),
+                 start_timeout_s: float = 30) -> None:
+        """``prefix`` runs the server under another command (``taskset -c 0`` for the benchmarks)."""
         self.data_dir, self.port = data_dir, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.prefix, self.start_timeout_s = list(prefix), start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raysight", "server", "--port", str(self.port), "--data-dir", str(self.data_dir)],
+            [*self.prefix, sys.executable, "-m", "raysight", "server", "--port", str(self.port),
+             "--data-dir", str(self.data_dir)],
             stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )
         with Client(self.url, timeout=2) as client:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + self.start_timeout_s
             while not client.ping():
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
