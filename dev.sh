@@ -15,6 +15,11 @@ if [ ! -f "$stamp" ]; then
 fi
 case "${1:-}" in
     demo) shift; exec .venv/bin/raysight demo "$@" ;;
-    test) shift; exec .venv/bin/python -m pytest "$@" ;;
+    test)
+        shift
+        .venv/bin/ruff check src tests benchmarks
+        .venv/bin/ruff format --check src tests benchmarks
+        .venv/bin/mypy src
+        exec .venv/bin/python -m pytest --durations=15 "$@" ;;
     *) echo "usage: ./dev.sh demo [--exit] | ./dev.sh test [pytest args]" >&2; exit 2 ;;
 esac

@@ -25,10 +25,10 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.cpu import cpu_seconds  # noqa: E402
-from benchmarks.recorded import body, parse_only, synth_batches  # noqa: E402
-from raysight.client import Client  # noqa: E402
-from tests.ray_scenarios import ServerProcess  # noqa: E402
+from benchmarks.cpu import cpu_seconds
+from benchmarks.recorded import body, parse_only, synth_batches
+from raysight.client import Client
+from tests.ray_scenarios import ServerProcess
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 BATCH_EVENTS = 1000
@@ -36,6 +36,7 @@ BATCH_EVENTS = 1000
 
 def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, int]:
     """POST every body, ``connections`` at a time; (seconds until the last answer, 503s retried)."""
+
     def send(share: list[bytes]) -> int:
         retries = 0
         with httpx.Client(timeout=30) as http:
@@ -92,17 +93,22 @@ def main() -> None:
                     stored = stored_events(client) - before
                     acked_rates.append(events / acked)
                     folded_rates.append(events / folded)
-                    print(f"round {r + 1}: {events:,} events in {len(bodies)} POSTs; parse-only "
-                          f"{parse_rates[-1]:,.0f}/s; acknowledged {acked_rates[-1]:,.0f}/s; folded "
-                          f"{folded_rates[-1]:,.0f}/s ({stored:,} new events stored, {retries} 503s retried, "
-                          f"server core {busy:.0%} busy)", flush=True)
+                    print(
+                        f"round {r + 1}: {events:,} events in {len(bodies)} POSTs; parse-only "
+                        f"{parse_rates[-1]:,.0f}/s; acknowledged {acked_rates[-1]:,.0f}/s; folded "
+                        f"{folded_rates[-1]:,.0f}/s ({stored:,} new events stored, {retries} 503s retried, "
+                        f"server core {busy:.0%} busy)",
+                        flush=True,
+                    )
         finally:
             server.stop()
     print(f"\n{'parse only (bound)':>28}: {spread(parse_rates)}")
     print(f"{'acknowledged (durable)':>28}: {spread(acked_rates)}")
     print(f"{'folded (queryable)':>28}: {spread(folded_rates)}")
-    print(f"{'ratio':>28}: folded at {statistics.median(folded_rates) / statistics.median(parse_rates):.2f}x of the "
-          f"parse-only bound; aim ≥ 50,000 events/s ({args.rounds} interleaved rounds, {args.connections} connections)")
+    print(
+        f"{'ratio':>28}: folded at {statistics.median(folded_rates) / statistics.median(parse_rates):.2f}x of the "
+        f"parse-only bound; aim ≥ 50,000 events/s ({args.rounds} interleaved rounds, {args.connections} connections)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.recorded import GROUP, body, parse_only, synth_batches  # noqa: E402
-from raysight.store.store import Post, Store  # noqa: E402
+from benchmarks.recorded import GROUP, body, parse_only, synth_batches
+from raysight.store.store import Post, Store
 
 
 def main(rounds: int = 5, tasks: int = 20_000) -> None:
@@ -34,14 +34,21 @@ def main(rounds: int = 5, tasks: int = 20_000) -> None:
             for i in range(0, len(bodies), GROUP):
                 store.apply([Post(b) for b in bodies[i : i + GROUP]])
             apply_rates.append(n / (time.perf_counter() - started))
-            print(f"round {r + 1}: {n:,} events; parse only {parse_rates[-1]:,.0f}/s; "
-                  f"parse + commit {apply_rates[-1]:,.0f}/s", flush=True)
+            print(
+                f"round {r + 1}: {n:,} events; parse only {parse_rates[-1]:,.0f}/s; "
+                f"parse + commit {apply_rates[-1]:,.0f}/s",
+                flush=True,
+            )
         store.close()
     for name, rates in (("parse only", parse_rates), ("parse + commit", apply_rates)):
-        print(f"{name:>15}: median {statistics.median(rates):9,.0f} events/s  (min {min(rates):,.0f}, "
-              f"max {max(rates):,.0f}, {rounds} rounds)")
-    print(f"{'ratio':>15}: commit path runs at {statistics.median(apply_rates) / statistics.median(parse_rates):.2f}x "
-          "of the parse-only bound")
+        print(
+            f"{name:>15}: median {statistics.median(rates):9,.0f} events/s  (min {min(rates):,.0f}, "
+            f"max {max(rates):,.0f}, {rounds} rounds)"
+        )
+    print(
+        f"{'ratio':>15}: commit path runs at {statistics.median(apply_rates) / statistics.median(parse_rates):.2f}x "
+        "of the parse-only bound"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Run: .venv/bin/python benchmarks/list_latency.py [--tasks-live N] [--tasks-synth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -33,19 +34,26 @@ import ray
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys.path line)
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.store import schema  # noqa: E402
 from raysight.store.store import Post, Store  # noqa: E402
-from benchmarks.recorded import body, synth_batches  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 PY = sys.executable
 # Exactly what `ray list tasks --filter state=FAILED --limit 100` sends (shared/ray/state-http-contract.md §2.1).
-RAY_QUERY = [("limit", "100"), ("timeout", "24"), ("detail", "False"), ("filter_keys", "state"),
-             ("filter_predicates", "="), ("filter_values", "FAILED"), ("exclude_driver", "True"),
-             ("server_timeout_multiplier", "0.8")]
+RAY_QUERY = [
+    ("limit", "100"),
+    ("timeout", "24"),
+    ("detail", "False"),
+    ("filter_keys", "state"),
+    ("filter_predicates", "="),
+    ("filter_values", "FAILED"),
+    ("exclude_driver", "True"),
+    ("server_timeout_multiplier", "0.8"),
+]
 OWN_QUERY = [("filter", "state=FAILED"), ("limit", "100")]
 BATCH_EVENTS = 50_000
 CLI_RUNS = 5
@@ -104,8 +112,19 @@ def url_with(base: str, path: str, query: list[tuple[str, str]]) -> str:
 
 
 def ray_list(address: str) -> list[str]:
-    return [PY, "-m", "ray.scripts.scripts", "list", "tasks", "--filter", "state=FAILED", "--limit", "100",
-            "--address", address]
+    return [
+        PY,
+        "-m",
+        "ray.scripts.scripts",
+        "list",
+        "tasks",
+        "--filter",
+        "state=FAILED",
+        "--limit",
+        "100",
+        "--address",
+        address,
+    ]
 
 
 def raysight_list(server: str) -> list[str]:
@@ -136,10 +155,8 @@ def run_tasks(n_tasks: int) -> None:
     refs = [flaky.remote(i) if i % 10 == 9 else ok.remote(i) for i in range(n_tasks)]
     ray.wait(refs, num_returns=len(refs), timeout=None)
     for ref in refs[9::10]:
-        try:
+        with contextlib.suppress(ray.exceptions.RayTaskError):
             ray.get(ref)
-        except ray.exceptions.RayTaskError:
-            pass
     print(f"  ran {n_tasks:,} tasks in {time.perf_counter() - t0:.1f} s")
 
 
@@ -161,18 +178,25 @@ def live(n_tasks: int, n_requests: int) -> None:
                 with Client(server.url) as client, httpx.Client(timeout=60) as http:
                     wait_for("raysight: every failed task", lambda: http.get(own_failed).json()["total"] >= failed)
                     wait_until_quiet(client)
-                    wait_for("Ray's state API: every task",
-                             lambda: http.get(ray_total).json()["data"]["result"]["total"] >= n_tasks)
-                targets = {"Ray dashboard /api/v0/tasks": url_with(dashboard, "/api/v0/tasks", RAY_QUERY),
-                           "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
-                           "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY)}
+                    wait_for(
+                        "Ray's state API: every task",
+                        lambda: http.get(ray_total).json()["data"]["result"]["total"] >= n_tasks,
+                    )
+                targets = {
+                    "Ray dashboard /api/v0/tasks": url_with(dashboard, "/api/v0/tasks", RAY_QUERY),
+                    "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
+                    "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY),
+                }
                 http_times = time_requests(targets, n_requests)
                 ray_cli = time_cli("ray list --address <Ray dashboard>", ray_list(dashboard))
                 ray_cli_raysight = time_cli("ray list --address <raysight>", ray_list(server.url))
                 raysight_cli = time_cli("raysight list", raysight_list(server.url))
                 print("  ratios (Ray dashboard / raysight, medians):")
-                ratio("HTTP /api/v0/tasks", http_times["Ray dashboard /api/v0/tasks"],
-                      http_times["raysight /api/v0/tasks"])
+                ratio(
+                    "HTTP /api/v0/tasks",
+                    http_times["Ray dashboard /api/v0/tasks"],
+                    http_times["raysight /api/v0/tasks"],
+                )
                 ratio("ray list --address", ray_cli, ray_cli_raysight)
                 ratio("ray list vs raysight list", ray_cli, raysight_cli)
                 time.sleep(2)
@@ -195,8 +219,12 @@ def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
             store.apply([Post(body(texts), label="bench1m")])
             events += len(texts)
             elapsed = time.perf_counter() - t0
-            print(f"\r  built {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
-                  f"{events / elapsed:7,.0f} events/s", end="", flush=True)
+            print(
+                f"\r  built {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
+                f"{events / elapsed:7,.0f} events/s",
+                end="",
+                flush=True,
+            )
     finally:
         store.close()
     print()
@@ -215,14 +243,20 @@ def synth(n_tasks: int, n_requests: int) -> None:
     else:
         stats = build(data_dir, n_tasks)
         print(f"  built in {data_dir.relative_to(ROOT)}", end="")
-    print(f": {stats['events']:,} events in {stats['seconds']:.0f} s ({stats['events'] / stats['seconds']:,.0f} "
-          f"events/s, parse + apply in batches of {BATCH_EVENTS:,})")
+    print(
+        f": {stats['events']:,} events in {stats['seconds']:.0f} s ({stats['events'] / stats['seconds']:,.0f} "
+        f"events/s, parse + apply in batches of {BATCH_EVENTS:,})"
+    )
     server = ServerProcess(data_dir, start_timeout_s=120)  # a 4.4 GB store may replay its WAL first
     try:
         server.start()
-        time_requests({"raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
-                       "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY)},
-                      n_requests)
+        time_requests(
+            {
+                "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
+                "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY),
+            },
+            n_requests,
+        )
         time_cli("ray list --address <raysight>", ray_list(server.url))
         time_cli("raysight list", raysight_list(server.url))
     finally:

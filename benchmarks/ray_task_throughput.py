@@ -22,9 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.cpu import cpu_seconds  # noqa: E402
-from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
-from tests.ray_scenarios import ServerProcess  # noqa: E402
+from benchmarks.cpu import cpu_seconds
+from raysight.cli.run import free_port, ray_env, wait_until_quiet
+from tests.ray_scenarios import ServerProcess
 
 WARMUP = 200
 AIM = 0.9
@@ -75,8 +75,14 @@ def measure(tasks: int, env: dict[str, str]) -> float:
     """Run one child with ``env`` added to a Ray-free environment; its tasks/s."""
     drop = {"RAY_ADDRESS", *ray_env("http://unused")}
     base = {k: v for k, v in os.environ.items() if k not in drop}
-    proc = subprocess.run([sys.executable, __file__, "--child", str(tasks)], env={**base, **env},
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(tasks)],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return float(proc.stdout.split()[-1])
@@ -100,25 +106,35 @@ def main(rounds: int, tasks: int) -> None:
                     rates["raysight"].append(measure(tasks, ray_env(server.url, cluster=label)))
                     cpu = cpu_seconds(server.proc.pid) - cpu  # while Ray ran (folding may go on after)
                     wait_until_quiet(client)
-                    noop = [g for g in client.summary("tasks", session=label)["summary"]
-                            if g["func_or_class_name"].endswith("noop")]
+                    noop = [
+                        g
+                        for g in client.summary("tasks", session=label)["summary"]
+                        if g["func_or_class_name"].endswith("noop")
+                    ]
                     stored = sum(g["attempts"] for g in noop)
                     done = sum(g["state_counts"].get("FINISHED", 0) for g in noop)
-                    print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s"
-                          f"  ({got}; raysight stored {stored:,} noop attempts, {done:,} FINISHED, "
-                          f"of {WARMUP + tasks:,}; server CPU while Ray ran {cpu:.2f} s)", flush=True)
+                    print(
+                        f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s"
+                        f"  ({got}; raysight stored {stored:,} noop attempts, {done:,} FINISHED, "
+                        f"of {WARMUP + tasks:,}; server CPU while Ray ran {cpu:.2f} s)",
+                        flush=True,
+                    )
         finally:
             server.stop()
             sink.shutdown()
             sink.server_close()
     for c in CONFIGS:
-        print(f"{c:>9}: median {statistics.median(rates[c]):7,.0f} tasks/s  "
-              f"(min {min(rates[c]):,.0f}, max {max(rates[c]):,.0f}, {rounds} rounds)")
+        print(
+            f"{c:>9}: median {statistics.median(rates[c]):7,.0f} tasks/s  "
+            f"(min {min(rates[c]):,.0f}, max {max(rates[c]):,.0f}, {rounds} rounds)"
+        )
     off, discard, raysight = (statistics.median(rates[c]) for c in CONFIGS)
     paired = [r / d for r, d in zip(rates["raysight"], rates["discard"])]  # each round's own ratio: drift cancels
-    print(f"discard/off: {discard / off:.2f}x   raysight/discard: {raysight / discard:.2f}x of the medians; "
-          f"per round {statistics.median(paired):.2f}x (min {min(paired):.2f}, max {max(paired):.2f})  "
-          f"(aim ≥ {AIM}x: {'met' if min(raysight / discard, statistics.median(paired)) >= AIM else 'not met'})")
+    print(
+        f"discard/off: {discard / off:.2f}x   raysight/discard: {raysight / discard:.2f}x of the medians; "
+        f"per round {statistics.median(paired):.2f}x (min {min(paired):.2f}, max {max(paired):.2f})  "
+        f"(aim ≥ {AIM}x: {'met' if min(raysight / discard, statistics.median(paired)) >= AIM else 'not met'})"
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def templates() -> tuple[list[str], list[str], list[str]]:
 
     def template(fixture_name: str, name: str, first_k: int) -> list[str]:
         task_id, task_events = next(
-            (t, es) for t, es in by_task.items()
+            (t, es)
+            for t, es in by_task.items()
             if any(e.get("taskDefinitionEvent", {}).get("taskName") == fixture_name for e in es)
         )
         out = []
@@ -58,14 +59,13 @@ def synth_batches(n_tasks: int, batch_events: int, first: int = 0) -> Iterator[t
     Tasks are numbered from ``first``: two calls with disjoint ranges give disjoint task and event IDs.
     """
     session, ok, flaky = templates()
-    texts, done = list(session), 0
-    for i in range(first, first + n_tasks):
+    texts = list(session)
+    for done, i in enumerate(range(first, first + n_tasks), 1):
         unique = (i * 0x9E3779B97F4A7C15 % 2**64).to_bytes(8, "big")  # a bijection: distinct, unordered IDs
         task = base64.b64encode(unique + bytes.fromhex("ff" * 12 + "01000000")).decode()
         for k, text in enumerate(flaky if i % 10 == 9 else ok, 0 if i % 10 != 9 else len(ok)):
             event = base64.b64encode(unique + k.to_bytes(2, "big") + bytes(18)).decode()
             texts.append(text.replace("@TASK@", task).replace(f"@EVENT{k}@", event))
-        done += 1
         if len(texts) >= batch_events or done == n_tasks:
             yield done, texts
             texts = []
@@ -90,12 +90,17 @@ def parse_only(bodies: list[bytes]) -> float:
     started = time.perf_counter()
     for i in range(0, len(bodies), GROUP):
         group = bodies[i : i + GROUP]
-        con.register("staged_posts", pa.table({
-            "post": pa.array(range(len(group)), pa.int32()),
-            "label": pa.array([None] * len(group), pa.string()),
-            "run_id": pa.array([None] * len(group), pa.string()),
-            "body": pa.array(group, pa.string()),
-        }))
+        con.register(
+            "staged_posts",
+            pa.table(
+                {
+                    "post": pa.array(range(len(group)), pa.int32()),
+                    "label": pa.array([None] * len(group), pa.string()),
+                    "run_id": pa.array([None] * len(group), pa.string()),
+                    "body": pa.array(group, pa.string()),
+                }
+            ),
+        )
         con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {events_sql.EXPLODE_POSTS}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
         con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=""))

@@ -17,8 +17,9 @@ from raysight.client import Client
 class ServerProcess:
     """`raysight server` on a loopback port, started and stopped by PID."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, prefix: Sequence[str] = (),
-                 start_timeout_s: float = 30) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, prefix: Sequence[str] = (), start_timeout_s: float = 30
+    ) -> None:
         """``prefix`` runs the server under another command (``taskset -c 0`` for the benchmarks)."""
         self.data_dir, self.port = data_dir, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -27,9 +28,19 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "raysight", "server", "--port", str(self.port),
-             "--data-dir", str(self.data_dir)],
-            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                *self.prefix,
+                sys.executable,
+                "-m",
+                "raysight",
+                "server",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         with Client(self.url, timeout=2) as client:
             deadline = time.monotonic() + self.start_timeout_s
@@ -52,8 +63,25 @@ class ServerProcess:
 def ray_run(url: str, cluster: str, *program: str, timeout: float = 240) -> None:
     """`raysight run --server URL --cluster NAME -- python …`, then wait until Ray's last events are in."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
-    subprocess.run([sys.executable, "-m", "raysight", "run", "--server", url, "--cluster", cluster, "--",
-                    sys.executable, *program], check=True, timeout=timeout, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raysight",
+            "run",
+            "--server",
+            url,
+            "--cluster",
+            cluster,
+            "--",
+            sys.executable,
+            *program,
+        ],
+        check=True,
+        timeout=timeout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     with Client(url) as client:
         wait_until_quiet(client)

@@ -29,8 +29,12 @@ def test_parse_filter_without_operator_says_what_to_write() -> None:
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("1795290380382", 1795290380382.0), ("2026-11-21T19:46:20Z", 1795290380000.0), ("-5m", 1_000_000 - 300_000),
-     ("-1.5h", 1_000_000 - 5_400_000)],
+    [
+        ("1795290380382", 1795290380382.0),
+        ("2026-11-21T19:46:20Z", 1795290380000.0),
+        ("-5m", 1_000_000 - 300_000),
+        ("-1.5h", 1_000_000 - 5_400_000),
+    ],
 )
 def test_times_in_every_form(text: str, expected: float) -> None:
     assert parse_time_ms(text, now_ms=1_000_000) == expected
@@ -51,8 +55,15 @@ def test_filter_sql(f: Filter, kind: str, sql: str, params: list[object]) -> Non
     assert filter_sql(f, "c", kind) == (sql, params)
 
 
-@pytest.mark.parametrize("f, kind", [(Filter("name", "<", "a"), "str"), (Filter("pid", ">", "many"), "int"),
-                                     (Filter("t", ">", "soon"), "time_ms"), (Filter("b", "=", "maybe"), "bool")])
+@pytest.mark.parametrize(
+    "f, kind",
+    [
+        (Filter("name", "<", "a"), "str"),
+        (Filter("pid", ">", "many"), "int"),
+        (Filter("t", ">", "soon"), "time_ms"),
+        (Filter("b", "=", "maybe"), "bool"),
+    ],
+)
 def test_bad_filters_are_clear_errors(f: Filter, kind: str) -> None:
     with pytest.raises(BadQuery):
         filter_sql(f, "c", kind)

@@ -15,7 +15,10 @@ def test_records_replay_in_order_after_a_reopen_and_numbering_goes_on(tmp_path: 
     first = j.append([("lab", "run", b"[1]"), (None, None, b"[2]")])
     j.close()
     j = Journal(tmp_path, folded=0)
-    assert [(r.seq, r.label, r.run_id, r.body) for r in j.replay(0)] == [(1, "lab", "run", b"[1]"), (2, None, None, b"[2]")]
+    assert [(r.seq, r.label, r.run_id, r.body) for r in j.replay(0)] == [
+        (1, "lab", "run", b"[1]"),
+        (2, None, None, b"[2]"),
+    ]
     assert [r.seq for r in j.append([(None, None, b"[3]")])] == [3]
     assert [r.body for r in j.replay(folded=first[-1].seq)] == [b"[3]"]
     j.close()

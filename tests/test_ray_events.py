@@ -78,8 +78,14 @@ def test_owner_and_executor_halves_merge_into_one_attempt(store: Store, ray_batc
     counter_inc = rows(store, "SELECT * FROM tasks WHERE name = 'Counter.inc'")
     assert len(counter_inc) == 3
     for task in counter_inc:
-        states = {r["state"] for r in rows(store, f"SELECT state FROM task_transitions WHERE task_id = "
-                                                  f"'{task['task_id']}' AND attempt = {task['attempt']}")}
+        states = {
+            r["state"]
+            for r in rows(
+                store,
+                f"SELECT state FROM task_transitions WHERE task_id = "
+                f"'{task['task_id']}' AND attempt = {task['attempt']}",
+            )
+        }
         assert {"RUNNING", "FINISHED"} <= states  # executor's RUNNING and owner's FINISHED
         assert task["reported_state"] == "FINISHED" and task["start_ns"] < task["end_ns"]
         assert task["worker_pid"] and task["worker_id"] and task["stdout_file"] and task["actor_id"]
@@ -100,13 +106,26 @@ def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(store: 
     bad_id = copy.deepcopy(task)
     bad_id["taskLifecycleEvent"]["jobId"] = "%%%"
     unknown = {**good, "eventType": "SOMETHING_NEW_EVENT", "eventId": "AAAA"}
-    batch = [good, 42, None, {"eventType": "TASK_DEFINITION_EVENT"}, {**good, "sessionName": 7}, no_payload,
-             bad_transitions, bad_task_transitions, no_task_id, bad_id, unknown]
+    batch = [
+        good,
+        42,
+        None,
+        {"eventType": "TASK_DEFINITION_EVENT"},
+        {**good, "sessionName": 7},
+        no_payload,
+        bad_transitions,
+        bad_task_transitions,
+        no_task_id,
+        bad_id,
+        unknown,
+    ]
     result = store.apply([Post(orjson.dumps(batch))])
     assert result.stored == 2 and result.unsupported == 1 and result.quarantined == len(batch) - 2
     kept = rows(store, "SELECT event_type, supported FROM raw_events ORDER BY event_type")
-    assert kept == [{"event_type": "NODE_DEFINITION_EVENT", "supported": True},
-                    {"event_type": "SOMETHING_NEW_EVENT", "supported": False}]
+    assert kept == [
+        {"event_type": "NODE_DEFINITION_EVENT", "supported": True},
+        {"event_type": "SOMETHING_NEW_EVENT", "supported": False},
+    ]
     reasons = {r["body"]: r["reason"] for r in rows(store, "SELECT body, reason FROM quarantine")}
     assert reasons["42"] == "event is a number, not an object" and reasons["null"] == "event is null, not an object"
 
@@ -144,10 +163,16 @@ def test_a_task_event_is_read_from_its_own_payload_and_bad_transitions_never_rea
     stray["taskLifecycleEvent"]["taskId"] = base64.b64encode(b"\x07" * 24).decode()
     result = store.apply([Post(orjson.dumps([no_state, no_time, not_object, lenient, stray]))])
     reasons = sorted(r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall())
-    assert reasons == ["a state transition has a bad timestamp: none", "a state transition has no state",
-                       "a state transition has no state"]
+    assert reasons == [
+        "a state transition has a bad timestamp: none",
+        "a state transition has no state",
+        "a state transition has no state",
+    ]
     assert result.stored == 2 and result.unsupported == 1
     (task,) = rows(store, "SELECT * FROM tasks")
-    assert task["attempt"] == 0 and task["worker_pid"] is None and task["task_id"] == b64_to_hex(
-        lifecycle["taskLifecycleEvent"]["taskId"])  # the future event's stray payload made no task
+    assert (
+        task["attempt"] == 0
+        and task["worker_pid"] is None
+        and task["task_id"] == b64_to_hex(lifecycle["taskLifecycleEvent"]["taskId"])
+    )  # the future event's stray payload made no task
     assert None not in {t["state"] for t in rows(store, "SELECT state FROM task_transitions")}

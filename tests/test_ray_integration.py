@@ -103,7 +103,10 @@ def test_two_sessions_with_the_same_ids_stay_apart(recorded: ServerProcess) -> N
         sessions = client.sessions()
         assert [s["label"] for s in sessions] == ["second", "first"]
         first, second = everything(client, "first"), everything(client, "second")
-        ids = lambda rows: {r["task_id"] for r in rows}  # noqa: E731
+
+        def ids(rows: list[dict[str, Any]]) -> set[str]:
+            return {r["task_id"] for r in rows}
+
         assert ids(first["tasks"]) & ids(second["tasks"])  # Ray reuses task IDs across sessions
         assert {t["session"] for t in first["tasks"]} != {t["session"] for t in second["tasks"]}
         assert client.list("tasks", session="*", limit=None)["total"] == len(first["tasks"]) + len(second["tasks"])
@@ -111,9 +114,23 @@ def test_two_sessions_with_the_same_ids_stay_apart(recorded: ServerProcess) -> N
 
 def test_rays_own_cli_and_sdk_answer_from_raysight(recorded: ServerProcess) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "ray.scripts.scripts", "list", "actors", "--address", recorded.url, "--format", "json",
-         "--filter", "state=DEAD"],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "list",
+            "actors",
+            "--address",
+            recorded.url,
+            "--format",
+            "json",
+            "--filter",
+            "state=DEAD",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     rows = json.loads(out)
     assert {r["class_name"] for r in rows} >= {"Counter"}
@@ -154,8 +171,9 @@ def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp
         "ray.shutdown()\n"
     )
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **ray_env(server.url, "late")}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 120
         while not done.exists():

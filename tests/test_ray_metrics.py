@@ -42,14 +42,20 @@ def test_only_the_aggregators_counters_and_gauges_are_kept() -> None:
 
 def test_odd_series_are_summed_or_left_out_and_bad_text_is_a_value_error() -> None:
     help_type = "# TYPE ray_aggregator_agent_publish_failures_total counter\n"
-    odd = help_type + "\n".join([
-        f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="a"}} 2',
-        f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="b"}} 3',
-        'ray_aggregator_agent_publish_failures_total{ip="h",pid="1"} 7',  # no session
-        f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="2"}} NaN',
-        f'ray_aggregator_agent_publish_failures_created{{SessionName="{SESSION}",ip="h",pid="1"}} 1.7e9',
-        "ray_aggregator_agent_untyped_total 4",
-    ]) + "\n"
+    odd = (
+        help_type
+        + "\n".join(
+            [
+                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="a"}} 2',
+                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="b"}} 3',
+                'ray_aggregator_agent_publish_failures_total{ip="h",pid="1"} 7',  # no session
+                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="2"}} NaN',
+                f'ray_aggregator_agent_publish_failures_created{{SessionName="{SESSION}",ip="h",pid="1"}} 1.7e9',
+                "ray_aggregator_agent_untyped_total 4",
+            ]
+        )
+        + "\n"
+    )
     assert parse_aggregator_metrics(odd) == [
         RaySample(SESSION, "h:1", "ray_aggregator_agent_publish_failures", "", "counter", 5.0)
     ]
@@ -83,10 +89,25 @@ def test_the_drivers_session_is_found_by_its_core_log_and_its_nodes_by_their_por
 
 
 def test_the_doctor_says_what_ray_reported_losing_in_words() -> None:
-    base = {"label": None, "agents": 1, "received": 15522, "published": 300, "filtered": 0, "publish_failures": 0,
-            "buffer_add_failures": 0, "consecutive_publish_failures": 0, "dropped": {}}
-    lossy = {**base, "session": "s1", "label": "prod", "publish_failures": 402, "consecutive_publish_failures": 3,
-             "dropped": {"TASK_LIFECYCLE_EVENT": 8780, "TASK_PROFILE_EVENT": 3201}}
+    base = {
+        "label": None,
+        "agents": 1,
+        "received": 15522,
+        "published": 300,
+        "filtered": 0,
+        "publish_failures": 0,
+        "buffer_add_failures": 0,
+        "consecutive_publish_failures": 0,
+        "dropped": {},
+    }
+    lossy = {
+        **base,
+        "session": "s1",
+        "label": "prod",
+        "publish_failures": 402,
+        "consecutive_publish_failures": 3,
+        "dropped": {"TASK_LIFECYCLE_EVENT": 8780, "TASK_PROFILE_EVENT": 3201},
+    }
     assert ray_reported_lines([lossy, {**base, "session": "s2"}]) == [
         "s1 (prod), 1 node(s): received 15,522, published 300, filtered out 0",
         "  Ray reported dropping 8,780 TASK_LIFECYCLE_EVENT, 3,201 TASK_PROFILE_EVENT (buffer full)",

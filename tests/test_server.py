@@ -37,8 +37,11 @@ def test_bad_bodies_get_clear_answers_and_nothing_is_harmed(server: TestClient, 
     assert post(server, b"x" * (1024 * 1024 + 1)).status_code == 413
     assert post(server, []).status_code == 200
     first = ray_batches[0]
-    wrong = [{"eventId": 5, "sessionName": 7}, {**first[0], "eventType": "BRAND_NEW_EVENT", "eventId": "QUJD"},
-             {**first[1], "nodeLifecycleEvent": {"nodeId": "AAAA", "stateTransitions": [{"state": 1}]}}]
+    wrong = [
+        {"eventId": 5, "sessionName": 7},
+        {**first[0], "eventType": "BRAND_NEW_EVENT", "eventId": "QUJD"},
+        {**first[1], "nodeLifecycleEvent": {"nodeId": "AAAA", "stateTransitions": [{"state": 1}]}},
+    ]
     assert post(server, wrong).json() == {"ok": True, "received": 3, "resend": False}
     for i in range(7):
         assert post(server, ray_batches[2]).json()["resend"] == (i > 0)  # answered from the first copy's commit
@@ -75,14 +78,29 @@ def test_own_api_lists_filters_pages_and_gets(server: TestClient, ray_batches) -
 def test_ray_compatible_api_speaks_rays_envelope(server: TestClient, ray_batches) -> None:
     for batch in ray_batches:
         post(server, batch)
-    params = [("limit", "100"), ("detail", "False"), ("filter_keys", "state"), ("filter_predicates", "="),
-              ("filter_values", "dead"), ("exclude_driver", "True"), ("server_timeout_multiplier", "0.8")]
+    params = [
+        ("limit", "100"),
+        ("detail", "False"),
+        ("filter_keys", "state"),
+        ("filter_predicates", "="),
+        ("filter_values", "dead"),
+        ("exclude_driver", "True"),
+        ("server_timeout_multiplier", "0.8"),
+    ]
     body = server.get("/api/v0/actors", params=params).json()
     assert body["result"] is True
     data = body["data"]["result"]
     assert data["total"] == data["num_after_truncation"] == 1
-    assert set(data["result"][0]) >= {"actor_id", "class_name", "state", "job_id", "name", "node_id", "pid",
-                                      "ray_namespace"}
+    assert set(data["result"][0]) >= {
+        "actor_id",
+        "class_name",
+        "state",
+        "job_id",
+        "name",
+        "node_id",
+        "pid",
+        "ray_namespace",
+    }
     too_many = server.get("/api/v0/tasks", params={"limit": 20000})
     assert too_many.status_code == 400 and too_many.json()["result"] is False
     summary = server.get("/api/v0/tasks/summarize").json()["data"]["result"]["result"]["node_id_to_summary"]
@@ -169,8 +187,12 @@ def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, r
     [reported] = server.get("/api/raysight/doctor").json()["ray_reported"]
     assert reported["label"] == "t" and reported["agents"] == 2
     assert (reported["received"], reported["published"], reported["publish_failures"]) == (2 * 15522, 600, 0)
-    assert reported["dropped"] == {"TASK_LIFECYCLE_EVENT": 17560, "TASK_DEFINITION_EVENT": 6402,
-                                   "TASK_PROFILE_EVENT": 6402, "WORKER_LIFECYCLE_EVENT": 4}
+    assert reported["dropped"] == {
+        "TASK_LIFECYCLE_EVENT": 17560,
+        "TASK_DEFINITION_EVENT": 6402,
+        "TASK_PROFILE_EVENT": 6402,
+        "WORKER_LIFECYCLE_EVENT": 4,
+    }
     assert reported["consecutive_publish_failures"] == 3
     for bad, status in ((b"{not prometheus", 400), (b"\xff\xfe", 400), (b"#" * (1024 * 1024 + 1), 413)):
         answer = send(bad)

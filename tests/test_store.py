@@ -7,9 +7,8 @@ import copy
 import random
 from pathlib import Path
 
-import pytest
-
 import orjson
+import pytest
 
 from raysight.client import RESOURCES
 from raysight.store import queries
@@ -110,15 +109,24 @@ def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_bat
     # Ray's own terminal state, arriving late, replaces the inference.
     late = open_before[0]
     event = {
-        "eventId": "bGF0ZWxhdGVsYXRl", "sourceType": "CORE_WORKER", "eventType": "TASK_LIFECYCLE_EVENT",
-        "timestamp": "2026-11-21T19:47:00.000000000Z", "sessionName": late["session"],
-        "taskLifecycleEvent": {"taskId": _b64(late["task_id"]), "taskAttempt": late["attempt_number"],
-                               "stateTransitions": [{"state": "FAILED", "timestamp": "2026-11-21T19:47:00Z"}],
-                               "rayErrorInfo": {"errorType": "TASK_CANCELLED", "errorMessage": "late"}},
+        "eventId": "bGF0ZWxhdGVsYXRl",
+        "sourceType": "CORE_WORKER",
+        "eventType": "TASK_LIFECYCLE_EVENT",
+        "timestamp": "2026-11-21T19:47:00.000000000Z",
+        "sessionName": late["session"],
+        "taskLifecycleEvent": {
+            "taskId": _b64(late["task_id"]),
+            "taskAttempt": late["attempt_number"],
+            "stateTransitions": [{"state": "FAILED", "timestamp": "2026-11-21T19:47:00Z"}],
+            "rayErrorInfo": {"errorType": "TASK_CANCELLED", "errorMessage": "late"},
+        },
     }
     store.apply([post([event])])
-    row = next(t for t in snapshot(store)["tasks"] if (t["task_id"], t["attempt_number"]) ==
-               (late["task_id"], late["attempt_number"]))
+    row = next(
+        t
+        for t in snapshot(store)["tasks"]
+        if (t["task_id"], t["attempt_number"]) == (late["task_id"], late["attempt_number"])
+    )
     assert row["state"] == "FAILED" and not row["state_inferred"] and row["error_type"] == "TASK_CANCELLED"
 
 

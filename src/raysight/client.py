@@ -1,11 +1,12 @@
 """``raysight.Client``: the Python SDK over the server's HTTP API; the CLI is built on it.
 
-    >>> from raysight import Client
-    >>> Client("http://127.0.0.1:8271").list("actors", filters=["state=DEAD"])
+>>> from raysight import Client
+>>> Client("http://127.0.0.1:8271").list("actors", filters=["state=DEAD"])
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 from typing import Any
 
@@ -93,7 +94,7 @@ class Client:
         params = {"session": session} if session else {}
         return self._request("GET", f"/api/raysight/summary/{resource}", params=params)  # type: ignore[no-any-return]
 
-    def sessions(self) -> list[dict[str, Any]]:
+    def sessions(self) -> builtins.list[dict[str, Any]]:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 
     def delete_session(self, name: str) -> str:

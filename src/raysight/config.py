@@ -1,4 +1,5 @@
-"""Settings shared by the server, the CLI and `raysight run`: defaults and the environment variables that override them."""
+"""Settings shared by the server, the CLI and `raysight run`: defaults, and the environment variables that override
+them."""
 
 from __future__ import annotations
 

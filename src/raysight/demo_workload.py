@@ -64,9 +64,9 @@ def main() -> None:
         print("fails: failed as expected")
     marker = os.path.join(tempfile.mkdtemp(), "crashed")
     print("crash_once:", ray.get(crash_once.remote(marker)))
-    counter = Counter.options(name="demo_counter").remote()
+    counter = Counter.options(name="demo_counter").remote()  # type: ignore[attr-defined]
     print("counter:", ray.get([counter.inc.remote() for _ in range(3)]))
-    fragile = Fragile.remote()
+    fragile = Fragile.remote()  # type: ignore[attr-defined]
     ray.get(fragile.ping.remote())
     try:
         ray.get(fragile.crash.remote())

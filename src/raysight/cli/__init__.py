@@ -33,6 +33,16 @@ def main() -> None:
     """
 
 
-for command in (server_cmd, env_cmd, run_cmd, demo_cmd, list_cmd, get_cmd, summary_cmd, sessions_cmd, doctor_cmd,
-                reindex_cmd):
+for command in (
+    server_cmd,
+    env_cmd,
+    run_cmd,
+    demo_cmd,
+    list_cmd,
+    get_cmd,
+    summary_cmd,
+    sessions_cmd,
+    doctor_cmd,
+    reindex_cmd,
+):
     main.add_command(command)

@@ -16,14 +16,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def client_options(fn: F) -> F:
     fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format.")(fn)
-    fn = click.option("--server", envvar=ENV_SERVER, metavar="URL",
-                      help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].")(fn)
+    fn = click.option(
+        "--server",
+        envvar=ENV_SERVER,
+        metavar="URL",
+        help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].",
+    )(fn)
     return fn
 
 
 def session_option(fn: F) -> F:
-    return click.option("--session", metavar="NAME",
-                        help="Session name or label; '*' for all. Default: the one that started last.")(fn)
+    return click.option(
+        "--session", metavar="NAME", help="Session name or label; '*' for all. Default: the one that started last."
+    )(fn)
 
 
 def make_client(server: str | None) -> Client:

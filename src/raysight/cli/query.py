@@ -10,26 +10,47 @@ from raysight.cli import render
 from raysight.cli.common import client_options, make_client, session_option
 from raysight.client import RESOURCES
 
-RESOURCE = click.Choice(sorted(RESOURCES) + ["placement-groups"], case_sensitive=False)
 LISTABLE = click.Choice(sorted(RESOURCES), case_sensitive=False)
 
 
 @click.command("list")
 @click.argument("resource", type=LISTABLE)
-@click.option("--filter", "-f", "filters", multiple=True, metavar="KEY<OP>VALUE",
-              help="Keep rows where KEY=, !=, <, >, <= or >= VALUE; times take ISO-8601, epoch ms or -5m. Repeatable.")
+@click.option(
+    "--filter",
+    "-f",
+    "filters",
+    multiple=True,
+    metavar="KEY<OP>VALUE",
+    help="Keep rows where KEY=, !=, <, >, <= or >= VALUE; times take ISO-8601, epoch ms or -5m. Repeatable.",
+)
 @click.option("--sort", "-s", multiple=True, metavar="FIELD", help="Sort by FIELD (-FIELD descending). Repeatable.")
 @click.option("--limit", default=100, show_default=True, help="Rows to show.")
 @click.option("--offset", default=0, show_default=True, help="Rows to skip (paging).")
 @click.option("--detail", is_flag=True, help="Every field, not only Ray's base columns.")
 @session_option
 @client_options
-def list_cmd(resource: str, filters: tuple[str, ...], sort: tuple[str, ...], limit: int, offset: int, detail: bool,
-             session: str | None, fmt: str | None, server: str | None) -> None:
+def list_cmd(
+    resource: str,
+    filters: tuple[str, ...],
+    sort: tuple[str, ...],
+    limit: int,
+    offset: int,
+    detail: bool,
+    session: str | None,
+    fmt: str | None,
+    server: str | None,
+) -> None:
     """List tasks, actors, nodes, jobs or workers, as `ray list` does (live or long after the cluster)."""
     with make_client(server) as client:
-        data = client.list(resource.lower(), filters=list(filters), sort=list(sort), limit=limit, offset=offset,
-                           detail=detail, session=session)
+        data = client.list(
+            resource.lower(),
+            filters=list(filters),
+            sort=list(sort),
+            limit=limit,
+            offset=offset,
+            detail=detail,
+            session=session,
+        )
     fmt = fmt or ("yaml" if detail else "table")
     if fmt != "table":
         render.dump(data["rows"], fmt)
@@ -97,8 +118,21 @@ def sessions_cmd(ctx: click.Context, fmt: str | None, server: str | None) -> Non
     elif not rows:
         click.echo("No session yet: point a Ray cluster at this server (`raysight env`, `raysight run`).")
     else:
-        render.table(rows, columns=["session", "label", "start_time_ms", "end_time_ms", "nodes", "jobs", "tasks",
-                                    "failures", "events", "raw_bytes"])
+        render.table(
+            rows,
+            columns=[
+                "session",
+                "label",
+                "start_time_ms",
+                "end_time_ms",
+                "nodes",
+                "jobs",
+                "tasks",
+                "failures",
+                "events",
+                "raw_bytes",
+            ],
+        )
 
 
 @sessions_cmd.command("delete")
@@ -135,8 +169,10 @@ def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
     lines = []
     for s in sessions:
         label = f" ({s['label']})" if s["label"] else ""
-        lines.append(f"{s['session']}{label}, {s['agents']} node(s): received {s['received']:,}, "
-                     f"published {s['published']:,}, filtered out {s['filtered']:,}")
+        lines.append(
+            f"{s['session']}{label}, {s['agents']} node(s): received {s['received']:,}, "
+            f"published {s['published']:,}, filtered out {s['filtered']:,}"
+        )
         losses = []
         if s["dropped"]:
             counts = ", ".join(f"{n:,} {event_type}" for event_type, n in s["dropped"].items())

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
-
-import re
 
 import click
 import orjson

@@ -21,7 +21,9 @@ from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
 
 
-def ray_env(server: str, cluster: str | None = None, run_id: str | None = None, key: str | None = None) -> dict[str, str]:
+def ray_env(
+    server: str, cluster: str | None = None, run_id: str | None = None, key: str | None = None
+) -> dict[str, str]:
     """The variables that make Ray (2.60) export its events to ``server``; set them where Ray starts."""
     query = {k: v for k, v in (("cluster", cluster), ("run", run_id), ("key", key)) if v}
     url = server.rstrip("/") + "/ingest/ray-events" + (f"?{urlencode(query)}" if query else "")
@@ -34,11 +36,19 @@ def ray_env(server: str, cluster: str | None = None, run_id: str | None = None, 
     }
 
 
-server_option = click.option("--server", metavar="URL", default=None,
-                             help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].")
+server_option = click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].",
+)
 cluster_option = click.option("--cluster", metavar="NAME", help="A label for the sessions this cluster records.")
-key_option = click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None,
-                          help="The server's write-only ingest key, when it is bound beyond loopback.")
+key_option = click.option(
+    "--ingest-key",
+    envvar=ENV_INGEST_KEY,
+    default=None,
+    help="The server's write-only ingest key, when it is bound beyond loopback.",
+)
 
 
 @click.command("env")
@@ -81,8 +91,11 @@ def ensure_server(server: str | None) -> str:
         raise click.ClickException(f"no raysight server answers at {url}")
     data_dir = default_data_dir()
     pid = start_detached(DEFAULT_HOST, DEFAULT_PORT, data_dir)
-    click.echo(f"raysight: started a server in the background (pid {pid}) at {url}, data in {data_dir}; "
-               "`raysight server stop` ends it", err=True)
+    click.echo(
+        f"raysight: started a server in the background (pid {pid}) at {url}, data in {data_dir}; "
+        "`raysight server stop` ends it",
+        err=True,
+    )
     return url
 
 
@@ -122,7 +135,9 @@ def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30
 
 
 @click.command("demo")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Keep the store here (default: a temp dir).")
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=None, help="Keep the store here (default: a temp dir)."
+)
 @click.option("--port", default=0, help="Port for the demo server (default: a free one).")
 @click.option("--exit", "exit_after", is_flag=True, help="Stop after printing instead of serving until Ctrl-C.")
 def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
@@ -140,8 +155,10 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
                 if server.poll() is not None:
                     raise click.ClickException("the demo server did not start")
                 time.sleep(0.1)
-            click.echo("Running the sample workload (nested tasks, actors, a failing task, a retried task, "
-                       "a crashed and restarted actor, a killed actor)…")
+            click.echo(
+                "Running the sample workload (nested tasks, actors, a failing task, a retried task, "
+                "a crashed and restarted actor, a killed actor)…"
+            )
             code = run_program([sys.executable, "-m", "raysight.demo_workload"], url, "demo", None)
             click.echo(f"Workload exited with code {code}; waiting for Ray's last events…")
             wait_until_quiet(client)
@@ -161,17 +178,31 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
 
 def show_demo(client: Client) -> None:
     session = client.sessions()[0]
-    render.heading(f"Session {session['session']} ({session['label']}): {session['nodes']} node(s), "
-                   f"{session['jobs']} job(s), {session['tasks']} task attempts, {session['failures']} failed")
+    render.heading(
+        f"Session {session['session']} ({session['label']}): {session['nodes']} node(s), "
+        f"{session['jobs']} job(s), {session['tasks']} task attempts, {session['failures']} failed"
+    )
     summary = client.summary("tasks")
-    render.table([{**g, "state_counts": ", ".join(f"{k}: {v}" for k, v in g["state_counts"].items())}
-                  for g in summary["summary"]], title="Tasks by function")
+    render.table(
+        [
+            {**g, "state_counts": ", ".join(f"{k}: {v}" for k, v in g["state_counts"].items())}
+            for g in summary["summary"]
+        ],
+        title="Tasks by function",
+    )
     failed = client.list("tasks", filters=["state=FAILED"], detail=True)["rows"]
-    render.table(failed, title="Failed attempts",
-                 columns=["task_id", "attempt_number", "name", "error_type", "state_inferred", "error_message"])
+    render.table(
+        failed,
+        title="Failed attempts",
+        columns=["task_id", "attempt_number", "name", "error_type", "state_inferred", "error_message"],
+    )
     actors = client.list("actors", detail=True)["rows"]
-    render.table(actors, title="Actors", columns=["actor_id", "class_name", "name", "state", "num_restarts",
-                                                  "death_message"])
+    render.table(
+        actors, title="Actors", columns=["actor_id", "class_name", "name", "state", "num_restarts", "death_message"]
+    )
     inferred = client.list("tasks", filters=["state_inferred=true"], detail=True)["rows"]
-    render.table(inferred, title="States raysight inferred (Ray never sent them)",
-                 columns=["task_id", "attempt_number", "name", "state", "inferred_reason"])
+    render.table(
+        inferred,
+        title="States raysight inferred (Ray never sent them)",
+        columns=["task_id", "attempt_number", "name", "state", "inferred_reason"],
+    )

@@ -12,8 +12,15 @@ from pathlib import Path
 import click
 
 from raysight.client import Client
-from raysight.config import (DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, ENV_INGEST_KEY, ENV_TOKEN,
-                             default_data_dir, is_loopback)
+from raysight.config import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PORT,
+    ENV_INGEST_KEY,
+    ENV_TOKEN,
+    default_data_dir,
+    is_loopback,
+)
 
 PIDFILE = "server.pid"
 LOGFILE = "server.log"
@@ -32,22 +39,29 @@ def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None
     click.echo(f"raysight listening on http://{host}:{port}")
     click.echo(f"data in {data_dir}")
     if secrets.token:
-        click.echo(f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN); "
-                   "ingest URLs need its ingest_key (`raysight env --ingest-key …`)")
+        click.echo(
+            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN); "
+            "ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
+        )
     sys.stdout.flush()
-    uvicorn.run(create_app(data_dir, secrets=secrets, max_body=max_body), host=host, port=port,
-                log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(data_dir, secrets=secrets, max_body=max_body),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
 
 
 def start_detached(host: str, port: int, data_dir: Path, max_body: int = DEFAULT_MAX_BODY) -> int:
     """Start a server in the background, wait until it answers, and return its pid."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = open(data_dir / LOGFILE, "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "raysight", "server", "--host", host, "--port", str(port), "--data-dir", str(data_dir),
-         "--max-body", str(max_body)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
+    command = [sys.executable, "-m", "raysight", "server", "--host", host, "--port", str(port)]
+    command += ["--data-dir", str(data_dir), "--max-body", str(max_body)]
+    with open(data_dir / LOGFILE, "ab") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     (data_dir / PIDFILE).write_text(f"{proc.pid}\n{host}\n{port}\n")
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     with Client(url, timeout=2) as client:
@@ -60,18 +74,34 @@ def start_detached(host: str, port: int, data_dir: Path, max_body: int = DEFAULT
 
 
 @click.group("server", invoke_without_command=True)
-@click.option("--host", default=DEFAULT_HOST, show_default=True,
-              help="Address to bind. Anything but loopback turns on the read token and the ingest key.")
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to bind. Anything but loopback turns on the read token and the ingest key.",
+)
 @click.option("--port", default=DEFAULT_PORT, show_default=True)
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Where the store lives [env RAYSIGHT_DATA; default ~/.local/share/raysight].")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the store lives [env RAYSIGHT_DATA; default ~/.local/share/raysight].",
+)
 @click.option("--max-body", default=DEFAULT_MAX_BODY, show_default=True, help="Largest ingest body, in bytes.")
 @click.option("--token", envvar=ENV_TOKEN, default=None, help="Read token (when bound beyond loopback).")
 @click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None, help="Write-only ingest key (idem).")
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
-def server_cmd(ctx: click.Context, host: str, port: int, data_dir: Path | None, max_body: int, token: str | None,
-               ingest_key: str | None, detach: bool) -> None:
+def server_cmd(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    data_dir: Path | None,
+    max_body: int,
+    token: str | None,
+    ingest_key: str | None,
+    detach: bool,
+) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
     if ctx.invoked_subcommand:
         return

@@ -3,8 +3,8 @@
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
 parsed, validated and folded by DuckDB's JSON reader and SQL, in the same statements for a group of POSTs whatever
 its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few
-events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text only; the store
-runs it (``store/store.py``), over these relations:
+events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text
+only; the store runs it (``store/store.py``), over these relations:
 
 - ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
   the raw events themselves when reindexing);
@@ -71,47 +71,88 @@ MACROS = [
 _DESCRIPTOR = {"moduleName": "VARCHAR", "className": "VARCHAR", "functionName": "VARCHAR"}
 _FUNCTION = {f"{lang}FunctionDescriptor": _DESCRIPTOR for lang in ("python", "java", "cpp")}
 _DEFINITION = {
-    "taskId": "VARCHAR", "taskAttempt": "VARCHAR", "jobId": "VARCHAR", "requiredResources": "JSON",
-    "parentTaskId": "VARCHAR", "placementGroupId": "VARCHAR", "serializedRuntimeEnv": "VARCHAR",
-    "language": "VARCHAR", "labelSelector": "JSON", "callSite": "VARCHAR",
+    "taskId": "VARCHAR",
+    "taskAttempt": "VARCHAR",
+    "jobId": "VARCHAR",
+    "requiredResources": "JSON",
+    "parentTaskId": "VARCHAR",
+    "placementGroupId": "VARCHAR",
+    "serializedRuntimeEnv": "VARCHAR",
+    "language": "VARCHAR",
+    "labelSelector": "JSON",
+    "callSite": "VARCHAR",
 }
 # The shape DuckDB reads each event into. Leaves that must be checked (numbers, nested lists) are read as text or
 # JSON and validated below; everything else an event carries is kept in its raw body only.
 STRUCTURE = {
-    "eventId": "VARCHAR", "sessionName": "JSON", "eventType": "JSON", "sourceType": "VARCHAR",
-    "timestamp": "VARCHAR", "nodeId": "VARCHAR",
+    "eventId": "VARCHAR",
+    "sessionName": "JSON",
+    "eventType": "JSON",
+    "sourceType": "VARCHAR",
+    "timestamp": "VARCHAR",
+    "nodeId": "VARCHAR",
     "taskDefinitionEvent": {**_DEFINITION, "taskFunc": _FUNCTION, "taskName": "VARCHAR", "taskType": "VARCHAR"},
     "actorTaskDefinitionEvent": {
-        **_DEFINITION, "actorFunc": _FUNCTION, "actorTaskName": "VARCHAR", "actorId": "VARCHAR",
+        **_DEFINITION,
+        "actorFunc": _FUNCTION,
+        "actorTaskName": "VARCHAR",
+        "actorId": "VARCHAR",
     },
     "taskLifecycleEvent": {
-        "taskId": "VARCHAR", "taskAttempt": "VARCHAR", "jobId": "VARCHAR", "nodeId": "VARCHAR",
-        "workerId": "VARCHAR", "workerPid": "VARCHAR", "stateTransitions": "JSON", "rayErrorInfo": "JSON",
+        "taskId": "VARCHAR",
+        "taskAttempt": "VARCHAR",
+        "jobId": "VARCHAR",
+        "nodeId": "VARCHAR",
+        "workerId": "VARCHAR",
+        "workerPid": "VARCHAR",
+        "stateTransitions": "JSON",
+        "rayErrorInfo": "JSON",
         "taskLogInfo": {
-            name: "VARCHAR" for name in ("stdoutFile", "stderrFile", "stdoutStart", "stdoutEnd", "stderrStart",
-                                         "stderrEnd")
+            name: "VARCHAR"
+            for name in ("stdoutFile", "stderrFile", "stdoutStart", "stdoutEnd", "stderrStart", "stderrEnd")
         },
-        "isDebuggerPaused": "VARCHAR", "actorReprName": "VARCHAR",
+        "isDebuggerPaused": "VARCHAR",
+        "actorReprName": "VARCHAR",
     },
     "taskProfileEvents": {
-        "taskId": "VARCHAR", "attemptNumber": "VARCHAR", "jobId": "VARCHAR",
-        "profileEvents": {"componentType": "VARCHAR", "componentId": "VARCHAR", "nodeIpAddress": "VARCHAR",
-                          "events": "JSON"},
+        "taskId": "VARCHAR",
+        "attemptNumber": "VARCHAR",
+        "jobId": "VARCHAR",
+        "profileEvents": {
+            "componentType": "VARCHAR",
+            "componentId": "VARCHAR",
+            "nodeIpAddress": "VARCHAR",
+            "events": "JSON",
+        },
     },
 }
 
 # event type -> (payload field, ID fields, 32-bit and 64-bit number fields) of the task payloads
-TASK_PAYLOADS = {
-    "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", ["taskId", "jobId", "parentTaskId", "placementGroupId"],
-                              ["taskAttempt"], []),
-    "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent",
-                                    ["taskId", "jobId", "parentTaskId", "placementGroupId", "actorId"],
-                                    ["taskAttempt"], []),
-    "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", ["taskId", "jobId", "nodeId", "workerId"],
-                             ["taskAttempt", "workerPid"],
-                             [f"taskLogInfo.{s}{e}" for s in ("stdout", "stderr") for e in ("Start", "End")]),
-    "TASK_PROFILE_EVENT": ("taskProfileEvents", ["taskId", "jobId", "profileEvents.componentId"],
-                           ["attemptNumber"], []),
+TASK_PAYLOADS: dict[str, tuple[str, list[str], list[str], list[str]]] = {
+    "TASK_DEFINITION_EVENT": (
+        "taskDefinitionEvent",
+        ["taskId", "jobId", "parentTaskId", "placementGroupId"],
+        ["taskAttempt"],
+        [],
+    ),
+    "ACTOR_TASK_DEFINITION_EVENT": (
+        "actorTaskDefinitionEvent",
+        ["taskId", "jobId", "parentTaskId", "placementGroupId", "actorId"],
+        ["taskAttempt"],
+        [],
+    ),
+    "TASK_LIFECYCLE_EVENT": (
+        "taskLifecycleEvent",
+        ["taskId", "jobId", "nodeId", "workerId"],
+        ["taskAttempt", "workerPid"],
+        [f"taskLogInfo.{s}{e}" for s in ("stdout", "stderr") for e in ("Start", "End")],
+    ),
+    "TASK_PROFILE_EVENT": (
+        "taskProfileEvents",
+        ["taskId", "jobId", "profileEvents.componentId"],
+        ["attemptNumber"],
+        [],
+    ),
 }
 
 EXPLODE_POSTS = """
@@ -123,7 +164,7 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _first_bad(fields: list[str], bad: str, message: str) -> str:
+def _first_bad(fields: list[tuple[str, str]], bad: str, message: str) -> str:
     """SQL: ``message`` for the first of ``fields`` (``x.name``, ``x.value``) that macro ``bad`` rejects, or NULL."""
     items = ", ".join(f"{{'name': {_sql_str(name)}, 'value': {value}}}" for name, value in fields)
     return f"list_transform(list_filter([{items}], lambda x: {bad}(x.value)), lambda x: {message})[1]"
@@ -133,26 +174,36 @@ def _type_reason(event_type: str) -> str:
     """SQL: why a well-enveloped event of a task type is malformed, or NULL (one list check per kind of field)."""
     payload, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
     p = f"j.{payload}"
-    fields = [_first_bad([(name, f"{p}.{name}") for name in ids], "bad_id",
-                         "'not a base64 ID: ' || left(x.value, 60)")]
+    fields = [_first_bad([(name, f"{p}.{name}") for name in ids], "bad_id", "'not a base64 ID: ' || left(x.value, 60)")]
     for bits, names in ((32, ints32), (64, ints64)):
         if names:
-            fields.append(_first_bad([(name, f"{p}.{name}") for name in names], f"bad_int{bits}",
-                                     f"x.name || ' ' || x.value || ' does not fit in {bits} bits'"))
+            fields.append(
+                _first_bad(
+                    [(name, f"{p}.{name}") for name in names],
+                    f"bad_int{bits}",
+                    f"x.name || ' ' || x.value || ' does not fit in {bits} bits'",
+                )
+            )
     if event_type == "TASK_LIFECYCLE_EVENT":
         transitions = f"{p}.stateTransitions"
-        fields += [f"CASE WHEN json_type({transitions}) <> 'ARRAY' THEN 'stateTransitions is not a list' END",
-                   f"bad_transition({transitions})"]
+        fields += [
+            f"CASE WHEN json_type({transitions}) <> 'ARRAY' THEN 'stateTransitions is not a list' END",
+            f"bad_transition({transitions})",
+        ]
     if event_type == "TASK_PROFILE_EVENT":
         entries = f"{p}.profileEvents.events"
-        fields += [f"CASE WHEN {p}.profileEvents IS NULL THEN 'profileEvents is not an object' END",
-                   f"CASE WHEN json_type({entries}) <> 'ARRAY' THEN 'profileEvents.events is not a list' END",
-                   f"CASE WHEN list_bool_or(list_transform(profile_entries_of({entries}), "
-                   "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime))) "
-                   "THEN 'a profile event time does not fit in 64 bits' END"]
-    return (f"CASE WHEN {p} IS NULL THEN {_sql_str(f'{event_type} has no {payload} object')} "
-            f"WHEN nullif({p}.taskId, '') IS NULL THEN 'taskId is missing' "
-            f"ELSE coalesce({', '.join(fields)}) END")
+        fields += [
+            f"CASE WHEN {p}.profileEvents IS NULL THEN 'profileEvents is not an object' END",
+            f"CASE WHEN json_type({entries}) <> 'ARRAY' THEN 'profileEvents.events is not a list' END",
+            f"CASE WHEN list_bool_or(list_transform(profile_entries_of({entries}), "
+            "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime))) "
+            "THEN 'a profile event time does not fit in 64 bits' END",
+        ]
+    return (
+        f"CASE WHEN {p} IS NULL THEN {_sql_str(f'{event_type} has no {payload} object')} "
+        f"WHEN nullif({p}.taskId, '') IS NULL THEN 'taskId is missing' "
+        f"ELSE coalesce({', '.join(fields)}) END"
+    )
 
 
 def _parse_events() -> str:
@@ -180,8 +231,10 @@ PARSE_EVENTS = _parse_events()
 
 def _own_payload(field: str, profile_field: str | None = None) -> str:
     """SQL: ``field`` of the event's own task payload (by its type: an event may carry stray keys), else NULL."""
-    paths = {t: f"{payload}.{profile_field if t == 'TASK_PROFILE_EVENT' and profile_field else field}"
-             for t, (payload, *_) in TASK_PAYLOADS.items()}
+    paths = {
+        t: f"{payload}.{profile_field if t == 'TASK_PROFILE_EVENT' and profile_field else field}"
+        for t, (payload, *_) in TASK_PAYLOADS.items()
+    }
     return "CASE event_type " + " ".join(f"WHEN '{t}' THEN j.{path}" for t, path in paths.items()) + " END"
 
 

@@ -32,7 +32,7 @@ def parse_ts_ns(value: object) -> int | None:
     """An RFC 3339 UTC timestamp with up to nanosecond digits (``2026-11-21T19:46:20.382588593Z``) as epoch ns."""
     if not isinstance(value, str) or len(value) < 20:
         return None
-    text = value[:-1] if value.endswith("Z") else value
+    text = value.removesuffix("Z")
     head, _, frac = text.partition(".")
     try:
         nanos = int((frac + "000000000")[:9]) if frac else 0
@@ -56,7 +56,7 @@ def to_int(value: object, bits: int = 64) -> int | None:
     if value is None or value == "" or isinstance(value, bool):
         return None
     try:
-        number = int(value)  # type: ignore[arg-type]
+        number = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
         return None
     if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):

@@ -82,20 +82,24 @@ def _entity_key(session: str, p: Patch, name: str) -> Key:
 
 
 def fold_actor_definition(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
-    yield "actors", _entity_key(session, p, "actorId"), {
-        "job_id": b64_to_hex(p.get("jobId")),
-        "name": _str(p.get("name")),
-        "ray_namespace": _str(p.get("rayNamespace")),
-        "class_name": _str(p.get("className")),
-        "is_detached": bool(p.get("isDetached")),
-        "required_resources": _json(p.get("requiredResources")),
-        "placement_group_id": b64_to_hex(p.get("placementGroupId")),
-        "serialized_runtime_env": _str(p.get("serializedRuntimeEnv")),
-        "label_selector": _json(p.get("labelSelector")),
-        "call_site": _str(p.get("callSite")),
-        "parent_id": b64_to_hex(p.get("parentId")),
-        "defined": True,
-    }
+    yield (
+        "actors",
+        _entity_key(session, p, "actorId"),
+        {
+            "job_id": b64_to_hex(p.get("jobId")),
+            "name": _str(p.get("name")),
+            "ray_namespace": _str(p.get("rayNamespace")),
+            "class_name": _str(p.get("className")),
+            "is_detached": bool(p.get("isDetached")),
+            "required_resources": _json(p.get("requiredResources")),
+            "placement_group_id": b64_to_hex(p.get("placementGroupId")),
+            "serialized_runtime_env": _str(p.get("serializedRuntimeEnv")),
+            "label_selector": _json(p.get("labelSelector")),
+            "call_site": _str(p.get("callSite")),
+            "parent_id": b64_to_hex(p.get("parentId")),
+            "defined": True,
+        },
+    )
 
 
 def fold_actor_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
@@ -120,17 +124,21 @@ def fold_actor_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Pat
 
 
 def fold_job_definition(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
-    config = p.get("config") if isinstance(p.get("config"), dict) else {}
-    metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
-    yield "jobs", _entity_key(session, p, "jobId"), {
-        "driver_pid": to_int(p.get("driverPid")),
-        "driver_node_id": b64_to_hex(p.get("driverNodeId")),
-        "entrypoint": p.get("entrypoint") if isinstance(p.get("entrypoint"), str) else None,
-        "runtime_env": _str(config.get("serializedRuntimeEnv")),
-        "metadata": _json(metadata),
-        "submission_id": _str(metadata.get("job_submission_id")),
-        "defined": True,
-    }
+    config: Patch = p["config"] if isinstance(p.get("config"), dict) else {}
+    metadata: Patch = config["metadata"] if isinstance(config.get("metadata"), dict) else {}
+    yield (
+        "jobs",
+        _entity_key(session, p, "jobId"),
+        {
+            "driver_pid": to_int(p.get("driverPid")),
+            "driver_node_id": b64_to_hex(p.get("driverNodeId")),
+            "entrypoint": p.get("entrypoint") if isinstance(p.get("entrypoint"), str) else None,
+            "runtime_env": _str(config.get("serializedRuntimeEnv")),
+            "metadata": _json(metadata),
+            "submission_id": _str(metadata.get("job_submission_id")),
+            "defined": True,
+        },
+    )
 
 
 def fold_job_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
@@ -139,22 +147,26 @@ def fold_job_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch
 
 
 def fold_node_definition(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
-    yield "nodes", _entity_key(session, p, "nodeId"), {
-        "node_ip": _str(p.get("nodeIpAddress")),
-        "labels": _json(p.get("labels")),
-        "start_ns": parse_ts_ns(p.get("startTimestamp")),
-        "hostname": _str(p.get("hostname")),
-        "node_name": _str(p.get("nodeName")),
-        "instance_id": _str(p.get("instanceId")),
-        "instance_type_name": _str(p.get("instanceTypeName")),
-        "defined": True,
-    }
+    yield (
+        "nodes",
+        _entity_key(session, p, "nodeId"),
+        {
+            "node_ip": _str(p.get("nodeIpAddress")),
+            "labels": _json(p.get("labels")),
+            "start_ns": parse_ts_ns(p.get("startTimestamp")),
+            "hostname": _str(p.get("hostname")),
+            "node_name": _str(p.get("nodeName")),
+            "instance_id": _str(p.get("instanceId")),
+            "instance_type_name": _str(p.get("instanceTypeName")),
+            "defined": True,
+        },
+    )
 
 
 def fold_node_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
     history = []
     for t in _transitions(p):
-        death = t.get("deathInfo") if isinstance(t.get("deathInfo"), dict) else {}
+        death: Patch = t["deathInfo"] if isinstance(t.get("deathInfo"), dict) else {}
         history.append(
             {
                 "ts": _ts(t),
@@ -169,18 +181,22 @@ def fold_node_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patc
 
 
 def fold_worker_definition(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
-    yield "workers", _entity_key(session, p, "workerId"), {
-        "node_id": b64_to_hex(p.get("nodeId")),
-        "worker_type": _str(p.get("workerType")),
-        "pid": to_int(p.get("pid")),
-        "defined": True,
-    }
+    yield (
+        "workers",
+        _entity_key(session, p, "workerId"),
+        {
+            "node_id": b64_to_hex(p.get("nodeId")),
+            "worker_type": _str(p.get("workerType")),
+            "pid": to_int(p.get("pid")),
+            "defined": True,
+        },
+    )
 
 
 def fold_worker_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Patch]]:
     history = []
     for t in _transitions(p):
-        death = t.get("deathInfo") if isinstance(t.get("deathInfo"), dict) else {}
+        death: Patch = t["deathInfo"] if isinstance(t.get("deathInfo"), dict) else {}
         history.append(
             {
                 "ts": _ts(t),
@@ -194,10 +210,14 @@ def fold_worker_lifecycle(session: str, p: Patch) -> Iterable[tuple[str, Key, Pa
                 "memory_used": to_int(death.get("memoryUsedBytes")),
             }
         )
-    yield "workers", _entity_key(session, p, "workerId"), {
-        "job_id": b64_to_hex(p.get("jobId")),
-        "history": history or None,
-    }
+    yield (
+        "workers",
+        _entity_key(session, p, "workerId"),
+        {
+            "job_id": b64_to_hex(p.get("jobId")),
+            "history": history or None,
+        },
+    )
 
 
 HANDLERS: dict[str, tuple[str, Callable[[str, Patch], Iterable[tuple[str, Key, Patch]]]]] = {

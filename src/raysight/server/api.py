@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight import __version__
-from raysight.errors import BadQuery
+from raysight.errors import BadQuery, NotFound
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
@@ -74,6 +74,8 @@ async def delete_session(request: Request) -> Response:
     name = request.path_params["session"]
     state = app_state(request)
     resolved = await state.read(lambda con: queries.resolve_session(con, name))
+    if resolved is None:
+        raise NotFound("no session has been recorded yet")
     await asyncio.wrap_future(state.writer.call(lambda store: store.delete_session(resolved)))
     return _json({"ok": True, "deleted": resolved})
 

@@ -61,7 +61,12 @@ async def list_resource(request: Request) -> Response:
     detail = bool_param(params, "detail")
     result = await app_state(request).read(
         lambda con: queries.list_rows(
-            con, res, session=_session(request), filters=filters, limit=limit, detail=detail,
+            con,
+            res,
+            session=_session(request),
+            filters=filters,
+            limit=limit,
+            detail=detail,
             exclude_driver=bool_param(params, "exclude_driver", True),
         )
     )
@@ -83,11 +88,15 @@ async def summarize(request: Request) -> Response:
     if what == "tasks":
         data = await state.read(lambda con: summaries.summarize_tasks(con, _session(request)))
         groups = data["summary"]
-        by_type = {t: sum(g["attempts"] for g in groups if g["type"] == t) for t in ("NORMAL_TASK", "ACTOR_TASK",
-                                                                                      "ACTOR_CREATION_TASK")}
+        by_type = {
+            t: sum(g["attempts"] for g in groups if g["type"] == t)
+            for t in ("NORMAL_TASK", "ACTOR_TASK", "ACTOR_CREATION_TASK")
+        }
         cluster = {
-            "summary": {g["func_or_class_name"]: {k: g[k] for k in ("func_or_class_name", "type", "state_counts")}
-                        for g in groups},
+            "summary": {
+                g["func_or_class_name"]: {k: g[k] for k in ("func_or_class_name", "type", "state_counts")}
+                for g in groups
+            },
             "total_tasks": by_type["NORMAL_TASK"],
             "total_actor_tasks": by_type["ACTOR_TASK"],
             "total_actor_scheduled": by_type["ACTOR_CREATION_TASK"],
@@ -97,8 +106,10 @@ async def summarize(request: Request) -> Response:
     elif what == "actors":
         data = await state.read(lambda con: summaries.summarize_actors(con, _session(request)))
         cluster = {
-            "summary": {g["class_name"]: {"class_name": g["class_name"], "state_counts": g["state_counts"]}
-                        for g in data["summary"]},
+            "summary": {
+                g["class_name"]: {"class_name": g["class_name"], "state_counts": g["state_counts"]}
+                for g in data["summary"]
+            },
             "total_actors": sum(g["actors"] for g in data["summary"]),
             "summary_by": "class",
         }
@@ -106,8 +117,14 @@ async def summarize(request: Request) -> Response:
     else:
         raise BadQuery(f"summaries exist for tasks and actors, not {what}")
     return envelope(
-        {"total": total, "num_after_truncation": total, "num_filtered": total,
-         "result": {"node_id_to_summary": {"cluster": cluster}}, "partial_failure_warning": "", "warnings": None}
+        {
+            "total": total,
+            "num_after_truncation": total,
+            "num_filtered": total,
+            "result": {"node_id_to_summary": {"cluster": cluster}},
+            "partial_failure_warning": "",
+            "warnings": None,
+        }
     )
 
 
@@ -152,4 +169,3 @@ _routes = [
 ]
 
 routes = [*_routes, Mount("/sessions/{session}", routes=_routes)]
-

@@ -33,7 +33,9 @@ class Metrics:
         self.resends = Counter("raysight_ingest_resends", "Resent batches answered from the first copy", registry=r)
         self.rejected = Counter("raysight_ingest_rejected", "Ingest requests refused", ["reason"], registry=r)
         self.latency = Histogram(
-            "raysight_ingest_latency_seconds", "Time from request to durable commit", registry=r,
+            "raysight_ingest_latency_seconds",
+            "Time from request to durable commit",
+            registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
         self.commit = Histogram("raysight_store_commit_seconds", "Time to commit one group of batches", registry=r)

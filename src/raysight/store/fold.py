@@ -25,8 +25,10 @@ def fold(patches: Iterable[tuple[str, Key, Patch]]) -> dict[str, list[dict[str, 
         else:
             merge_into(old, patch, _RULES[table])
     keys = {name: [c.name for c in schema.FOLDED_TABLES[name].keys] for name in rows}
-    return {name: [{**dict(zip(keys[name], key)), **patch} for key, patch in merged.items()]
-            for name, merged in rows.items()}
+    return {
+        name: [{**dict(zip(keys[name], key)), **patch} for key, patch in merged.items()]
+        for name, merged in rows.items()
+    }
 
 
 def merge_into(old: Patch, new: Patch, rules: dict[str, str]) -> None:

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -62,7 +63,7 @@ class Journal:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.next_seq = folded + 1
-        self._file = None
+        self._file: BinaryIO | None = None
         segments = self._segments()
         if segments:
             last_seq, size = self._scan(segments[-1][1])

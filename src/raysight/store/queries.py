@@ -35,7 +35,6 @@ class Resource:
     id_field: str
     fields: list[Field]
     keys: tuple[str, ...] = ()  # SQL of the row's key (session first, ID second), needed by late fields
-    default_sort: str = ""
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -228,15 +227,23 @@ JOBS = Resource(
         _f("error_type", "CASE WHEN r.exit_code <> 0 THEN 'JOB_ENTRYPOINT_COMMAND_ERROR' END", base=True),
         _f(
             "driver_info",
-            "{'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''), 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}",
+            "{'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''),"
+            " 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}",
             "list",
             True,
         ),
-        _f("state_inferred", "r.exit_code IS NULL AND j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL",
-           "bool", True),
+        _f(
+            "state_inferred",
+            "r.exit_code IS NULL AND j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL",
+            "bool",
+            True,
+        ),
         _f("start_time", f"j.start_ns {MS}", "time_ms"),
-        _f("end_time", f"coalesce(j.end_ns, r.ended_ns, CASE WHEN e.ended_ns IS NOT NULL THEN e.ended_ns END) {MS}",
-           "time_ms"),
+        _f(
+            "end_time",
+            f"coalesce(j.end_ns, r.ended_ns, CASE WHEN e.ended_ns IS NOT NULL THEN e.ended_ns END) {MS}",
+            "time_ms",
+        ),
         _f("metadata", "coalesce(j.metadata, '{}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
         _f("driver_node_id", "j.driver_node_id", "id"),
@@ -327,7 +334,7 @@ def _add_late(con: duckdb.DuckDBPyConnection, res: Resource, late: list[Field], 
         f"WHERE {res.keys[1]} IN (SELECT unnest($1::VARCHAR[]))",
         [ids],
     )
-    found = {tuple(r[: len(hidden)]): r[len(hidden):] for r in cursor.fetchall()}
+    found = {tuple(r[: len(hidden)]): r[len(hidden) :] for r in cursor.fetchall()}
     for row in rows:
         values = found.get(tuple(row.pop(k) for k in hidden), (None,) * len(late))
         row.update(zip((f.name for f in late), values))
@@ -344,9 +351,7 @@ def get_rows(con: duckdb.DuckDBPyConnection, res: Resource, entity_id: str, *, s
     return result
 
 
-def _where(
-    res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool
-) -> tuple[str, list[object]]:
+def _where(res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool) -> tuple[str, list[object]]:
     """The WHERE clause and its parameters: one session (None: every session), the filters."""
     alias = res.source.split()[1]
     conditions: list[str] = []

@@ -44,7 +44,8 @@ retried AS (
 ends AS ({SESSION_ENDS}),
 job_ends AS (
     SELECT j.session, j.job_id, coalesce(j.end_ns, r.ended_ns) AS ended_ns
-    FROM jobs j JOIN sessions s USING (session) LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+    FROM jobs j JOIN sessions s USING (session)
+    LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
 ),
 evidence AS (
     SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, rt.next_attempt,
@@ -102,7 +103,8 @@ WHERE tasks.session = v.session AND tasks.task_id = v.task_id AND tasks.attempt 
 # An attempt Ray sent no definition for (an actor's restart, a retry whose owner died) takes its attempt 0's.
 _BORROW_DEFINITION = """
 UPDATE tasks SET type = d.type, name = d.name, func_or_class_name = d.func_or_class_name, module_name = d.module_name,
-       language = d.language, actor_id = d.actor_id, parent_task_id = d.parent_task_id, job_id = coalesce(tasks.job_id, d.job_id)
+       language = d.language, actor_id = d.actor_id, parent_task_id = d.parent_task_id,
+       job_id = coalesce(tasks.job_id, d.job_id)
 FROM tasks d
 WHERE tasks.session IN (SELECT unnest($1::VARCHAR[])) AND tasks.defined IS NULL
   AND d.session = tasks.session AND d.task_id = tasks.task_id AND d.defined AND d.attempt = 0 AND tasks.attempt > 0

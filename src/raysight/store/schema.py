@@ -132,8 +132,13 @@ class Table:
         DuckDB's ON CONFLICT costs per column updated, so the columns no staged row sets are left out.
         """
         merged = {c.name: f"{self.name}.{c.name}" for c in self.columns}
-        merged.update({c.name: c.merge_sql(f"{self.name}.{c.name}", f"excluded.{c.name}")
-                       for c in self.columns if c.name in columns})
+        merged.update(
+            {
+                c.name: c.merge_sql(f"{self.name}.{c.name}", f"excluded.{c.name}")
+                for c in self.columns
+                if c.name in columns
+            }
+        )
         sets = [f"{name} = {merged[name]}" for name in columns]
         sets += [f"{d.name} = {d.expr.format_map(merged)}" for d in self.derived]
         names = [c.name for c in self.staged] + [d.name for d in self.derived]
@@ -215,7 +220,8 @@ TASKS = Table(
         Derived("reported_state", "VARCHAR", "struct_extract({state_key}, 'state')"),
         Derived("creation_ns", "BIGINT", "coalesce({pending_ns}, {first_ns})"),
         Derived(
-            "end_ns", "BIGINT",
+            "end_ns",
+            "BIGINT",
             "CASE WHEN struct_extract({state_key}, 'terminal') THEN struct_extract({state_key}, 'ts') END",
         ),
     ],
@@ -285,7 +291,9 @@ ACTORS = Table(
             "len(list_filter({history}, lambda x: x.restart_reason = 'LINEAGE_RECONSTRUCTION'))",
         ),
         Derived(
-            "num_restarts_preemption", "INTEGER", "len(list_filter({history}, lambda x: x.restart_reason = 'NODE_PREEMPTION'))"
+            "num_restarts_preemption",
+            "INTEGER",
+            "len(list_filter({history}, lambda x: x.restart_reason = 'NODE_PREEMPTION'))",
         ),
         Derived("death_cause", "VARCHAR", "last_of({history}, 'DEAD').death_cause"),
         Derived("death_message", "VARCHAR", "last_of({history}, 'DEAD').death_message"),
@@ -454,5 +462,5 @@ REFOLD_BELOW = 2
 
 def all_ddl() -> list[str]:
     """Every statement that creates the store from nothing (idempotent)."""
-    tables = [t.ddl() for t in [SESSIONS, *ENTITY_TABLES, *APPEND_TABLES.values()]]
+    tables: list[str] = [SESSIONS.ddl(), *(t.ddl() for t in ENTITY_TABLES), *(t.ddl() for t in APPEND_TABLES.values())]
     return RAW_DDL + tables + [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE]

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import orjson
@@ -31,8 +32,16 @@ DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 # Temporary tables a fold builds (see events_sql), dropped when it is done
-STAGING_TABLES = ("incoming", "batch_events", "fresh", "fresh_transitions", "fresh_profile", "staged_tasks",
-                  "staged_sessions", "merging")
+STAGING_TABLES = (
+    "incoming",
+    "batch_events",
+    "fresh",
+    "fresh_transitions",
+    "fresh_profile",
+    "staged_tasks",
+    "staged_sessions",
+    "merging",
+)
 WAL_LIMIT = "1GB"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
@@ -80,7 +89,7 @@ def _connect(path: Path, niceness: int, threads: int) -> duckdb.DuckDBPyConnecti
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads.
             opened.append(duckdb.connect(str(path), config={"checkpoint_threshold": WAL_LIMIT, "threads": threads}))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (handed to the opening thread, which raises it)
             opened.append(exc)
 
     thread = threading.Thread(target=open_niced, name="raysight-store-open")
@@ -168,7 +177,7 @@ class Store:
         """Record the last journal record folded (inside the transaction that folded it)."""
         self.con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
 
-    def _one(self, sql: str, params: list[object] | None = None) -> tuple | None:
+    def _one(self, sql: str, params: list[object] | None = None) -> Any:
         """The first row of ``sql``'s result (read whole: DuckDB keeps a half-read result open), or None."""
         rows = self.con.execute(sql, params).fetchall()
         return rows[0] if rows else None
@@ -211,12 +220,14 @@ class Store:
         Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
         ``journal_seq`` is the last journal record the posts hold; it is recorded in the same transaction.
         """
-        staged = pa.table({
-            "post": pa.array(range(len(posts)), pa.int32()),
-            "label": pa.array([p.label for p in posts], pa.string()),
-            "run_id": pa.array([p.run_id for p in posts], pa.string()),
-            "body": pa.array([p.body for p in posts], pa.string()),
-        })
+        staged = pa.table(
+            {
+                "post": pa.array(range(len(posts)), pa.int32()),
+                "label": pa.array([p.label for p in posts], pa.string()),
+                "run_id": pa.array([p.run_id for p in posts], pa.string()),
+                "body": pa.array([p.body for p in posts], pa.string()),
+            }
+        )
         with self._one_thread(), self._transaction():
             with self._registered("staged_posts", staged):
                 patches = self._parse(events_sql.EXPLODE_POSTS)
@@ -267,9 +278,11 @@ class Store:
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
                 reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
         if reasons:
-            con.execute("UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
-                        "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
-                        [[seq for seq, _ in reasons], [why for _, why in reasons]])
+            con.execute(
+                "UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
+                "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
+                [[seq for seq, _ in reasons], [why for _, why in reasons]],
+            )
         return patches
 
     def _keep_fresh(self, join: str, distinct: int | None = None) -> None:
@@ -277,8 +290,10 @@ class Store:
         once when there are more than ``distinct`` (a group of posts may carry one event twice)."""
         self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=join))
         if distinct is not None and self._one("SELECT count(*) FROM fresh")[0] > distinct:
-            self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM fresh "
-                             "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1")
+            self.con.execute(
+                "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM fresh "
+                "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1"
+            )
 
     def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
         """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
@@ -293,7 +308,8 @@ class Store:
                        list_contains($1, event_type), now(), body
                 FROM batch_events WHERE reason IS NULL
                 ON CONFLICT DO NOTHING RETURNING session, event_id""",
-            ["session", "event_id"], [SUPPORTED_TYPES],
+            ["session", "event_id"],
+            [SUPPORTED_TYPES],
         )
 
     def _insert_quarantine(self) -> int:
@@ -311,16 +327,18 @@ class Store:
         con = self.con
         con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_transitions AS {events_sql.TRANSITIONS}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_profile AS {events_sql.PROFILE_ENTRIES}")
-        con.execute("CREATE OR REPLACE TEMP TABLE staged_tasks AS "
-                    + schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"))
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE staged_tasks AS " + schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq")
+        )
         self._upsert("tasks", "staged_tasks")
         for name, rows in (("task_transitions", "fresh_transitions"), ("task_profile", "fresh_profile")):
             columns = ", ".join(c.name for c in schema.APPEND_TABLES[name].columns)
             con.execute(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
-        seqs = con.execute("SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq",
-                           [list(HANDLERS)]).fetchall()
-        for name, rows in fold(p for (seq,) in seqs for p in patches[seq]).items():
-            staged = pa.Table.from_pylist(rows, schema=schema.FOLDED_TABLES[name].arrow_schema)
+        seqs = con.execute(
+            "SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq", [list(HANDLERS)]
+        ).fetchall()
+        for name, folded in fold(p for (seq,) in seqs for p in patches[seq]).items():
+            staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema)
             with self._registered(f"arrow_{name}", staged):
                 self._upsert(name, f"arrow_{name}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE staged_sessions AS {_SESSION_ROWS}")
@@ -338,8 +356,9 @@ class Store:
             return
         keys = ", ".join(c.name for c in table.keys)
         with self._registered("inserted_keys", inserted):
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE merging AS "
-                             f"SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})")
+            self.con.execute(
+                f"CREATE OR REPLACE TEMP TABLE merging AS SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"
+            )
         counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
         columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
         sql = self._merges.get((name, columns))
@@ -361,8 +380,9 @@ class Store:
     def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:
         """Keep what `raysight run` saw of its driver's end, and re-derive the sessions it started."""
         with self._transaction() as con:
-            con.execute("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)",
-                        [run_id, driver_pid, exit_code, ended_ns])
+            con.execute(
+                "INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns]
+            )
             sessions = [r[0] for r in con.execute("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
             reconcile(con, sessions)
 

@@ -33,9 +33,10 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
     resolved = resolve_session(con, session)
     name = TASKS.by_name["func_or_class_name"].sql
     kind = TASKS.by_name["type"].sql
-    groups = _rows(
-        con.execute(
-            f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
+    groups = (
+        _rows(
+            con.execute(
+                f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
                                   (t.end_ns - {TASK_START}) / 1e6 AS dur
                            FROM tasks t WHERE t.session = ? AND coalesce(t.type, '') <> 'DRIVER_TASK'),
                 counts AS (SELECT fn, map_from_entries(list(row(state, n))) AS state_counts
@@ -45,20 +46,27 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
                        quantile_cont(dur, 0.5) AS p50_ms, quantile_cont(dur, 0.95) AS p95_ms, max(dur) AS max_ms
                 FROM t JOIN counts USING (fn)
                 GROUP BY fn ORDER BY attempts DESC, fn""",
-            [resolved],
+                [resolved],
+            )
         )
-    ) if resolved else []
+        if resolved
+        else []
+    )
     for group in groups:
         group["state_counts"] = dict(sorted(group["state_counts"].items()))
-    slowest = _rows(
-        con.execute(
-            f"""SELECT t.task_id, t.attempt AS attempt_number, {name} AS func_or_class_name, {TASK_STATE} AS state,
+    slowest = (
+        _rows(
+            con.execute(
+                f"""SELECT t.task_id, t.attempt AS attempt_number, {name} AS func_or_class_name, {TASK_STATE} AS state,
                        (t.end_ns - {TASK_START}) / 1e6 AS duration_ms
                 FROM tasks t WHERE t.session = ? AND t.end_ns IS NOT NULL AND t.start_ns IS NOT NULL
                 ORDER BY duration_ms DESC LIMIT {SLOWEST}""",
-            [resolved],
+                [resolved],
+            )
         )
-    ) if resolved else []
+        if resolved
+        else []
+    )
     return {"session": resolved, "summary": groups, "slowest": slowest}
 
 
@@ -67,15 +75,19 @@ def summarize_actors(con: duckdb.DuckDBPyConnection, session: str | None) -> dic
     resolved = resolve_session(con, session)
     cls = ACTORS.by_name["class_name"].sql
     state = ACTORS.by_name["state"].sql
-    groups = _rows(
-        con.execute(
-            f"""SELECT class_name, sum(n)::BIGINT AS actors, map_from_entries(list(row(state, n))) AS state_counts
+    groups = (
+        _rows(
+            con.execute(
+                f"""SELECT class_name, sum(n)::BIGINT AS actors, map_from_entries(list(row(state, n))) AS state_counts
                 FROM (SELECT {cls} AS class_name, {state} AS state, count(*) AS n FROM actors a
                       WHERE a.session = ? GROUP BY ALL)
                 GROUP BY class_name ORDER BY actors DESC, class_name""",
-            [resolved],
+                [resolved],
+            )
         )
-    ) if resolved else []
+        if resolved
+        else []
+    )
     for group in groups:
         group["state_counts"] = dict(sorted(group["state_counts"].items()))
     return {"session": resolved, "summary": groups}
@@ -135,8 +147,14 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
         )
     )
-    return {"counters": counters, "unsupported": unsupported, "quarantine": quarantine, "inferred": inferred,
-            "ingest_lag": lag, "ray_reported": ray_reported(con)}
+    return {
+        "counters": counters,
+        "unsupported": unsupported,
+        "quarantine": quarantine,
+        "inferred": inferred,
+        "ingest_lag": lag,
+        "ray_reported": ray_reported(con),
+    }
 
 
 def ray_reported(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

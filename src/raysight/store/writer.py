@@ -200,8 +200,9 @@ class Writer:
                 return
             while True:
                 try:
-                    self.store.quarantine_batch(group[0].body, f"the store could not fold this batch: {error}",
-                                                group[0].seq)
+                    self.store.quarantine_batch(
+                        group[0].body, f"the store could not fold this batch: {error}", group[0].seq
+                    )
                     break
                 except Exception:
                     log.exception("the store takes nothing; retrying")
@@ -219,5 +220,5 @@ def _settle(future: Future[Any], fn: Callable[[Store], Any], store: Store) -> No
         return
     try:
         future.set_result(fn(store))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (handed to the caller through its future)
         future.set_exception(exc)
