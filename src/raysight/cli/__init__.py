@@ -10,15 +10,18 @@ from raysight import __version__
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
 from raysight.cli.server import server_cmd
-from raysight.errors import RaysightError
+from raysight.errors import BadQuery, RaysightError
 
 
 class RaysightGroup(click.Group):
-    """Turns raysight's errors into one-line CLI errors (exit 1), at this one boundary."""
+    """Turns raysight's errors into one-line CLI errors at this one boundary: a query the user must fix (a bad
+    filter or sort) exits 2 like any usage error; anything else (unreachable, unauthorised, not found) exits 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BadQuery as exc:
+            raise click.UsageError(str(exc)) from None
         except RaysightError as exc:
             raise click.ClickException(str(exc)) from None
 

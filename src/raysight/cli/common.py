@@ -14,15 +14,19 @@ from raysight.config import ENV_SERVER
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def client_options(fn: F) -> F:
-    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format.")(fn)
-    fn = click.option(
+def server_option(fn: F) -> F:
+    return click.option(
         "--server",
         envvar=ENV_SERVER,
         metavar="URL",
         help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].",
     )(fn)
-    return fn
+
+
+def client_options(fn: F) -> F:
+    """--server and --format, which every query command takes."""
+    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format [table].")(fn)
+    return server_option(fn)
 
 
 def session_option(fn: F) -> F:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, session_option
+from raysight.cli.common import client_options, make_client, server_option, session_option
 from raysight.client import RESOURCES
 
 LISTABLE = click.Choice(sorted(RESOURCES), case_sensitive=False)
@@ -71,11 +71,18 @@ def list_cmd(
 @session_option
 @client_options
 def get_cmd(resource: str, entity_id: str, session: str | None, fmt: str | None, server: str | None) -> None:
-    """Every field of one task (each attempt), actor, node, job or worker, as `ray get` does."""
+    """Every field of one task (each attempt), actor, node, job or worker, as `ray get` does (YAML unless --format)."""
     with make_client(server) as client:
         data = client.get(resource.lower(), entity_id, session=session)
     rows = data["rows"]
-    render.dump(rows[0] if len(rows) == 1 else rows, fmt if fmt in ("json", "yaml") else "yaml")
+    if fmt != "table":  # YAML unless asked, as `ray get` prints
+        render.dump(rows[0] if len(rows) == 1 else rows, fmt or "yaml")
+        return
+    render.heading(f"Session: {data['session']}")
+    for row in rows:
+        if len(rows) > 1:
+            render.heading(f"\nAttempt {row['attempt_number']}")
+        render.table([{"field": name, "value": render.cell(name, value)} for name, value in row.items()])
 
 
 @click.command("summary")
@@ -138,8 +145,8 @@ def sessions_cmd(ctx: click.Context, fmt: str | None, server: str | None) -> Non
 @sessions_cmd.command("delete")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@client_options
-def sessions_delete(name: str, yes: bool, fmt: str | None, server: str | None) -> None:
+@server_option
+def sessions_delete(name: str, yes: bool, server: str | None) -> None:
     """Delete one session (by name or label) and everything recorded of it."""
     if not yes:
         click.confirm(f"Delete session {name} and all it recorded?", abort=True)
@@ -157,11 +164,26 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if fmt in ("json", "yaml"):
         render.dump(report, fmt)
         return
-    reported = report.pop("ray_reported")
-    render.dump(report, "yaml")
+    render.table([report["counters"]], title="Events")
+    backlog = report["ingest_backlog"]
+    click.echo(f"Acknowledged, not yet folded: {backlog['batches']:,} batches ({backlog['bytes']:,} bytes)")
+    for key, title in DOCTOR_TABLES.items():
+        click.echo()
+        if report[key]:
+            render.table(report[key], title=title)
+        else:
+            render.heading(f"{title}: none")
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
-    for line in ray_reported_lines(reported) or ["Nothing scraped yet."]:
+    for line in ray_reported_lines(report["ray_reported"]) or ["Nothing scraped yet."]:
         click.echo(line)
+
+
+DOCTOR_TABLES = {
+    "ingest_lag": "Ingest lag (from event time to arrival, over recent ingest)",
+    "inferred": "States raysight inferred (Ray never sent them)",
+    "quarantine": "Quarantined events (malformed; kept with their reason)",
+    "unsupported": "Event types raysight does not read yet (stored, counted)",
+}
 
 
 def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
@@ -188,8 +210,8 @@ def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
 
 
 @click.command("reindex")
-@client_options
-def reindex_cmd(fmt: str | None, server: str | None) -> None:
+@server_option
+def reindex_cmd(server: str | None) -> None:
     """Rebuild every entity table from the raw events kept in the store."""
     with make_client(server) as client:
         click.echo(f"Refolded {client.reindex()} events.")

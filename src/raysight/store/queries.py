@@ -247,7 +247,7 @@ JOBS = Resource(
         _f("metadata", "coalesce(j.metadata, '{}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
         _f("driver_node_id", "j.driver_node_id", "id"),
-        _f("driver_exit_code", "r.exit_code", "int"),
+        _f("driver_exit_code", "r.exit_code", "int", True),  # Ray's field; base here, as Ray reports no failed driver
         _f("session", "j.session"),
     ],
 )
