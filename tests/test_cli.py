@@ -23,21 +23,25 @@ from click.testing import CliRunner, Result
 
 from raysight.cli import main
 from raysight.cli.run import free_port
+from raysight.client import Client
 from tests.conftest import FIXTURES
 from tests.ray_scenarios import ServerProcess
 
 SESSION = "session_2026-11-21_19-46-15_579671_2021"
 LABEL = "demo"
+JSON = {"Content-Type": "application/json"}
 
 
-def feed(url: str, query: str = f"?cluster={LABEL}", timeout_s: float = 30) -> None:
+def feed(url: str, query: str = f"?cluster={LABEL}", token: str | None = None, timeout_s: float = 30) -> None:
     """POST the recorded Ray session as Ray's aggregator would, then wait until the server has folded it."""
     batches = orjson.loads((FIXTURES / "ray_batches.json").read_bytes())
-    with httpx.Client(base_url=url, headers={"Content-Type": "application/json"}, timeout=10) as http:
+    with httpx.Client(base_url=url, timeout=10) as http:
         for batch in batches:
-            assert http.post("/ingest/ray-events" + query, content=orjson.dumps(batch)).status_code == 200
+            sent = http.post("/ingest/ray-events" + query, content=orjson.dumps(batch), headers=JSON)
+            assert sent.status_code == 200, sent.text
+    with Client(url, token=token) as client:
         deadline = time.monotonic() + timeout_s
-        while http.get("/api/raysight/ping", headers=http.headers).json()["ingest_backlog"]["batches"]:
+        while client.ingest_backlog()["batches"]:
             assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
             time.sleep(0.05)
 
@@ -52,9 +56,9 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.stop()
 
 
-def raysight(url: str, *args: str, input: str | None = None) -> Result:
+def raysight(url: str, *args: str, input: str | None = None, token: str | None = None) -> Result:
     """`raysight ARGS…` in-process, its output captured as in a pipe."""
-    env = {"RAYSIGHT_SERVER": url, "RAYSIGHT_TOKEN": None, "COLUMNS": "60"}  # COLUMNS: a pipe ignores it
+    env = {"RAYSIGHT_SERVER": url, "RAYSIGHT_TOKEN": token, "COLUMNS": "60"}  # COLUMNS: a pipe ignores it
     return CliRunner().invoke(main, list(args), env=env, input=input, catch_exceptions=False)
 
 

@@ -100,9 +100,13 @@ class Client:
     def delete_session(self, name: str) -> str:
         return self._request("DELETE", f"/api/raysight/sessions/{name}")["deleted"]  # type: ignore[no-any-return]
 
+    def info(self) -> dict[str, Any]:
+        """The server's liveness answer: its version, pid and ingest backlog; raises when it does not answer."""
+        return self._request("GET", "/api/raysight/ping")  # type: ignore[no-any-return]
+
     def ingest_backlog(self) -> dict[str, int]:
         """Batches (and bytes) the server has acknowledged but not yet folded into its store; cheap to poll."""
-        return self._request("GET", "/api/raysight/ping")["ingest_backlog"]  # type: ignore[no-any-return]
+        return self.info()["ingest_backlog"]  # type: ignore[no-any-return]
 
     def doctor(self) -> dict[str, Any]:
         return self._request("GET", "/api/raysight/doctor")  # type: ignore[no-any-return]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from starlette.requests import Request
@@ -89,8 +90,10 @@ async def doctor(request: Request) -> Response:
 
 async def ping(request: Request) -> Response:
     """GET /api/raysight/ping: answers without touching the store (liveness for `raysight run` and the CLI), with
-    the ingest backlog (batches acknowledged, not yet folded)."""
-    return _json({"ok": True, "version": __version__, "ingest_backlog": app_state(request).writer.backlog()})
+    the ingest backlog (batches acknowledged, not yet folded), and the server's pid (`server --detach` checks that
+    the server answering is the one it started)."""
+    backlog = app_state(request).writer.backlog()
+    return _json({"ok": True, "version": __version__, "pid": os.getpid(), "ingest_backlog": backlog})
 
 
 async def reindex(request: Request) -> Response:

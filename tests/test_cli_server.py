@@ -1,0 +1,117 @@
+"""`raysight server --detach` and `raysight server stop`, run as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from raysight.cli.run import free_port
+from tests.ray_scenarios import ServerProcess
+from tests.test_cli import SESSION, feed, raysight, run_cli
+
+TOKEN, KEY = "read-token-given-to-detach", "ingest-key-given-to-detach"
+
+
+def pid_in(data_dir: Path) -> int:
+    return int((data_dir / "server.pid").read_text().split()[0])
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes() != b""
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir; a server left detached on it by a failing test is ended (by its pid, once checked to be it)."""
+    path = tmp_path / "data"
+    yield path
+    pidfile = path / "server.pid"
+    pid = pid_in(path) if pidfile.exists() else None
+    if pid and alive(pid) and str(path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+        os.kill(pid, signal.SIGTERM)
+        wait_gone(pid)
+
+
+def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(data_dir: Path) -> None:
+    port = free_port()
+    args = ["--host", "0.0.0.0", "--port", str(port), "--data-dir", str(data_dir)]
+    started = run_cli("server", "--detach", *args, "--token", TOKEN, "--ingest-key", KEY)
+    assert started.returncode == 0, started.stderr
+    pid = pid_in(data_dir)
+    assert f"raysight server running in the background (pid {pid})" in started.stdout
+    command_line = Path(f"/proc/{pid}/cmdline").read_bytes()  # what `ps` shows to every user
+    assert TOKEN.encode() not in command_line and KEY.encode() not in command_line
+
+    url = f"http://127.0.0.1:{port}"
+    denied = raysight(url, "sessions")
+    assert denied.exit_code == 1 and "needs its read token" in denied.stderr
+    assert httpx.post(f"{url}/ingest/ray-events?key=wrong", json=[]).status_code == 401
+    feed(url, f"?cluster=demo&key={KEY}", token=TOKEN)
+    assert SESSION in raysight(url, "sessions", token=TOKEN).stdout
+    assert raysight(url, "reindex", token=TOKEN).stdout == "Refolded 89 events.\n"
+    assert raysight(url, "sessions", "delete", "demo", token=TOKEN, input="y\n").stdout.endswith(
+        f"Deleted {SESSION}.\n"
+    )
+    assert raysight(url, "sessions", token=TOKEN).stdout.startswith("No session yet")
+
+    again = run_cli("server", "--detach", "--port", str(free_port()), "--data-dir", str(data_dir))
+    assert again.returncode == 1 and f"a raysight server (pid {pid}) already runs on {data_dir}" in again.stderr
+    assert pid_in(data_dir) == pid and alive(pid)
+
+    stopped = run_cli("server", "stop", "--data-dir", str(data_dir))
+    assert stopped.returncode == 0 and stopped.stdout == f"stopped raysight server (pid {pid})\n", stopped.stderr
+    assert not alive(pid) and not (data_dir / "server.pid").exists()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/api/raysight/ping")
+    nothing = run_cli("server", "stop", "--data-dir", str(data_dir))
+    assert nothing.returncode == 1 and f"no detached raysight server on {data_dir}" in nothing.stderr
+
+
+def test_detach_reports_a_server_that_exits_at_start(data_dir: Path) -> None:
+    running = ServerProcess(data_dir).start()  # in the foreground: it holds the store, and its port answers
+    try:
+        failed = run_cli("server", "--detach", "--port", str(running.port), "--data-dir", str(data_dir))
+        assert failed.returncode == 1 and "the server exited at start" in failed.stderr, failed.stdout
+        assert "lock" in failed.stderr  # the store's own words, from the server's log
+        assert not (data_dir / "server.pid").exists()
+        with running.client() as client:
+            assert client.ping()
+    finally:
+        running.stop()
+
+
+def test_stop_signals_only_this_data_dirs_server(data_dir: Path) -> None:
+    data_dir.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (data_dir / "server.pid").write_text(f"{other.pid}\n127.0.0.1\n8271\n")
+        refused = run_cli("server", "stop", "--data-dir", str(data_dir))
+        assert refused.returncode == 1 and f"pid {other.pid} is not a raysight server of {data_dir}" in refused.stderr
+        assert other.poll() is None and not (data_dir / "server.pid").exists()  # not signalled; stale pidfile gone
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    (data_dir / "server.pid").write_text(f"{other.pid}\n127.0.0.1\n8271\n")  # now a pid that has ended
+    gone = run_cli("server", "stop", "--data-dir", str(data_dir))
+    assert gone.returncode == 1 and f"pid {other.pid} is not a raysight server of {data_dir}" in gone.stderr
