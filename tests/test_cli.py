@@ -188,7 +188,9 @@ def test_json_and_yaml_print_what_the_api_answers(url: str, args: tuple[str, ...
 def test_get_as_a_table_shows_each_attempt_field_by_field(url: str) -> None:
     table = ok(url, "get", "tasks", RETRIED_TASK, "--format", "table")
     assert table.splitlines()[0] == f"Session: {SESSION}"
-    assert [line for line in table.splitlines() if line.startswith("Attempt")] == ["Attempt 0", "Attempt 1"]
+    assert [line for line in table.splitlines() if line.startswith("attempt ")] == ["attempt 0", "attempt 1"]
+    everywhere = ok(url, "get", "tasks", RETRIED_TASK, "--format", "table", "--session", "*")
+    assert everywhere.startswith("Session: all\n") and f"\n{SESSION}, attempt 1\n" in everywhere
     assert on_one_line(table, "task_id", RETRIED_TASK) and on_one_line(table, "state", "FAILED")
     assert on_one_line(table, "state", "FINISHED") and on_one_line(table, "func_or_class_name", "crash_once")
     assert on_one_line(table, "end_time_ms", "2026-11-21") and "task_id:" not in table  # a table, not YAML
@@ -237,6 +239,7 @@ def test_query_commands_take_a_session_by_name_or_label(url: str, args: tuple[st
 
 def test_all_sessions_at_once(url: str) -> None:
     assert data(url, "list", "tasks", "--session", "*") == data(url, "list", "tasks")  # one session recorded
+    assert ok(url, "list", "jobs", "--session", "*").startswith("Session: all\n")
 
 
 def test_client_errors_say_what_to_do_and_exit_non_zero(url: str) -> None:

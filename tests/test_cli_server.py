@@ -74,6 +74,11 @@ def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(da
         f"Deleted {SESSION}.\n"
     )
     assert raysight(url, "sessions", token=TOKEN).stdout.startswith("No session yet")
+    empty = raysight(url, "list", "tasks", token=TOKEN).stdout
+    assert empty == "Session: (none yet)\nNo resource in the session.\n"
+    assert raysight(url, "summary", "actors", token=TOKEN).stdout.endswith("No resource in the session.\n")
+    unknown = raysight(url, "get", "jobs", "01000000", token=TOKEN)
+    assert unknown.exit_code == 1 and "no job with id 01000000 in any session" in unknown.stderr
 
     again = run_cli("server", "--detach", "--port", str(free_port()), "--data-dir", str(data_dir))
     assert again.returncode == 1 and f"a raysight server (pid {pid}) already runs on {data_dir}" in again.stderr

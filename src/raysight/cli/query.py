@@ -56,7 +56,7 @@ def list_cmd(
         render.dump(data["rows"], fmt)
         return
     rows = data["rows"]
-    render.heading(f"Session: {data['session'] or '(none yet)'}")
+    session_heading(data["session"], session)
     if not rows:
         click.echo("No resource in the session." if data["total"] == 0 else f"No rows past offset {offset}.")
         return
@@ -78,11 +78,23 @@ def get_cmd(resource: str, entity_id: str, session: str | None, fmt: str | None,
     if fmt != "table":  # YAML unless asked, as `ray get` prints
         render.dump(rows[0] if len(rows) == 1 else rows, fmt or "yaml")
         return
-    render.heading(f"Session: {data['session']}")
+    session_heading(data["session"], session)
     for row in rows:
         if len(rows) > 1:
-            render.heading(f"\nAttempt {row['attempt_number']}")
+            render.heading("\n" + _which(row, data["session"]))
         render.table([{"field": name, "value": render.cell(name, value)} for name, value in row.items()])
+
+
+def session_heading(resolved: str | None, asked: str | None) -> None:
+    render.heading(f"Session: {resolved or ('all' if asked == '*' else '(none yet)')}")
+
+
+def _which(row: dict[str, Any], session: str | None) -> str:
+    """What tells a row of `get` from the others: its attempt, and its session when every session is shown."""
+    parts = [] if session else [row["session"]]
+    if "attempt_number" in row:
+        parts.append(f"attempt {row['attempt_number']}")
+    return ", ".join(parts)
 
 
 @click.command("summary")
@@ -96,7 +108,7 @@ def summary_cmd(resource: str, session: str | None, fmt: str | None, server: str
     if fmt in ("json", "yaml"):
         render.dump(data, fmt)
         return
-    render.heading(f"Session: {data['session'] or '(none yet)'}")
+    session_heading(data["session"], session)
     rows: list[dict[str, Any]] = [{**g, "state_counts": _counts(g["state_counts"])} for g in data["summary"]]
     if not rows:
         click.echo("No resource in the session.")
