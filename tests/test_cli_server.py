@@ -15,7 +15,7 @@ import pytest
 
 from raysight.cli.run import free_port
 from tests.ray_scenarios import ServerProcess
-from tests.test_cli import SESSION, feed, raysight, run_cli
+from tests.test_cli import JSON, SESSION, feed, raysight, run_cli
 
 TOKEN, KEY = "read-token-given-to-detach", "ingest-key-given-to-detach"
 
@@ -56,7 +56,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(data_dir: Path) -> None:
     port = free_port()
     args = ["--host", "0.0.0.0", "--port", str(port), "--data-dir", str(data_dir)]
-    started = run_cli("server", "--detach", *args, "--token", TOKEN, "--ingest-key", KEY)
+    started = run_cli("server", "--detach", *args, "--token", TOKEN, "--ingest-key", KEY, "--max-body", "100000")
     assert started.returncode == 0, started.stderr
     pid = pid_in(data_dir)
     assert f"raysight server running in the background (pid {pid})" in started.stdout
@@ -67,18 +67,28 @@ def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(da
     denied = raysight(url, "sessions")
     assert denied.exit_code == 1 and "needs its read token" in denied.stderr
     assert httpx.post(f"{url}/ingest/ray-events?key=wrong", json=[]).status_code == 401
+    too_big = httpx.post(f"{url}/ingest/ray-events?key={KEY}", content=b"[" + b" " * 100_000 + b"]", headers=JSON)
+    assert too_big.status_code == 413  # --max-body reached the detached server too
     feed(url, f"?cluster=demo&key={KEY}", token=TOKEN)
     assert SESSION in raysight(url, "sessions", token=TOKEN).stdout
     assert raysight(url, "reindex", token=TOKEN).stdout == "Refolded 89 events.\n"
-    assert raysight(url, "sessions", "delete", "demo", token=TOKEN, input="y\n").stdout.endswith(
-        f"Deleted {SESSION}.\n"
-    )
+    kept = raysight(url, "sessions", "delete", "demo", token=TOKEN, input="n\n")
+    assert kept.exit_code == 1 and "Aborted" in kept.stderr and SESSION in raysight(url, "sessions", token=TOKEN).stdout
+    deleted = raysight(url, "sessions", "delete", "demo", "--yes", token=TOKEN)
+    assert deleted.stdout == f"Deleted {SESSION}.\n"
     assert raysight(url, "sessions", token=TOKEN).stdout.startswith("No session yet")
     empty = raysight(url, "list", "tasks", token=TOKEN).stdout
     assert empty == "Session: (none yet)\nNo resource in the session.\n"
     assert raysight(url, "summary", "actors", token=TOKEN).stdout.endswith("No resource in the session.\n")
     unknown = raysight(url, "get", "jobs", "01000000", token=TOKEN)
     assert unknown.exit_code == 1 and "no job with id 01000000 in any session" in unknown.stderr
+
+    program = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    reported = run_cli("run", "--server", url, "--ingest-key", KEY, "--", *program)
+    assert reported.returncode == 3 and reported.stderr == ""
+    unreported = run_cli("run", "--server", url, "--", *program)  # the program's exit code, whatever raysight says
+    assert unreported.returncode == 3 and "could not report the driver's exit code" in unreported.stderr
+    assert "needs the server's ingest key" in unreported.stderr
 
     again = run_cli("server", "--detach", "--port", str(free_port()), "--data-dir", str(data_dir))
     assert again.returncode == 1 and f"a raysight server (pid {pid}) already runs on {data_dir}" in again.stderr

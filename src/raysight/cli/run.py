@@ -19,6 +19,7 @@ from raysight.cli import render
 from raysight.cli.server import start_detached
 from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
+from raysight.errors import RaysightError
 
 
 def ray_env(
@@ -63,7 +64,7 @@ def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> 
 
 def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
     """Run a Ray program with the export variables set, scraping what Ray's aggregators report while it runs, then
-    tell the server how its driver ended."""
+    tell the server how its driver ended. Returns the program's exit code, which a failed report does not change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key)}
     try:
@@ -76,8 +77,11 @@ def run_program(command: list[str], server: str, cluster: str | None, key: str |
     except KeyboardInterrupt:
         code = proc.wait()
     scraper.stop()
-    with Client(server) as client:
-        client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
+    try:
+        with Client(server) as client:
+            client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
+    except RaysightError as exc:  # the program's exit code stands whatever raysight says
+        click.echo(f"raysight: could not report the driver's exit code to {server}: {exc}", err=True)
     return code
 
 
