@@ -285,7 +285,8 @@ def test_env_prints_the_export_lines_for_ray_start(url: str) -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in ("RAYSIGHT_SERVER", "RAY_ADDRESS")}
+    unset = ("RAYSIGHT_SERVER", "RAYSIGHT_TOKEN", "RAYSIGHT_INGEST_KEY", "RAY_ADDRESS")
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run(
         [sys.executable, "-m", "raysight", *args], capture_output=True, text=True, timeout=timeout, env=env
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -101,6 +102,17 @@ def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(da
         httpx.get(f"{url}/api/raysight/ping")
     nothing = run_cli("server", "stop", "--data-dir", str(data_dir))
     assert nothing.returncode == 1 and f"no detached raysight server on {data_dir}" in nothing.stderr
+
+
+def test_detach_beyond_loopback_without_secrets_waits_with_those_the_server_made(data_dir: Path) -> None:
+    port = free_port()
+    started = run_cli("server", "--detach", "--host", "0.0.0.0", "--port", str(port), "--data-dir", str(data_dir))
+    assert started.returncode == 0, started.stderr
+    token = json.loads((data_dir / "secrets.json").read_text())["token"]
+    url = f"http://127.0.0.1:{port}"
+    assert raysight(url, "sessions", token=token).stdout.startswith("No session yet")
+    assert raysight(url, "sessions").exit_code == 1
+    assert run_cli("server", "stop", "--data-dir", str(data_dir)).returncode == 0
 
 
 def test_detach_reports_a_server_that_exits_at_start(data_dir: Path) -> None:

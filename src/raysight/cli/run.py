@@ -16,7 +16,7 @@ import click
 
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
-from raysight.cli.server import start_detached
+from raysight.cli.detach import start_detached
 from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
 from raysight.errors import RaysightError
