@@ -108,6 +108,8 @@ def test_summary_and_sessions_tables_in_a_pipe_keep_ids_and_names_whole(url: str
     sessions = ok(url, "sessions")
     assert sessions.splitlines()[0].split()[:2] == ["SESSION", "LABEL"]
     assert on_one_line(sessions, SESSION, LABEL, "2026-11-21")
+    piped = run_cli("summary", "tasks", "--server", url, env={"COLUMNS": "60"})  # a real pipe, COLUMNS exported
+    assert piped.returncode == 0 and piped.stdout == table
 
 
 def in_terminal(url: str, columns: int, *args: str, timeout_s: float = 30) -> str:
