@@ -112,6 +112,7 @@ def test_detach_beyond_loopback_without_secrets_waits_with_those_the_server_made
     url = f"http://127.0.0.1:{port}"
     assert raysight(url, "sessions", token=token).stdout.startswith("No session yet")
     assert raysight(url, "sessions").exit_code == 1
+    assert raysight(url, "doctor", token=token).stdout.startswith("Events: none\nAcknowledged, not yet folded: 0")
     assert run_cli("server", "stop", "--data-dir", str(data_dir)).returncode == 0
 
 

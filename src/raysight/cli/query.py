@@ -176,15 +176,12 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if fmt in ("json", "yaml"):
         render.dump(report, fmt)
         return
-    render.table([report["counters"]], title="Events")
+    _section("Events", [report["counters"]] if report["counters"] else [])
     backlog = report["ingest_backlog"]
     click.echo(f"Acknowledged, not yet folded: {backlog['batches']:,} batches ({backlog['bytes']:,} bytes)")
     for key, title in DOCTOR_TABLES.items():
         click.echo()
-        if report[key]:
-            render.table(report[key], title=title)
-        else:
-            render.heading(f"{title}: none")
+        _section(title, report[key])
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
     for line in ray_reported_lines(report["ray_reported"]) or ["Nothing scraped yet."]:
         click.echo(line)
@@ -196,6 +193,13 @@ DOCTOR_TABLES = {
     "quarantine": "Quarantined events (malformed; kept with their reason)",
     "unsupported": "Event types raysight does not read yet (stored, counted)",
 }
+
+
+def _section(title: str, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        render.table(rows, title=title)
+    else:
+        render.heading(f"{title}: none")
 
 
 def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
