@@ -25,7 +25,8 @@ def server_option(fn: F) -> F:
 
 def client_options(fn: F) -> F:
     """--server and --format, which every query command takes."""
-    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format [table].")(fn)
+    text = "Output format [table; YAML for get and list --detail, as Ray]."
+    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help=text)(fn)
     return server_option(fn)
 
 

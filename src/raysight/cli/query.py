@@ -56,7 +56,7 @@ def list_cmd(
         render.dump(data["rows"], fmt)
         return
     rows = data["rows"]
-    session_heading(data["session"], session)
+    _session_heading(data["session"], session)
     if not rows:
         click.echo("No resource in the session." if data["total"] == 0 else f"No rows past offset {offset}.")
         return
@@ -78,14 +78,14 @@ def get_cmd(resource: str, entity_id: str, session: str | None, fmt: str | None,
     if fmt != "table":  # YAML unless asked, as `ray get` prints
         render.dump(rows[0] if len(rows) == 1 else rows, fmt or "yaml")
         return
-    session_heading(data["session"], session)
+    _session_heading(data["session"], session)
     for row in rows:
         if len(rows) > 1:
             render.heading("\n" + _which(row, data["session"]))
         render.table([{"field": name, "value": render.cell(name, value)} for name, value in row.items()])
 
 
-def session_heading(resolved: str | None, asked: str | None) -> None:
+def _session_heading(resolved: str | None, asked: str | None) -> None:
     render.heading(f"Session: {resolved or ('all' if asked == '*' else '(none yet)')}")
 
 
@@ -108,7 +108,7 @@ def summary_cmd(resource: str, session: str | None, fmt: str | None, server: str
     if fmt in ("json", "yaml"):
         render.dump(data, fmt)
         return
-    session_heading(data["session"], session)
+    _session_heading(data["session"], session)
     rows: list[dict[str, Any]] = [{**g, "state_counts": _counts(g["state_counts"])} for g in data["summary"]]
     if not rows:
         click.echo("No resource in the session.")
@@ -166,6 +166,14 @@ def sessions_delete(name: str, yes: bool, server: str | None) -> None:
         click.echo(f"Deleted {client.delete_session(name)}.")
 
 
+DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
+    "ingest_lag": "Ingest lag (from event time to arrival, over recent ingest)",
+    "inferred": "States raysight inferred (Ray never sent them)",
+    "quarantine": "Quarantined events (malformed; kept with their reason)",
+    "unsupported": "Event types raysight does not read yet (stored, counted)",
+}
+
+
 @click.command("doctor")
 @client_options
 def doctor_cmd(fmt: str | None, server: str | None) -> None:
@@ -185,14 +193,6 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
     for line in ray_reported_lines(report["ray_reported"]) or ["Nothing scraped yet."]:
         click.echo(line)
-
-
-DOCTOR_TABLES = {
-    "ingest_lag": "Ingest lag (from event time to arrival, over recent ingest)",
-    "inferred": "States raysight inferred (Ray never sent them)",
-    "quarantine": "Quarantined events (malformed; kept with their reason)",
-    "unsupported": "Event types raysight does not read yet (stored, counted)",
-}
 
 
 def _section(title: str, rows: list[dict[str, Any]]) -> None:
