@@ -72,17 +72,6 @@ def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(da
     assert too_big.status_code == 413  # --max-body reached the detached server too
     feed(url, f"?cluster=demo&key={KEY}", token=TOKEN)
     assert SESSION in raysight(url, "sessions", token=TOKEN).stdout
-    assert raysight(url, "reindex", token=TOKEN).stdout == "Refolded 89 events.\n"
-    kept = raysight(url, "sessions", "delete", "demo", token=TOKEN, input="n\n")
-    assert kept.exit_code == 1 and "Aborted" in kept.stderr and SESSION in raysight(url, "sessions", token=TOKEN).stdout
-    deleted = raysight(url, "sessions", "delete", "demo", "--yes", token=TOKEN)
-    assert deleted.stdout == f"Deleted {SESSION}.\n"
-    assert raysight(url, "sessions", token=TOKEN).stdout.startswith("No session yet")
-    empty = raysight(url, "list", "tasks", token=TOKEN).stdout
-    assert empty == "Session: (none yet)\nNo resource in the session.\n"
-    assert raysight(url, "summary", "actors", token=TOKEN).stdout.endswith("No resource in the session.\n")
-    unknown = raysight(url, "get", "jobs", "01000000", token=TOKEN)
-    assert unknown.exit_code == 1 and "no job with id 01000000 in any session" in unknown.stderr
 
     program = [sys.executable, "-c", "import sys; sys.exit(3)"]
     reported = run_cli("run", "--server", url, "--ingest-key", KEY, "--", *program)
@@ -114,6 +103,26 @@ def test_detach_beyond_loopback_without_secrets_waits_with_those_the_server_made
     assert raysight(url, "sessions").exit_code == 1
     assert raysight(url, "doctor", token=token).stdout.startswith("Events: none\nAcknowledged, not yet folded: 0")
     assert run_cli("server", "stop", "--data-dir", str(data_dir)).returncode == 0
+
+
+def test_reindex_then_delete_a_session_then_an_empty_store(data_dir: Path) -> None:
+    server = ServerProcess(data_dir).start()  # its own: deleting is for keeps
+    try:
+        url = server.url
+        feed(url)
+        assert raysight(url, "reindex").stdout == "Refolded 89 events.\n"
+        kept = raysight(url, "sessions", "delete", "demo", input="n\n")
+        assert kept.exit_code == 1 and "Aborted" in kept.stderr and SESSION in raysight(url, "sessions").stdout
+        assert raysight(url, "sessions", "delete", "demo", "--yes").stdout == f"Deleted {SESSION}.\n"
+        assert raysight(url, "sessions").stdout.startswith("No session yet")
+        assert raysight(url, "list", "tasks").stdout == "Session: (none yet)\nNo resource in the session.\n"
+        assert raysight(url, "summary", "actors").stdout.endswith("No resource in the session.\n")
+        unknown = raysight(url, "get", "jobs", "01000000")
+        assert unknown.exit_code == 1 and "no job with id 01000000 in any session" in unknown.stderr
+        gone = raysight(url, "sessions", "delete", "demo", "--yes")
+        assert gone.exit_code == 1 and "no session" in gone.stderr
+    finally:
+        server.stop()
 
 
 def test_detach_reports_a_server_that_exits_at_start(data_dir: Path) -> None:
