@@ -77,23 +77,24 @@ def start_detached(
             env=child_env,
             start_new_session=True,
         )
+    _write_pidfile(pidfile, proc.pid, host, port)  # from now on, `stop` can end it (Ctrl-C here leaves it running)
     url = f"http://{_reachable(host)}:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _answers_as(url, child_env.get(ENV_TOKEN) or _saved_token(data_dir), proc.pid):
         if proc.poll() is not None:
+            if read_pid(pidfile) == proc.pid:
+                pidfile.unlink()
             said = log_path.read_bytes()[log_start:].decode(errors="replace").splitlines()
             last_words = [line for line in said if line.strip()][-3:]
             raise click.ClickException(
                 f"the server exited at start (code {proc.returncode}); from {log_path}:\n" + "\n".join(last_words)
             )
         if time.monotonic() > deadline:
-            _write_pidfile(pidfile, proc.pid, host, port)
             raise click.ClickException(
                 f"the server (pid {proc.pid}) still does not answer at {url} after {START_TIMEOUT_S} s; see "
                 f"{log_path}; `raysight server stop --data-dir {data_dir}` ends it"
             )
         time.sleep(0.1)
-    _write_pidfile(pidfile, proc.pid, host, port)
     return proc.pid
 
 
