@@ -12,21 +12,21 @@ from raysight.store.journal import Journal
 
 def test_records_replay_in_order_after_a_reopen_and_numbering_goes_on(tmp_path: Path) -> None:
     j = Journal(tmp_path, folded=0)
-    first = j.append([("lab", "run", b"[1]"), (None, None, b"[2]")])
+    first = j.append([("lab", "run", b"[1]", 1), (None, None, b"[2]", 1)])
     j.close()
     j = Journal(tmp_path, folded=0)
     assert [(r.seq, r.label, r.run_id, r.body) for r in j.replay(0)] == [
         (1, "lab", "run", b"[1]"),
         (2, None, None, b"[2]"),
     ]
-    assert [r.seq for r in j.append([(None, None, b"[3]")])] == [3]
+    assert [r.seq for r in j.append([(None, None, b"[3]", 1)])] == [3]
     assert [r.body for r in j.replay(folded=first[-1].seq)] == [b"[3]"]
     j.close()
 
 
 def test_a_torn_last_append_is_cut_and_never_replayed(tmp_path: Path) -> None:
     j = Journal(tmp_path, folded=0)
-    j.append([(None, None, b"[1]")])
+    j.append([(None, None, b"[1]", 1)])
     j.close()
     (segment,) = tmp_path.glob("*.log")
     good = segment.stat().st_size
@@ -34,7 +34,7 @@ def test_a_torn_last_append_is_cut_and_never_replayed(tmp_path: Path) -> None:
         f.write(b"\x40\x00\x00\x00garbage")
     j = Journal(tmp_path, folded=0)
     assert segment.stat().st_size == good and [r.body for r in j.replay(0)] == [b"[1]"]
-    assert j.append([(None, None, b"[2]")])[0].seq == 2
+    assert j.append([(None, None, b"[2]", 1)])[0].seq == 2
     j.close()
 
 
@@ -42,7 +42,7 @@ def test_segments_whose_records_are_all_folded_are_released(tmp_path: Path, monk
     monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 10)  # a segment per append
     j = Journal(tmp_path, folded=0)
     for n in range(4):
-        j.append([(None, None, f"[{n}]".encode())])
+        j.append([(None, None, f"[{n}]".encode(), 1)])
     assert len(list(tmp_path.glob("*.log"))) == 4
     j.release(folded=2)
     assert [r.seq for r in j.replay(0)] == [3, 4]
