@@ -228,7 +228,7 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
         c = counters(client)
         assert c["stored"] == len(ray_batches[2]) + len(ray_batches[4]) and c["quarantined"] == 1
         doctor = client.get("/api/raysight/doctor").json()
-        assert "could not fold this batch: ConversionException: cannot convert this" in doctor["quarantine"][0]["reason"]
+        assert "fold this batch: ConversionException: cannot convert this" in doctor["quarantine"][0]["reason"]
 
 
 def test_posts_arriving_within_the_fold_interval_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
