@@ -17,6 +17,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight.cli.query import folding_lines
 from raysight.server.app import create_app
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import ServerProcess
@@ -248,3 +249,24 @@ def test_on_a_real_full_tmpfs_nothing_acknowledged_is_lost_and_folding_resumes(t
             assert {s: kept.get(s) for s in acked} == {s: len(events) for s in acked}
         finally:
             server.stop()
+
+
+def test_the_doctor_says_in_words_why_folding_waits_and_what_the_journal_skipped() -> None:
+    intact = {"corrupt": 0, "corrupt_bytes": 0, "torn": 1, "kept_in": "/d/journal/quarantine"}
+    assert folding_lines({"state": "ok", "retries": 0, "journal_damage": intact}) == [
+        "Folding keeps up; the journal is intact"
+    ]
+    waiting = {
+        "state": "retrying",
+        "error": "IOException: No space left on device",
+        "since_ms": 1,
+        "tries": 12,
+        "retries": 12,
+        "journal_damage": {**intact, "corrupt": 1, "corrupt_bytes": 1834},
+    }
+    assert folding_lines(waiting) == [
+        "Folding waits on IOException: No space left on device (12 tries so far); the batches stay in the journal and "
+        "fold by themselves once it passes (free disk space, or memory)",
+        "The journal held 1 corrupt stretch(es), 1,834 bytes: skipped (the records after them were folded) and kept "
+        "in /d/journal/quarantine",
+    ]

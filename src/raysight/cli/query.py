@@ -157,11 +157,32 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if fmt in ("json", "yaml"):
         render.dump(report, fmt)
         return
-    reported = report.pop("ray_reported")
+    reported, folding = report.pop("ray_reported"), report.pop("folding")
     render.dump(report, "yaml")
+    render.heading("\nFolding acknowledged batches into the store")
+    for line in folding_lines(folding):
+        click.echo(line)
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
     for line in ray_reported_lines(reported) or ["Nothing scraped yet."]:
         click.echo(line)
+
+
+def folding_lines(folding: dict[str, Any]) -> list[str]:
+    """The doctor's ``folding`` in words: whether acknowledged batches wait (and on what), and what the journal's
+    recovery skipped."""
+    lines = []
+    if folding["state"] == "retrying":
+        lines.append(
+            f"Folding waits on {folding['error']} ({folding['tries']:,} tries so far); the batches stay in the "
+            "journal and fold by themselves once it passes (free disk space, or memory)"
+        )
+    damage = folding["journal_damage"]
+    if damage["corrupt"]:
+        lines.append(
+            f"The journal held {damage['corrupt']:,} corrupt stretch(es), {damage['corrupt_bytes']:,} bytes: skipped "
+            f"(the records after them were folded) and kept in {damage['kept_in']}"
+        )
+    return lines or ["Folding keeps up; the journal is intact"]
 
 
 def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:
