@@ -1,4 +1,5 @@
-"""The ingest journal: records survive a reopen in order, a torn tail is cut, folded segments are released."""
+"""The ingest journal: records survive a reopen in order, a torn tail is cut, damage costs only the records it covers,
+folded segments are released."""
 
 from __future__ import annotations
 
@@ -48,4 +49,22 @@ def test_segments_whose_records_are_all_folded_are_released(tmp_path: Path, monk
     assert [r.seq for r in j.replay(0)] == [3, 4]
     j.release(folded=4)
     assert [r.seq for r in j.replay(0)] == [4]  # the segment being appended to stays
+    j.close()
+
+
+def test_a_zeroed_block_mid_segment_costs_only_the_records_it_covers(tmp_path: Path) -> None:
+    j = Journal(tmp_path, folded=0)
+    records = [j.append([(None, None, b"[%02d]" % n + b" " * 100, 1)])[0] for n in range(40)]
+    j.close()
+    (segment,) = tmp_path.glob("*.log")
+    data = bytearray(segment.read_bytes())
+    data[1000:1500] = bytes(500)  # a lost write-back: a few records' worth of zeros
+    segment.write_bytes(data)
+    j = Journal(tmp_path, folded=0)
+    replayed = [r.seq for r in j.replay(0)]
+    size = len(data) // len(records)
+    covered = set(range(1000 // size + 1, 1500 // size + 2))
+    assert replayed == [r.seq for r in records if r.seq not in covered]
+    assert j.damage()["corrupt"] == 1 and j.damage()["corrupt_bytes"] >= 500
+    assert j.append([(None, None, b"[]", 0)])[0].seq == 41
     j.close()
