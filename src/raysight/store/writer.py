@@ -90,6 +90,7 @@ class Writer:
         self._on_commit = on_commit
         self.stall: Stall | None = None
         self.fold_retries = 0  # environmental failures of folding since start
+        self._checkpoint_after = 0.0  # monotonic time before which no checkpoint is tried (after one failed)
         for record in self.journal.replay(folded):
             self._backlog(len(record.body), 1)
             self._to_fold.put(record)
@@ -226,11 +227,14 @@ class Writer:
                 _settle(after[1], after[0], self.store)
 
     def _checkpoint_if_due(self) -> None:
-        """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it to a later idle)."""
+        """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
+        if time.monotonic() < self._checkpoint_after:
+            return
         try:
             self.store.checkpoint_if_due()
-        except Exception as exc:  # noqa: BLE001 (environmental: the next idle moment tries again)
-            log.warning("checkpoint failed, will try again: %s", exc)
+        except Exception as exc:  # noqa: BLE001 (environmental: tried again later)
+            log.warning("checkpoint failed, will try again in %.0f s: %s", MAX_RETRY_S, exc)
+            self._checkpoint_after = time.monotonic() + MAX_RETRY_S
 
     def _fold(self, group: list[Record]) -> None:
         """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
