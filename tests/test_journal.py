@@ -3,6 +3,8 @@ folded segments are released."""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -67,4 +69,17 @@ def test_a_zeroed_block_mid_segment_costs_only_the_records_it_covers(tmp_path: P
     assert replayed == [r.seq for r in records if r.seq not in covered]
     assert j.damage()["corrupt"] == 1 and j.damage()["corrupt_bytes"] >= 500
     assert j.append([(None, None, b"[]", 0)])[0].seq == 41
+    j.close()
+
+
+def test_a_segment_written_before_sync_markers_is_replayed_after_an_upgrade(tmp_path: Path) -> None:
+    def legacy(seq: int, body: bytes) -> bytes:  # raysight's journal record before sync markers
+        payload = b'["lab",null]\n' + body
+        return struct.pack("<IIQ", len(payload), zlib.crc32(payload), seq) + payload
+
+    (tmp_path / f"{1:016d}.log").write_bytes(legacy(1, b"[1]") + legacy(2, b"[2]") + legacy(3, b"[3")[:9])
+    j = Journal(tmp_path, folded=1)
+    assert [(r.seq, r.label, r.body) for r in j.replay(1)] == [(2, "lab", b"[2]")]
+    assert j.append([(None, None, b"[4]", 1)])[0].seq == 3
+    assert [r.seq for r in j.replay(1)] == [2, 3] and j.damage() == {"corrupt": 0, "corrupt_bytes": 0, "torn": 1}
     j.close()

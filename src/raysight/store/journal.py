@@ -37,6 +37,7 @@ log = logging.getLogger("raysight.journal")
 
 MARKER = b"\xff\xfeRJ"
 HEADER = struct.Struct("<4sIQII")  # marker, payload length, seq, payload CRC-32, CRC-32 of the fields before it
+LEGACY_HEADER = struct.Struct("<IIQ")  # segments of raysight before sync markers: payload length, CRC-32, seq
 SEGMENT_BYTES = 64 * 1024 * 1024
 QUARANTINE = "quarantine"
 
@@ -85,17 +86,32 @@ def decode(data: bytes, offset: int) -> tuple[Record, int] | None:
     if header is None:
         return None
     length, seq, crc = header
-    start, end = offset + HEADER.size, offset + HEADER.size + length
+    return _record(data, offset + HEADER.size, length, seq, crc)
+
+
+def _decode_legacy(data: bytes, offset: int) -> tuple[Record, int] | None:
+    if offset + LEGACY_HEADER.size > len(data):
+        return None
+    length, crc, seq = LEGACY_HEADER.unpack_from(data, offset)
+    return _record(data, offset + LEGACY_HEADER.size, length, seq, crc)
+
+
+def _record(data: bytes, start: int, length: int, seq: int, crc: int) -> tuple[Record, int] | None:
+    """The record whose payload is ``data[start:start + length]`` if it is whole and intact, and where it ends."""
+    end = start + length
     payload = data[start:end]
     if end > len(data) or zlib.crc32(payload) != crc:
         return None
     meta, _, body = payload.partition(b"\n")
-    label, run_id, events = orjson.loads(meta)
-    return Record(seq, label, run_id, body, events), end
+    label, run_id, *events = orjson.loads(meta)  # a legacy record does not say its events
+    return Record(seq, label, run_id, body, events[0] if events else 0), end
 
 
 def scan(data: bytes) -> Iterator[Record | Damage]:
     """A segment's records in order, and between them what is damaged: never a record after damage is lost."""
+    if not data.startswith(MARKER) and _decode_legacy(data, 0) is not None:
+        yield from _scan_legacy(data)
+        return
     offset = 0
     while offset < len(data):
         found = decode(data, offset)
@@ -106,6 +122,16 @@ def scan(data: bytes) -> Iterator[Record | Damage]:
         resume = _next_record(data, offset + 1)
         yield Damage(offset, resume, torn=resume == len(data) and _incomplete(data, offset))
         offset = resume
+
+
+def _scan_legacy(data: bytes) -> Iterator[Record | Damage]:
+    """A segment written before sync markers (replayed after an upgrade): its records up to the first bad one."""
+    offset = 0
+    while (found := _decode_legacy(data, offset)) is not None:
+        yield found[0]
+        offset = found[1]
+    if offset < len(data):
+        yield Damage(offset, len(data), torn=True)
 
 
 def _next_record(data: bytes, offset: int) -> int:
