@@ -161,7 +161,7 @@ def test_a_resend_while_the_first_copy_is_still_being_journalled_waits_for_it(
 def test_journalled_batches_are_folded_when_the_server_starts(tmp_path: Path, ray_batches) -> None:
     """What a crash leaves in the journal (acknowledged, not folded; a torn last append) is folded, the tear cut."""
     journal = Journal(tmp_path / "data" / "journal", folded=0)
-    journal.append([("t", None, orjson.dumps(batch)) for batch in ray_batches])
+    journal.append([("t", None, orjson.dumps(batch), len(batch)) for batch in ray_batches])
     journal.close()
     (segment,) = (tmp_path / "data" / "journal").glob("*.log")
     with segment.open("ab") as torn:
