@@ -289,7 +289,9 @@ class Writer:
         error = f"{type(exc).__name__}: {exc}"
         since, tries = (self.stall.since, self.stall.tries) if self.stall else (time.time(), 0)
         self.stall = Stall(error, since, tries + 1)
-        log.warning("folding failed (%s); the batches stay journalled, retrying in %.1f s", error, delay)
+        log.warning(  # with the traceback at a stall's first failure: an unforeseen error is retried too
+            "folding failed (%s); the batches stay journalled, retrying in %.1f s", error, delay, exc_info=tries == 0
+        )
         return not self._stopping.wait(delay)
 
 
