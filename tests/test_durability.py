@@ -206,6 +206,10 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
                 assert "File too large" in report["folding"]["error"] and report["folding"]["tries"] >= 1
                 assert report["ingest_backlog"]["batches"] == len(sessions)
                 assert report["counters"].get("quarantined", 0) == 0
+                monkeypatch.setattr("raysight.store.writer.MAX_BACKLOG_BYTES", report["ingest_backlog"]["bytes"])
+                busy = client.post("/ingest/ray-events", content=b"[]", headers={"Content-Type": "application/json"})
+                assert busy.status_code == 503 and "folding waits" in busy.json()["error"]
+                assert "File too large" in busy.json()["error"]
         _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to resume")
         report = doctor()
         assert report["folding"]["state"] == "ok" and report["counters"].get("quarantined", 0) == 0
