@@ -124,7 +124,7 @@ def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_i
 
 @pytest.mark.parametrize("where", ["payload", "header"])
 def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_kept_aside(
-    tmp_path: Path, ray_batches, where: str
+    tmp_path: Path, ray_batches, where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     events = ray_batches[2]
     sessions = [f"flip_{i:02d}" for i in range(43)]
@@ -146,6 +146,7 @@ def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_k
         (aside,) = Path(damage["kept_in"]).glob("*.corrupt")
         assert b'"flip_10"' in aside.read_bytes() and b'"flip_11"' not in aside.read_bytes()
         assert "raysight_journal_corrupt 1.0" in client.get("/metrics").text
+        assert [r.levelname for r in caplog.records if "corrupt, skipped" in r.getMessage()] == ["ERROR"]
     finally:
         client.__exit__(None, None, None)
 

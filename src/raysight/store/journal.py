@@ -178,12 +178,9 @@ class Journal:
             kept = self.quarantine / f"{path.stem}-{item.start:012d}.{kind}"
             if not kept.exists():
                 _write_new(kept, data[item.start : item.end])
-                if item.torn:
-                    log.warning("journal %s: cut a torn append at byte %d (never acknowledged), kept in %s",
-                                path.name, item.start, kept)  # fmt: skip
-                else:
-                    log.error("journal %s: %d corrupt bytes at %d skipped (the records after them are replayed), "
-                              "kept in %s", path.name, item.end - item.start, item.start, kept)  # fmt: skip
+                what = "a torn append, never acknowledged, cut" if item.torn else "corrupt, skipped (not what follows)"
+                level, size = (logging.WARNING if item.torn else logging.ERROR), item.end - item.start
+                log.log(level, "journal %s: %d bytes at %d %s; kept in %s", path.name, size, item.start, what, kept)
             if item.torn:
                 os.truncate(path, item.start)
         return last
