@@ -157,11 +157,12 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if fmt in ("json", "yaml"):
         render.dump(report, fmt)
         return
-    reported, folding = report.pop("ray_reported"), report.pop("folding")
+    reported, folding = report.pop("ray_reported"), report.pop("folding", None)  # None from an older server
     render.dump(report, "yaml")
-    render.heading("\nFolding acknowledged batches into the store")
-    for line in folding_lines(folding):
-        click.echo(line)
+    if folding is not None:
+        render.heading("\nFolding acknowledged batches into the store")
+        for line in folding_lines(folding):
+            click.echo(line)
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
     for line in ray_reported_lines(reported) or ["Nothing scraped yet."]:
         click.echo(line)
