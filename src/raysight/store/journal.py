@@ -157,7 +157,8 @@ class Journal:
     def __init__(self, directory: Path, folded: int) -> None:
         self.directory = directory
         self.quarantine = directory / QUARANTINE
-        self.quarantine.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.quarantine.mkdir(mode=0o700, exist_ok=True)
         self.next_seq = folded + 1
         self._fd: int | None = None
         self._size = 0  # bytes of the open segment, up to the end of its last whole record
