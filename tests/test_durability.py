@@ -1,15 +1,25 @@
-"""A server killed with SIGKILL mid-ingest comes back with every event it acknowledged (journalled or folded)."""
+"""Acknowledged means kept: a server killed mid-ingest, a journal append that fails (disk full, I/O error), a torn or
+corrupt journal record, and a disk that fills while folding lose nothing the server acknowledged."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import resource
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
+import pytest
+from starlette.testclient import TestClient
 
+from raysight.cli.query import folding_lines
+from raysight.server.app import create_app
+from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import ServerProcess
 
 
@@ -52,3 +62,216 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
         assert all(kept[s] == len(events) for s in acked)
     finally:
         server.stop()
+
+
+# --- faults at the file-system boundary, server in-process ---------------------------------------------------------
+
+
+def _post(client: TestClient, events: list[dict], session: str) -> int:
+    body = orjson.dumps([{**e, "sessionName": session} for e in events])
+    reply = client.post("/ingest/ray-events?cluster=t", content=body, headers={"Content-Type": "application/json"})
+    return reply.status_code
+
+
+def _until(check, timeout: float = 30, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _restarted(image: Path) -> TestClient:
+    """A server on ``image`` that has folded what its journal held."""
+    client = TestClient(create_app(image, fold_interval_s=0)).__enter__()
+    _until(lambda: not client.get("/api/raysight/doctor").json()["ingest_backlog"]["batches"], what="the replay")
+    return client
+
+
+@contextlib.contextmanager
+def _folding_held(client: TestClient) -> Iterator[threading.Event]:
+    """Hold the server's folding (what it acknowledges stays in the journal only) until the block ends, or the event
+    it gives is set."""
+    release = threading.Event()
+    client.app.state.raysight.writer.call(lambda store: release.wait(60))
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(("error", "on"), [(errno.ENOSPC, "write"), (errno.EIO, "write"), (errno.EIO, "fsync")])
+def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_it_survives_a_crash(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, error: int, on: str
+) -> None:
+    events = [e for b in ray_batches for e in b]
+    disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", error, on)
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+        assert _post(client, events, "before") == 200
+        disk.armed = True
+        assert _post(client, events, "refused") == 503  # not acknowledged: Ray resends it
+        disk.armed = False
+        acked = [f"after_{i}" for i in range(5)]
+        assert all(_post(client, events, s) == 200 for s in acked)
+        image = crash_image(tmp_path / "data", tmp_path / "image")
+    client = _restarted(image)
+    try:
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert {s: kept.get(s) for s in ["before", *acked]} == {s: len(events) for s in ["before", *acked]}
+        assert client.get("/api/raysight/doctor").json()["folding"]["journal_damage"]["corrupt"] == 0
+    finally:
+        client.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_kept_aside(
+    tmp_path: Path, ray_batches, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = ray_batches[2]
+    sessions = [f"flip_{i:02d}" for i in range(43)]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+        assert all(_post(client, events, s) == 200 for s in sessions)
+        image = crash_image(tmp_path / "data", tmp_path / "image")
+    (segment,) = (image / "journal").glob("*.log")
+    data = bytearray(segment.read_bytes())
+    record_11 = data.index(b'"flip_10"')
+    at = record_11 if where == "payload" else data.rindex(b'["t"', 0, record_11) - 20  # the header's length field
+    data[at] ^= 0x20
+    segment.write_bytes(data)
+    client = _restarted(image)
+    try:
+        kept = {s["session"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert kept == set(sessions) - {"flip_10"}
+        damage = client.get("/api/raysight/doctor").json()["folding"]["journal_damage"]
+        assert damage["corrupt"] == 1 and damage["torn"] == 0
+        (aside,) = Path(damage["kept_in"]).glob("*.corrupt")
+        assert b'"flip_10"' in aside.read_bytes() and b'"flip_11"' not in aside.read_bytes()
+        assert "raysight_journal_corrupt 1.0" in client.get("/metrics").text
+        assert [r.levelname for r in caplog.records if "corrupt, skipped" in r.getMessage()] == ["ERROR"]
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_a_torn_append_at_the_journals_end_is_cut_kept_aside_and_not_counted_as_corruption(
+    tmp_path: Path, ray_batches
+) -> None:
+    """A crash mid-append leaves part of a record that was never acknowledged: cut, and appending goes on."""
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+        assert all(_post(client, ray_batches[2], f"torn_{i}") == 200 for i in range(3))
+        image = crash_image(tmp_path / "data", tmp_path / "image")
+    (segment,) = (image / "journal").glob("*.log")
+    whole = segment.stat().st_size
+    with segment.open("ab") as f:
+        f.write(segment.read_bytes()[:40])  # the start of a record, as a crash mid-append leaves it
+    client = _restarted(image)
+    try:
+        assert _post(client, ray_batches[2], "torn_after") == 200
+        kept = {s["session"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert {"torn_0", "torn_1", "torn_2"} <= kept
+        assert segment.stat().st_size == whole
+        damage = client.get("/api/raysight/doctor").json()["folding"]["journal_damage"]
+        assert damage["torn"] == 1 and damage["corrupt"] == 0
+    finally:
+        client.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _files_limited_to(size: int) -> Iterator[None]:
+    """This process may not write past ``size`` bytes into any file (EFBIG, as a full disk refuses: the kernel's
+    RLIMIT_FSIZE); DuckDB's writes included, which no Python wrapper reaches."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantined(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environmental failure is no reason to quarantine: the group stays journalled, folding retries with
+    back-off, the doctor says why, and it resumes by itself once the disk takes writes again."""
+    monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.05)
+    monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.2, raising=False)
+    events = [e for b in ray_batches for e in b]
+    sessions = [f"full_{i}" for i in range(3)]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+        doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
+        with _folding_held(client) as release:
+            assert all(_post(client, events, s) == 200 for s in sessions)
+            wal = tmp_path / "data" / "raysight.duckdb.wal"
+            with _files_limited_to(max(wal.stat().st_size if wal.exists() else 0, 1)):
+                release.set()
+                _until(lambda: doctor()["folding"]["state"] == "retrying", what="folding to fail and retry")
+                report = doctor()
+                assert "File too large" in report["folding"]["error"] and report["folding"]["tries"] >= 1
+                assert report["ingest_backlog"]["batches"] == len(sessions)
+                assert report["counters"].get("quarantined", 0) == 0
+                monkeypatch.setattr("raysight.store.writer.MAX_BACKLOG_BYTES", report["ingest_backlog"]["bytes"])
+                busy = client.post("/ingest/ray-events", content=b"[]", headers={"Content-Type": "application/json"})
+                assert busy.status_code == 503 and "folding waits" in busy.json()["error"]
+                assert "File too large" in busy.json()["error"]
+        _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to resume")
+        report = doctor()
+        assert report["folding"]["state"] == "ok" and report["counters"].get("quarantined", 0) == 0
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert {s: kept.get(s) for s in sessions} == {s: len(events) for s in sessions}
+        assert "raysight_fold_retries" in client.get("/metrics").text
+
+
+def test_on_a_real_full_tmpfs_nothing_acknowledged_is_lost_and_folding_resumes(tmp_path: Path, ray_batches) -> None:
+    """On a real 20 MB file system: post until 503 (folding waits meanwhile), free space, post 22 more, crash,
+    restart: every acknowledged batch is folded and nothing is quarantined."""
+    events = [e for b in ray_batches for e in b]
+    with small_tmpfs(tmp_path / "small") as small, httpx.Client(timeout=10) as http:
+        server = ServerProcess(small / "data").start()
+        acked: list[str] = []
+        try:
+
+            def post(session: str) -> int:
+                body = orjson.dumps([{**e, "sessionName": session} for e in events])
+                status = http.post(f"{server.url}/ingest/ray-events", content=body).status_code
+                if status == 200:
+                    acked.append(session)
+                return status
+
+            filler = fill(small)
+            with filler.open("r+b") as f:
+                f.truncate(filler.stat().st_size - 2 * 1024 * 1024)  # ~2 MB left: a few dozen batches
+            statuses = [post(f"full_{i:03d}") for i in range(200)]
+            assert 503 in statuses, "the disk never filled"
+            with server.client() as client:
+                _until(lambda: client.doctor()["folding"]["state"] == "retrying", what="folding to meet the full disk")
+                assert "No space left on device" in client.doctor()["folding"]["error"]
+                filler.unlink()
+                assert [post(f"freed_{i:02d}") for i in range(22)] == [200] * 22
+            server.stop(signal.SIGKILL)  # before the last of them are folded: they are in the journal only
+            server.start()
+            with server.client() as client:
+                _until(lambda: not client.doctor()["ingest_backlog"]["batches"], 60, "the replay")
+                kept = {s["session"]: s["events"] for s in client.sessions()}
+                assert client.doctor()["counters"].get("quarantined", 0) == 0
+            assert {s: kept.get(s) for s in acked} == {s: len(events) for s in acked}
+        finally:
+            server.stop()
+
+
+def test_the_doctor_says_in_words_why_folding_waits_and_what_the_journal_skipped() -> None:
+    intact = {"corrupt": 0, "corrupt_bytes": 0, "torn": 1, "kept_in": "/d/journal/quarantine"}
+    assert folding_lines({"state": "ok", "retries": 0, "journal_damage": intact}) == [
+        "Folding keeps up; the journal is intact"
+    ]
+    waiting = {
+        "state": "retrying",
+        "error": "IOException: No space left on device",
+        "since_ms": 1,
+        "tries": 12,
+        "retries": 12,
+        "journal_damage": {**intact, "corrupt": 1, "corrupt_bytes": 1834},
+    }
+    assert folding_lines(waiting) == [
+        "Folding waits on IOException: No space left on device (12 tries so far); the batches stay in the journal and "
+        "fold by themselves once it passes (free disk space, or memory)",
+        "The journal held 1 corrupt stretch(es), 1,834 bytes: skipped (the records after them were folded) and kept "
+        "in /d/journal/quarantine",
+    ]

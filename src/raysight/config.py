@@ -10,6 +10,11 @@ from pathlib import Path
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8271
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# Ray's aggregator sends at most RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE (1,000) events per POST, and
+# never more than its buffer holds (RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_BUFFER_SIZE, 100,000); folding takes
+# ~800 bytes of memory an event, so a body of [0,0,…] must not carry millions.
+DEFAULT_MAX_EVENTS = 100_000
+DEFAULT_MEMORY_LIMIT = "1GB"  # DuckDB's (folding a full group of 48 MB takes ~500 MB); a larger group is split
 INGEST_DEADLINE_S = 2.5
 
 ENV_DATA = "RAYSIGHT_DATA"

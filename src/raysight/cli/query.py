@@ -187,6 +187,9 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     _section("Events", [report["counters"]] if report["counters"] else [])
     backlog = report["ingest_backlog"]
     click.echo(f"Acknowledged, not yet folded: {backlog['batches']:,} batches ({backlog['bytes']:,} bytes)")
+    if "folding" in report:  # an older server does not report it
+        for line in folding_lines(report["folding"]):
+            click.echo(line)
     for key, title in DOCTOR_TABLES.items():
         click.echo()
         _section(title, report[key])
@@ -200,6 +203,24 @@ def _section(title: str, rows: list[dict[str, Any]]) -> None:
         render.table(rows, title=title)
     else:
         render.heading(f"{title}: none")
+
+
+def folding_lines(folding: dict[str, Any]) -> list[str]:
+    """The doctor's ``folding`` in words: whether acknowledged batches wait (and on what), and what the journal's
+    recovery skipped."""
+    lines = []
+    if folding["state"] == "retrying":
+        lines.append(
+            f"Folding waits on {folding['error']} ({folding['tries']:,} tries so far); the batches stay in the "
+            "journal and fold by themselves once it passes (free disk space, or memory)"
+        )
+    damage = folding["journal_damage"]
+    if damage["corrupt"]:
+        lines.append(
+            f"The journal held {damage['corrupt']:,} corrupt stretch(es), {damage['corrupt_bytes']:,} bytes: skipped "
+            f"(the records after them were folded) and kept in {damage['kept_in']}"
+        )
+    return lines or ["Folding keeps up; the journal is intact"]
 
 
 def ray_reported_lines(sessions: list[dict[str, Any]]) -> list[str]:

@@ -11,6 +11,8 @@ from raysight.cli.detach import child_args, start_detached, stop_detached
 from raysight.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MEMORY_LIMIT,
     DEFAULT_PORT,
     ENV_INGEST_KEY,
     ENV_TOKEN,
@@ -19,7 +21,16 @@ from raysight.config import (
 )
 
 
-def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None, ingest_key: str | None) -> None:
+def serve(
+    host: str,
+    port: int,
+    data_dir: Path,
+    max_body: int,
+    token: str | None,
+    ingest_key: str | None,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+) -> None:
     import uvicorn
 
     from raysight.server.app import create_app
@@ -38,7 +49,7 @@ def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None
         )
     sys.stdout.flush()
     uvicorn.run(
-        create_app(data_dir, secrets=secrets, max_body=max_body),
+        create_app(data_dir, secrets=secrets, max_body=max_body, max_events=max_events, memory_limit=memory_limit),
         host=host,
         port=port,
         log_level="warning",
@@ -61,6 +72,19 @@ def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None
     help="Where the store lives [env RAYSIGHT_DATA; default ~/.local/share/raysight].",
 )
 @click.option("--max-body", default=DEFAULT_MAX_BODY, show_default=True, help="Largest ingest body, in bytes.")
+@click.option(
+    "--max-events",
+    default=DEFAULT_MAX_EVENTS,
+    show_default=True,
+    help="Most events in one ingest body (Ray sends up to RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE, "
+    "1,000 by default); more is refused with 413.",
+)
+@click.option(
+    "--memory-limit",
+    default=DEFAULT_MEMORY_LIMIT,
+    show_default=True,
+    help="The store's (DuckDB's) memory limit, e.g. 512MB or 2GB.",
+)
 @click.option("--token", envvar=ENV_TOKEN, default=None, help="Read token (when bound beyond loopback).")
 @click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None, help="Write-only ingest key (idem).")
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
@@ -71,6 +95,8 @@ def server_cmd(
     port: int,
     data_dir: Path | None,
     max_body: int,
+    max_events: int,
+    memory_limit: str,
     token: str | None,
     ingest_key: str | None,
     detach: bool,
@@ -83,7 +109,7 @@ def server_cmd(
         pid = start_detached(host, port, data_dir, *child_args(ctx.command, ctx.params))
         click.echo(f"raysight server running in the background (pid {pid}) on http://{host}:{port}, data in {data_dir}")
         return
-    serve(host, port, data_dir, max_body, token, ingest_key)
+    serve(host, port, data_dir, max_body, token, ingest_key, max_events, memory_limit)
 
 
 @server_cmd.command("stop")

@@ -85,6 +85,7 @@ async def doctor(request: Request) -> Response:
     state = app_state(request)
     report = await state.read(summaries.doctor)
     report["ingest_backlog"] = state.writer.backlog()  # acknowledged (journalled), not yet folded
+    report["folding"] = state.writer.folding()  # waiting on a full disk, say, and what the journal's recovery skipped
     return _json(report)
 
 

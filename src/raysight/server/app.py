@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from raysight.config import DEFAULT_MAX_BODY
+from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, ray_compat
 from raysight.server.auth import Secrets
@@ -74,16 +74,19 @@ def create_app(
     *,
     secrets: Secrets | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
     fold_interval_s: float = FOLD_INTERVAL_S,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = Store(data_dir, worker_niceness=FOLD_NICENESS)
+        store = Store(data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit)
         metrics_ = Metrics(store)
         writer = Writer(store, on_commit=metrics_.committed, fold_interval_s=fold_interval_s)
-        app.state.raysight = AppState(store, writer, secrets or Secrets(None, None), metrics_, max_body)
+        metrics_.watch(writer)
+        app.state.raysight = AppState(store, writer, secrets or Secrets(None, None), metrics_, max_body, max_events)
         try:
             yield
         finally:

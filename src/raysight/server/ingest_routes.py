@@ -73,15 +73,19 @@ async def ray_events(request: Request) -> Response:
         if not isinstance(events, list):
             state.metrics.rejected.labels("not_array").inc()
             return _error(400, f"body is a JSON {type(events).__name__}, not an array of Ray events")
+        if len(events) > state.max_events:
+            state.metrics.rejected.labels("too_many_events").inc()
+            return _error(413, f"{len(events)} events in one body, over {state.max_events} (raise --max-events)")
+        received = len(events)
+        del events  # parsed, a body takes up to ten times its size; only its length is needed from here
         try:
             future: Future[Any] = state.writer.submit(
-                body, request.query_params.get("cluster") or None, request.query_params.get("run") or None
+                body, request.query_params.get("cluster") or None, request.query_params.get("run") or None, received
             )
         except QueueFull as exc:
             state.metrics.rejected.labels("busy").inc()
             return _error(503, f"busy: {exc}; Ray will resend", **{"Retry-After": "1"})
-        state.resends.track(key, future, len(events))
-        received = len(events)
+        state.resends.track(key, future, received)
     else:
         future, received = prior  # type: ignore[assignment]  # a pending first copy (find() says so)
     remaining = INGEST_DEADLINE_S - (time.perf_counter() - started)

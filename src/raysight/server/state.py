@@ -42,6 +42,31 @@ class Metrics:
         self.store_bytes = Gauge("raysight_store_bytes", "Size of the store's files", registry=r)
         self.store_bytes.set_function(lambda: _size(store))
 
+    def watch(self, writer: Writer) -> None:
+        """Gauges read from the writer when scraped: the backlog, whether folding waits, the journal's damage."""
+        r = self.registry
+        gauges: dict[str, tuple[str, Callable[[], float]]] = {
+            "raysight_ingest_backlog_batches": (
+                "Batches acknowledged, not yet folded",
+                lambda: writer.backlog()["batches"],
+            ),
+            "raysight_ingest_backlog_bytes": ("Bytes acknowledged, not yet folded", lambda: writer.backlog()["bytes"]),
+            "raysight_fold_retrying": (
+                "1 while folding waits on an environmental failure (full disk, I/O error, no memory) and retries",
+                lambda: writer.stall is not None,
+            ),
+            "raysight_fold_retries": (
+                "Environmental failures of folding since start, each retried",
+                lambda: writer.fold_retries,
+            ),
+            "raysight_journal_corrupt": (
+                "Corrupt stretches of the ingest journal skipped and kept aside (records after them were replayed)",
+                lambda: writer.journal.damage()["corrupt"],
+            ),
+        }
+        for name, (doc, read) in gauges.items():
+            Gauge(name, doc, registry=r).set_function(read)
+
     def resent(self, events: int) -> None:
         """A resend of a batch already committed, acknowledged without writing."""
         self.received.inc(events)
@@ -68,6 +93,7 @@ class AppState:
     secrets: Secrets
     metrics: Metrics
     max_body: int
+    max_events: int
     resends: Resends = field(default_factory=Resends)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:

@@ -6,26 +6,40 @@ not yet sent with it. The journal answers as soon as the bytes are on disk; the 
 large groups and records, in the same transaction, the last sequence number folded, so a restart replays exactly
 what was not folded yet.
 
-Files ``journal/<first seq>.log``; each record is a header (payload length, CRC-32, sequence number) and a payload
-(``[label, run_id]`` as JSON, a newline, the body). A torn record at the end (a crash mid-append, never
-acknowledged) is cut off when the journal opens.
+Files ``journal/<first seq>.log``; each record is a header (a sync marker, the payload's length, the sequence
+number, the payload's CRC-32 and the header's own) and a payload (``[label, run_id, events]`` as JSON, a newline,
+the body). What can go wrong, and what happens:
+
+- An append fails (disk full, I/O error): nothing is acknowledged, and the segment is cut back to its last whole
+  record before anything else is appended (should even that fail, the next append starts a new segment).
+- A record at a segment's end is torn (a crash mid-append, never acknowledged): it is kept aside and cut when the
+  journal opens.
+- A record is corrupt (a flipped byte): recovery finds the next record by its marker, whose 0xFF byte never occurs
+  in a payload (UTF-8 JSON), and replays it and all after; the bad bytes are kept aside, logged and counted.
+
+What is kept aside lies in ``journal/quarantine/<segment>-<offset>.corrupt`` (or ``.torn``) for inspection.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import orjson
 
-HEADER = struct.Struct("<IIQ")
+log = logging.getLogger("raysight.journal")
+
+MARKER = b"\xff\xfeRJ"
+HEADER = struct.Struct("<4sIQII")  # marker, payload length, seq, payload CRC-32, CRC-32 of the fields before it
+LEGACY_HEADER = struct.Struct("<IIQ")  # segments of raysight before sync markers: payload length, CRC-32, seq
 SEGMENT_BYTES = 64 * 1024 * 1024
+QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,26 +48,107 @@ class Record:
     label: str | None
     run_id: str | None
     body: bytes
+    events: int = 0  # elements of the body's JSON array
     at: float = field(default_factory=time.monotonic, compare=False)  # when it was journalled (or replayed)
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes ``[start, end)`` of a segment that hold no whole record: a torn append at its end, or corruption."""
+
+    start: int
+    end: int
+    torn: bool
+
+
+Batch = tuple[str | None, str | None, bytes, int]  # label, run ID, body, events
+
+
 def encode(record: Record) -> bytes:
-    payload = orjson.dumps([record.label, record.run_id]) + b"\n" + record.body
-    return HEADER.pack(len(payload), zlib.crc32(payload), record.seq) + payload
+    payload = orjson.dumps([record.label, record.run_id, record.events]) + b"\n" + record.body
+    fields = (MARKER, len(payload), record.seq, zlib.crc32(payload))
+    return HEADER.pack(*fields, zlib.crc32(HEADER.pack(*fields, 0)[:-4])) + payload
+
+
+def _header(data: bytes, offset: int) -> tuple[int, int, int] | None:
+    """(payload length, seq, payload CRC) of a well-formed header at ``offset``, else None."""
+    if offset + HEADER.size > len(data):
+        return None
+    marker, length, seq, crc, header_crc = HEADER.unpack_from(data, offset)
+    if marker != MARKER or zlib.crc32(data[offset : offset + HEADER.size - 4]) != header_crc:
+        return None
+    return length, seq, crc
 
 
 def decode(data: bytes, offset: int) -> tuple[Record, int] | None:
-    """The record at ``offset`` and the offset after it; None at the end or at a torn or corrupt record."""
-    if offset + HEADER.size > len(data):
+    """The whole, intact record at ``offset`` and the offset after it, else None."""
+    header = _header(data, offset)
+    if header is None:
         return None
-    length, crc, seq = HEADER.unpack_from(data, offset)
-    start, end = offset + HEADER.size, offset + HEADER.size + length
+    length, seq, crc = header
+    return _record(data, offset + HEADER.size, length, seq, crc)
+
+
+def _decode_legacy(data: bytes, offset: int) -> tuple[Record, int] | None:
+    if offset + LEGACY_HEADER.size > len(data):
+        return None
+    length, crc, seq = LEGACY_HEADER.unpack_from(data, offset)
+    return _record(data, offset + LEGACY_HEADER.size, length, seq, crc)
+
+
+def _record(data: bytes, start: int, length: int, seq: int, crc: int) -> tuple[Record, int] | None:
+    """The record whose payload is ``data[start:start + length]`` if it is whole and intact, and where it ends."""
+    end = start + length
     payload = data[start:end]
     if end > len(data) or zlib.crc32(payload) != crc:
         return None
     meta, _, body = payload.partition(b"\n")
-    label, run_id = orjson.loads(meta)
-    return Record(seq, label, run_id, body), end
+    label, run_id, *events = orjson.loads(meta)  # a legacy record does not say its events
+    return Record(seq, label, run_id, body, events[0] if events else 0), end
+
+
+def scan(data: bytes) -> Iterator[Record | Damage]:
+    """A segment's records in order, and between them what is damaged: never a record after damage is lost."""
+    if not data.startswith(MARKER) and _decode_legacy(data, 0) is not None:
+        yield from _scan_legacy(data)
+        return
+    offset = 0
+    while offset < len(data):
+        found = decode(data, offset)
+        if found is not None:
+            yield found[0]
+            offset = found[1]
+            continue
+        resume = _next_record(data, offset + 1)
+        yield Damage(offset, resume, torn=resume == len(data) and _incomplete(data, offset))
+        offset = resume
+
+
+def _scan_legacy(data: bytes) -> Iterator[Record | Damage]:
+    """A segment written before sync markers (replayed after an upgrade): its records up to the first bad one."""
+    offset = 0
+    while (found := _decode_legacy(data, offset)) is not None:
+        yield found[0]
+        offset = found[1]
+    if offset < len(data):
+        yield Damage(offset, len(data), torn=True)
+
+
+def _next_record(data: bytes, offset: int) -> int:
+    """Where the next whole record starts at or after ``offset`` (the end of ``data`` when none does)."""
+    while (offset := data.find(MARKER, offset)) >= 0:
+        if decode(data, offset) is not None:
+            return offset
+        offset += 1
+    return len(data)
+
+
+def _incomplete(data: bytes, offset: int) -> bool:
+    """The segment ends inside the record at ``offset``: an append that never finished."""
+    header = _header(data, offset)
+    if header is None:
+        return len(data) - offset < HEADER.size
+    return offset + HEADER.size + header[0] > len(data)
 
 
 class Journal:
@@ -61,47 +156,80 @@ class Journal:
 
     def __init__(self, directory: Path, folded: int) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        self.quarantine = directory / QUARANTINE
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.quarantine.mkdir(mode=0o700, exist_ok=True)
         self.next_seq = folded + 1
-        self._file: BinaryIO | None = None
-        segments = self._segments()
-        if segments:
-            last_seq, size = self._scan(segments[-1][1])
-            self.next_seq = max(self.next_seq, last_seq + 1)
-            os.truncate(segments[-1][1], size)  # cut a torn tail: it was never acknowledged
+        self._fd: int | None = None
+        self._size = 0  # bytes of the open segment, up to the end of its last whole record
+        for _, path in self._segments():
+            self.next_seq = max(self.next_seq, self._recover(path) + 1)
 
     def _segments(self) -> list[tuple[int, Path]]:
         return sorted((int(p.stem), p) for p in self.directory.glob("*.log"))
 
-    @staticmethod
-    def _scan(path: Path) -> tuple[int, int]:
-        """(last good sequence number or 0, the size up to the end of the last good record)."""
-        data, offset, last = path.read_bytes(), 0, 0
-        while (found := decode(data, offset)) is not None:
-            last, offset = found[0].seq, found[1]
-        return last, offset
+    def _recover(self, path: Path) -> int:
+        """Keep aside what is damaged in segment ``path`` and cut a torn tail; returns its last sequence number."""
+        data, last = path.read_bytes(), 0
+        for item in scan(data):
+            if isinstance(item, Record):
+                last = item.seq
+                continue
+            kind = "torn" if item.torn else "corrupt"
+            kept = self.quarantine / f"{path.stem}-{item.start:012d}.{kind}"
+            if not kept.exists():
+                _write_new(kept, data[item.start : item.end])
+                what = "a torn append, never acknowledged, cut" if item.torn else "corrupt, skipped (not what follows)"
+                level, size = (logging.WARNING if item.torn else logging.ERROR), item.end - item.start
+                log.log(level, "journal %s: %d bytes at %d %s; kept in %s", path.name, size, item.start, what, kept)
+            if item.torn:
+                os.truncate(path, item.start)
+        return last
 
-    def append(self, batches: list[tuple[str | None, str | None, bytes]]) -> list[Record]:
-        """Write ``(label, run_id, body)`` batches as records and fsync once; returns them, numbered."""
-        if self._file is None or self._file.tell() > SEGMENT_BYTES:
-            if self._file is not None:
-                self._file.close()
-            self._file = open(self.directory / f"{self.next_seq:016d}.log", "ab")  # noqa: SIM115 (kept open)
-        records = [Record(self.next_seq + i, label, run_id, body) for i, (label, run_id, body) in enumerate(batches)]
-        self._file.write(b"".join(encode(r) for r in records))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+    def damage(self) -> dict[str, int]:
+        """What recovery has kept aside in :attr:`quarantine`: corrupt stretches skipped, torn appends cut."""
+        found = {kind: [p.stat().st_size for p in self.quarantine.glob(f"*.{kind}")] for kind in ("corrupt", "torn")}
+        return {"corrupt": len(found["corrupt"]), "corrupt_bytes": sum(found["corrupt"]), "torn": len(found["torn"])}
+
+    def append(self, batches: Sequence[Batch]) -> list[Record]:
+        """Write ``(label, run_id, body, events)`` batches as records and fsync once; returns them, numbered.
+
+        On failure the segment is cut back to its last whole record (else the next append starts a new segment)."""
+        if self._fd is None or self._size > SEGMENT_BYTES:
+            self._open_segment()
+        assert self._fd is not None
+        records = [Record(self.next_seq + i, *batch) for i, batch in enumerate(batches)]
+        data = b"".join(encode(r) for r in records)
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+        except OSError:
+            self._roll_back()
+            raise
+        self._size += len(data)
         self.next_seq += len(records)
         return records
+
+    def _open_segment(self) -> None:
+        self.close()
+        self._fd = os.open(self.directory / f"{self.next_seq:016d}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._size = os.fstat(self._fd).st_size
+
+    def _roll_back(self) -> None:
+        """Cut a failed append off the segment and close it (after an I/O error its pages are not to be trusted)."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            log.exception("could not cut a failed append off the journal; recovery will keep it aside")
+        self.close()
 
     def replay(self, folded: int) -> Iterator[Record]:
         """Every record after sequence number ``folded``, in order."""
         for _, path in self._segments():
-            data, offset = path.read_bytes(), 0
-            while (found := decode(data, offset)) is not None:
-                record, offset = found
-                if record.seq > folded:
-                    yield record
+            for item in scan(path.read_bytes()):
+                if isinstance(item, Record) and item.seq > folded:
+                    yield item
 
     def release(self, folded: int) -> None:
         """Delete the segments whose records have all been folded (never the one being appended to)."""
@@ -111,5 +239,25 @@ class Journal:
                 path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Keep ``data`` aside in a new file (best effort: the bytes stay in their segment until it is released)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        log.exception("could not keep damaged journal bytes aside in %s", path)

@@ -21,6 +21,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from raysight.config import DEFAULT_MEMORY_LIMIT
 from raysight.ingest import events_sql
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
@@ -77,7 +78,7 @@ class ApplyResult:
     unsupported: int
 
 
-def _connect(path: Path, niceness: int, threads: int) -> duckdb.DuckDBPyConnection:
+def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duckdb.DuckDBPyConnection:
     """Open the database from a thread at ``niceness``, so that DuckDB's worker threads, which it starts then and
     which do most of the folding, inherit it (Linux niceness is per thread)."""
     opened: list[duckdb.DuckDBPyConnection | BaseException] = []
@@ -87,8 +88,10 @@ def _connect(path: Path, niceness: int, threads: int) -> duckdb.DuckDBPyConnecti
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
             # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
-            # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads.
-            opened.append(duckdb.connect(str(path), config={"checkpoint_threshold": WAL_LIMIT, "threads": threads}))
+            # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
+            # ``memory_limit`` DuckDB spills to disk or fails (and the writer folds the group batch by batch).
+            settings = {"checkpoint_threshold": WAL_LIMIT, "memory_limit": memory_limit}
+            opened.append(duckdb.connect(str(path), config={**settings, "threads": threads}))
         except BaseException as exc:  # noqa: BLE001 (handed to the opening thread, which raises it)
             opened.append(exc)
 
@@ -103,13 +106,16 @@ def _connect(path: Path, niceness: int, threads: int) -> duckdb.DuckDBPyConnecti
 class Store:
     """One DuckDB database file in ``data_dir``."""
 
-    def __init__(self, data_dir: str | os.PathLike[str], worker_niceness: int = 0) -> None:
-        """Open (creating or upgrading) the store; DuckDB's worker threads run at ``worker_niceness``."""
+    def __init__(
+        self, data_dir: str | os.PathLike[str], worker_niceness: int = 0, memory_limit: str = DEFAULT_MEMORY_LIMIT
+    ) -> None:
+        """Open (creating or upgrading) the store; DuckDB's worker threads run at ``worker_niceness`` and take at most
+        ``memory_limit`` (DuckDB's notation: ``1GB``)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
-        self.con = _connect(self.path, worker_niceness, self.threads)
+        self.con = _connect(self.path, worker_niceness, self.threads, memory_limit)
         self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
@@ -149,7 +155,8 @@ class Store:
         try:
             yield self.con
         except BaseException:
-            self.con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # what failed may have ended the transaction: say what it was
+                self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
 

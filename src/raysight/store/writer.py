@@ -5,6 +5,10 @@ batch is durable and may be acknowledged. The fold thread takes journalled batch
 and applies them to the store in one transaction that also records the last journal record folded; it runs the
 store's other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded
 records are folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
+
+A group that fails to fold is never dropped. An environmental failure (a full disk, an I/O error, no memory) is
+retried with back-off until it passes, as it does by itself once space returns (``raysight doctor`` says why it
+waits). Only a batch whose content the store refuses is quarantined.
 """
 
 from __future__ import annotations
@@ -14,17 +18,21 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
-from raysight.store.journal import Journal, Record
+import duckdb
+
+from raysight.store.journal import Batch, Journal, Record
 from raysight.store.store import ApplyResult, Post, Store
 
 log = logging.getLogger("raysight.writer")
 
 MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
 MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
+MAX_GROUP_EVENTS = 50_000  # however small: folding takes ~800 bytes of memory an event (a group may hold one POST more)
 IDLE_S = 0.5
 FOLD_NICENESS = 19
 # Folding a group costs a fixed ~0.17 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
@@ -33,13 +41,33 @@ FOLD_NICENESS = 19
 # sets what raysight takes from a busy Ray beside it: at 2 s Ray's task throughput ran at 0.86-0.93x of a discarding
 # sink, at 4 s 0.93-1.0x (benchmarks/ray_task_throughput.py).
 FOLD_INTERVAL_S = 4.0
-RETRY_S = 1.0
-FOLD_TRIES = 3
+RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
+MAX_RETRY_S = 10.0
+# What the store raises for content it cannot take (a value out of range, malformed input); anything else (OSError,
+# duckdb's IOException, OutOfMemoryException, TransactionException, an error not foreseen) may pass on a retry.
+CONTENT_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.DataError,
+    duckdb.IntegrityError,
+    duckdb.InvalidInputException,
+    ValueError,
+    TypeError,
+    LookupError,
+)
+MEMORY_ERRORS = (MemoryError, duckdb.OutOfMemoryException)
 _STOP = object()
 
 
 class QueueFull(Exception):
     """The store is too far behind to accept more now."""
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Folding waits on an environmental failure: what it was, since when, and how many tries have failed."""
+
+    error: str
+    since: float  # time.time()
+    tries: int
 
 
 class Writer:
@@ -60,6 +88,9 @@ class Writer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._on_commit = on_commit
+        self.stall: Stall | None = None
+        self.fold_retries = 0  # environmental failures of folding since start
+        self._checkpoint_after = 0.0  # monotonic time before which no checkpoint is tried (after one failed)
         for record in self.journal.replay(folded):
             self._backlog(len(record.body), 1)
             self._to_fold.put(record)
@@ -74,11 +105,27 @@ class Writer:
         """Batches (and their bytes) acknowledged but not yet folded into the store."""
         return {"batches": self._backlog_batches, "bytes": self._backlog_bytes}
 
-    def submit(self, body: bytes, label: str | None = None, run_id: str | None = None) -> Future[Record]:
-        """Journal a POST body; the future resolves once it is on disk (and it is folded soon after)."""
+    def folding(self) -> dict[str, Any]:
+        """Whether folding keeps up or waits on an environmental failure (with why), and the journal's damage."""
+        stall = self.stall
+        waiting = (
+            {} if stall is None else {"error": stall.error, "since_ms": int(stall.since * 1000), "tries": stall.tries}
+        )
+        return {
+            "state": "ok" if stall is None else "retrying",
+            **waiting,
+            "retries": self.fold_retries,
+            "journal_damage": {**self.journal.damage(), "kept_in": str(self.journal.quarantine)},
+        }
+
+    def submit(
+        self, body: bytes, label: str | None = None, run_id: str | None = None, events: int = 0
+    ) -> Future[Record]:
+        """Journal a POST body (a JSON array of ``events`` elements); the future resolves once it is on disk (and
+        it is folded soon after)."""
         self._backlog(len(body), 1, limit=MAX_BACKLOG_BYTES)
         future: Future[Record] = Future()
-        self._to_journal.put(((label, run_id, body), future))
+        self._to_journal.put(((label, run_id, body, events), future))
         return future
 
     def call(self, fn: Callable[[Store], Any]) -> Future[Any]:
@@ -99,7 +146,8 @@ class Writer:
         """Count batches in (positive) or out (negative) of the unfolded backlog; QueueFull past ``limit`` bytes."""
         with self._lock:
             if limit is not None and self._backlog_bytes + size > limit:
-                raise QueueFull(f"{self._backlog_bytes} bytes are waiting to be folded into the store")
+                why = f" (folding waits: {self.stall.error})" if self.stall else ""
+                raise QueueFull(f"{self._backlog_bytes} bytes are waiting to be folded into the store{why}")
             self._backlog_bytes += size
             self._backlog_batches += batches
 
@@ -113,7 +161,7 @@ class Writer:
                     items.append(self._to_journal.get_nowait())
                 except queue.Empty:
                     break
-            pending: list[tuple[tuple[str | None, str | None, bytes], Future[Record]]] = []
+            pending: list[tuple[Batch, Future[Record]]] = []
             for item in items:
                 if item is _STOP or callable(item[0]):
                     self._append(pending)
@@ -125,14 +173,14 @@ class Writer:
                     pending.append(item)
             self._append(pending)
 
-    def _append(self, pending: list[tuple[tuple[str | None, str | None, bytes], Future[Record]]]) -> None:
+    def _append(self, pending: list[tuple[Batch, Future[Record]]]) -> None:
         if not pending:
             return
         try:
             records = self.journal.append([batch for batch, _ in pending])
-        except OSError as exc:  # the disk refused: nothing is acknowledged, Ray resends
-            log.exception("journal append failed")
-            self._backlog(-sum(len(body) for (_, _, body), _ in pending), -len(pending))
+        except OSError as exc:  # the disk refused, and the journal rolled the append back: Ray resends
+            log.error("journal append failed: %s", exc)
+            self._backlog(-sum(len(batch[2]) for batch, _ in pending), -len(pending))
             for _, future in pending:
                 future.set_exception(exc)
             return
@@ -151,17 +199,17 @@ class Writer:
             try:
                 item = self._to_fold.get(timeout=IDLE_S)
             except queue.Empty:
-                self.store.checkpoint_if_due()  # idle: fold the WAL into the database file now, not mid-burst
+                self._checkpoint_if_due()
                 continue
             if item is _STOP or self._stopping.is_set():
                 return
             if not isinstance(item, Record):
                 _settle(item[1], item[0], self.store)
                 continue
-            group, size, after = [item], len(item.body), None
+            group, size, events, after = [item], len(item.body), item.events, None
             # Behind a full group the backlog is being drained: fold what is queued now, waiting for no more.
             deadline = item.at + (0.0 if draining else self.fold_interval_s)
-            while size < MAX_GROUP_BYTES and not self._stopping.is_set():
+            while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 try:
                     nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
@@ -170,49 +218,89 @@ class Writer:
                     after = nxt
                     break
                 group.append(nxt)
-                size += len(nxt.body)
-            self._fold(group, size)
-            draining = size >= MAX_GROUP_BYTES
+                size, events = size + len(nxt.body), events + nxt.events
+            self._fold(group)
+            draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if after is _STOP or self._stopping.is_set():
                 return
             if after is not None:
                 _settle(after[1], after[0], self.store)
 
-    def _fold(self, group: list[Record], size: int) -> None:
-        """Parse and apply ``group`` in one transaction. It has been acknowledged, so it is never dropped: when the
-        store keeps refusing it, its batches are folded one by one, and a batch the store refuses on its own (while
-        it takes a quarantine row) is quarantined whole. Otherwise (a full disk) it is retried until it goes in."""
+    def _checkpoint_if_due(self) -> None:
+        """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
+        if time.monotonic() < self._checkpoint_after:
+            return
+        try:
+            self.store.checkpoint_if_due()
+        except Exception as exc:  # noqa: BLE001 (environmental: tried again later)
+            log.warning("checkpoint failed, will try again in %.0f s: %s", MAX_RETRY_S, exc)
+            self._checkpoint_after = time.monotonic() + MAX_RETRY_S
+
+    def _fold(self, group: list[Record]) -> None:
+        """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
+        so it is never dropped: an environmental failure is retried with back-off until it passes (a group that does
+        not fit in memory is folded batch by batch); a batch whose content the store refuses is quarantined whole
+        (in a group, its batches are folded one by one to find it)."""
         posts = [Post(record.body, record.label, record.run_id) for record in group]
-        for attempt in range(FOLD_TRIES):
+        delays = _delays()
+        while True:
             started = time.perf_counter()
             try:
                 result = self.store.apply(posts, journal_seq=group[-1].seq)
-                break
-            except Exception as exc:
-                log.exception("folding %d journalled batches failed (try %d)", len(group), attempt + 1)
-                error = exc
-                if self._stopping.wait(RETRY_S):
-                    return  # still in the journal: folded at the next start
-        else:
-            if len(group) > 1:
-                for record in group:
-                    self._fold([record], len(record.body))
+            except Exception as exc:  # noqa: BLE001 (content is quarantined, anything else retried)
+                if len(group) > 1 and isinstance(exc, CONTENT_ERRORS + MEMORY_ERRORS):
+                    log.warning("folding %d batches as one failed (%s); folding them one by one", len(group), exc)
+                    for record in group:
+                        if self._stopping.is_set():
+                            return
+                        self._fold([record])
+                elif isinstance(exc, CONTENT_ERRORS):
+                    self._quarantine(group[0], f"{type(exc).__name__}: {exc}")
+                elif self._wait(exc, next(delays)):
+                    continue
+                return  # done, or stopping: what is unfolded stays in the journal for the next start
+            self._done(group, result, time.perf_counter() - started)
+            return
+
+    def _quarantine(self, record: Record, error: str) -> None:
+        """Keep a batch whose content the store refuses in the quarantine table (retried like a fold)."""
+        log.error("journal record %d: the store refuses its content (%s); quarantined", record.seq, error)
+        delays = _delays()
+        while True:
+            try:
+                self.store.quarantine_batch(record.body, f"the store could not fold this batch: {error}", record.seq)
+            except Exception as exc:  # noqa: BLE001 (environmental: retried)
+                if self._wait(exc, next(delays)):
+                    continue
                 return
-            while True:
-                try:
-                    self.store.quarantine_batch(
-                        group[0].body, f"the store could not fold this batch: {error}", group[0].seq
-                    )
-                    break
-                except Exception:
-                    log.exception("the store takes nothing; retrying")
-                    if self._stopping.wait(RETRY_S):
-                        return
-            result = None
+            self._done([record], None, 0.0)
+            return
+
+    def _done(self, group: list[Record], result: ApplyResult | None, seconds: float) -> None:
+        self.stall = None
         self.journal.release(group[-1].seq)
-        self._backlog(-size, -len(group))
+        self._backlog(-sum(len(r.body) for r in group), -len(group))
         if self._on_commit and result is not None:
-            self._on_commit(result, time.perf_counter() - started)
+            self._on_commit(result, seconds)
+
+    def _wait(self, exc: Exception, delay: float) -> bool:
+        """Record and log an environmental failure, then wait ``delay``; False if the writer stops meanwhile."""
+        self.fold_retries += 1
+        error = f"{type(exc).__name__}: {exc}"
+        since, tries = (self.stall.since, self.stall.tries) if self.stall else (time.time(), 0)
+        self.stall = Stall(error, since, tries + 1)
+        log.warning(  # with the traceback at a stall's first failure: an unforeseen error is retried too
+            "folding failed (%s); the batches stay journalled, retrying in %.1f s", error, delay, exc_info=tries == 0
+        )
+        return not self._stopping.wait(delay)
+
+
+def _delays() -> Iterator[float]:
+    """Back-off: RETRY_S, doubling up to MAX_RETRY_S."""
+    delay = RETRY_S
+    while True:
+        yield delay
+        delay = min(delay * 2, MAX_RETRY_S)
 
 
 def _settle(future: Future[Any], fn: Callable[[Store], Any], store: Store) -> None:

@@ -1,0 +1,95 @@
+"""Work per request is bounded: elements per body, events per fold group, and the server's memory under hostile bodies
+(anyone with the ingest key, which Ray logs in clear, or any local process can send them)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from raysight.server.app import create_app
+from tests.ray_scenarios import ServerProcess
+
+MAX_EVENTS = 100_000  # the default of --max-events
+RSS_BOUND_MB = 1024  # the server's peak resident set under hostile bodies (measured: 640 MB; DuckDB's limit is 1 GB)
+
+
+def _post(client: TestClient | httpx.Client, url: str, body: bytes) -> httpx.Response:
+    return client.post(url, content=body, headers={"Content-Type": "application/json"})
+
+
+def _zeros(n: int) -> bytes:
+    return b"[" + b",".join([b"0"] * n) + b"]"
+
+
+def test_a_body_of_more_events_than_the_limit_is_refused_with_what_to_do(server: TestClient) -> None:
+    """Ray sends at most 1,000 events per POST (and never more than its 100k buffer): far more is refused, whole."""
+    refused = _post(server, "/ingest/ray-events", _zeros(MAX_EVENTS + 1))
+    assert refused.status_code == 413
+    assert refused.json()["error"] == f"{MAX_EVENTS + 1} events in one body, over {MAX_EVENTS} " + (
+        "(raise --max-events)"
+    )
+    assert _post(server, "/ingest/ray-events", _zeros(MAX_EVENTS)).status_code == 200
+    assert 'raysight_ingest_rejected_total{reason="too_many_events"} 1.0' in server.get("/metrics").text
+
+
+def test_the_events_limit_is_configurable(tmp_path: Path) -> None:
+    with TestClient(create_app(tmp_path / "data", max_events=10)) as client:
+        assert _post(client, "/ingest/ray-events", _zeros(11)).status_code == 413
+        assert _post(client, "/ingest/ray-events", _zeros(10)).status_code == 200
+
+
+def test_a_fold_group_holds_a_bounded_number_of_events_however_small(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes alone do not bound a group: 48 MB of [{},{},…] is 16M events. A group closes at MAX_GROUP_EVENTS."""
+    batch = ray_batches[2]
+    monkeypatch.setattr("raysight.store.writer.MAX_GROUP_EVENTS", len(batch) + 1, raising=False)
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=30)) as client:
+        writer = client.app.state.raysight.writer
+        for i in range(4):
+            body = orjson.dumps([{**e, "sessionName": f"group_{i}"} for e in batch])
+            assert _post(client, "/ingest/ray-events", body).status_code == 200
+        deadline = time.monotonic() + 30
+        while writer.backlog()["batches"]:  # full groups are folded at once, without waiting for the interval
+            assert time.monotonic() < deadline, "the backlog was not folded"
+            time.sleep(0.02)
+        assert client.get("/api/raysight/doctor").json()["counters"]["batches"] == 2  # two batches a group
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
+def test_hostile_bodies_keep_the_server_under_its_memory_bound(tmp_path: Path) -> None:
+    """Bodies of up to 16 MiB built to cost the most memory per byte: millions of elements are refused; what is
+    under the limits is folded (quarantined, as it is not Ray's) with the server's peak RSS under RSS_BOUND_MB."""
+    server = ServerProcess(tmp_path / "data").start()
+    assert server.proc is not None
+    try:
+        with httpx.Client(timeout=60) as http:
+            url = f"{server.url}/ingest/ray-events"
+            for element in (b"0", b"{}"):  # 8.4M and 5.6M elements
+                body = b"[" + b",".join([element] * ((16 * 1024 * 1024 - 2) // (len(element) + 1))) + b"]"
+                assert _post(http, url, body).status_code == 413
+            wide = orjson.dumps([{"eventId": str(i), "sessionName": "x" * 130} for i in range(MAX_EVENTS)])
+            nested = orjson.dumps([{"eventId": "n", "sessionName": "s", "a": [0] * 8_000_000}])
+            distinct = orjson.dumps(list(range(MAX_EVENTS)))
+            for body in (wide, nested, nested, nested, distinct, wide):
+                assert len(body) <= 16 * 1024 * 1024
+                assert _post(http, url, body).status_code == 200
+            deadline = time.monotonic() + 180
+            while http.get(f"{server.url}/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+                assert time.monotonic() < deadline, "the hostile bodies were not folded"
+                time.sleep(0.2)
+        peak = _peak_rss_mb(server.proc.pid)
+        print(f"server peak RSS {peak:.0f} MB")
+        assert peak < RSS_BOUND_MB
+    finally:
+        server.stop(signal.SIGKILL)
