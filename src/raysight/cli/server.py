@@ -16,32 +16,42 @@ from raysight.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY,
     DEFAULT_PORT,
+    ENV_ADMIN_TOKEN,
     ENV_INGEST_KEY,
     ENV_TOKEN,
     default_data_dir,
     is_loopback,
 )
+from raysight.server.auth import Secrets
 
 PIDFILE = "server.pid"
 LOGFILE = "server.log"
 
 
-def serve(host: str, port: int, data_dir: Path, max_body: int, token: str | None, ingest_key: str | None) -> None:
+def serve(
+    host: str,
+    port: int,
+    data_dir: Path,
+    *,
+    max_body: int,
+    given: Secrets,
+) -> None:
+    """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
 
     from raysight.server.app import create_app
-    from raysight.server.auth import Secrets, load_or_create
+    from raysight.server.auth import load_or_create
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    secrets = Secrets(None, None)
+    secrets = Secrets.loopback()
     if not is_loopback(host):
-        secrets = load_or_create(data_dir, token, ingest_key)
+        secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
     click.echo(f"raysight listening on http://{host}:{port}")
     click.echo(f"data in {data_dir}")
     if secrets.token:
         click.echo(
-            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN); "
-            "ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
+            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN), deleting and reindexing its "
+            "admin_token (RAYSIGHT_ADMIN_TOKEN); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
         )
     sys.stdout.flush()
     uvicorn.run(
@@ -90,6 +100,9 @@ def start_detached(host: str, port: int, data_dir: Path, max_body: int = DEFAULT
 @click.option("--max-body", default=DEFAULT_MAX_BODY, show_default=True, help="Largest ingest body, in bytes.")
 @click.option("--token", envvar=ENV_TOKEN, default=None, help="Read token (when bound beyond loopback).")
 @click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None, help="Write-only ingest key (idem).")
+@click.option(
+    "--admin-token", envvar=ENV_ADMIN_TOKEN, default=None, help="Token for deleting sessions and reindexing (idem)."
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -100,6 +113,7 @@ def server_cmd(
     max_body: int,
     token: str | None,
     ingest_key: str | None,
+    admin_token: str | None,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -110,7 +124,13 @@ def server_cmd(
         pid = start_detached(host, port, data_dir, max_body)
         click.echo(f"raysight server running in the background (pid {pid}) on http://{host}:{port}, data in {data_dir}")
         return
-    serve(host, port, data_dir, max_body, token, ingest_key)
+    serve(
+        host,
+        port,
+        data_dir,
+        max_body=max_body,
+        given=Secrets(token, ingest_key, admin_token),
+    )
 
 
 @server_cmd.command("stop")
