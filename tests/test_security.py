@@ -3,9 +3,13 @@ types, the three secrets, WebSocket handshakes, bad numbers and credentials, fil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
+from tests.ray_scenarios import ServerProcess
 from tests.test_server import post
 
 JSON = {"Content-Type": "application/json"}
@@ -184,3 +189,108 @@ def test_ray_metrics_are_posted_as_json(server: TestClient) -> None:
     for bad in (b'"text"', b'{"text": 5}', b"[]"):
         answer = server.post("/ingest/agent/ray-metrics", content=bad, headers=JSON)
         assert answer.status_code == 400 and '{"text"' in answer.json()["error"]
+
+
+# A real server: what its process creates on disk, which Host names it answers, how it treats slow clients.
+
+HEADER_TIMEOUT_S, BODY_TIMEOUT_S, MAX_CONNECTIONS = 1.0, 1.0, 12
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    options = ["--allowed-host", "raysight.example", "--header-timeout", str(HEADER_TIMEOUT_S)]
+    options += ["--body-timeout", str(BODY_TIMEOUT_S), "--max-connections", str(MAX_CONNECTIONS)]
+    umask = os.umask(0o022)  # a common umask, which the server must not rely on
+    try:
+        server = ServerProcess(tmp_path_factory.mktemp("live") / "data", options=options).start()
+    finally:
+        os.umask(umask)
+    yield server
+    server.stop()
+
+
+def test_on_loopback_only_loopback_host_names_are_served(live: ServerProcess) -> None:
+    port = live.port
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}", "raysight.example:80"):
+        assert httpx.get(live.url + "/api/raysight/sessions", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.", ""):
+        answer = httpx.get(live.url + "/api/raysight/sessions", headers={"Host": host})
+        assert answer.status_code == 400 and "--allowed-host" in answer.json()["error"], host
+        assert httpx.post(live.url + "/api/raysight/reindex", headers={**JSON, "Host": host}).status_code == 400
+
+
+def test_the_data_dir_and_its_files_are_private(live: ServerProcess, ray_batches) -> None:
+    with live.client() as client:
+        for batch in ray_batches[:3]:
+            httpx.post(live.url + "/ingest/ray-events?cluster=t", content=orjson.dumps(batch), headers=JSON)
+        deadline = time.monotonic() + 20
+        while client.ingest_backlog()["batches"] or not client.sessions():
+            assert time.monotonic() < deadline, "the server did not fold its batches"
+            time.sleep(0.05)
+    made = [live.data_dir, *live.data_dir.rglob("*")]
+    assert any(p.suffix == ".duckdb" for p in made) and any(p.suffix == ".log" for p in made)
+    modes = {str(p.relative_to(live.data_dir.parent)): oct(stat.S_IMODE(p.stat().st_mode)) for p in made}
+    assert {p: m for p, m in modes.items() if m not in ("0o700", "0o600")} == {}
+    assert all(m == "0o700" for p, m in modes.items() if Path(live.data_dir.parent, p).is_dir())
+
+
+def _connect(port: int, first: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(first)
+    return sock
+
+
+def _wait_closed(socks: dict[str, socket.socket], drip: dict[str, bytes], limit_s: float) -> dict[str, float]:
+    """Send each socket's drip one byte every 0.2 s until the server closes it; return when each was closed."""
+    started, closed, replies = time.monotonic(), {}, {}
+    while len(closed) < len(socks):
+        assert time.monotonic() - started < limit_s, f"still open after {limit_s} s: {sorted(set(socks) - set(closed))}"
+        for name, sock in socks.items():
+            if name in closed:
+                continue
+            try:
+                sock.settimeout(0.2 / len(socks))
+                data = sock.recv(4096)
+            except TimeoutError:
+                data = None
+            except ConnectionResetError:
+                data = b""
+            if data:
+                replies[name] = replies.get(name, b"") + data
+            elif data == b"":
+                closed[name] = time.monotonic() - started
+            elif drip.get(name):
+                try:
+                    sock.sendall(drip[name][:1])
+                    drip[name] = drip[name][1:]
+                except (BrokenPipeError, ConnectionResetError):
+                    closed[name] = time.monotonic() - started
+    for sock in socks.values():
+        sock.close()
+    return closed
+
+
+def test_slow_clients_are_cut_off(live: ServerProcess) -> None:
+    """A connection that sends nothing, headers at 5 bytes/s, a body at 5 bytes/s: each closed after its timeout."""
+    headers = b"POST /ingest/ray-events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    socks = {
+        "idle": _connect(live.port),
+        "slow headers": _connect(live.port, b"GET /api/raysight/sessions HTTP/1.1\r\n"),
+        "slow body": _connect(live.port, headers + b"Content-Length: 1000\r\n\r\n["),
+    }
+    drip = {"slow headers": b"X-Slow: " + b"a" * 1000, "slow body": b"[]," * 300}
+    closed = _wait_closed(socks, drip, limit_s=HEADER_TIMEOUT_S + BODY_TIMEOUT_S + 5)
+    assert max(closed.values()) < max(HEADER_TIMEOUT_S, BODY_TIMEOUT_S) + 3
+    assert httpx.get(live.url + "/api/raysight/ping").status_code == 200
+
+
+def test_connections_past_the_limit_are_turned_away_at_once(live: ServerProcess) -> None:
+    flood = {f"c{i}": _connect(live.port, b"GET / HTTP/1.1\r\n") for i in range(3 * MAX_CONNECTIONS)}
+    turned_away = 0
+    for sock in flood.values():
+        sock.settimeout(0.05)
+        with contextlib.suppress(TimeoutError):
+            turned_away += sock.recv(4096).startswith(b"HTTP/1.1 503")
+    assert turned_away >= 2 * MAX_CONNECTIONS
+    _wait_closed(flood, {}, limit_s=HEADER_TIMEOUT_S + 5)
+    assert httpx.get(live.url + "/api/raysight/ping").status_code == 200
