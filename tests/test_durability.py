@@ -12,6 +12,8 @@ import orjson
 
 from tests.ray_scenarios import ServerProcess
 
+JSON = {"Content-Type": "application/json"}  # as Ray's aggregator sends it
+
 
 def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_batches) -> None:
     server = ServerProcess(tmp_path).start()
@@ -27,7 +29,7 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
                 session = f"session_kill_{i:05d}"
                 body = orjson.dumps([{**e, "sessionName": session} for e in events])
                 try:
-                    reply = http.post(f"{server.url}/ingest/ray-events", content=body)
+                    reply = http.post(f"{server.url}/ingest/ray-events", content=body, headers=JSON)
                 except httpx.TransportError:
                     return
                 if reply.status_code == 200:

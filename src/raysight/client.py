@@ -109,7 +109,8 @@ class Client:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 
     def delete_session(self, name: str) -> str:
-        return self._request("DELETE", f"/api/raysight/sessions/{name}", headers=self._admin_headers)["deleted"]  # type: ignore[no-any-return]
+        body = self._request("DELETE", f"/api/raysight/sessions/{name}", headers=self._admin_headers)
+        return body["deleted"]  # type: ignore[no-any-return]
 
     def ingest_backlog(self) -> dict[str, int]:
         """Batches (and bytes) the server has acknowledged but not yet folded into its store; cheap to poll."""
@@ -119,7 +120,8 @@ class Client:
         return self._request("GET", "/api/raysight/doctor")  # type: ignore[no-any-return]
 
     def reindex(self) -> int:
-        return self._request("POST", "/api/raysight/reindex", json={}, headers=self._admin_headers)["events"]  # type: ignore[no-any-return]
+        body = self._request("POST", "/api/raysight/reindex", json={}, headers=self._admin_headers)  # POSTs are JSON
+        return body["events"]  # type: ignore[no-any-return]
 
     def run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, key: str | None) -> None:
         params = {"key": key} if key else {}
