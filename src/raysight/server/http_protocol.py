@@ -48,7 +48,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._deadline = None
         if self.transport.is_closing():
             return
-        self.logger.warning("%s: closed a connection whose request %s took over %g s", self.client, what, seconds)
+        # info, not warning: a flood of slow clients must not flood the log
+        self.logger.info("%s: closed a connection whose request %s took over %g s", self.client, what, seconds)
         if what == "headers":  # no request is running yet: tell the client why
             self.transport.write(TOO_SLOW)
         self.transport.close()  # mid-body the app sees a disconnect
