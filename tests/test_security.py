@@ -16,14 +16,16 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
+from raysight.cli.server import server_cmd
 from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
-from raysight.server.auth import Secrets
+from raysight.server.auth import Secrets, load_or_create
 from tests.ray_scenarios import ServerProcess
 from tests.test_server import post
 
@@ -119,10 +121,8 @@ def test_destructive_operations_need_the_admin_token(secured: TestClient, ray_ba
 
 
 def test_the_admin_token_is_generated_and_kept_like_the_others(tmp_path: Path) -> None:
-    from raysight.server.auth import load_or_create
-
     first = load_or_create(tmp_path, None, None, None)
-    assert len({first.token, first.ingest_key, first.admin_token}) == 3 and None not in (first.admin_token,)
+    assert first.admin_token and len({first.token, first.ingest_key, first.admin_token}) == 3
     assert load_or_create(tmp_path, None, None, None) == first
     assert load_or_create(tmp_path, None, None, "given").admin_token == "given"
     assert stat.S_IMODE((tmp_path / "secrets.json").stat().st_mode) == 0o600
@@ -217,6 +217,13 @@ def test_on_loopback_only_loopback_host_names_are_served(live: ServerProcess) ->
         answer = httpx.get(live.url + "/api/raysight/sessions", headers={"Host": host})
         assert answer.status_code == 400 and "--allowed-host" in answer.json()["error"], host
         assert httpx.post(live.url + "/api/raysight/reindex", headers={**JSON, "Host": host}).status_code == 400
+
+
+def test_allowed_hosts_are_for_loopback_binds(tmp_path: Path) -> None:
+    """Beyond loopback the tokens decide; a Host list there would only block remote nodes that use another name."""
+    result = CliRunner().invoke(server_cmd, ["--host", "0.0.0.0", "--allowed-host", "x", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "--allowed-host is for a loopback --host" in result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_data_dir_and_its_files_are_private(live: ServerProcess, ray_batches) -> None:
