@@ -32,6 +32,7 @@ from tests.ray_scenarios import ServerProcess
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 BATCH_EVENTS = 1000
+JSON = {"Content-Type": "application/json"}  # as Ray's aggregator sends it
 
 
 def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, int]:
@@ -41,7 +42,7 @@ def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, in
         retries = 0
         with httpx.Client(timeout=30) as http:
             for data in share:
-                while (status := http.post(url, content=data).status_code) == 503:
+                while (status := http.post(url, content=data, headers=JSON).status_code) == 503:
                     retries += 1
                 if status != 200:
                     raise SystemExit(f"ingest answered {status}")

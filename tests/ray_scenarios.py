@@ -18,12 +18,18 @@ class ServerProcess:
     """`raysight server` on a loopback port, started and stopped by PID."""
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, prefix: Sequence[str] = (), start_timeout_s: float = 30
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        prefix: Sequence[str] = (),
+        start_timeout_s: float = 30,
+        options: Sequence[str] = (),
     ) -> None:
-        """``prefix`` runs the server under another command (``taskset -c 0`` for the benchmarks)."""
+        """``prefix`` runs the server under another command (``taskset -c 0`` for the benchmarks); ``options`` are
+        more `raysight server` options."""
         self.data_dir, self.port = data_dir, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.prefix, self.start_timeout_s = list(prefix), start_timeout_s
+        self.prefix, self.start_timeout_s, self.options = list(prefix), start_timeout_s, list(options)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServerProcess:
@@ -38,6 +44,7 @@ class ServerProcess:
                 str(self.port),
                 "--data-dir",
                 str(self.data_dir),
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,

@@ -22,6 +22,8 @@ from raysight.server.app import create_app
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import ServerProcess
 
+JSON = {"Content-Type": "application/json"}  # as Ray's aggregator sends it
+
 
 def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_batches) -> None:
     server = ServerProcess(tmp_path).start()
@@ -37,7 +39,7 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
                 session = f"session_kill_{i:05d}"
                 body = orjson.dumps([{**e, "sessionName": session} for e in events])
                 try:
-                    reply = http.post(f"{server.url}/ingest/ray-events", content=body)
+                    reply = http.post(f"{server.url}/ingest/ray-events", content=body, headers=JSON)
                 except httpx.TransportError:
                     return
                 if reply.status_code == 200:
@@ -45,7 +47,9 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
 
     sender = threading.Thread(target=send)
     sender.start()
+    deadline = time.monotonic() + 60
     while len(acked) < 15:
+        assert sender.is_alive() and time.monotonic() < deadline, f"only {len(acked)} batches were acknowledged"
         threading.Event().wait(0.05)
     server.stop(signal.SIGKILL)
     stop.set()
@@ -230,7 +234,7 @@ def test_on_a_real_full_tmpfs_nothing_acknowledged_is_lost_and_folding_resumes(t
 
             def post(session: str) -> int:
                 body = orjson.dumps([{**e, "sessionName": session} for e in events])
-                status = http.post(f"{server.url}/ingest/ray-events", content=body).status_code
+                status = http.post(f"{server.url}/ingest/ray-events", content=body, headers=JSON).status_code
                 if status == 200:
                     acked.append(session)
                 return status

@@ -114,12 +114,13 @@ def test_ray_compatible_api_speaks_rays_envelope(server: TestClient, ray_batches
 
 
 def test_beyond_loopback_reads_need_the_token_and_the_ingest_key_only_writes(tmp_path: Path, ray_batches) -> None:
-    secrets = Secrets(token="read-secret", ingest_key="write-secret")
+    secrets = Secrets(token="read-secret", ingest_key="write-secret", admin_token="admin-secret")
     with TestClient(create_app(tmp_path, secrets=secrets)) as client:
         assert post(client, ray_batches[0]).status_code == 401
         assert post(client, ray_batches[0], "?key=write-secret").status_code == 200
-        assert client.post("/ingest/agent/ray-metrics", content=b"").status_code == 401
-        assert client.post("/ingest/agent/ray-metrics?key=write-secret", content=b"").status_code == 200
+        metrics = {"json": {"text": ""}}
+        assert client.post("/ingest/agent/ray-metrics", **metrics).status_code == 401
+        assert client.post("/ingest/agent/ray-metrics?key=write-secret", **metrics).status_code == 200
         assert client.get("/api/raysight/sessions?key=write-secret").status_code == 401
         assert client.get("/api/v0/actors").status_code == 401
         assert client.get("/metrics").status_code == 401
@@ -179,8 +180,8 @@ def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, r
     for batch in ray_batches:
         post(server, batch)
 
-    def send(body: str | bytes) -> object:
-        return server.post("/ingest/agent/ray-metrics", content=body, headers={"Content-Type": "text/plain"})
+    def send(text: str) -> object:
+        return server.post("/ingest/agent/ray-metrics", json={"text": text})
 
     assert send(text).json() == {"ok": True, "samples": 9}
     assert send(text.replace("} 8780.0", "} 10.0")).status_code == 200  # an older scrape never lowers a counter
@@ -195,10 +196,10 @@ def test_what_rays_aggregators_reported_reaches_the_doctor(server: TestClient, r
         "WORKER_LIFECYCLE_EVENT": 4,
     }
     assert reported["consecutive_publish_failures"] == 3
-    for bad, status in ((b"{not prometheus", 400), (b"\xff\xfe", 400), (b"#" * (1024 * 1024 + 1), 413)):
+    for bad, status in (("{not prometheus", 400), ("#" * (1024 * 1024 + 1), 413)):
         answer = send(bad)
         assert answer.status_code == status and answer.json()["ok"] is False
-    assert "bad Ray metrics: not Prometheus text" in send(b"x{a=b} 1").json()["error"]
+    assert "bad Ray metrics: not Prometheus text" in send("x{a=b} 1").json()["error"]
     server.delete(f"/api/raysight/sessions/{reported['session']}")
     assert server.get("/api/raysight/doctor").json()["ray_reported"] == []
 

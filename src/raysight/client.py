@@ -12,13 +12,19 @@ from typing import Any
 
 import httpx
 
-from raysight.config import ENV_TOKEN, default_server
-from raysight.errors import BadQuery, NotFound, RaysightError, ServerUnreachable, Unauthorized
+from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, default_server
+from raysight.errors import BadQuery, BodyTooLarge, Forbidden, NotFound, RaysightError, ServerUnreachable, Unauthorized
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
 RESOURCES = ("actors", "jobs", "nodes", "tasks", "workers")
 
-_BY_STATUS: dict[int, type[RaysightError]] = {400: BadQuery, 401: Unauthorized, 404: NotFound}
+_BY_STATUS: dict[int, type[RaysightError]] = {
+    400: BadQuery,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    413: BodyTooLarge,
+}
 
 
 class Client:
@@ -27,12 +33,17 @@ class Client:
         server: str | None = None,
         *,
         token: str | None = None,
+        admin_token: str | None = None,
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """``token`` reads (default ``$RAYSIGHT_TOKEN``); ``admin_token`` also deletes sessions and reindexes
+        (default ``$RAYSIGHT_ADMIN_TOKEN``). Neither is needed on loopback."""
         self.server = (server or default_server()).rstrip("/")
         token = token or os.environ.get(ENV_TOKEN)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        admin_token = admin_token or os.environ.get(ENV_ADMIN_TOKEN)
+        headers = {"Authorization": f"Bearer {token or admin_token}"} if token or admin_token else {}
+        self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
         self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
@@ -98,7 +109,8 @@ class Client:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 
     def delete_session(self, name: str) -> str:
-        return self._request("DELETE", f"/api/raysight/sessions/{name}")["deleted"]  # type: ignore[no-any-return]
+        body = self._request("DELETE", f"/api/raysight/sessions/{name}", headers=self._admin_headers)
+        return body["deleted"]  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, Any]:
         """The server's liveness answer: its version, pid and ingest backlog; raises when it does not answer."""
@@ -112,7 +124,8 @@ class Client:
         return self._request("GET", "/api/raysight/doctor")  # type: ignore[no-any-return]
 
     def reindex(self) -> int:
-        return self._request("POST", "/api/raysight/reindex")["events"]  # type: ignore[no-any-return]
+        body = self._request("POST", "/api/raysight/reindex", json={}, headers=self._admin_headers)  # POSTs are JSON
+        return body["events"]  # type: ignore[no-any-return]
 
     def run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, key: str | None) -> None:
         params = {"key": key} if key else {}
@@ -122,6 +135,5 @@ class Client:
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
         params = {"key": key} if key else {}
-        headers = {"Content-Type": "text/plain; version=0.0.4"}
-        body = self._request("POST", "/ingest/agent/ray-metrics", content=text.encode(), params=params, headers=headers)
+        body = self._request("POST", "/ingest/agent/ray-metrics", json={"text": text}, params=params)
         return body["samples"]  # type: ignore[no-any-return]

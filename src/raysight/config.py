@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
@@ -21,6 +22,17 @@ ENV_DATA = "RAYSIGHT_DATA"
 ENV_SERVER = "RAYSIGHT_SERVER"
 ENV_TOKEN = "RAYSIGHT_TOKEN"
 ENV_INGEST_KEY = "RAYSIGHT_INGEST_KEY"
+ENV_ADMIN_TOKEN = "RAYSIGHT_ADMIN_TOKEN"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long the server waits for a request's headers, then for its body, and how many connections it holds.
+    Ray's aggregator gives up on a POST after 3 s, so these leave it room."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1000
 
 
 def default_data_dir() -> Path:

@@ -4,6 +4,8 @@ RaysightError
  ├─ BadQuery        a filter, sort, limit or parameter the caller must fix (HTTP 400)
  ├─ NotFound        an unknown session, resource or ID (HTTP 404)
  ├─ Unauthorized    a missing or wrong token (HTTP 401)
+ ├─ Forbidden       a token that does not grant this, or a request another site sent (HTTP 403)
+ ├─ BodyTooLarge    a request body over its route's limit (HTTP 413)
  └─ ServerUnreachable   the client could not reach a raysight server
 """
 
@@ -24,6 +26,14 @@ class NotFound(RaysightError):
 
 class Unauthorized(RaysightError):
     status = 401
+
+
+class Forbidden(RaysightError):
+    status = 403
+
+
+class BodyTooLarge(RaysightError):
+    status = 413
 
 
 class ServerUnreachable(RaysightError):

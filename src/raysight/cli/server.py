@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,44 +15,66 @@ from raysight.config import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_PORT,
+    ENV_ADMIN_TOKEN,
     ENV_INGEST_KEY,
     ENV_TOKEN,
+    Limits,
     default_data_dir,
     is_loopback,
 )
+from raysight.server.auth import Secrets
+
+SECONDS = click.FloatRange(min=0, min_open=True)
 
 
 def serve(
     host: str,
     port: int,
     data_dir: Path,
+    *,
     max_body: int,
-    token: str | None,
-    ingest_key: str | None,
-    max_events: int = DEFAULT_MAX_EVENTS,
-    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    max_events: int,
+    memory_limit: str,
+    given: Secrets,
+    allowed_hosts: tuple[str, ...],
+    limits: Limits,
 ) -> None:
+    """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
 
     from raysight.server.app import create_app
-    from raysight.server.auth import Secrets, load_or_create
+    from raysight.server.auth import load_or_create
+    from raysight.server.guard import LOOPBACK_HOSTS, host_name
+    from raysight.server.http_protocol import protocol_with
 
+    if allowed_hosts and not is_loopback(host):
+        raise click.UsageError("--allowed-host is for a loopback --host; beyond loopback the tokens decide")
+    os.umask(0o077)  # what the server writes (store, journal, secrets) is for its user only
     data_dir.mkdir(parents=True, exist_ok=True)
-    secrets = Secrets(None, None)
+    data_dir.chmod(0o700)  # also when made earlier, or by another umask
+    secrets = Secrets.loopback()
     if not is_loopback(host):
-        secrets = load_or_create(data_dir, token, ingest_key)
+        secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
     click.echo(f"raysight listening on http://{host}:{port}")
     click.echo(f"data in {data_dir}")
     if secrets.token:
         click.echo(
-            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN); "
-            "ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
+            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN), deleting and reindexing its "
+            "admin_token (RAYSIGHT_ADMIN_TOKEN); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
         )
     sys.stdout.flush()
     uvicorn.run(
-        create_app(data_dir, secrets=secrets, max_body=max_body, max_events=max_events, memory_limit=memory_limit),
+        create_app(
+            data_dir,
+            secrets=secrets,
+            allowed_hosts=LOOPBACK_HOSTS | {host_name(h) for h in allowed_hosts} if is_loopback(host) else None,
+            max_body=max_body,
+            max_events=max_events,
+            memory_limit=memory_limit,
+        ),
         host=host,
         port=port,
+        http=protocol_with(limits),
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
@@ -87,6 +110,37 @@ def serve(
 )
 @click.option("--token", envvar=ENV_TOKEN, default=None, help="Read token (when bound beyond loopback).")
 @click.option("--ingest-key", envvar=ENV_INGEST_KEY, default=None, help="Write-only ingest key (idem).")
+@click.option(
+    "--admin-token", envvar=ENV_ADMIN_TOKEN, default=None, help="Token for deleting sessions and reindexing (idem)."
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="On loopback, serve this Host name too (a proxy's), beside localhost, 127.0.0.1 and [::1]. Repeatable.",
+)
+@click.option(
+    "--header-timeout",
+    type=SECONDS,
+    default=Limits.header_timeout_s,
+    show_default=True,
+    help="Seconds a client has to send a request's headers.",
+)
+@click.option(
+    "--body-timeout",
+    type=SECONDS,
+    default=Limits.body_timeout_s,
+    show_default=True,
+    help="Seconds a client has to send a request's body.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=Limits.max_connections,
+    show_default=True,
+    help="Connections held at once; more are answered 503 and closed.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -99,6 +153,11 @@ def server_cmd(
     memory_limit: str,
     token: str | None,
     ingest_key: str | None,
+    admin_token: str | None,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -109,7 +168,17 @@ def server_cmd(
         pid = start_detached(host, port, data_dir, *child_args(ctx.command, ctx.params))
         click.echo(f"raysight server running in the background (pid {pid}) on http://{host}:{port}, data in {data_dir}")
         return
-    serve(host, port, data_dir, max_body, token, ingest_key, max_events, memory_limit)
+    serve(
+        host,
+        port,
+        data_dir,
+        max_body=max_body,
+        max_events=max_events,
+        memory_limit=memory_limit,
+        given=Secrets(token, ingest_key, admin_token),
+        allowed_hosts=allowed_hosts,
+        limits=Limits(header_timeout, body_timeout, max_connections),
+    )
 
 
 @server_cmd.command("stop")

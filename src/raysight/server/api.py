@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight import __version__
-from raysight.errors import BadQuery, NotFound
+from raysight.errors import BadQuery, Forbidden, NotFound
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
@@ -71,7 +71,17 @@ async def sessions(request: Request) -> Response:
     return _json({"sessions": await app_state(request).read(summaries.list_sessions)})
 
 
+def require_admin(request: Request) -> None:
+    """Destructive operations take the admin token, not the read token (when bound beyond loopback)."""
+    if not app_state(request).secrets.admin_ok(request.headers.get("authorization")):
+        raise Forbidden(
+            "deleting sessions and reindexing need the admin token (`admin_token` in the server's secrets.json): "
+            "set RAYSIGHT_ADMIN_TOKEN or send it as Authorization: Bearer"
+        )
+
+
 async def delete_session(request: Request) -> Response:
+    require_admin(request)
     name = request.path_params["session"]
     state = app_state(request)
     resolved = await state.read(lambda con: queries.resolve_session(con, name))
@@ -98,6 +108,7 @@ async def ping(request: Request) -> Response:
 
 
 async def reindex(request: Request) -> Response:
+    require_admin(request)
     state = app_state(request)
     events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
     return _json({"ok": True, "events": events})

@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,6 +19,7 @@ from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, ray_compat
 from raysight.server.auth import Secrets
+from raysight.server.guard import refusal
 from raysight.server.state import AppState, Metrics, app_state
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_INTERVAL_S, FOLD_NICENESS, Writer
@@ -30,39 +31,38 @@ def _is_ray_path(path: str) -> bool:
     return path.startswith(("/api/v0", "/api/jobs", "/api/version", "/sessions/"))
 
 
-async def handle_error(request: Request, exc: Exception) -> Response:
-    status = exc.status if isinstance(exc, RaysightError) else 500
-    message = str(exc) if isinstance(exc, RaysightError) else f"internal error: {type(exc).__name__}: {exc}"
-    if status == 500:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    if _is_ray_path(request.url.path):
+def error_response(path: str, status: int, message: str) -> Response:
+    """The one error shape: ``{"ok": false, "error", "status"}``, or Ray's envelope on Ray's paths."""
+    if _is_ray_path(path):
         return ray_compat.envelope_error(status, message)
     return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status)
 
 
-class ReadAuth:
-    """Every path but ingest (which checks its own write-only key) needs the read token, when there is one.
+async def handle_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, RaysightError) and exc.status < 500:
+        return error_response(request.url.path, exc.status, str(exc))
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    # never the exception's text: it may quote SQL or paths; the log has it
+    return error_response(request.url.path, 500, f"internal error ({type(exc).__name__}); the server's log says more")
 
-    Plain ASGI: ingest requests (and their bodies) pass straight through.
-    """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client hung up (or was cut off as too slow) mid-body: nobody to answer, nothing to log."""
+    return Response(status_code=499)
+
+
+class Guard:
+    """Refuses what :func:`guard.refusal` refuses, before any route (plain ASGI: bodies pass straight through)."""
+
+    def __init__(self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> None:
+        self.app, self.secrets, self.allowed_hosts = app, secrets, allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith("/ingest/"):
+        refused = refusal(scope, self.secrets, self.allowed_hosts) if scope["type"] in ("http", "websocket") else None
+        if refused is None:
             await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        if app_state(request).secrets.token_ok(request.headers.get("authorization")):
-            await self.app(scope, receive, send)
-            return
-        message = "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
-        if _is_ray_path(scope["path"]):
-            denied: Response = Response(message, status_code=401, media_type="text/plain")
-        else:
-            denied = JSONResponse({"ok": False, "error": message, "status": 401}, status_code=401)
-        await denied(scope, receive, send)
+        else:  # a WebSocket handshake gets the same HTTP answer (ASGI's denial response)
+            await error_response(scope["path"], *refused)(scope, receive, send)
 
 
 async def metrics(request: Request) -> Response:
@@ -73,12 +73,17 @@ def create_app(
     data_dir: str | Path,
     *,
     secrets: Secrets | None = None,
+    allowed_hosts: frozenset[str] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     max_events: int = DEFAULT_MAX_EVENTS,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     fold_interval_s: float = FOLD_INTERVAL_S,
 ) -> Starlette:
-    """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown."""
+    """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
+
+    ``secrets`` None: no credentials asked (loopback); ``allowed_hosts`` None: any ``Host`` served.
+    """
+    secrets = secrets or Secrets.loopback()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -86,7 +91,7 @@ def create_app(
         metrics_ = Metrics(store)
         writer = Writer(store, on_commit=metrics_.committed, fold_interval_s=fold_interval_s)
         metrics_.watch(writer)
-        app.state.raysight = AppState(store, writer, secrets or Secrets(None, None), metrics_, max_body, max_events)
+        app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events)
         try:
             yield
         finally:
@@ -97,6 +102,6 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(ReadAuth)],
-        exception_handlers={Exception: handle_error, RaysightError: handle_error},
+        middleware=[Middleware(Guard, secrets=secrets, allowed_hosts=allowed_hosts)],
+        exception_handlers={Exception: handle_error, RaysightError: handle_error, ClientDisconnect: client_gone},
     )

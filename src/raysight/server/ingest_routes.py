@@ -14,28 +14,28 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
+from raysight.errors import BadQuery, BodyTooLarge
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
+from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
 from raysight.store.writer import QueueFull
 
 RAY_METRICS_MAX_BODY = 1024 * 1024
-
-
-class BodyTooLarge(Exception):
-    pass
+RUN_EXIT_MAX_BODY = 64 * 1024
+RUN_ID_MAX = 128
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (before reading it whole) anything over ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
+        raise BodyTooLarge(f"body over {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge
+            raise BodyTooLarge(f"body over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -101,37 +101,63 @@ async def ray_events(request: Request) -> Response:
     return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
 
 
+def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:
+    value = body.get(name)
+    if type(value) is not int or not low <= value <= high:  # `true` is no exit code
+        raise BadQuery(f"bad run exit: {name} must be an integer from {low} to {high}, not {str(value)[:40]}")
+    return value
+
+
+def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int]:
+    """A run exit's run_id, driver_pid, exit_code and ended_ns, in the ranges the store keeps (INTEGER, BIGINT)."""
+    try:
+        fields = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadQuery(f"bad run exit: body is not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise BadQuery('bad run exit: the body must be a JSON object {"run_id", "driver_pid", "exit_code", "ended_ns"}')
+    run_id = fields.get("run_id")
+    if not (isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_MAX):
+        raise BadQuery(f"bad run exit: run_id must be a string of 1 to {RUN_ID_MAX} characters")
+    pid = None if fields.get("driver_pid") is None else _int_field(fields, "driver_pid", 0, INT64_MAX)
+    code = _int_field(fields, "exit_code", -(2**31), 2**31 - 1)
+    return run_id, pid, code, _int_field(fields, "ended_ns", 0, INT64_MAX)
+
+
+def _key_ok(request: Request) -> bool:
+    return app_state(request).secrets.ingest_ok(request.query_params.get("key"))
+
+
 async def run_exit(request: Request) -> Response:
     """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns"} from `raysight run`."""
-    state = app_state(request)
-    if not state.secrets.ingest_ok(request.query_params.get("key")):
+    if not _key_ok(request):
         return _error(401, "this ingest URL needs the server's ingest key")
-    try:
-        body = orjson.loads(await read_body(request, 64 * 1024))
-        run_id, pid, code, ended = body["run_id"], body.get("driver_pid"), body["exit_code"], body["ended_ns"]
-        if not (isinstance(run_id, str) and run_id and isinstance(code, int) and isinstance(ended, int)):
-            raise TypeError("run_id must be a string, exit_code and ended_ns integers")
-        if pid is not None and not isinstance(pid, int):
-            raise TypeError("driver_pid must be an integer")
-    except (BodyTooLarge, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        return _error(400, f"bad run exit: {exc}")
-    future = state.writer.call(lambda store: store.record_run_exit(run_id, pid, code, ended))
-    await asyncio.wrap_future(future)
+    run_id, pid, code, ended = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
+    await asyncio.wrap_future(app_state(request).writer.call(lambda s: s.record_run_exit(run_id, pid, code, ended)))
     return JSONResponse({"ok": True})
+
+
+def parse_metrics_post(body: bytes) -> str:
+    """The Prometheus text of a ``{"text": …}`` body (JSON: a content type no web page may send unasked)."""
+    try:
+        fields = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        fields = None
+    if not (isinstance(fields, dict) and isinstance(fields.get("text"), str)):
+        raise BadQuery('bad Ray metrics: the body must be a JSON object {"text": "<Prometheus text>"}')
+    text: str = fields["text"]
+    return text
 
 
 async def ray_metrics(request: Request) -> Response:
     """POST /ingest/agent/ray-metrics: a node's Prometheus text (its aggregator's lines suffice) from `raysight run`."""
-    state = app_state(request)
-    if not state.secrets.ingest_ok(request.query_params.get("key")):
+    if not _key_ok(request):
         return _error(401, "this ingest URL needs the server's ingest key")
     try:
-        samples = parse_aggregator_metrics((await read_body(request, RAY_METRICS_MAX_BODY)).decode())
-    except BodyTooLarge:
-        return _error(413, f"body over {RAY_METRICS_MAX_BODY} bytes")
-    except ValueError as exc:  # not UTF-8, or not Prometheus text
-        return _error(400, f"bad Ray metrics: {exc}")
-    written = await asyncio.wrap_future(state.writer.call(lambda store: store.record_ray_metrics(samples)))
+        samples = parse_aggregator_metrics(parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY)))
+    except ValueError as exc:  # not Prometheus text
+        raise BadQuery(f"bad Ray metrics: {exc}") from None
+    written = await asyncio.wrap_future(app_state(request).writer.call(lambda s: s.record_ray_metrics(samples)))
     return JSONResponse({"ok": True, "samples": written})
 
 

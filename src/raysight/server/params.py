@@ -6,15 +6,21 @@ from starlette.datastructures import QueryParams
 
 from raysight.errors import BadQuery
 
+INT64_MAX = 2**63 - 1
+
 
 def int_param(params: QueryParams, name: str, default: int | None) -> int | None:
+    """A count (limit, offset): 0 to 2^63 - 1, what the store's SQL takes."""
     value = params.get(name)
     if value is None or value == "":
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise BadQuery(f"{name} must be an integer, not {value!r}") from None
+        number = -1
+    if not 0 <= number <= INT64_MAX:
+        raise BadQuery(f"{name} must be an integer from 0 to {INT64_MAX}, not {value!r}")
+    return number
 
 
 def bool_param(params: QueryParams, name: str, default: bool = False) -> bool:

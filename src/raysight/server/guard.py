@@ -1,0 +1,73 @@
+"""What a request must pass before any route sees it, HTTP and WebSocket handshakes alike: pure checks of its scope.
+
+On loopback the browser is the threat, beyond it the network:
+
+- Host: bound to loopback, only loopback names (and ``--allowed-host``) are served, so a page whose own name was
+  pointed at 127.0.0.1 (DNS rebinding) reads nothing. Beyond loopback the secrets decide: a remote node posts to
+  whatever name it was given, and a refusal would block its Ray stream for good.
+- Another site: a request whose ``Origin`` is not this server, or whose ``Sec-Fetch-Site`` says another site, is
+  refused, but for a link followed (a GET navigation), so that shared URLs open.
+- Content type: a POST must carry one that a web page cannot send to another site without a CORS preflight (which
+  this server never grants), so text and form posts from other sites change nothing.
+- The read token, on every path but ingest (which checks its own write-only key).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.types import Scope
+
+from raysight.server.auth import Secrets
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+POST_TYPES = ("application/json", "application/x-protobuf")  # Ray's aggregator and raysight's own posts; OTLP
+
+
+def host_name(host: str) -> str:
+    """A ``Host`` header without its port: ``[::1]:8271`` → ``[::1]``, ``LocalHost:80`` → ``localhost``."""
+    host = host.lower()
+    if host.startswith("[") and "]" in host:
+        return host[: host.index("]") + 1]
+    return host.partition(":")[0]
+
+
+def from_other_site(headers: Headers, method: str) -> bool:
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower():
+        return True  # "null" (a sandboxed or file: page) too
+    if headers.get("sec-fetch-site") in ("cross-site", "same-site"):  # same-site: e.g. another port of localhost
+        followed_link = method in ("GET", "HEAD") and headers.get("sec-fetch-mode") == "navigate"
+        return not (followed_link and headers.get("sec-fetch-dest") not in ("object", "embed"))
+    return False
+
+
+def media_type(content_type: str | None) -> str:
+    """``application/json; charset=utf-8`` → ``application/json``."""
+    return (content_type or "").partition(";")[0].strip().lower()
+
+
+def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> tuple[int, str] | None:
+    """Why an HTTP request or WebSocket handshake is refused, as (status, message); None when it may pass.
+
+    ``allowed_hosts`` None: any Host (bound beyond loopback).
+    """
+    headers = Headers(scope=scope)
+    method = scope.get("method", "GET")  # a WebSocket handshake is a GET
+    host = headers.get("host", "")
+    if allowed_hosts is not None and host_name(host) not in allowed_hosts:
+        return 400, (
+            f"this raysight server is bound to loopback and serves loopback names only, not Host {host!r}; "
+            "start it with --allowed-host NAME to serve another name"
+        )
+    if from_other_site(headers, method):
+        return 403, "refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)"
+    if method == "POST" and media_type(headers.get("content-type")) not in POST_TYPES:
+        return 415, (
+            f"POST bodies must be sent as {' or '.join(POST_TYPES)}, "
+            f"not {headers.get('content-type') or 'without a Content-Type'}"
+        )
+    if not scope["path"].startswith("/ingest/") and not secrets.token_ok(headers.get("authorization")):
+        return 401, "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
+    return None
