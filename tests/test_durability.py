@@ -35,7 +35,9 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
 
     sender = threading.Thread(target=send)
     sender.start()
+    deadline = time.monotonic() + 60
     while len(acked) < 15:
+        assert sender.is_alive() and time.monotonic() < deadline, f"only {len(acked)} batches acknowledged"
         threading.Event().wait(0.05)
     server.stop(signal.SIGKILL)
     stop.set()
