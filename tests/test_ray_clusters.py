@@ -35,6 +35,13 @@ def by_name(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def driver_env() -> dict[str, str]:
+    """A clean shell's environment, plus what Ray itself asks of a driver joining a `ray start` cluster: `ray start`
+    turns token authentication on when a token exists (~/.ray/auth_token), a driver only when told to."""
+    token = Path.home() / ".ray" / "auth_token"
+    return {**without_ray_settings(), **({"RAY_AUTH_MODE": "token"} if token.exists() else {})}
+
+
 def wait_for_sessions(client: Client, count: int, timeout_s: float = 60) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout_s
     while len(sessions := client.sessions()) < count:
@@ -54,7 +61,7 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
             address = head.start()
             driver = subprocess.run(
                 [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
-                env={**without_ray_settings(), "RAY_AUTH_MODE": "token"},  # Ray's own: `ray start` turns auth on
+                env=driver_env(),
                 capture_output=True,
                 text=True,
                 timeout=120,
