@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
@@ -153,3 +154,13 @@ class RayStartHead:
             assert time.monotonic() < deadline, f"Ray processes left after {timeout_s} s: {pids}"
             time.sleep(0.1)
         self.proc.wait(timeout=timeout_s)
+
+
+def assert_nothing_alive_without_a_reason(data: dict[str, list[dict[str, Any]]]) -> None:
+    """Of an ended session, every node, worker and actor reads dead: as Ray reported, or inferred with a reason."""
+    for node in data["nodes"]:
+        assert node["state"] == "DEAD" and (node["reported_state"] == "DEAD" or node["inferred_reason"]), node
+    for worker in data["workers"]:
+        assert not worker["is_alive"] and (worker["reported_state"] == "DEAD" or worker["inferred_reason"]), worker
+    for actor in data["actors"]:
+        assert actor["state"] == "DEAD" and (actor["reported_state"] == "DEAD" or actor["inferred_reason"]), actor

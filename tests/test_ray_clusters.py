@@ -15,7 +15,13 @@ import pytest
 
 from raysight.cli.run import wait_until_quiet
 from raysight.client import Client
-from tests.ray_scenarios import RayStartHead, ServerProcess, ray_run, without_ray_settings
+from tests.ray_scenarios import (
+    RayStartHead,
+    ServerProcess,
+    assert_nothing_alive_without_a_reason,
+    ray_run,
+    without_ray_settings,
+)
 
 pytestmark = pytest.mark.ray
 PROGRAMS = Path(__file__).parent / "ray_programs"
@@ -114,8 +120,7 @@ def test_a_stopped_ray_start_cluster_ends_when_its_next_session_begins(ray_start
     assert session["end_time_ms"] and session["end_reason"].startswith("a later session of cluster prodlike began")
     (node,) = ray_start["stopped"]["nodes"]
     assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
-    for actor in ray_start["stopped"]["actors"]:
-        assert actor["state"] == "DEAD" and (actor["reported_state"] == "DEAD" or actor["inferred_reason"])
+    assert_nothing_alive_without_a_reason(ray_start["stopped"])
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +148,7 @@ def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]
     assert (jobs[0]["status"], jobs[0]["driver_exit_code"]) == ("FAILED", 3)
     assert "two_nodes.py" in jobs[0]["entrypoint"]
     assert two_nodes["session"]["end_reason"] == "the driver that started this local cluster exited"
-    for worker in data["workers"]:  # nothing of the ended session is left alive without a reason
-        assert not worker["is_alive"] and (worker["reported_state"] == "DEAD" or worker["inferred_reason"]), worker
-    for actor in data["actors"]:
-        assert actor["state"] == "DEAD" and (actor["reported_state"] == "DEAD" or actor["inferred_reason"]), actor
+    assert_nothing_alive_without_a_reason(data)
 
 
 def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unknown(two_nodes: dict[str, Any]) -> None:

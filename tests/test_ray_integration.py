@@ -17,7 +17,7 @@ import pytest
 
 from raysight.cli.run import ray_env
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess, ray_run
+from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason, ray_run
 
 pytestmark = pytest.mark.ray
 
@@ -80,6 +80,7 @@ def check_workload(data: dict[str, list[dict[str, Any]]]) -> None:
     assert "demo_workload" in job["entrypoint"]
     node = data["nodes"][0]
     assert node["is_head_node"] and node["resources_total"]["CPU"] == 2.0
+    assert_nothing_alive_without_a_reason(data)  # the driver exited and its local cluster with it
     dead = [w for w in data["workers"] if not w["is_alive"]]
     assert "SYSTEM_ERROR" in {w["exit_type"] for w in dead}  # the crashed task's and the crashed actor's workers
     assert "INTENDED_SYSTEM_EXIT" in {w["exit_type"] for w in dead}  # ray.kill
