@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
@@ -67,10 +69,11 @@ class ServerProcess:
         return Client(self.url)
 
 
-def ray_run(url: str, cluster: str, *program: str, timeout: float = 240) -> None:
-    """`raysight run --server URL --cluster NAME -- python …`, then wait until Ray's last events are in."""
+def ray_run(url: str, cluster: str, *program: str, timeout: float = 240, expect_code: int = 0) -> None:
+    """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``), then wait until Ray's
+    last events are in."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -84,11 +87,87 @@ def ray_run(url: str, cluster: str, *program: str, timeout: float = 240) -> None
             sys.executable,
             *program,
         ],
-        check=True,
         timeout=timeout,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
+    assert done.returncode == expect_code, done.stderr.decode(errors="replace")[-3000:]
     with Client(url) as client:
         wait_until_quiet(client)
+
+
+def without_ray_settings() -> dict[str, str]:
+    """This environment without Ray's or raysight's variables: a shell a user opens beside the cluster."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYSIGHT_"))}
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (a process started with ``start_new_session`` and all it started)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+class RayStartHead:
+    """A head node started as the README says (`eval "$(raysight env …)"`, then `ray start --head
+    --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"`), in a process session of its own that :meth:`stop` kills whole."""
+
+    def __init__(self, server_url: str, cluster: str, temp_dir: Path) -> None:
+        self.server_url, self.cluster, self.temp_dir = server_url, cluster, temp_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 90) -> str:
+        """Start the head; its address once it is up."""
+        python = sys.executable
+        script = (
+            f'eval "$({python} -m raysight env --server {self.server_url} --cluster {self.cluster})" && '
+            f"exec {python} -m ray.scripts.scripts start --head --port=0 --num-cpus=1 --disable-usage-stats --block "
+            f'--temp-dir={self.temp_dir} --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"'
+        )
+        self.proc = subprocess.Popen(
+            ["bash", "-c", script],
+            env=without_ray_settings(),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        address_file = self.temp_dir / "ray_current_cluster"
+        deadline = time.monotonic() + timeout_s
+        while not (address_file.exists() and address_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"ray start exited or did not come up within {timeout_s} s")
+            time.sleep(0.2)
+        return address_file.read_text().strip()
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Kill every process of the head's session (as `ray stop --force` would, but only these), and check that
+        none is left."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while pids := session_pids(self.proc.pid):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.poll()  # reap the head's own process
+            assert time.monotonic() < deadline, f"Ray processes left after {timeout_s} s: {pids}"
+            time.sleep(0.1)
+        self.proc.wait(timeout=timeout_s)
+
+
+def assert_nothing_alive_without_a_reason(data: dict[str, list[dict[str, Any]]]) -> None:
+    """Of an ended session, every node, worker and actor reads dead: as Ray reported, or inferred with a reason."""
+    for node in data["nodes"]:
+        assert node["state"] == "DEAD" and (node["reported_state"] == "DEAD" or node["inferred_reason"]), node
+    for worker in data["workers"]:
+        assert not worker["is_alive"] and (worker["reported_state"] == "DEAD" or worker["inferred_reason"]), worker
+    for actor in data["actors"]:
+        assert actor["state"] == "DEAD" and (actor["reported_state"] == "DEAD" or actor["inferred_reason"]), actor

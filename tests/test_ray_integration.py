@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from raysight.cli.run import ray_env
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess, ray_run
+from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason, ray_run
 
 pytestmark = pytest.mark.ray
 
@@ -78,6 +80,7 @@ def check_workload(data: dict[str, list[dict[str, Any]]]) -> None:
     assert "demo_workload" in job["entrypoint"]
     node = data["nodes"][0]
     assert node["is_head_node"] and node["resources_total"]["CPU"] == 2.0
+    assert_nothing_alive_without_a_reason(data)  # the driver exited and its local cluster with it
     dead = [w for w in data["workers"] if not w["is_alive"]]
     assert "SYSTEM_ERROR" in {w["exit_type"] for w in dead}  # the crashed task's and the crashed actor's workers
     assert "INTENDED_SYSTEM_EXIT" in {w["exit_type"] for w in dead}  # ray.kill
@@ -159,15 +162,16 @@ def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp
     server = ServerProcess(tmp_path / "store")
     script = tmp_path / "waits.py"
     go, done = tmp_path / "go", tmp_path / "done"
+    ray_temp = Path(tempfile.mkdtemp(prefix="ray-"))  # short: Ray's socket paths live under it
     script.write_text(
         "import os, time, ray\n"
-        "ray.init(num_cpus=2)\n"
+        f"ray.init(num_cpus=2, _temp_dir={str(ray_temp)!r})\n"
         "@ray.remote\n"
         "def square(x):\n    return x * x\n"
         "assert sum(ray.get([square.remote(i) for i in range(20)])) == 2470\n"
         f"open({str(done)!r}, 'w').close()\n"
-        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.2)\n"
-        "time.sleep(8)\n"
+        "deadline = time.monotonic() + 180\n"
+        f"while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:\n    time.sleep(0.2)\n"
         "ray.shutdown()\n"
     )
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **ray_env(server.url, "late")}
@@ -179,15 +183,27 @@ def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp
         while not done.exists():
             assert proc.poll() is None and time.monotonic() < deadline, "workload did not run"
             time.sleep(0.2)
-        time.sleep(3)  # Ray keeps retrying into a closed port
+        wait_for_log(ray_temp, "dashboard_agent.log", "Failed to send events to external service", proc)
         server.start()
+        with server.client() as client:  # what the aggregator buffered arrives while the cluster still runs
+            deadline = time.monotonic() + 60
+            while (squares := client.list("tasks", session="*", filters=["name=square", "state=FINISHED"]))[
+                "total"
+            ] < 20:
+                assert time.monotonic() < deadline, f"{squares['total']} of 20 squares arrived in 60 s"
+                time.sleep(0.5)
         go.touch()
         assert proc.wait(timeout=120) == 0
-        with server.client() as client:
-            squares = client.list("tasks", session="late", filters=["name=square"], limit=None)
-            assert squares["total"] == 20
-            assert {r["state"] for r in squares["rows"]} == {"FINISHED"}
     finally:
         if proc.poll() is None:
             proc.kill()
         server.stop()
+        shutil.rmtree(ray_temp, ignore_errors=True)
+
+
+def wait_for_log(ray_temp: Path, name: str, text: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Wait until a log of the Ray cluster under ``ray_temp`` says ``text`` (while ``proc``, its driver, runs)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(text in log.read_text(errors="replace") for log in ray_temp.glob(f"session_*/logs/{name}")):
+        assert proc.poll() is None and time.monotonic() < deadline, f"{name} never said {text!r}"
+        time.sleep(0.2)

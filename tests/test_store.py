@@ -103,7 +103,8 @@ def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_bat
     tasks = {(t["task_id"], t["attempt_number"]): t for t in snapshot(store)["tasks"]}
     for t in open_before:
         after = tasks[(t["task_id"], t["attempt_number"])]
-        assert after["state"] in ("FINISHED", "FAILED") and after["state_inferred"] and after["inferred_reason"]
+        assert after["state_inferred"] and after["inferred_reason"]
+        assert after["state"] in ("FINISHED", "FAILED") or after["inferred_reason"].startswith("outcome unknown")
     job = snapshot(store)["jobs"][0]
     assert job["status"] == "FAILED" and job["driver_exit_code"] == 3
     # Ray's own terminal state, arriving late, replaces the inference.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -37,6 +38,23 @@ def ray_env(
     }
 
 
+# The two RayConfig entries that turn the stream on, as `ray start --head --system-config` takes them. Ray 2.60 reads
+# them in each process from its own environment, or from this config, which the GCS hands to every process that joins
+# the cluster: without one of the two, a driver started in another shell sends none of its tasks' events (their
+# definitions, failures and end states: the owner's side), and its tasks look as if they had all run fine.
+RAY_SYSTEM_CONFIG = {"enable_ray_event": True, "enable_core_worker_ray_event_to_aggregator": True}
+SYSTEM_CONFIG_VAR = "RAYSIGHT_RAY_SYSTEM_CONFIG"
+
+
+def env_lines(server: str, cluster: str | None, key: str | None) -> list[str]:
+    """What `raysight env` prints: shell lines that export Ray's variables and the head's ``--system-config``."""
+    exports = {**ray_env(server, cluster, key=key), SYSTEM_CONFIG_VAR: json.dumps(RAY_SYSTEM_CONFIG)}
+    return [f"export {name}='{value}'" for name, value in exports.items()] + [
+        f'# on the head node: ray start --head --system-config="${SYSTEM_CONFIG_VAR}" …  (drivers started elsewhere',
+        "# then send their tasks' events too); on the other nodes: ray start --address=… (these exports, no config)",
+    ]
+
+
 server_option = click.option(
     "--server",
     metavar="URL",
@@ -57,9 +75,10 @@ key_option = click.option(
 @cluster_option
 @key_option
 def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> None:
-    """Print the `export` lines that point a `ray start` node at raysight."""
-    for name, value in ray_env(server or default_server(), cluster, key=ingest_key).items():
-        click.echo(f"export {name}='{value}'")
+    """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
+    then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head."""
+    for line in env_lines(server or default_server(), cluster, ingest_key):
+        click.echo(line)
 
 
 def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
@@ -126,7 +145,7 @@ def free_port() -> int:
 
 def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30.0) -> None:
     """Wait until the server has received no event for ``quiet_s`` (Ray flushes about every second) and has folded
-    everything it acknowledged."""
+    everything it acknowledged; TimeoutError when that has not happened within ``timeout_s``."""
     last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         report = client.doctor()
@@ -136,6 +155,10 @@ def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30
         elif time.monotonic() - since >= quiet_s:
             return
         time.sleep(0.25)
+    raise TimeoutError(
+        f"the server was still receiving or folding events after {timeout_s:.0f} s "
+        f"(received {last}; `raysight doctor` shows its backlog)"
+    )
 
 
 @click.command("demo")
@@ -165,7 +188,10 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
             )
             code = run_program([sys.executable, "-m", "raysight.demo_workload"], url, "demo", None)
             click.echo(f"Workload exited with code {code}; waiting for Ray's last events…")
-            wait_until_quiet(client)
+            try:
+                wait_until_quiet(client)
+            except TimeoutError as exc:
+                click.echo(f"raysight: {exc}; showing what has arrived", err=True)
             show_demo(client)
         click.echo(f"\nServer: {url}   data: {data_dir}")
         click.echo(f"Try:  raysight list tasks --server {url} --filter state=FAILED")

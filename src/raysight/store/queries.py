@@ -56,6 +56,13 @@ def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False,
 
 
 TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
+# When the owner's definition never came (a driver without the export variables), the ID still tells the type: an
+# actor creation task's is 8 0xff bytes and its actor's ID, an actor task's ends with its actor's ID, a normal task's
+# with 12 0xff bytes (a nil actor ID) and its job's, a driver's is 20 0xff bytes and its job's.
+_TASK_ID_TYPE = """CASE WHEN t.task_id LIKE repeat('f', 40) || '%' THEN 'DRIVER_TASK'
+    WHEN substr(t.task_id, 17, 24) = repeat('f', 24) THEN 'NORMAL_TASK'
+    WHEN t.task_id LIKE repeat('f', 16) || '%' THEN 'ACTOR_CREATION_TASK' ELSE 'ACTOR_TASK' END"""
+TASK_TYPE = f"coalesce(t.type, {_TASK_ID_TYPE})"
 # When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
 TASK_NAME = "coalesce(t.name, t.profile_name)"
 # When the executor's RUNNING event was lost, its profile still says when execution began.
@@ -72,6 +79,16 @@ TASK_PROFILING = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
                          'extra_data': x.extra}} ORDER BY x.start_ns)}} END
     FROM task_profile x WHERE {_OF_ATTEMPT})"""
 
+
+def _inferred(alias: str) -> list[Field]:
+    """A node's, worker's or actor's inferred end (see store.reconcile), beside the state Ray reported."""
+    return [
+        _f("state_inferred", f"{alias}.inferred_state IS NOT NULL", "bool", True),
+        _f("inferred_reason", f"{alias}.inferred_reason"),
+        _f("reported_state", f"{alias}.state"),
+    ]
+
+
 TASKS = Resource(
     "tasks",
     "tasks t",
@@ -82,8 +99,13 @@ TASKS = Resource(
         _f("name", f"coalesce({TASK_NAME}, '')", base=True),
         _f("state", TASK_STATE, base=True),
         _f("job_id", "coalesce(t.job_id, '')", "id", True),
-        _f("actor_id", "t.actor_id", "id", True),
-        _f("type", "coalesce(t.type, 'NORMAL_TASK')", base=True),
+        _f(
+            "actor_id",
+            f"coalesce(t.actor_id, CASE WHEN {TASK_TYPE} LIKE 'ACTOR%' THEN substr(t.task_id, 17, 32) END)",
+            "id",
+            True,
+        ),
+        _f("type", TASK_TYPE, base=True),
         _f("func_or_class_name", f"coalesce(t.func_or_class_name, {TASK_NAME}, '')", base=True),
         _f("parent_task_id", "coalesce(t.parent_task_id, '')", "id", True),
         _f("node_id", "t.node_id", "id", True),
@@ -126,7 +148,7 @@ ACTORS = Resource(
     [
         _f("actor_id", "a.actor_id", "id", True),
         _f("class_name", "coalesce(a.class_name, '')", base=True),
-        _f("state", "coalesce(a.state, 'DEPENDENCIES_UNREADY')", base=True),
+        _f("state", "coalesce(a.inferred_state, a.state, 'DEPENDENCIES_UNREADY')", base=True),
         _f("job_id", "coalesce(a.job_id, substr(a.actor_id, 25, 8))", "id", True),
         _f("name", "coalesce(a.name, '')", base=True),
         _f("node_id", "a.node_id", "id", True),
@@ -135,7 +157,7 @@ ACTORS = Resource(
         _f("serialized_runtime_env", "a.serialized_runtime_env"),
         _f("required_resources", "a.required_resources", "json"),
         _f("death_cause", "a.death_cause", "json"),
-        _f("death_message", "a.death_message"),
+        _f("death_message", "coalesce(a.death_message, a.inferred_reason)"),
         _f("is_detached", "a.is_detached", "bool"),
         _f("placement_group_id", "a.placement_group_id", "id"),
         _f("repr_name", "coalesce(a.repr_name, '')"),
@@ -146,7 +168,8 @@ ACTORS = Resource(
         _f("label_selector", "a.label_selector", "json"),
         _f("worker_id", "a.worker_id", "id"),
         _f("start_time_ms", f"a.start_ns {MS}", "time_ms"),
-        _f("end_time_ms", f"a.end_ns {MS}", "time_ms"),
+        _f("end_time_ms", f"coalesce(a.end_ns, a.inferred_end_ns) {MS}", "time_ms"),
+        *_inferred("a"),
         _f(
             "events",
             "list_transform(a.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6, 'pid': x.pid, "
@@ -166,15 +189,16 @@ NODES = Resource(
         _f("node_id", "n.node_id", "id", True),
         _f("node_ip", "coalesce(n.node_ip, '')", base=True),
         _f("is_head_node", "coalesce(n.resources_total LIKE '%node:__internal_head__%', false)", "bool", True),
-        _f("state", "coalesce(n.state, 'ALIVE')", base=True),
-        _f("state_message", "n.death_message", base=True),
+        _f("state", "coalesce(n.inferred_state, n.state, 'ALIVE')", base=True),
+        _f("state_message", "coalesce(n.death_message, n.inferred_reason)", base=True),
         _f("node_name", "coalesce(n.node_name, n.node_ip, '')", base=True),
         _f("resources_total", "coalesce(n.resources_total, '{}')", "json", True),
         _f("labels", "coalesce(n.labels, '{}')", "json", True),
         _f("hostname", "n.hostname"),
         _f("death_reason", "n.death_reason"),
         _f("start_time_ms", f"coalesce(n.start_ns, n.alive_ns) {MS}", "time_ms"),
-        _f("end_time_ms", f"n.end_ns {MS}", "time_ms"),
+        _f("end_time_ms", f"coalesce(n.end_ns, n.inferred_end_ns) {MS}", "time_ms"),
+        *_inferred("n"),
         _f("session", "n.session"),
     ],
 )
@@ -185,7 +209,7 @@ WORKERS = Resource(
     "worker_id",
     [
         _f("worker_id", "w.worker_id", "id", True),
-        _f("is_alive", "w.state IS DISTINCT FROM 'DEAD'", "bool", True),
+        _f("is_alive", "coalesce(w.inferred_state, w.state) IS DISTINCT FROM 'DEAD'", "bool", True),
         _f("worker_type", "coalesce(w.worker_type, 'WORKER')", base=True),
         _f("exit_type", "w.exit_type", base=True),
         _f("node_id", "coalesce(w.node_id, '')", "id", True),
@@ -196,7 +220,8 @@ WORKERS = Resource(
         _f("worker_launch_time_ms", "w.launch_ms", "time_ms"),
         _f("worker_launched_time_ms", "w.launched_ms", "time_ms"),
         _f("start_time_ms", "w.start_ms", "time_ms"),
-        _f("end_time_ms", f"coalesce(w.end_ms, w.end_ns {MS})", "time_ms"),
+        _f("end_time_ms", f"coalesce(w.end_ms, w.end_ns {MS}, w.inferred_end_ns {MS})", "time_ms"),
+        *_inferred("w"),
         _f("session", "w.session"),
     ],
 )
@@ -360,7 +385,7 @@ def _where(res: Resource, session: str | None, filters: list[Filter], exclude_dr
         conditions.append(f"{alias}.session = ?")
         params.append(session)
     if exclude_driver and res is TASKS:
-        conditions.append("coalesce(t.type, '') <> 'DRIVER_TASK'")
+        conditions.append(f"{TASK_TYPE} <> 'DRIVER_TASK'")
     for f in filters:
         column = res.field(f.key)
         sql, values = filter_sql(f, column.sql, column.kind)

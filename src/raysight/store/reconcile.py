@@ -1,8 +1,10 @@
-"""Truth over Ray's own view: infer the end of task attempts whose terminal state Ray never sent.
+"""Truth over Ray's own view: infer the ends Ray never sent, and say why.
 
-Ray's stream loses a dying worker's last second and a local cluster's final events. When other evidence says an
-attempt is over (a later attempt, its worker's or node's death, the end of its job or session), the attempt gets
-``inferred_state`` and ``inferred_reason``. A terminal state that Ray reports later always wins and clears them.
+Ray's stream loses a dying worker's last second, a local cluster's final events, and everything a stopped `ray start`
+cluster would have said of its own end. When other evidence says a task attempt is over (a later attempt, its worker's
+or node's death, its actor coming alive, the end of its job or session), the attempt gets ``inferred_state`` and
+``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray still shows alive (with
+``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
 """
 
 from __future__ import annotations
@@ -11,17 +13,33 @@ import duckdb
 
 from raysight.store.schema import TERMINAL
 
-# A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died.
-SESSION_ENDS = """
+# A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died,
+# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when a later session of the
+# same cluster label began: one cluster runs one session at a time, so this one ended after its last event.
+_NEXT_SESSION = """
+    SELECT session, lead(session) OVER (PARTITION BY label ORDER BY first_ns, session) AS next_session
+    FROM sessions WHERE label IS NOT NULL AND first_ns IS NOT NULL
+"""
+SESSION_ENDS = f"""
     SELECT s.session,
-           coalesce(r.ended_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END) AS ended_ns,
+           coalesce(r.ended_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END,
+                    CASE WHEN l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
            CASE WHEN r.ended_ns IS NOT NULL THEN 'the driver that started this local cluster exited'
-                WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died' END AS end_reason
+                WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died'
+                WHEN l.next_session IS NOT NULL
+                THEN printf('a later session of cluster %s began, %s; this one ended after its last event',
+                            s.label, l.next_session) END AS end_reason
     FROM sessions s
     LEFT JOIN run_exits r ON r.run_id = s.run_id
     LEFT JOIN (SELECT session, count(*) AS total, count(*) FILTER (state IS DISTINCT FROM 'DEAD') AS alive,
                       max(end_ns) AS last_dead
                FROM nodes GROUP BY session) n ON n.session = s.session
+    LEFT JOIN ({_NEXT_SESSION}) l ON l.session = s.session AND s.run_id IS NULL
+"""
+# The sessions whose inferences a fold of ``$1`` may change: those, and the session before each in its cluster.
+_AFFECTED = f"""
+    SELECT unnest($1::VARCHAR[])
+    UNION SELECT session FROM ({_NEXT_SESSION}) WHERE next_session IN (SELECT unnest($1::VARCHAR[]))
 """
 
 _CLEAR = f"""
@@ -61,19 +79,27 @@ evidence AS (
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
 ),
+created AS (  -- an actor creation task's ID is 8 0xff bytes and its actor's ID: the actor alive means it finished
+    SELECT o.session, o.task_id, o.attempt
+    FROM open o JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
+    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.start_ns IS NOT NULL
+),
 verdict AS (
     SELECT session, task_id, attempt,
         CASE
           WHEN next_attempt IS NOT NULL THEN 'FAILED'
-          WHEN executed_ns IS NOT NULL AND ended
-            THEN 'FINISHED'
+          WHEN c.task_id IS NOT NULL THEN 'FINISHED'
+          WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
         CASE
           WHEN next_attempt IS NOT NULL THEN
             printf('attempt %d was started, so this attempt failed; Ray never sent its end state', next_attempt)
+          WHEN c.task_id IS NOT NULL
+            THEN 'its actor became ALIVE, so its creation finished; Ray never sent its end state'
           WHEN executed_ns IS NOT NULL AND ended
-            THEN 'the executing worker recorded the end of execution, but its owner never sent the end state'
+            THEN 'outcome unknown: the executing worker recorded the end of execution, but its owner never sent '
+                 || 'whether it finished or failed'
           WHEN dead_worker IS NOT NULL THEN
             printf('its worker died while it was %s (%s: %s); Ray never sent its end state',
                    state, coalesce(exit_type, 'unknown exit'), coalesce(exit_detail, ''))
@@ -86,11 +112,11 @@ verdict AS (
             printf('the cluster ended (%s) while it was %s; Ray never sent its end state', end_reason, state)
         END AS reason,
         CASE
-          WHEN next_attempt IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
+          WHEN next_attempt IS NOT NULL OR c.task_id IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type
-    FROM evidence
+    FROM evidence LEFT JOIN created c USING (session, task_id, attempt)
 )
 UPDATE tasks SET inferred_state = v.state, inferred_reason = v.reason, inferred_error_type = v.error_type
 FROM verdict v
@@ -111,9 +137,62 @@ WHERE tasks.session IN (SELECT unnest($1::VARCHAR[])) AND tasks.defined IS NULL
 """
 
 
+def _inferred_end(table: str, key: str, evidence: str) -> str:
+    """Set ``table``'s inferred end for the sessions in ``$1`` from ``evidence`` (a SELECT of session, ``key``,
+    state, reason and end_ns for the rows Ray still shows alive in an ended session; any other row's is cleared),
+    writing only the rows whose inference changed."""
+    return f"""
+WITH ends AS ({SESSION_ENDS}),
+verdict AS (
+    SELECT x.session, x.{key}, v.state, v.reason, v.end_ns
+    FROM {table} x LEFT JOIN ({evidence}) v USING (session, {key})
+    WHERE x.session IN (SELECT unnest($1::VARCHAR[]))
+)
+UPDATE {table} SET inferred_state = v.state, inferred_reason = v.reason, inferred_end_ns = v.end_ns
+FROM verdict v
+WHERE {table}.session = v.session AND {table}.{key} = v.{key}
+  AND ({table}.inferred_state IS DISTINCT FROM v.state OR {table}.inferred_reason IS DISTINCT FROM v.reason
+       OR {table}.inferred_end_ns IS DISTINCT FROM v.end_ns)
+"""
+
+
+_CLUSTER_ENDED = "printf('the cluster ended (%s) while it was %s; Ray never sent its end', e.end_reason, {state})"
+_END_NODES = _inferred_end(
+    "nodes",
+    "node_id",
+    f"""SELECT n.session, n.node_id, 'DEAD' AS state, {_CLUSTER_ENDED.format(state="coalesce(n.state, 'ALIVE')")}
+               AS reason, e.ended_ns AS end_ns
+        FROM nodes n JOIN ends e USING (session)
+        WHERE n.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+)
+_END_WORKERS = _inferred_end(
+    "workers",
+    "worker_id",
+    f"""SELECT w.session, w.worker_id, 'DEAD' AS state,
+               CASE WHEN n.state = 'DEAD'
+                    THEN printf('its node died (%s); Ray never sent its end',
+                                coalesce(n.death_reason, 'unknown reason'))
+                    ELSE {_CLUSTER_ENDED.format(state="'alive'")} END AS reason,
+               CASE WHEN n.state = 'DEAD' THEN n.end_ns ELSE e.ended_ns END AS end_ns
+        FROM workers w LEFT JOIN nodes n ON n.session = w.session AND n.node_id = w.node_id
+        LEFT JOIN ends e ON e.session = w.session
+        WHERE w.state IS DISTINCT FROM 'DEAD' AND (n.state = 'DEAD' OR e.ended_ns IS NOT NULL)""",
+)
+_END_ACTORS = _inferred_end(
+    "actors",
+    "actor_id",
+    f"""SELECT a.session, a.actor_id, 'DEAD' AS state,
+               {_CLUSTER_ENDED.format(state="coalesce(a.state, 'DEPENDENCIES_UNREADY')")} AS reason,
+               e.ended_ns AS end_ns
+        FROM actors a JOIN ends e USING (session)
+        WHERE a.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+)
+
+
 def reconcile(con: duckdb.DuckDBPyConnection, sessions: list[str]) -> None:
-    """Re-derive inferred task states for ``sessions``, inside the caller's transaction."""
-    if sessions:
-        con.execute(_BORROW_DEFINITION, [sessions])
-        con.execute(_CLEAR, [sessions])
-        con.execute(_INFER, [sessions])
+    """Re-derive what is inferred of ``sessions`` (and of the sessions they end), inside the caller's transaction."""
+    if not sessions:
+        return
+    affected = [row[0] for row in con.execute(_AFFECTED, [sessions]).fetchall()]
+    for statement in (_BORROW_DEFINITION, _CLEAR, _INFER, _END_NODES, _END_WORKERS, _END_ACTORS):
+        con.execute(statement, [affected])

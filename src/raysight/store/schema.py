@@ -242,6 +242,9 @@ TASK_PROFILE = AppendTable(
 )
 # Reconciliation writes these; a terminal state reported later clears them (see store.reconcile).
 TASK_INFERENCE = ["inferred_state VARCHAR", "inferred_reason VARCHAR", "inferred_error_type VARCHAR"]
+# The same for nodes, workers and actors that outlived their session in Ray's stream (re-derived at every fold).
+END_INFERENCE = ["inferred_state VARCHAR", "inferred_reason VARCHAR", "inferred_end_ns BIGINT"]
+INFERRED_ENDS = ("nodes", "workers", "actors")
 
 ACTORS = Table(
     "actors",
@@ -463,4 +466,7 @@ REFOLD_BELOW = 2
 def all_ddl() -> list[str]:
     """Every statement that creates the store from nothing (idempotent)."""
     tables: list[str] = [SESSIONS.ddl(), *(t.ddl() for t in ENTITY_TABLES), *(t.ddl() for t in APPEND_TABLES.values())]
-    return RAW_DDL + tables + [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE]
+    inference = [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE] + [
+        f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c}" for t in INFERRED_ENDS for c in END_INFERENCE
+    ]
+    return RAW_DDL + tables + inference

@@ -7,7 +7,7 @@ from typing import Any
 import duckdb
 
 from raysight.ingest.ray_metrics import PREFIX
-from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASKS, resolve_session
+from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 
 SLOWEST = 5
@@ -38,7 +38,7 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
             con.execute(
                 f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
                                   (t.end_ns - {TASK_START}) / 1e6 AS dur
-                           FROM tasks t WHERE t.session = ? AND coalesce(t.type, '') <> 'DRIVER_TASK'),
+                           FROM tasks t WHERE t.session = ? AND {TASK_TYPE} <> 'DRIVER_TASK'),
                 counts AS (SELECT fn, map_from_entries(list(row(state, n))) AS state_counts
                            FROM (SELECT fn, state, count(*) AS n FROM t GROUP BY ALL) GROUP BY fn)
                 SELECT fn AS func_or_class_name, any_value(type) AS type, count(*) AS attempts,
@@ -154,6 +154,7 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "inferred": inferred,
         "ingest_lag": lag,
         "ray_reported": ray_reported(con),
+        "drivers_without_task_events": drivers_without_task_events(con),
     }
 
 
@@ -184,4 +185,41 @@ def ray_reported(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     )
     for row in rows:
         row["dropped"] = dict(sorted((row["dropped"] or {}).items(), key=lambda kv: (-kv[1], kv[0])))
+    return rows
+
+
+# The variable a driver needs for its own tasks' events to leave it (Ray hands it to the workers it starts, not to
+# drivers started elsewhere); `raysight env` prints the head's `--system-config` that gives it to every process.
+OWNER_EVENTS_FLAG = "RAY_enable_core_worker_ray_event_to_aggregator=1"
+
+
+def drivers_without_task_events(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Jobs whose driver sent none of its tasks' events while the workers that ran them did: their types, failures
+    and durations are unknown to raysight (and to Ray's aggregator). A job whose driver reported itself is left out:
+    a crashing owner losing its last second of events is not a misconfigured driver."""
+    rows = _rows(
+        con.execute(
+            """WITH executor_only AS (  -- only the owner sends definitions, pending and end states, the executor's ID
+                   SELECT t.session, coalesce(t.job_id, substr(t.task_id, 41, 8)) AS job_id, count(*) AS tasks
+                   FROM tasks t
+                   WHERE t.defined IS NULL AND t.worker_id IS NULL AND t.pending_ns IS NULL AND t.end_ns IS NULL
+                     AND (t.worker_pid IS NOT NULL OR t.exec_worker_id IS NOT NULL OR t.executed_ns IS NOT NULL)
+                   GROUP BY ALL)
+               SELECT e.session, s.label, e.job_id, e.tasks, j.driver_pid, j.entrypoint
+               FROM executor_only e JOIN sessions s USING (session)
+               LEFT JOIN jobs j ON j.session = e.session AND j.job_id = e.job_id
+               WHERE NOT EXISTS (SELECT 1 FROM tasks d WHERE d.session = e.session AND d.defined
+                                 AND d.task_id = repeat('f', 40) || e.job_id)
+               ORDER BY s.first_ns DESC NULLS LAST, e.job_id
+               LIMIT 20"""
+        )
+    )
+    for row in rows:
+        driver = f"driver pid {row['driver_pid']}" if row["driver_pid"] else "its driver"
+        row["message"] = (
+            f"job {row['job_id']}: {row['tasks']} task attempt(s) were reported only by the workers that ran them; "
+            f"{driver} sent no task events, so whether they finished or failed, their types and durations are "
+            f"unknown. The driver lacked {OWNER_EVENTS_FLAG}: start the head with the --system-config that "
+            "`raysight env` prints, or set the variable in the driver's environment."
+        )
     return rows

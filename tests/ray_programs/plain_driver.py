@@ -1,0 +1,45 @@
+"""A driver that joins a running cluster (`python plain_driver.py ADDRESS`), as one started in another shell would:
+a task that raises, three that succeed, an actor and its methods."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import ray
+
+
+@ray.remote(max_retries=0)
+def raises() -> None:
+    raise RuntimeError("boom: raised in a task of a plain driver")
+
+
+@ray.remote
+def add_one(x: int) -> int:
+    return x + 1
+
+
+@ray.remote
+class Accumulator:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, k: int) -> int:
+        self.total += k
+        return self.total
+
+
+def main(address: str) -> None:
+    ray.init(address=address)
+    try:
+        ray.get(raises.remote())
+    except ray.exceptions.RayTaskError:
+        print("raises: raised as expected")
+    assert ray.get([add_one.remote(i) for i in range(3)]) == [1, 2, 3]
+    acc = Accumulator.remote()  # type: ignore[attr-defined]
+    assert ray.get([acc.add.remote(k) for k in range(3)])[-1] == 3
+    time.sleep(1.5)  # Ray's workers flush their events each second; let the last ones go before the driver leaves
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,58 @@
+"""Run under `raysight run`: a two-node `ray.cluster_utils.Cluster`; a task running on the second node when that node
+is removed; a driver started without raysight's variables (tests/ray_programs/plain_driver.py); then this driver
+fails (exit code 3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+
+from raysight.cli.run import ray_env
+
+PLAIN_DRIVER = Path(__file__).with_name("plain_driver.py")
+
+
+@ray.remote(resources={"doomed": 1}, max_retries=0)
+def on_doomed_node(marker: str) -> None:
+    Path(marker).touch()
+    time.sleep(120)
+
+
+def wait_for(path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.1)
+
+
+def main(marker: Path) -> None:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        doomed = cluster.add_node(num_cpus=1, resources={"doomed": 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        ref = on_doomed_node.remote(str(marker))
+        wait_for(marker, 60)
+        time.sleep(1.5)  # the executor flushes its RUNNING event each second
+        cluster.remove_node(doomed)
+        try:
+            ray.get(ref, timeout=60)
+        except ray.exceptions.RayError as exc:
+            print("on_doomed_node: lost with its node:", type(exc).__name__)
+        plain = {k: v for k, v in os.environ.items() if k not in ray_env("http://unused")}
+        subprocess.run([sys.executable, str(PLAIN_DRIVER), cluster.address], env=plain, check=True, timeout=120)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

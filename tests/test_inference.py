@@ -1,0 +1,121 @@
+"""What raysight infers of a Ray session whose ends Ray never sent, through the HTTP API: every inference says so and
+why, an end of execution alone is no success, and a driver that sent no task events is named by the doctor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from tests.test_server import post
+
+RUN_ENDED_NS = 1795290400000000000  # after the recording's last event
+
+
+def record(server: TestClient, batches: list[list[dict[str, Any]]], query: str) -> None:
+    for batch in batches:
+        post(server, batch, query)
+
+
+def rows(server: TestClient, resource: str, session: str = "*") -> list[dict[str, Any]]:
+    return server.get(f"/api/raysight/{resource}", params={"detail": "true", "limit": 1000, "session": session}).json()[
+        "rows"
+    ]
+
+
+def sessions(server: TestClient) -> list[dict[str, Any]]:
+    return server.get("/api/raysight/sessions").json()["sessions"]
+
+
+def end_run(server: TestClient, run_id: str) -> None:
+    """What `raysight run` reports when its driver exits."""
+    (job,) = rows(server, "jobs")
+    driver_pid = int(job["driver_info"]["pid"])
+    reply = server.post(
+        "/ingest/agent/run-exit",
+        json={"run_id": run_id, "driver_pid": driver_pid, "exit_code": 0, "ended_ns": RUN_ENDED_NS},
+    )
+    assert reply.status_code == 200
+
+
+def test_nodes_workers_and_actors_of_an_ended_session_read_dead_and_say_why(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec&run=run-1")
+    (node,) = rows(server, "nodes")
+    assert (node["state"], node["state_inferred"]) == ("ALIVE", False)  # the session is not over yet
+    end_run(server, "run-1")
+    (node,) = rows(server, "nodes")
+    assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
+    assert "the driver that started this local cluster exited" in node["inferred_reason"]
+    assert node["state_message"] == node["inferred_reason"] and node["end_time_ms"] == RUN_ENDED_NS // 1_000_000
+    actors = {a["class_name"]: a for a in rows(server, "actors")}
+    fragile, counter = actors["Fragile"], actors["Counter"]
+    assert (fragile["state"], fragile["reported_state"], fragile["state_inferred"]) == ("DEAD", "ALIVE", True)
+    assert "Ray never sent its end" in fragile["death_message"]
+    assert (counter["state"], counter["state_inferred"]) == ("DEAD", False)  # Ray said so itself
+    workers = rows(server, "workers")
+    assert not any(w["is_alive"] for w in workers)
+    assert all(w["inferred_reason"] for w in workers if w["state_inferred"])
+    assert {w["reported_state"] for w in workers if w["state_inferred"]} == {"ALIVE"}
+    ray_nodes = server.get("/api/v0/nodes", params={"detail": "1"}).json()["data"]["result"]["result"]
+    assert [n["state"] for n in ray_nodes] == ["DEAD"]  # Ray's own CLI sees the same
+
+
+def test_an_end_of_execution_alone_is_not_success(server: TestClient, ray_batches) -> None:
+    """The recording lost the owner's end of three nested tasks; their executors recorded the end of execution."""
+    record(server, ray_batches, "?cluster=rec&run=run-1")
+    end_run(server, "run-1")
+    children = [t for t in rows(server, "tasks") if t["name"] == "child"]
+    unknown = [t for t in children if t["state_inferred"]]
+    assert unknown, "the recording has children whose owner never sent their end"
+    for task in unknown:
+        assert (task["state"], task["reported_state"], task["error_type"]) == ("NIL", "RUNNING", None)
+        assert task["inferred_reason"].startswith("outcome unknown: the executing worker recorded the end")
+    (creation,) = [t for t in rows(server, "tasks") if t["name"] == "Fragile.__init__" and t["state_inferred"]]
+    assert creation["state"] == "FINISHED" and creation["inferred_reason"].startswith("its actor became ALIVE")
+
+
+def test_a_later_session_of_the_same_cluster_ends_the_one_before(server: TestClient, ray_batches) -> None:
+    """`ray start` clusters (no `raysight run`): Ray never reports their stop; their next session is the evidence."""
+    record(server, ray_batches, "?cluster=prod")
+    (earlier,) = sessions(server)
+    assert earlier["end_time_ms"] is None
+    node_event = next(e for b in ray_batches for e in b if e["eventType"] == "NODE_DEFINITION_EVENT")
+    later = {**node_event, "eventId": "bmV4dHNlc3Npb24=", "sessionName": "session_2026-11-22_00-00-00_000000_1"}
+    later["timestamp"] = "2026-11-22T00:00:00Z"
+    post(server, [later], "?cluster=prod")
+    ended = {s["session"]: s for s in sessions(server)}[earlier["session"]]
+    assert ended["end_time_ms"] == earlier["last_event_ms"]
+    assert ended["end_reason"].startswith(f"a later session of cluster prod began, {later['sessionName']}")
+    (node,) = rows(server, "nodes", earlier["session"])
+    assert (node["state"], node["state_inferred"]) == ("DEAD", True) and later["sessionName"] in node["inferred_reason"]
+    post(server, [{**later, "eventId": "b3RoZXJsYWJlbA==", "sessionName": "session_other"}], "?cluster=staging")
+    (still,) = rows(server, "nodes", later["sessionName"])
+    assert (still["state"], still["state_inferred"]) == ("ALIVE", False)  # another cluster's session ends nothing
+
+
+OWNER_SIDE = ("TASK_DEFINITION_EVENT", "ACTOR_TASK_DEFINITION_EVENT")
+
+
+def executor_side_only(batches: list[list[dict[str, Any]]], session: str) -> list[list[dict[str, Any]]]:
+    """What arrives (as ``session``) from a driver started without the export variables: its tasks' executors'
+    events (lifecycle events that carry the executing worker's pid, and profiles), not its owner's."""
+
+    def from_executor(event: dict[str, Any]) -> bool:
+        if event["eventType"] in OWNER_SIDE:
+            return False
+        return event["eventType"] != "TASK_LIFECYCLE_EVENT" or bool(event["taskLifecycleEvent"].get("workerPid"))
+
+    return [[{**e, "sessionName": session} for e in batch if from_executor(e)] for batch in batches]
+
+
+def test_the_doctor_names_a_driver_that_sent_no_task_events(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec")
+    assert server.get("/api/raysight/doctor").json()["drivers_without_task_events"] == []  # a crash is no warning
+    record(server, executor_side_only(ray_batches, "session_plain"), "?cluster=plain")
+    (warning,) = server.get("/api/raysight/doctor").json()["drivers_without_task_events"]
+    assert (warning["label"], warning["job_id"]) == ("plain", "01000000") and warning["tasks"] > 0
+    assert "RAY_enable_core_worker_ray_event_to_aggregator=1" in warning["message"]
+    assert "--system-config" in warning["message"]
+    types = {t["name"]: t["type"] for t in rows(server, "tasks", "plain")}  # the IDs still tell the types
+    assert types["Counter.inc"] == "ACTOR_TASK" and types["my_counter:Counter.__init__"] == "ACTOR_CREATION_TASK"
+    assert types["child"] == "NORMAL_TASK"

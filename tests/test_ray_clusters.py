@@ -1,0 +1,163 @@
+"""Real Ray beyond one local `ray.init()`: a `ray start` cluster set up as the README says, with a driver started
+outside it, and a two-node cluster that loses a node, hosts a driver without raysight's variables, and whose own
+driver fails under `raysight run`. Each workload runs once for this module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raysight.cli.run import wait_until_quiet
+from raysight.client import Client
+from tests.ray_scenarios import (
+    RayStartHead,
+    ServerProcess,
+    assert_nothing_alive_without_a_reason,
+    ray_run,
+    without_ray_settings,
+)
+
+pytestmark = pytest.mark.ray
+PROGRAMS = Path(__file__).parent / "ray_programs"
+
+
+def everything(client: Client, session: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        r: client.list(r, session=session, limit=None, detail=True)["rows"]
+        for r in ("tasks", "actors", "jobs", "nodes", "workers")
+    }
+
+
+def by_name(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for task in tasks:
+        out.setdefault(task["name"], []).append(task)
+    return out
+
+
+def driver_env() -> dict[str, str]:
+    """A clean shell's environment, plus what Ray itself asks of a driver joining a `ray start` cluster: `ray start`
+    turns token authentication on when a token exists (~/.ray/auth_token), a driver only when told to."""
+    token = Path.home() / ".ray" / "auth_token"
+    return {**without_ray_settings(), **({"RAY_AUTH_MODE": "token"} if token.exists() else {})}
+
+
+def wait_for_sessions(client: Client, count: int, timeout_s: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while len(sessions := client.sessions()) < count:
+        assert time.monotonic() < deadline, f"{len(sessions)} session(s) after {timeout_s} s, not {count}"
+        time.sleep(0.5)
+    return sessions
+
+
+@pytest.fixture(scope="module")
+def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A `ray start` head and a plain driver; what raysight saw while it ran, then after it stopped and the same
+    cluster started its next session."""
+    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    try:
+        head = RayStartHead(server.url, "prodlike", tmp_path_factory.mktemp("ray"))
+        try:
+            address = head.start()
+            driver = subprocess.run(
+                [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
+                env=driver_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert driver.returncode == 0, driver.stderr[-3000:]
+            with server.client() as client:
+                wait_until_quiet(client)
+                (session,) = client.sessions()
+                running = everything(client, session["session"])
+                doctor = client.doctor()
+        finally:
+            head.stop()
+        next_head = RayStartHead(server.url, "prodlike", tmp_path_factory.mktemp("ray"))
+        try:
+            next_head.start()
+            with server.client() as client:
+                wait_for_sessions(client, 2)
+        finally:
+            next_head.stop()
+        with server.client() as client:
+            wait_until_quiet(client)
+            stopped = everything(client, session["session"])
+            sessions = {s["session"]: s for s in client.sessions()}
+        yield {"running": running, "doctor": doctor, "stopped": stopped, "session": sessions[session["session"]]}
+    finally:
+        server.stop()
+
+
+def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: dict[str, Any]) -> None:
+    tasks = by_name(ray_start["running"]["tasks"])
+    (raises,) = tasks["raises"]
+    assert (raises["state"], raises["error_type"], raises["state_inferred"]) == (
+        "FAILED",
+        "TASK_EXECUTION_EXCEPTION",
+        False,
+    )
+    assert "boom: raised in a task of a plain driver" in raises["error_message"]
+    adds = tasks["Accumulator.add"]
+    assert len(adds) == 3 and {t["type"] for t in adds} == {"ACTOR_TASK"} and all(t["duration_ms"] for t in adds)
+    (creation,) = tasks["Accumulator.__init__"]
+    assert (creation["type"], creation["state"]) == ("ACTOR_CREATION_TASK", "FINISHED")
+    assert {t["state"] for t in tasks["add_one"]} == {"FINISHED"}
+    assert ray_start["doctor"]["drivers_without_task_events"] == []
+
+
+def test_a_stopped_ray_start_cluster_ends_when_its_next_session_begins(ray_start: dict[str, Any]) -> None:
+    (node,) = ray_start["running"]["nodes"]
+    assert (node["state"], node["state_inferred"]) == ("ALIVE", False)
+    session = ray_start["session"]
+    assert session["end_time_ms"] and session["end_reason"].startswith("a later session of cluster prodlike began")
+    (node,) = ray_start["stopped"]["nodes"]
+    assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
+    assert_nothing_alive_without_a_reason(ray_start["stopped"])
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    try:
+        marker = tmp_path_factory.mktemp("marker") / "running"
+        ray_run(server.url, "two-nodes", str(PROGRAMS / "two_nodes.py"), str(marker), expect_code=3)
+        with server.client() as client:
+            (session,) = client.sessions()
+            yield {"data": everything(client, session["session"]), "doctor": client.doctor(), "session": session}
+    finally:
+        server.stop()
+
+
+def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]) -> None:
+    data = two_nodes["data"]
+    nodes = {n["is_head_node"]: n for n in data["nodes"]}
+    removed, head = nodes[False], nodes[True]
+    assert (removed["state"], removed["state_inferred"]) == ("DEAD", False) and removed["death_reason"]
+    assert (head["state"], head["reported_state"], head["state_inferred"]) == ("DEAD", "ALIVE", True)
+    (lost,) = by_name(data["tasks"])["on_doomed_node"]
+    assert lost["state"] == "FAILED" and lost["node_id"] == removed["node_id"], lost
+    jobs = sorted(data["jobs"], key=lambda j: j["job_id"])
+    assert (jobs[0]["status"], jobs[0]["driver_exit_code"]) == ("FAILED", 3)
+    assert "two_nodes.py" in jobs[0]["entrypoint"]
+    assert two_nodes["session"]["end_reason"] == "the driver that started this local cluster exited"
+    assert_nothing_alive_without_a_reason(data)
+
+
+def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unknown(two_nodes: dict[str, Any]) -> None:
+    (warning,) = two_nodes["doctor"]["drivers_without_task_events"]
+    assert warning["label"] == "two-nodes" and warning["tasks"] >= 5
+    assert "RAY_enable_core_worker_ray_event_to_aggregator=1" in warning["message"]
+    plain = [t for t in two_nodes["data"]["tasks"] if t["job_id"] == warning["job_id"]]
+    tasks = by_name(plain)
+    (raises,) = tasks["raises"]  # it raised, yet its executor's end of execution was all that arrived
+    assert (raises["state"], raises["state_inferred"]) == ("NIL", True)
+    assert raises["inferred_reason"].startswith("outcome unknown")
+    assert {t["type"] for t in tasks["Accumulator.add"]} == {"ACTOR_TASK"}
