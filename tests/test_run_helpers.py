@@ -15,6 +15,8 @@ import pytest
 from raysight.cli.run import wait_until_quiet
 from tests.ray_scenarios import ServerProcess, without_ray_settings
 
+JSON = {"Content-Type": "application/json"}  # as Ray's aggregator posts
+
 
 def test_env_gives_the_head_the_system_config_that_reaches_drivers_started_elsewhere() -> None:
     shell = (
@@ -35,7 +37,7 @@ def test_wait_until_quiet_fails_at_its_deadline_while_events_keep_coming(tmp_pat
         with httpx.Client() as http:
             for i in range(1000):
                 batch = [{**e, "sessionName": f"session_busy_{i}"} for e in ray_batches[0]]
-                http.post(f"{server.url}/ingest/ray-events", content=orjson.dumps(batch))
+                http.post(f"{server.url}/ingest/ray-events", content=orjson.dumps(batch), headers=JSON)
                 if stop.wait(0.3):
                     return
 
