@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raysight.cli.run import ray_env
+from raysight.cli.run import free_port, ray_env
 from raysight.client import Client
 from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason, ray_run
 
@@ -23,15 +23,45 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
-    """The demo workload recorded twice (two sessions with the same deterministic task IDs)."""
-    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """`raysight demo --exit` as a user runs it, on a data dir and port of the test's: (data dir, port, its output)."""
+    data_dir, port = tmp_path_factory.mktemp("store"), free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "raysight", "demo", "--exit", "--data-dir", str(data_dir), "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return data_dir, port, done.stdout
+
+
+@pytest.fixture(scope="module")
+def recorded(demo: tuple[Path, int, str]) -> ServerProcess:
+    """The demo workload recorded twice (two sessions with the same deterministic task IDs): first by
+    `raysight demo` (label "demo"), then by `raysight run` into the same store (label "second")."""
+    server = ServerProcess(demo[0]).start()
     try:
-        ray_run(server.url, "first", "-m", "raysight.demo_workload")
         ray_run(server.url, "second", "-m", "raysight.demo_workload")
         yield server
     finally:
         server.stop()
+
+
+def test_demo_shows_what_raysight_saw_and_stops(demo: tuple[Path, int, str]) -> None:
+    data_dir, port, out = demo
+    lines = out.splitlines()
+    heading = next(line for line in lines if line.startswith("Session session_"))
+    assert heading.endswith("failed") and "(demo)" in heading
+    for title in ("Tasks by function", "Failed attempts", "Actors", "States raysight inferred (Ray never sent them)"):
+        assert title in lines
+    failed = lines[lines.index("Failed attempts") + 1 : lines.index("Actors")]
+    assert any(" fails " in f" {line} " and "TASK_EXECUTION_EXCEPTION" in line for line in failed)
+    assert f"Server: http://127.0.0.1:{port}   data: {data_dir}" in lines
+    assert "Serving until Ctrl-C." not in lines  # --exit: the demo's server is gone
+    with Client(f"http://127.0.0.1:{port}", timeout=2) as client:
+        assert not client.ping()
 
 
 def everything(client: Client, session: str) -> dict[str, list[dict[str, Any]]]:
@@ -88,14 +118,14 @@ def check_workload(data: dict[str, list[dict[str, Any]]]) -> None:
 
 def test_every_entity_field_by_field(recorded: ServerProcess) -> None:
     with recorded.client() as client:
-        for session in ("first", "second"):
+        for session in ("demo", "second"):
             check_workload(everything(client, session))
 
 
 def test_doctor_shows_what_rays_aggregator_reported_to_raysight_run(recorded: ServerProcess) -> None:
     with recorded.client() as client:
         reported = {r["label"]: r for r in client.doctor()["ray_reported"]}
-    for label in ("first", "second"):
+    for label in ("demo", "second"):
         scraped = reported[label]
         assert scraped["agents"] == 1 and scraped["published"] > 0 and scraped["received"] >= scraped["published"]
         assert scraped["dropped"] == {} and scraped["publish_failures"] == 0
@@ -104,8 +134,8 @@ def test_doctor_shows_what_rays_aggregator_reported_to_raysight_run(recorded: Se
 def test_two_sessions_with_the_same_ids_stay_apart(recorded: ServerProcess) -> None:
     with recorded.client() as client:
         sessions = client.sessions()
-        assert [s["label"] for s in sessions] == ["second", "first"]
-        first, second = everything(client, "first"), everything(client, "second")
+        assert [s["label"] for s in sessions] == ["second", "demo"]
+        first, second = everything(client, "demo"), everything(client, "second")
 
         def ids(rows: list[dict[str, Any]]) -> set[str]:
             return {r["task_id"] for r in rows}
@@ -149,13 +179,13 @@ def test_rays_own_cli_and_sdk_answer_from_raysight(recorded: ServerProcess) -> N
 
 def test_same_answers_after_restart_and_reindex(recorded: ServerProcess) -> None:
     with recorded.client() as client:
-        before = everything(client, "first")
+        before = everything(client, "demo")
     recorded.stop()
     recorded.start()
     with recorded.client() as client:
-        assert everything(client, "first") == before
+        assert everything(client, "demo") == before
         assert client.reindex() > 0
-        assert everything(client, "first") == before
+        assert everything(client, "demo") == before
 
 
 def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp_path: Path) -> None:

@@ -161,6 +161,9 @@ def wait_until_quiet(client: Client, quiet_s: float = 2.0, timeout_s: float = 30
     )
 
 
+DEMO_START_TIMEOUT_S = 60
+
+
 @click.command("demo")
 @click.option(
     "--data-dir", type=click.Path(path_type=Path), default=None, help="Keep the store here (default: a temp dir)."
@@ -178,9 +181,10 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
     )
     try:
         with Client(url) as client:
+            deadline = time.monotonic() + DEMO_START_TIMEOUT_S
             while not client.ping():
-                if server.poll() is not None:
-                    raise click.ClickException("the demo server did not start")
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise click.ClickException(f"the demo server did not start on port {port}")
                 time.sleep(0.1)
             click.echo(
                 "Running the sample workload (nested tasks, actors, a failing task, a retried task, "
