@@ -131,7 +131,19 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         ray_run(server.url, "two-nodes", str(PROGRAMS / "two_nodes.py"), str(marker), expect_code=3)
         with server.client() as client:
             (session,) = client.sessions()
-            yield {"data": everything(client, session["session"]), "doctor": client.doctor(), "session": session}
+            doctor_cli = subprocess.run(
+                [sys.executable, "-m", "raysight", "doctor", "--server", server.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            yield {
+                "data": everything(client, session["session"]),
+                "doctor": client.doctor(),
+                "doctor_cli": doctor_cli,
+                "session": session,
+            }
     finally:
         server.stop()
 
@@ -155,6 +167,7 @@ def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unkn
     (warning,) = two_nodes["doctor"]["drivers_without_task_events"]
     assert warning["label"] == "two-nodes" and warning["tasks"] >= 5
     assert "RAY_enable_core_worker_ray_event_to_aggregator=1" in warning["message"]
+    assert f"Warning ({warning['session']}): {warning['message']}" in two_nodes["doctor_cli"].splitlines()
     plain = [t for t in two_nodes["data"]["tasks"] if t["job_id"] == warning["job_id"]]
     tasks = by_name(plain)
     (raises,) = tasks["raises"]  # it raised, yet its executor's end of execution was all that arrived

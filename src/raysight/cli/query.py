@@ -190,6 +190,8 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if "folding" in report:  # an older server does not report it
         for line in folding_lines(report["folding"]):
             click.echo(line)
+    for warning in report.get("drivers_without_task_events", []):
+        click.secho(f"Warning ({warning['session']}): {warning['message']}", fg="yellow")
     for key, title in DOCTOR_TABLES.items():
         click.echo()
         _section(title, report[key])
