@@ -10,8 +10,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from raysight.cli.server import server_cmd
 from raysight.server.app import create_app
 from tests.ray_scenarios import ServerProcess
 
@@ -38,10 +40,16 @@ def test_a_body_of_more_events_than_the_limit_is_refused_with_what_to_do(server:
     assert 'raysight_ingest_rejected_total{reason="too_many_events"} 1.0' in server.get("/metrics").text
 
 
-def test_the_events_limit_is_configurable(tmp_path: Path) -> None:
-    with TestClient(create_app(tmp_path / "data", max_events=10)) as client:
-        assert _post(client, "/ingest/ray-events", _zeros(11)).status_code == 413
-        assert _post(client, "/ingest/ray-events", _zeros(10)).status_code == 200
+def test_the_limits_are_set_on_the_command_line(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", options=["--max-events", "10", "--memory-limit", "300MB"]).start()
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert _post(client, "/ingest/ray-events", _zeros(11)).status_code == 413
+            assert _post(client, "/ingest/ray-events", _zeros(10)).status_code == 200
+    finally:
+        server.stop()
+    refused = CliRunner().invoke(server_cmd, ["--memory-limit", "lots", "--data-dir", str(tmp_path / "other")])
+    assert refused.exit_code == 2 and "'lots' is not a memory size such as 512MB or 2GB" in refused.output
 
 
 def test_a_fold_group_holds_a_bounded_number_of_events_however_small(

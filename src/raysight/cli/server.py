@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,17 @@ from raysight.config import (
 from raysight.server.auth import Secrets
 
 SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+class MemorySize(click.ParamType):
+    """A size as DuckDB's memory_limit takes it (512MB, 2GB, 1.5GiB), checked here rather than failing at start."""
+
+    name = "SIZE"
+
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", value.strip(), re.IGNORECASE):
+            return value.strip()
+        self.fail(f"{value!r} is not a memory size such as 512MB or 2GB", param, ctx)
 
 
 def serve(
@@ -104,6 +116,7 @@ def serve(
 )
 @click.option(
     "--memory-limit",
+    type=MemorySize(),
     default=DEFAULT_MEMORY_LIMIT,
     show_default=True,
     help="The store's (DuckDB's) memory limit, e.g. 512MB or 2GB.",
