@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from raysight.cli.server import server_cmd
+from raysight.cli import main
 from raysight.server.app import create_app
 from tests.ray_scenarios import ServerProcess
 
@@ -48,7 +48,7 @@ def test_the_limits_are_set_on_the_command_line(tmp_path: Path) -> None:
             assert _post(client, "/ingest/ray-events", _zeros(10)).status_code == 200
     finally:
         server.stop()
-    refused = CliRunner().invoke(server_cmd, ["--memory-limit", "lots", "--data-dir", str(tmp_path / "other")])
+    refused = CliRunner().invoke(main, ["server", "--memory-limit", "lots", "--data-dir", str(tmp_path / "other")])
     assert refused.exit_code == 2 and "'lots' is not a memory size such as 512MB or 2GB" in refused.output
 
 

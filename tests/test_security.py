@@ -21,7 +21,7 @@ from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
-from raysight.cli.server import server_cmd
+from raysight.cli import main
 from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
@@ -221,7 +221,9 @@ def test_on_loopback_only_loopback_host_names_are_served(live: ServerProcess) ->
 
 def test_allowed_hosts_are_for_loopback_binds(tmp_path: Path) -> None:
     """Beyond loopback the tokens decide; a Host list there would only block remote nodes that use another name."""
-    result = CliRunner().invoke(server_cmd, ["--host", "0.0.0.0", "--allowed-host", "x", "--data-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        main, ["server", "--host", "0.0.0.0", "--allowed-host", "x", "--data-dir", str(tmp_path)]
+    )
     assert result.exit_code == 2 and "--allowed-host is for a loopback --host" in result.output
     assert list(tmp_path.iterdir()) == []
 
