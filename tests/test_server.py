@@ -135,6 +135,8 @@ def test_metrics_count_what_was_ingested(server: TestClient, ray_batches) -> Non
     assert f"raysight_events_stored_total {float(len(ray_batches[2]))}" in text
     assert f"raysight_events_deduplicated_total {float(len(ray_batches[2]))}" in text
     assert "raysight_ingest_latency_seconds_count 1.0" in text and "raysight_ingest_resends_total 1.0" in text
+    ping = server.get("/api/raysight/ping").json()  # what pollers waiting for a quiet server read
+    assert ping["events_received"] == 2 * len(ray_batches[2]) and ping["ingest_backlog"]["batches"] == 0
 
 
 def test_a_resend_while_the_first_copy_is_still_being_journalled_waits_for_it(

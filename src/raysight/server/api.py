@@ -101,10 +101,19 @@ async def doctor(request: Request) -> Response:
 
 async def ping(request: Request) -> Response:
     """GET /api/raysight/ping: answers without touching the store (liveness for `raysight run` and the CLI), with
-    the ingest backlog (batches acknowledged, not yet folded), and the server's pid (`server --detach` checks that
+    the ingest backlog (batches acknowledged, not yet folded), the events folded since it started (pollers that wait
+    for a quiet server read these two, not the doctor's queries), and the server's pid (`server --detach` checks that
     the server answering is the one it started)."""
-    backlog = app_state(request).writer.backlog()
-    return _json({"ok": True, "version": __version__, "pid": os.getpid(), "ingest_backlog": backlog})
+    state = app_state(request)
+    return _json(
+        {
+            "ok": True,
+            "version": __version__,
+            "pid": os.getpid(),
+            "ingest_backlog": state.writer.backlog(),
+            "events_received": state.metrics.events_received(),
+        }
+    )
 
 
 async def reindex(request: Request) -> Response:

@@ -67,6 +67,10 @@ class Metrics:
         for name, (doc, read) in gauges.items():
             Gauge(name, doc, registry=r).set_function(read)
 
+    def events_received(self) -> int:
+        """Events received since the server started (counted as they are folded, resends included)."""
+        return int(self.registry.get_sample_value("raysight_events_received_total") or 0)
+
     def resent(self, events: int) -> None:
         """A resend of a batch already committed, acknowledged without writing."""
         self.received.inc(events)
