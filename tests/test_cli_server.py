@@ -109,17 +109,17 @@ def test_reindex_then_delete_a_session_then_an_empty_store(data_dir: Path) -> No
     server = ServerProcess(data_dir).start()  # its own: deleting is for keeps
     try:
         url = server.url
-        feed(url)
+        feed(url, "?cluster=team%2Fdemo")  # a label is any text: a slash must not break the delete's URL
         assert raysight(url, "reindex").stdout == "Refolded 89 events.\n"
-        kept = raysight(url, "sessions", "delete", "demo", input="n\n")
+        kept = raysight(url, "sessions", "delete", "team/demo", input="n\n")
         assert kept.exit_code == 1 and "Aborted" in kept.stderr and SESSION in raysight(url, "sessions").stdout
-        assert raysight(url, "sessions", "delete", "demo", "--yes").stdout == f"Deleted {SESSION}.\n"
+        assert raysight(url, "sessions", "delete", "team/demo", "--yes").stdout == f"Deleted {SESSION}.\n"
         assert raysight(url, "sessions").stdout.startswith("No session yet")
         assert raysight(url, "list", "tasks").stdout == "Session: (none yet)\nNo resource in the session.\n"
         assert raysight(url, "summary", "actors").stdout.endswith("No resource in the session.\n")
         unknown = raysight(url, "get", "jobs", "01000000")
         assert unknown.exit_code == 1 and "no job with id 01000000 in any session" in unknown.stderr
-        gone = raysight(url, "sessions", "delete", "demo", "--yes")
+        gone = raysight(url, "sessions", "delete", "team/demo", "--yes")
         assert gone.exit_code == 1 and "no session" in gone.stderr
     finally:
         server.stop()
@@ -152,3 +152,23 @@ def test_stop_signals_only_this_data_dirs_server(data_dir: Path) -> None:
     (data_dir / "server.pid").write_text(f"{other.pid}\n127.0.0.1\n8271\n")  # now a pid that has ended
     gone = run_cli("server", "stop", "--data-dir", str(data_dir))
     assert gone.returncode == 1 and f"pid {other.pid} is not a raysight server of {data_dir}" in gone.stderr
+
+
+def test_two_detached_starts_at_once_leave_one_server_that_stop_ends(data_dir: Path) -> None:
+    """The pidfile is the only way `stop` finds a detached server: a second start must not take it over."""
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "raysight", "server", "--detach", "--port", str(free_port()), "--data-dir"]
+            + [str(data_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = sorted((p.wait(timeout=120), p.communicate()[1]) for p in starts)
+    assert [code for code, _ in results] == [0, 1], results
+    assert "already runs on" in results[1][1]
+    pid = pid_in(data_dir)
+    assert alive(pid)
+    assert run_cli("server", "stop", "--data-dir", str(data_dir)).returncode == 0 and wait_gone(pid)

@@ -22,6 +22,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
 from raysight.cli import main
+from raysight.cli.server import private_data_dir
 from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
@@ -303,3 +304,24 @@ def test_connections_past_the_limit_are_turned_away_at_once(live: ServerProcess)
     assert turned_away >= 2 * MAX_CONNECTIONS
     _wait_closed(flood, {}, limit_s=HEADER_TIMEOUT_S + 5)
     assert httpx.get(live.url + "/api/raysight/ping").status_code == 200
+
+
+def test_the_three_secrets_must_differ(tmp_path: Path) -> None:
+    """An ingest key equal to the read token would make the URL Ray logs in clear a read credential."""
+    for same in (["--token", "x1", "--ingest-key", "x1"], ["--token", "x2", "--admin-token", "x2"]):
+        args = ["server", "--host", "0.0.0.0", "--data-dir", str(tmp_path / "data"), *same]
+        refused = CliRunner().invoke(main, args)
+        assert refused.exit_code == 2 and "must all differ" in refused.output
+        assert not (tmp_path / "data" / "secrets.json").exists()
+
+
+def test_a_data_dir_of_other_things_keeps_its_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    new, ours, shared = tmp_path / "new", tmp_path / "ours", tmp_path / "shared"
+    for path, content in ((ours, "raysight.duckdb"), (shared, "notes.txt")):
+        path.mkdir(mode=0o755)
+        path.chmod(0o755)
+        (path / content).write_text("")
+    for path in (new, ours, shared):
+        private_data_dir(path)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (new, ours, shared)] == [0o700, 0o700, 0o755]
+    assert f"warning: {shared} holds other files" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import os
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -109,7 +110,7 @@ class Client:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 
     def delete_session(self, name: str) -> str:
-        body = self._request("DELETE", f"/api/raysight/sessions/{name}", headers=self._admin_headers)
+        body = self._request("DELETE", f"/api/raysight/sessions/{quote(name, safe='')}", headers=self._admin_headers)
         return body["deleted"]  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, Any]:

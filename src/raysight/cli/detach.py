@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,22 @@ def start_detached(
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _exclusive(data_dir / f"{PIDFILE}.lock"):  # two starts at once: the second sees the first's server
+        return _start(host, port, data_dir, args, env)
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (waiting for another holder) for the block."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _start(host: str, port: int, data_dir: Path, args: Sequence[str], env: Mapping[str, str] | None) -> int:
     pidfile, log_path = data_dir / PIDFILE, data_dir / LOGFILE
     running = read_pid(pidfile)
     if running is not None and is_server_of(running, data_dir):

@@ -62,11 +62,13 @@ def serve(
     if allowed_hosts and not is_loopback(host):
         raise click.UsageError("--allowed-host is for a loopback --host; beyond loopback the tokens decide")
     os.umask(0o077)  # what the server writes (store, journal, secrets) is for its user only
-    data_dir.mkdir(parents=True, exist_ok=True)
-    data_dir.chmod(0o700)  # also when made earlier, or by another umask
+    private_data_dir(data_dir)
     secrets = Secrets.loopback()
     if not is_loopback(host):
-        secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
+        try:
+            secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     click.echo(f"raysight listening on http://{host}:{port}")
     click.echo(f"data in {data_dir}")
     if secrets.token:
@@ -90,6 +92,18 @@ def serve(
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
+
+
+def private_data_dir(data_dir: Path) -> None:
+    """Make the data dir 0700 when it is raysight's (new, or holding a store made by another umask); a directory of
+    other things (``--data-dir ~``) keeps its mode, with a warning when others may look in (the files stay 0600)."""
+    from raysight.store.store import DB_FILE
+
+    if not data_dir.exists() or (data_dir / DB_FILE).exists() or not any(data_dir.iterdir()):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
+    elif data_dir.stat().st_mode & 0o077:
+        click.echo(f"warning: {data_dir} holds other files, so its mode is left as it is; others may list it", err=True)
 
 
 @click.group("server", invoke_without_command=True)

@@ -126,7 +126,7 @@ async def reindex(request: Request) -> Response:
 routes = [
     Route("/api/raysight/ping", ping),
     Route("/api/raysight/sessions", sessions),
-    Route("/api/raysight/sessions/{session}", delete_session, methods=["DELETE"]),
+    Route("/api/raysight/sessions/{session:path}", delete_session, methods=["DELETE"]),
     Route("/api/raysight/doctor", doctor),
     Route("/api/raysight/reindex", reindex, methods=["POST"]),
     Route("/api/raysight/summary/{resource}", summary),

@@ -39,7 +39,7 @@ def error_response(path: str, status: int, message: str) -> Response:
 
 
 async def handle_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, RaysightError) and exc.status < 500:
+    if isinstance(exc, RaysightError) and exc.status != 500:  # the caller's error, or 503: try again
         return error_response(request.url.path, exc.status, str(exc))
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     # never the exception's text: it may quote SQL or paths; the log has it

@@ -59,6 +59,12 @@ def load_or_create(data_dir: Path, token: str | None, ingest_key: str | None, ad
         ingest_key=ingest_key or saved.get("ingest_key") or secrets.token_urlsafe(24),
         admin_token=admin_token or saved.get("admin_token") or secrets.token_urlsafe(32),
     )
+    values = list(asdict(result).values())
+    if len(set(values)) < len(values):
+        raise ValueError(
+            "the read token, the ingest key and the admin token must all differ: Ray logs the ingest URL in clear, "
+            f"and the admin token guards what the read token may not do (check the options and {path})"
+        )
     if saved != asdict(result):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
