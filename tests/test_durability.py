@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import httpx
 import orjson
 import pytest
@@ -19,6 +20,7 @@ from starlette.testclient import TestClient
 
 from raysight.cli.query import folding_lines
 from raysight.server.app import create_app
+from raysight.store.store import Store
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import ServerProcess
 
@@ -221,6 +223,49 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
         kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
         assert {s: kept.get(s) for s in sessions} == {s: len(events) for s in sessions}
         assert "raysight_fold_retries" in client.get("/metrics").text
+
+
+@pytest.mark.parametrize("environmental", [False, True])
+def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, environmental: bool
+) -> None:
+    """An error that is neither content nor environment (a DuckDB InternalException on odd input) is tried a few
+    times, then the batch is quarantined with its reason; an environmental one (IOException) is waited out however
+    long it lasts. Either way the batches around it fold."""
+    monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.01)
+    monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.05)
+    error = duckdb.IOException("disk hiccup") if environmental else duckdb.InternalException("odd input met a bug")
+    apply, tries = Store.apply, []
+
+    def fail_on_odd(self: Store, posts, journal_seq=None):
+        if any(b'"sessionName":"odd"' in p.body for p in posts) and (not environmental or len(tries) < 8):
+            tries.append(len(posts))
+            raise error
+        return apply(self, posts, journal_seq)
+
+    monkeypatch.setattr(Store, "apply", fail_on_odd)
+    events = ray_batches[2]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+        with _folding_held(client):  # the three fold as one group
+            assert [_post(client, events, s) for s in ("before", "odd", "after")] == [200] * 3
+        doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
+        _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to get past the odd batch")
+        assert _post(client, events, "later") == 200
+        _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to go on")
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        report = doctor()
+    folded = ["before", "odd", "after", "later"] if environmental else ["before", "after", "later"]
+    assert kept == {s: len(events) for s in folded}
+    if environmental:
+        assert tries == [3] + [1] * 7 and report["counters"].get("quarantined", 0) == 0
+        return
+    assert tries == [3] + [1] * 5 and report["counters"]["quarantined"] == 1
+    (quarantined,) = report["quarantine"]
+    assert quarantined["reason"] == (
+        "the store could not fold this batch: InternalException: odd input met a bug (an error not foreseen, 5 tries)"
+    )
+    (logged,) = [r for r in caplog.records if "quarantined" in r.getMessage()]
+    assert logged.levelname == "ERROR" and logged.exc_info is not None
 
 
 def test_on_a_real_full_tmpfs_nothing_acknowledged_is_lost_and_folding_resumes(tmp_path: Path, ray_batches) -> None:
