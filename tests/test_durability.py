@@ -19,6 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight.cli.query import folding_lines
+from raysight.client import Client
 from raysight.server.app import create_app
 from raysight.store.store import Store
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
@@ -324,3 +325,60 @@ def test_the_doctor_says_in_words_why_folding_waits_and_what_the_journal_skipped
         "The journal held 1 corrupt stretch(es), 1,834 bytes: skipped (the records after them were folded) and kept "
         "in /d/journal/quarantine",
     ]
+
+
+class _Unreachable(httpx.BaseTransport):
+    """The server's network path, down for the first ``outages`` requests."""
+
+    def __init__(self, inner: httpx.BaseTransport, outages: int) -> None:
+        self.inner, self.outages = inner, outages
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.outages:
+            self.outages -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_retries_until_it_is_kept(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While folding is stalled, or when the store fails, `/ingest/agent/run-exit` and `/ingest/agent/ray-metrics`
+    answer 503 within the ingest deadline (never hang, never 500), and the client's report rides out a short stall
+    or outage; recording the same exit twice changes nothing."""
+    monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+        for batch in ray_batches:
+            assert client.post("/ingest/ray-events?cluster=rec&run=run-1", json=batch).status_code == 200
+        _until(lambda: not client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"], what="folding")
+        jobs = lambda: client.get("/api/raysight/jobs", params={"detail": "true"}).json()["rows"]  # noqa: E731
+        (job,) = jobs()
+        report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": 1}
+        release = threading.Event()
+        client.app.state.raysight.writer.call(lambda store: release.wait(5))  # folding stalls
+        for path, body in (("run-exit", report), ("ray-metrics", {"text": ""})):
+            stalled = client.post(f"/ingest/agent/{path}", json=body)
+            assert stalled.status_code == 503 and stalled.headers["Retry-After"] == "1"
+            assert "(folding is behind); retry" in stalled.json()["error"]
+        release.set()
+
+        record, failures = Store.record_run_exit, [duckdb.IOException("disk hiccup")] * 3
+
+        def flaky(self: Store, *args) -> None:
+            if failures:
+                raise failures.pop()
+            record(self, *args)
+
+        monkeypatch.setattr(Store, "record_run_exit", flaky)
+        failed = client.post("/ingest/agent/run-exit", json=report)
+        assert (
+            failed.status_code == 503 and failed.json()["error"] == "could not record the run exit (IOException); retry"
+        )
+        with Client("http://testserver", transport=_Unreachable(client._transport, outages=1)) as sdk:
+            sdk.run_exit(**report, key=None)  # unreachable once, then 503 twice, then kept
+        assert not failures
+        (job,) = jobs()
+        assert (job["driver_exit_code"], job["status"]) == (3, "FAILED")
+        sessions = client.get("/api/raysight/sessions").json()["sessions"]
+        assert client.post("/ingest/agent/run-exit", json=report).json() == {"ok": True}  # a retry that went through
+        assert (jobs(), client.get("/api/raysight/sessions").json()["sessions"]) == ([job], sessions)
