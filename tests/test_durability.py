@@ -129,6 +129,33 @@ def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_i
         client.__exit__(None, None, None)
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["first-in-its-segment", "after-others"])
+def test_an_append_that_cannot_even_be_cut_off_is_written_over_never_reported_corrupt(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: bool
+) -> None:
+    """A failed append whose rollback fails too (the write and the ftruncate both refused) was never acknowledged:
+    after a crash and restart no corruption is reported for it, and every batch acknowledged after it is folded."""
+    events = [e for b in ray_batches for e in b]
+    disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", errno.EIO, on=("write", "ftruncate"))
+    acked = [] if first else ["before"]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+        assert all(_post(client, events, s) == 200 for s in acked)
+        disk.armed = True
+        assert _post(client, events, "refused") == 503
+        disk.armed = False
+        acked += [f"after_{i}" for i in range(3)]
+        assert all(_post(client, events, s) == 200 for s in acked[-3:])
+        image = crash_image(tmp_path / "data", tmp_path / "image")
+    client = _restarted(image)
+    try:
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert kept == {s: len(events) for s in acked}
+        assert client.get("/api/raysight/doctor").json()["folding"]["journal_damage"]["corrupt"] == 0
+        assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
+    finally:
+        client.__exit__(None, None, None)
+
+
 @pytest.mark.parametrize("where", ["payload", "header"])
 def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_kept_aside(
     tmp_path: Path, ray_batches, where: str, caplog: pytest.LogCaptureFixture
