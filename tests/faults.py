@@ -1,5 +1,6 @@
 """Faults at the file-system boundary, for tests: a disk that refuses writes (in this process, whichever way the code
-writes: ``os.write``, ``os.fsync`` or a file from ``open``), crash images of a data dir, a real small tmpfs."""
+writes: ``os.write``, ``os.pwrite``, ``os.fsync``, ``os.ftruncate`` or a file from ``open``), crash images of a data
+dir, a real small tmpfs."""
 
 from __future__ import annotations
 
@@ -18,11 +19,16 @@ import pytest
 
 class FailingDisk:
     """While :attr:`armed`, a write to a file under ``directory`` writes half its bytes and fails with ``error`` (a
-    torn write), or (``on="fsync"``) its fsync fails: what a full disk (ENOSPC) or a failing one (EIO) does."""
+    torn write), or (``on="fsync"``) its fsync fails, or (``on="ftruncate"``) cutting it fails, or several of these
+    (``on=("write", "ftruncate")``): what a full disk (ENOSPC) or a failing one (EIO) does."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, directory: Path, error: int, on: str = "write") -> None:
-        self.directory, self.error, self.on, self.armed = directory.resolve(), error, on, False
-        real_write, real_fsync, real_open = os.write, os.fsync, builtins.open
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, directory: Path, error: int, on: str | tuple[str, ...] = "write"
+    ) -> None:
+        self.directory, self.error, self.armed = directory.resolve(), error, False
+        self.on = (on,) if isinstance(on, str) else on
+        real_write, real_pwrite, real_fsync, real_ftruncate = os.write, os.pwrite, os.fsync, os.ftruncate
+        real_open = builtins.open
         disk = self
 
         def write(fd: int, data: Any) -> int:
@@ -30,6 +36,17 @@ class FailingDisk:
                 real_write(fd, bytes(data)[: len(data) // 2])
                 disk.raise_()
             return real_write(fd, data)
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:
+            if disk.fails("write", _fd_path(fd)):
+                real_pwrite(fd, bytes(data)[: len(data) // 2], offset)
+                disk.raise_()
+            return real_pwrite(fd, data, offset)
+
+        def ftruncate(fd: int, length: int) -> None:
+            if disk.fails("ftruncate", _fd_path(fd)):
+                disk.raise_()
+            real_ftruncate(fd, length)
 
         def fsync(fd: Any) -> None:
             if disk.fails("fsync", _fd_path(fd if isinstance(fd, int) else fd.fileno())):
@@ -49,14 +66,16 @@ class FailingDisk:
             return real_open(file, mode, *args, **kwargs)
 
         monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "pwrite", pwrite)
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
         monkeypatch.setattr(builtins, "open", open_)
 
     def under(self, path: Path | None) -> bool:
         return path is not None and path.resolve().is_relative_to(self.directory)
 
     def fails(self, call: str, path: Path | None) -> bool:
-        return self.armed and call == self.on and self.under(path)
+        return self.armed and call in self.on and self.under(path)
 
     def raise_(self) -> None:
         raise OSError(self.error, os.strerror(self.error))

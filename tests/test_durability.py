@@ -12,13 +12,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import httpx
 import orjson
 import pytest
 from starlette.testclient import TestClient
 
 from raysight.cli.query import folding_lines
+from raysight.client import Client
 from raysight.server.app import create_app
+from raysight.store.store import Store
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import ServerProcess
 
@@ -126,6 +129,33 @@ def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_i
         client.__exit__(None, None, None)
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["first-in-its-segment", "after-others"])
+def test_an_append_that_cannot_even_be_cut_off_is_written_over_never_reported_corrupt(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: bool
+) -> None:
+    """A failed append whose rollback fails too (the write and the ftruncate both refused) was never acknowledged:
+    after a crash and restart no corruption is reported for it, and every batch acknowledged after it is folded."""
+    events = [e for b in ray_batches for e in b]
+    disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", errno.EIO, on=("write", "ftruncate"))
+    acked = [] if first else ["before"]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+        assert all(_post(client, events, s) == 200 for s in acked)
+        disk.armed = True
+        assert _post(client, events, "refused") == 503
+        disk.armed = False
+        acked += [f"after_{i}" for i in range(3)]
+        assert all(_post(client, events, s) == 200 for s in acked[-3:])
+        image = crash_image(tmp_path / "data", tmp_path / "image")
+    client = _restarted(image)
+    try:
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        assert kept == {s: len(events) for s in acked}
+        assert client.get("/api/raysight/doctor").json()["folding"]["journal_damage"]["corrupt"] == 0
+        assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
+    finally:
+        client.__exit__(None, None, None)
+
+
 @pytest.mark.parametrize("where", ["payload", "header"])
 def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_kept_aside(
     tmp_path: Path, ray_batches, where: str, caplog: pytest.LogCaptureFixture
@@ -223,6 +253,49 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
         assert "raysight_fold_retries" in client.get("/metrics").text
 
 
+@pytest.mark.parametrize("environmental", [False, True])
+def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, environmental: bool
+) -> None:
+    """An error that is neither content nor environment (a DuckDB InternalException on odd input) is tried a few
+    times, then the batch is quarantined with its reason; an environmental one (IOException) is waited out however
+    long it lasts. Either way the batches around it fold."""
+    monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.01)
+    monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.05)
+    error = duckdb.IOException("disk hiccup") if environmental else duckdb.InternalException("odd input met a bug")
+    apply, tries = Store.apply, []
+
+    def fail_on_odd(self: Store, posts, journal_seq=None):
+        if any(b'"sessionName":"odd"' in p.body for p in posts) and (not environmental or len(tries) < 8):
+            tries.append(len(posts))
+            raise error
+        return apply(self, posts, journal_seq)
+
+    monkeypatch.setattr(Store, "apply", fail_on_odd)
+    events = ray_batches[2]
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+        with _folding_held(client):  # the three fold as one group
+            assert [_post(client, events, s) for s in ("before", "odd", "after")] == [200] * 3
+        doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
+        _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to get past the odd batch")
+        assert _post(client, events, "later") == 200
+        _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to go on")
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+        report = doctor()
+    folded = ["before", "odd", "after", "later"] if environmental else ["before", "after", "later"]
+    assert kept == {s: len(events) for s in folded}
+    if environmental:
+        assert tries == [3] + [1] * 7 and report["counters"].get("quarantined", 0) == 0
+        return
+    assert tries == [3] + [1] * 5 and report["counters"]["quarantined"] == 1
+    (quarantined,) = report["quarantine"]
+    assert quarantined["reason"] == (
+        "the store could not fold this batch: InternalException: odd input met a bug (an error not foreseen, 5 tries)"
+    )
+    (logged,) = [r for r in caplog.records if "quarantined" in r.getMessage()]
+    assert logged.levelname == "ERROR" and logged.exc_info is not None
+
+
 def test_on_a_real_full_tmpfs_nothing_acknowledged_is_lost_and_folding_resumes(tmp_path: Path, ray_batches) -> None:
     """On a real 20 MB file system: post until 503 (folding waits meanwhile), free space, post 22 more, crash,
     restart: every acknowledged batch is folded and nothing is quarantined."""
@@ -279,3 +352,60 @@ def test_the_doctor_says_in_words_why_folding_waits_and_what_the_journal_skipped
         "The journal held 1 corrupt stretch(es), 1,834 bytes: skipped (the records after them were folded) and kept "
         "in /d/journal/quarantine",
     ]
+
+
+class _Unreachable(httpx.BaseTransport):
+    """The server's network path, down for the first ``outages`` requests."""
+
+    def __init__(self, inner: httpx.BaseTransport, outages: int) -> None:
+        self.inner, self.outages = inner, outages
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.outages:
+            self.outages -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_retries_until_it_is_kept(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While folding is stalled, or when the store fails, `/ingest/agent/run-exit` and `/ingest/agent/ray-metrics`
+    answer 503 within the ingest deadline (never hang, never 500), and the client's report rides out a short stall
+    or outage; recording the same exit twice changes nothing."""
+    monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
+    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+        for batch in ray_batches:
+            assert client.post("/ingest/ray-events?cluster=rec&run=run-1", json=batch).status_code == 200
+        _until(lambda: not client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"], what="folding")
+        jobs = lambda: client.get("/api/raysight/jobs", params={"detail": "true"}).json()["rows"]  # noqa: E731
+        (job,) = jobs()
+        report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": 1}
+        release = threading.Event()
+        client.app.state.raysight.writer.call(lambda store: release.wait(5))  # folding stalls
+        for path, body in (("run-exit", report), ("ray-metrics", {"text": ""})):
+            stalled = client.post(f"/ingest/agent/{path}", json=body)
+            assert stalled.status_code == 503 and stalled.headers["Retry-After"] == "1"
+            assert "(folding is behind); retry" in stalled.json()["error"]
+        release.set()
+
+        record, failures = Store.record_run_exit, [duckdb.IOException("disk hiccup")] * 3
+
+        def flaky(self: Store, *args) -> None:
+            if failures:
+                raise failures.pop()
+            record(self, *args)
+
+        monkeypatch.setattr(Store, "record_run_exit", flaky)
+        failed = client.post("/ingest/agent/run-exit", json=report)
+        assert (
+            failed.status_code == 503 and failed.json()["error"] == "could not record the run exit (IOException); retry"
+        )
+        with Client("http://testserver", transport=_Unreachable(client._transport, outages=1)) as sdk:
+            sdk.run_exit(**report, key=None)  # unreachable once, then 503 twice, then kept
+        assert not failures
+        (job,) = jobs()
+        assert (job["driver_exit_code"], job["status"]) == (3, "FAILED")
+        sessions = client.get("/api/raysight/sessions").json()["sessions"]
+        assert client.post("/ingest/agent/run-exit", json=report).json() == {"ok": True}  # a retry that went through
+        assert (jobs(), client.get("/api/raysight/sessions").json()["sessions"]) == ([job], sessions)

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, default_server
-from raysight.errors import BadQuery, BodyTooLarge, Forbidden, NotFound, RaysightError, ServerUnreachable, Unauthorized
+from raysight.errors import (
+    BadQuery,
+    BodyTooLarge,
+    Forbidden,
+    NotFound,
+    RaysightError,
+    ServerUnreachable,
+    Unauthorized,
+    Unavailable,
+)
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
 RESOURCES = ("actors", "jobs", "nodes", "tasks", "workers")
@@ -25,7 +35,11 @@ _BY_STATUS: dict[int, type[RaysightError]] = {
     403: Forbidden,
     404: NotFound,
     413: BodyTooLarge,
+    503: Unavailable,
 }
+# How long `raysight run` keeps reporting its driver's exit while the server is unreachable or answers 503 (a restart,
+# folding behind): a short stall must not lose the report.
+RUN_EXIT_DEADLINE_S = 30.0
 
 
 class Client:
@@ -128,10 +142,29 @@ class Client:
         body = self._request("POST", "/api/raysight/reindex", json={}, headers=self._admin_headers)  # POSTs are JSON
         return body["events"]  # type: ignore[no-any-return]
 
-    def run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, key: str | None) -> None:
+    def run_exit(
+        self,
+        run_id: str,
+        driver_pid: int | None,
+        exit_code: int,
+        ended_ns: int,
+        key: str | None,
+        deadline_s: float = RUN_EXIT_DEADLINE_S,
+    ) -> None:
+        """Report how a driver ended, retried with back-off while the server is unreachable or answers 503, for up to
+        ``deadline_s`` (recording the same exit twice, after a timed-out try that went through, is harmless)."""
         params = {"key": key} if key else {}
         body = {"run_id": run_id, "driver_pid": driver_pid, "exit_code": exit_code, "ended_ns": ended_ns}
-        self._request("POST", "/ingest/agent/run-exit", json=body, params=params)
+        deadline, delay = time.monotonic() + deadline_s, 0.5
+        while True:
+            try:
+                self._request("POST", "/ingest/agent/run-exit", json=body, params=params)
+                return
+            except (ServerUnreachable, Unavailable):
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""

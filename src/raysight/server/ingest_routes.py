@@ -4,9 +4,11 @@ Acknowledged only once durable."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -19,11 +21,16 @@ from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
-from raysight.store.writer import QueueFull
+from raysight.store.store import Store
+from raysight.store.writer import CONTENT_ERRORS, QueueFull
+
+log = logging.getLogger("raysight.ingest")
+T = TypeVar("T")
 
 RAY_METRICS_MAX_BODY = 1024 * 1024
 RUN_EXIT_MAX_BODY = 64 * 1024
 RUN_ID_MAX = 128
+RETRY = {"Retry-After": "1"}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -84,7 +91,7 @@ async def ray_events(request: Request) -> Response:
             )
         except QueueFull as exc:
             state.metrics.rejected.labels("busy").inc()
-            return _error(503, f"busy: {exc}; Ray will resend", **{"Retry-After": "1"})
+            return _error(503, f"busy: {exc}; Ray will resend", **RETRY)
         state.resends.track(key, future, received)
     else:
         future, received = prior  # type: ignore[assignment]  # a pending first copy (find() says so)
@@ -94,9 +101,9 @@ async def ray_events(request: Request) -> Response:
         await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout=max(remaining, 0.01))
     except asyncio.TimeoutError:
         state.metrics.rejected.labels("deadline").inc()
-        return _error(503, "not yet durable; Ray will resend and duplicates are ignored", **{"Retry-After": "1"})
+        return _error(503, "not yet durable; Ray will resend and duplicates are ignored", **RETRY)
     except OSError as exc:
-        return _error(503, f"could not journal the batch ({exc}); Ray will resend", **{"Retry-After": "1"})
+        return _error(503, f"could not journal the batch ({exc}); Ray will resend", **RETRY)
     state.metrics.latency.observe(time.perf_counter() - started)
     return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
 
@@ -133,8 +140,30 @@ async def run_exit(request: Request) -> Response:
     if not _key_ok(request):
         return _error(401, "this ingest URL needs the server's ingest key")
     run_id, pid, code, ended = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
-    await asyncio.wrap_future(app_state(request).writer.call(lambda s: s.record_run_exit(run_id, pid, code, ended)))
-    return JSONResponse({"ok": True})
+    return await _record(request, "the run exit", lambda s: s.record_run_exit(run_id, pid, code, ended), lambda _: {})
+
+
+async def _record(
+    request: Request, what: str, write: Callable[[Store], T], answer: Callable[[T], dict[str, Any]]
+) -> Response:
+    """Have the writer run ``write`` and answer ``{"ok": true, **answer(result)}``, or 503 (the sender retries) when
+    it cannot be done within the ingest deadline (folding is behind or stalled) or the store fails for a reason not
+    the sender's. A write that timed out is cancelled if it has not started, else completes: each must be harmless
+    twice."""
+    future = app_state(request).writer.call(write)
+    try:
+        result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=INGEST_DEADLINE_S)
+    except asyncio.TimeoutError:
+        return _error(
+            503, f"busy: could not record {what} in {INGEST_DEADLINE_S} s (folding is behind); retry", **RETRY
+        )
+    except CONTENT_ERRORS as exc:  # validated, so this is unexpected; but retrying cannot help
+        log.error("the store refused %s", what, exc_info=exc)
+        return _error(400, f"the store refused {what} ({type(exc).__name__}); the server's log says more")
+    except Exception as exc:  # noqa: BLE001 (environmental, or not foreseen: may pass on a retry)
+        log.error("could not record %s", what, exc_info=exc)
+        return _error(503, f"could not record {what} ({type(exc).__name__}); retry", **RETRY)
+    return JSONResponse({"ok": True, **answer(result)})
 
 
 def parse_metrics_post(body: bytes) -> str:
@@ -157,8 +186,7 @@ async def ray_metrics(request: Request) -> Response:
         samples = parse_aggregator_metrics(parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY)))
     except ValueError as exc:  # not Prometheus text
         raise BadQuery(f"bad Ray metrics: {exc}") from None
-    written = await asyncio.wrap_future(app_state(request).writer.call(lambda s: s.record_ray_metrics(samples)))
-    return JSONResponse({"ok": True, "samples": written})
+    return await _record(request, "Ray's metrics", lambda s: s.record_ray_metrics(samples), lambda n: {"samples": n})
 
 
 routes = [

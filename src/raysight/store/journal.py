@@ -11,7 +11,11 @@ number, the payload's CRC-32 and the header's own) and a payload (``[label, run_
 the body). What can go wrong, and what happens:
 
 - An append fails (disk full, I/O error): nothing is acknowledged, and the segment is cut back to its last whole
-  record before anything else is appended (should even that fail, the next append starts a new segment).
+  record before anything else is appended. Should even that fail, the segment is closed and the next append opens
+  ``{next seq}.log``: a new segment, or, when the failed append was its segment's first, the same one, emptied (a
+  segment is named by its first record, so it holds nothing else). What a failed append left at an older segment's
+  end is a torn record, cut when the journal opens, or whole records never acknowledged, replayed as the duplicates
+  of what Ray resent that they are.
 - A record at a segment's end is torn (a crash mid-append, never acknowledged): it is kept aside and cut when the
   journal opens.
 - A record is corrupt (a flipped byte): recovery finds the next record by its marker, whose 0xFF byte never occurs
@@ -194,14 +198,14 @@ class Journal:
     def append(self, batches: Sequence[Batch]) -> list[Record]:
         """Write ``(label, run_id, body, events)`` batches as records and fsync once; returns them, numbered.
 
-        On failure the segment is cut back to its last whole record (else the next append starts a new segment)."""
+        Written at the segment's known end, not the file's: what a failed append left past it is never built on."""
         if self._fd is None or self._size > SEGMENT_BYTES:
             self._open_segment()
         assert self._fd is not None
         records = [Record(self.next_seq + i, *batch) for i, batch in enumerate(batches)]
         data = b"".join(encode(r) for r in records)
         try:
-            _write_all(self._fd, data)
+            _write_all(self._fd, data, self._size)
             os.fsync(self._fd)
         except OSError:
             self._roll_back()
@@ -211,9 +215,11 @@ class Journal:
         return records
 
     def _open_segment(self) -> None:
+        """Open segment ``{next_seq}.log``, emptied: a file of that name holds no whole record (else ``next_seq``
+        would be past it), only what a failed append left (or what recovery has already kept aside)."""
         self.close()
-        self._fd = os.open(self.directory / f"{self.next_seq:016d}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._size = os.fstat(self._fd).st_size
+        self._fd = os.open(self.directory / f"{self.next_seq:016d}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._size = 0
 
     def _roll_back(self) -> None:
         """Cut a failed append off the segment and close it (after an I/O error its pages are not to be trusted)."""
@@ -221,7 +227,7 @@ class Journal:
         try:
             os.ftruncate(self._fd, self._size)
         except OSError:
-            log.exception("could not cut a failed append off the journal; recovery will keep it aside")
+            log.exception("could not cut a failed append off the journal; the next append starts past it or over it")
         self.close()
 
     def replay(self, folded: int) -> Iterator[Record]:
@@ -244,10 +250,11 @@ class Journal:
             self._fd = None
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -255,7 +262,7 @@ def _write_new(path: Path, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            _write_all(fd, data)
+            _write_all(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)

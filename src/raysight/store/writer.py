@@ -6,9 +6,11 @@ and applies them to the store in one transaction that also records the last jour
 store's other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded
 records are folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
 
-A group that fails to fold is never dropped. An environmental failure (a full disk, an I/O error, no memory) is
-retried with back-off until it passes, as it does by itself once space returns (``raysight doctor`` says why it
-waits). Only a batch whose content the store refuses is quarantined.
+A group that fails to fold is never dropped, nor allowed to stop the folding of what follows it: on any error it is
+folded batch by batch. A batch whose content the store refuses is quarantined (its body kept with the reason); an
+environmental failure (a full disk, an I/O error, no memory) is retried with back-off until it passes, as it does by
+itself once space returns (``raysight doctor`` says why it waits); an error that is neither is retried a few times,
+then quarantined.
 """
 
 from __future__ import annotations
@@ -43,17 +45,26 @@ FOLD_NICENESS = 19
 FOLD_INTERVAL_S = 4.0
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
-# What the store raises for content it cannot take (a value out of range, malformed input); anything else (OSError,
-# duckdb's IOException, OutOfMemoryException, TransactionException, an error not foreseen) may pass on a retry.
+# What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
+# malformed input): retrying cannot help, so the batch is quarantined at once.
 CONTENT_ERRORS: tuple[type[Exception], ...] = (
-    duckdb.DataError,
-    duckdb.IntegrityError,
+    duckdb.DataError,  # ConversionException, OutOfRangeException, TypeMismatchException
+    duckdb.IntegrityError,  # ConstraintException
     duckdb.InvalidInputException,
     ValueError,
     TypeError,
     LookupError,
 )
-MEMORY_ERRORS = (MemoryError, duckdb.OutOfMemoryException)
+# What the machine causes, not the batch: retried until it passes. DuckDB's OperationalError covers IOException (and
+# HTTPException), OutOfMemoryException, TransactionException, ConnectionException, SerializationException and
+# ResourceInUseException; FatalException is what DuckDB raises once a failed write has invalidated the database.
+ENVIRONMENTAL_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    MemoryError,
+    duckdb.OperationalError,
+    duckdb.FatalException,
+)
+UNFORESEEN_TRIES = 5  # an error that is neither (InternalException, BinderException, …): tries before quarantine
 _STOP = object()
 
 
@@ -238,39 +249,46 @@ class Writer:
 
     def _fold(self, group: list[Record]) -> None:
         """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
-        so it is never dropped: an environmental failure is retried with back-off until it passes (a group that does
-        not fit in memory is folded batch by batch); a batch whose content the store refuses is quarantined whole
-        (in a group, its batches are folded one by one to find it)."""
+        so it is never dropped, and it must not hold up what follows: a group that fails in any way is folded batch
+        by batch. A batch whose content the store refuses is quarantined whole; an environmental failure is retried
+        with back-off until it passes; an error that is neither, :data:`UNFORESEEN_TRIES` times, then quarantined."""
         posts = [Post(record.body, record.label, record.run_id) for record in group]
-        delays = _delays()
+        delays, tries = _delays(), 0
         while True:
             started = time.perf_counter()
+            tries += 1
             try:
                 result = self.store.apply(posts, journal_seq=group[-1].seq)
-            except Exception as exc:  # noqa: BLE001 (content is quarantined, anything else retried)
-                if len(group) > 1 and isinstance(exc, CONTENT_ERRORS + MEMORY_ERRORS):
+            except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)
+                if len(group) > 1:
                     log.warning("folding %d batches as one failed (%s); folding them one by one", len(group), exc)
                     for record in group:
                         if self._stopping.is_set():
                             return
                         self._fold([record])
                 elif isinstance(exc, CONTENT_ERRORS):
-                    self._quarantine(group[0], f"{type(exc).__name__}: {exc}")
+                    self._quarantine(group[0], exc)
+                elif not isinstance(exc, ENVIRONMENTAL_ERRORS) and tries >= UNFORESEEN_TRIES:
+                    self._quarantine(group[0], exc, unforeseen=f"an error not foreseen, {tries} tries")
                 elif self._wait(exc, next(delays)):
                     continue
                 return  # done, or stopping: what is unfolded stays in the journal for the next start
             self._done(group, result, time.perf_counter() - started)
             return
 
-    def _quarantine(self, record: Record, error: str) -> None:
-        """Keep a batch whose content the store refuses in the quarantine table (retried like a fold)."""
-        log.error("journal record %d: the store refuses its content (%s); quarantined", record.seq, error)
+    def _quarantine(self, record: Record, exc: Exception, unforeseen: str | None = None) -> None:
+        """Keep a batch the store could not fold in the quarantine table with the reason (retried like a fold); an
+        ``unforeseen`` error is logged with its traceback, since it may be raysight's own bug."""
+        reason = f"the store could not fold this batch: {type(exc).__name__}: {exc}" + (
+            f" ({unforeseen})" if unforeseen else ""
+        )
+        log.error("journal record %d quarantined: %s", record.seq, reason, exc_info=exc if unforeseen else None)
         delays = _delays()
         while True:
             try:
-                self.store.quarantine_batch(record.body, f"the store could not fold this batch: {error}", record.seq)
-            except Exception as exc:  # noqa: BLE001 (environmental: retried)
-                if self._wait(exc, next(delays)):
+                self.store.quarantine_batch(record.body, reason, record.seq)
+            except Exception as failure:  # noqa: BLE001 (environmental: retried)
+                if self._wait(failure, next(delays)):
                     continue
                 return
             self._done([record], None, 0.0)
@@ -284,7 +302,7 @@ class Writer:
             self._on_commit(result, seconds)
 
     def _wait(self, exc: Exception, delay: float) -> bool:
-        """Record and log an environmental failure, then wait ``delay``; False if the writer stops meanwhile."""
+        """Record and log a failure to be retried, then wait ``delay``; False if the writer stops meanwhile."""
         self.fold_retries += 1
         error = f"{type(exc).__name__}: {exc}"
         since, tries = (self.stall.since, self.stall.tries) if self.stall else (time.time(), 0)
