@@ -3,6 +3,7 @@ why, an end of execution alone is no success, and a driver that sent no task eve
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from starlette.testclient import TestClient
@@ -91,6 +92,38 @@ def test_a_later_session_of_the_same_cluster_ends_the_one_before(server: TestCli
     post(server, [{**later, "eventId": "b3RoZXJsYWJlbA==", "sessionName": "session_other"}], "?cluster=staging")
     (still,) = rows(server, "nodes", later["sessionName"])
     assert (still["state"], still["state_inferred"]) == ("ALIVE", False)  # another cluster's session ends nothing
+
+
+def test_sessions_of_one_label_that_overlap_end_none_of_each_other(server: TestClient, ray_batches) -> None:
+    """Two `ray start` clusters under one `--cluster` label run at once: neither's events end the other; a session
+    that begins after both ends both, until an earlier event of it arrives and shows it overlapping them."""
+    node_event = next(e for b in ray_batches for e in b if e["eventType"] == "NODE_DEFINITION_EVENT")
+
+    def at(session: str, second: int) -> None:
+        event_id = base64.b64encode(f"{session}-{second}".encode()).decode()
+        event = {**node_event, "eventId": event_id, "sessionName": session}
+        post(server, [{**event, "timestamp": f"2026-11-22T00:00:{second:02d}Z"}], "?cluster=prod")
+
+    def ends() -> dict[str, str | None]:
+        return {s["session"]: s["end_reason"] for s in sessions(server)}
+
+    for second in range(4):  # a and b alternate
+        at("session_a" if second % 2 == 0 else "session_b", second)
+    assert ends() == {"session_a": None, "session_b": None}
+    assert [n["state_inferred"] for n in rows(server, "nodes")] == [False, False]
+    at("session_c", 10)  # began after both stopped: their successor
+    reasons = ends()
+    assert reasons["session_c"] is None
+    for earlier in ("session_a", "session_b"):
+        assert (reasons[earlier] or "").startswith("a later session of cluster prod began, session_c;")
+    assert {n["session"]: n["state"] for n in rows(server, "nodes")} == {
+        "session_a": "DEAD",
+        "session_b": "DEAD",
+        "session_c": "ALIVE",
+    }
+    at("session_c", 1)  # its aggregator's first batch came late: c ran beside a and b all along
+    assert ends() == {"session_a": None, "session_b": None, "session_c": None}
+    assert {n["state"] for n in rows(server, "nodes")} == {"ALIVE"}
 
 
 OWNER_SIDE = ("TASK_DEFINITION_EVENT", "ACTOR_TASK_DEFINITION_EVENT")

@@ -14,32 +14,37 @@ import duckdb
 from raysight.store.schema import TERMINAL
 
 # A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died,
-# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when a later session of the
-# same cluster label began: one cluster runs one session at a time, so this one ended after its last event.
-_NEXT_SESSION = """
-    SELECT session, lead(session) OVER (PARTITION BY label ORDER BY first_ns, session) AS next_session
-    FROM sessions WHERE label IS NOT NULL AND first_ns IS NOT NULL
-"""
+# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when its successor began:
+# the session of the same label that began first after this one's last event (one cluster runs one session at a time).
+# Sessions that overlap are different clusters under one label, and end none of each other.
+_SUCCESSOR = """
+    ASOF LEFT JOIN (SELECT session AS next_session, label, first_ns FROM sessions WHERE first_ns IS NOT NULL) l
+    ON s.label = l.label AND s.last_ns < l.first_ns"""
 SESSION_ENDS = f"""
     SELECT s.session,
            coalesce(r.ended_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END,
-                    CASE WHEN l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
+                    CASE WHEN s.run_id IS NULL AND l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
            CASE WHEN r.ended_ns IS NOT NULL THEN 'the driver that started this local cluster exited'
                 WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died'
-                WHEN l.next_session IS NOT NULL
+                WHEN s.run_id IS NULL AND l.next_session IS NOT NULL
                 THEN printf('a later session of cluster %s began, %s; this one ended after its last event',
                             s.label, l.next_session) END AS end_reason
     FROM sessions s
+    {_SUCCESSOR}
     LEFT JOIN run_exits r ON r.run_id = s.run_id
     LEFT JOIN (SELECT session, count(*) AS total, count(*) FILTER (state IS DISTINCT FROM 'DEAD') AS alive,
                       max(end_ns) AS last_dead
                FROM nodes GROUP BY session) n ON n.session = s.session
-    LEFT JOIN ({_NEXT_SESSION}) l ON l.session = s.session AND s.run_id IS NULL
 """
-# The sessions whose inferences a fold of ``$1`` may change: those, and the session before each in its cluster.
+# The sessions whose inferences a fold of ``$1`` may change: those, the sessions they succeed, and the sessions of
+# the same label they overlap (one of those may have had a successor here until this one's first event moved earlier).
 _AFFECTED = f"""
     SELECT unnest($1::VARCHAR[])
-    UNION SELECT session FROM ({_NEXT_SESSION}) WHERE next_session IN (SELECT unnest($1::VARCHAR[]))
+    UNION SELECT s.session FROM (SELECT * FROM sessions WHERE run_id IS NULL) s {_SUCCESSOR}
+          WHERE l.next_session IN (SELECT unnest($1::VARCHAR[]))
+    UNION SELECT s.session FROM sessions s JOIN sessions x ON x.label = s.label AND x.session <> s.session
+          WHERE x.session IN (SELECT unnest($1::VARCHAR[])) AND s.run_id IS NULL
+            AND s.last_ns >= x.first_ns AND s.first_ns <= x.last_ns
 """
 
 _CLEAR = f"""
