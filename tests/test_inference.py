@@ -141,6 +141,53 @@ def executor_side_only(batches: list[list[dict[str, Any]]], session: str) -> lis
     return [[{**e, "sessionName": session} for e in batch if from_executor(e)] for batch in batches]
 
 
+FRAGILE_INIT = "//////////+1G6OCRyD1G6LKlcQBAAAA"  # the creation task of the recording's restarted actor
+
+
+def creation_attempts(server: TestClient, session: str) -> dict[int, dict[str, Any]]:
+    task_id = base64.b64decode(FRAGILE_INIT).hex()
+    return {t["attempt_number"]: t for t in rows(server, "tasks", session) if t["task_id"] == task_id}
+
+
+def test_each_attempt_of_an_actors_creation_is_judged_by_the_actors_history(server: TestClient, ray_batches) -> None:
+    """Fragile was restarted once (ALIVE, RESTARTING, ALIVE) and its owner's events are missing: the attempt that
+    made it ALIVE finished although a later one began; where its restart failed (DEAD after RESTARTING), the last
+    attempt failed although the actor had been ALIVE before."""
+    executed = executor_side_only(ray_batches, "session_restarted")
+    attempt_1 = next(
+        e
+        for batch in executed
+        for e in batch
+        if e["eventType"] == "TASK_LIFECYCLE_EVENT" and e["taskLifecycleEvent"]["taskId"] == FRAGILE_INIT
+    )
+    # The recording lost attempt 0's RUNNING with its worker (which died within the second); this is what it sends.
+    running = [{"state": "RUNNING", "timestamp": "2026-11-21T19:46:24.400000000Z"}]
+    lifecycle = {**attempt_1["taskLifecycleEvent"], "taskAttempt": 0, "workerPid": 2538, "stateTransitions": running}
+    attempt_0 = {**attempt_1, "eventId": "YXR0ZW1wdDA=", "taskLifecycleEvent": lifecycle}
+    record(server, [*executed, [attempt_0]], "?cluster=restarted")
+    attempts = creation_attempts(server, "session_restarted")
+    assert [attempts[n]["state"] for n in (0, 1)] == ["FINISHED", "FINISHED"]
+    assert all(a["inferred_reason"].startswith("its actor became ALIVE") for a in attempts.values())
+
+    def restart_fails(event: dict[str, Any]) -> dict[str, Any]:
+        if event["eventType"] != "ACTOR_LIFECYCLE_EVENT":
+            return {**event, "sessionName": "session_failed"}
+        transitions = [
+            {**t, "state": "DEAD", "deathCause": {"actorDiedErrorContext": {"errorMessage": "restart failed"}}}
+            if t["timestamp"] == "2026-11-21T19:46:25.006843924Z"
+            else t
+            for t in event["actorLifecycleEvent"]["stateTransitions"]
+        ]
+        actor = {**event["actorLifecycleEvent"], "stateTransitions": transitions}
+        return {**event, "sessionName": "session_failed", "actorLifecycleEvent": actor}
+
+    record(server, [[restart_fails(e) for e in batch] for batch in [*executed, [attempt_0]]], "?cluster=failed")
+    attempts = creation_attempts(server, "session_failed")
+    assert attempts[0]["state"] == "FINISHED"
+    assert (attempts[1]["state"], attempts[1]["error_type"]) == ("FAILED", "ACTOR_DIED")
+    assert attempts[1]["inferred_reason"].startswith("its actor died before becoming ALIVE (restart failed)")
+
+
 def test_the_doctor_names_a_driver_that_sent_no_task_events(server: TestClient, ray_batches) -> None:
     record(server, ray_batches, "?cluster=rec")
     assert server.get("/api/raysight/doctor").json()["drivers_without_task_events"] == []  # a crash is no warning

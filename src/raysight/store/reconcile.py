@@ -2,9 +2,9 @@
 
 Ray's stream loses a dying worker's last second, a local cluster's final events, and everything a stopped `ray start`
 cluster would have said of its own end. When other evidence says a task attempt is over (a later attempt, its worker's
-or node's death, its actor coming alive, the end of its job or session), the attempt gets ``inferred_state`` and
-``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray still shows alive (with
-``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
+or node's death, its actor coming alive or dying during it, the end of its job or session), the attempt gets
+``inferred_state`` and ``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray
+still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ WHERE session IN (SELECT unnest($1::VARCHAR[])) AND inferred_state IS NOT NULL A
 _INFER = f"""
 WITH open AS (
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
-           coalesce(reported_state, 'NIL') AS state, executed_ns
+           coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns
     FROM tasks
     WHERE session IN (SELECT unnest($1::VARCHAR[])) AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL}
 ),
 retried AS (
-    SELECT o.session, o.task_id, o.attempt, min(t.attempt) AS next_attempt
+    SELECT o.session, o.task_id, o.attempt, min(t.attempt) AS next_attempt,
+           min(least(t.first_ns, t.exec_start_ns)) AS next_begun_ns
     FROM open o JOIN tasks t ON t.session = o.session AND t.task_id = o.task_id AND t.attempt > o.attempt
     GROUP BY ALL
 ),
@@ -84,24 +85,32 @@ evidence AS (
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
 ),
-created AS (  -- an actor creation task's ID is 8 0xff bytes and its actor's ID: the actor alive means it finished
-    SELECT o.session, o.task_id, o.attempt
-    FROM open o JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
-    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.start_ns IS NOT NULL
+-- An actor creation task's ID is 8 0xff bytes and its actor's ID. Each attempt runs the constructor once, so the
+-- actor's first ALIVE or DEAD from that attempt's start until the next one's tells whether that attempt finished.
+created AS (
+    SELECT o.session, o.task_id, o.attempt,
+           list_filter(a.history, lambda h: h.state IN ('ALIVE', 'DEAD') AND h.ts >= o.begun_ns
+                                             AND (rt.next_begun_ns IS NULL OR h.ts < rt.next_begun_ns))[1] AS outcome
+    FROM open o LEFT JOIN retried rt USING (session, task_id, attempt)
+    JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
+    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.session IN (SELECT unnest($1::VARCHAR[]))
 ),
 verdict AS (
     SELECT session, task_id, attempt,
         CASE
-          WHEN next_attempt IS NOT NULL THEN 'FAILED'
-          WHEN c.task_id IS NOT NULL THEN 'FINISHED'
+          WHEN c.outcome.state = 'ALIVE' THEN 'FINISHED'
+          WHEN c.outcome.state = 'DEAD' OR next_attempt IS NOT NULL THEN 'FAILED'
           WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
         CASE
+          WHEN c.outcome.state = 'ALIVE'
+            THEN 'its actor became ALIVE, so its creation finished; Ray never sent its end state'
+          WHEN c.outcome.state = 'DEAD' THEN
+            printf('its actor died before becoming ALIVE (%s), so its creation failed; Ray never sent its end state',
+                   coalesce(c.outcome.death_message, 'no reason given'))
           WHEN next_attempt IS NOT NULL THEN
             printf('attempt %d was started, so this attempt failed; Ray never sent its end state', next_attempt)
-          WHEN c.task_id IS NOT NULL
-            THEN 'its actor became ALIVE, so its creation finished; Ray never sent its end state'
           WHEN executed_ns IS NOT NULL AND ended
             THEN 'outcome unknown: the executing worker recorded the end of execution, but its owner never sent '
                  || 'whether it finished or failed'
@@ -117,7 +126,8 @@ verdict AS (
             printf('the cluster ended (%s) while it was %s; Ray never sent its end state', end_reason, state)
         END AS reason,
         CASE
-          WHEN next_attempt IS NOT NULL OR c.task_id IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
+          WHEN c.outcome.state = 'DEAD' THEN 'ACTOR_DIED'
+          WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type
