@@ -3,6 +3,7 @@ why, an end of execution alone is no success, and a driver that sent no task eve
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from starlette.testclient import TestClient
@@ -93,6 +94,38 @@ def test_a_later_session_of_the_same_cluster_ends_the_one_before(server: TestCli
     assert (still["state"], still["state_inferred"]) == ("ALIVE", False)  # another cluster's session ends nothing
 
 
+def test_sessions_of_one_label_that_overlap_end_none_of_each_other(server: TestClient, ray_batches) -> None:
+    """Two `ray start` clusters under one `--cluster` label run at once: neither's events end the other; a session
+    that begins after both ends both, until an earlier event of it arrives and shows it overlapping them."""
+    node_event = next(e for b in ray_batches for e in b if e["eventType"] == "NODE_DEFINITION_EVENT")
+
+    def at(session: str, second: int) -> None:
+        event_id = base64.b64encode(f"{session}-{second}".encode()).decode()
+        event = {**node_event, "eventId": event_id, "sessionName": session}
+        post(server, [{**event, "timestamp": f"2026-11-22T00:00:{second:02d}Z"}], "?cluster=prod")
+
+    def ends() -> dict[str, str | None]:
+        return {s["session"]: s["end_reason"] for s in sessions(server)}
+
+    for second in range(4):  # a and b alternate
+        at("session_a" if second % 2 == 0 else "session_b", second)
+    assert ends() == {"session_a": None, "session_b": None}
+    assert [n["state_inferred"] for n in rows(server, "nodes")] == [False, False]
+    at("session_c", 10)  # began after both stopped: their successor
+    reasons = ends()
+    assert reasons["session_c"] is None
+    for earlier in ("session_a", "session_b"):
+        assert (reasons[earlier] or "").startswith("a later session of cluster prod began, session_c;")
+    assert {n["session"]: n["state"] for n in rows(server, "nodes")} == {
+        "session_a": "DEAD",
+        "session_b": "DEAD",
+        "session_c": "ALIVE",
+    }
+    at("session_c", 1)  # its aggregator's first batch came late: c ran beside a and b all along
+    assert ends() == {"session_a": None, "session_b": None, "session_c": None}
+    assert {n["state"] for n in rows(server, "nodes")} == {"ALIVE"}
+
+
 OWNER_SIDE = ("TASK_DEFINITION_EVENT", "ACTOR_TASK_DEFINITION_EVENT")
 
 
@@ -106,6 +139,53 @@ def executor_side_only(batches: list[list[dict[str, Any]]], session: str) -> lis
         return event["eventType"] != "TASK_LIFECYCLE_EVENT" or bool(event["taskLifecycleEvent"].get("workerPid"))
 
     return [[{**e, "sessionName": session} for e in batch if from_executor(e)] for batch in batches]
+
+
+FRAGILE_INIT = "//////////+1G6OCRyD1G6LKlcQBAAAA"  # the creation task of the recording's restarted actor
+
+
+def creation_attempts(server: TestClient, session: str) -> dict[int, dict[str, Any]]:
+    task_id = base64.b64decode(FRAGILE_INIT).hex()
+    return {t["attempt_number"]: t for t in rows(server, "tasks", session) if t["task_id"] == task_id}
+
+
+def test_each_attempt_of_an_actors_creation_is_judged_by_the_actors_history(server: TestClient, ray_batches) -> None:
+    """Fragile was restarted once (ALIVE, RESTARTING, ALIVE) and its owner's events are missing: the attempt that
+    made it ALIVE finished although a later one began; where its restart failed (DEAD after RESTARTING), the last
+    attempt failed although the actor had been ALIVE before."""
+    executed = executor_side_only(ray_batches, "session_restarted")
+    attempt_1 = next(
+        e
+        for batch in executed
+        for e in batch
+        if e["eventType"] == "TASK_LIFECYCLE_EVENT" and e["taskLifecycleEvent"]["taskId"] == FRAGILE_INIT
+    )
+    # The recording lost attempt 0's RUNNING with its worker (which died within the second); this is what it sends.
+    running = [{"state": "RUNNING", "timestamp": "2026-11-21T19:46:24.400000000Z"}]
+    lifecycle = {**attempt_1["taskLifecycleEvent"], "taskAttempt": 0, "workerPid": 2538, "stateTransitions": running}
+    attempt_0 = {**attempt_1, "eventId": "YXR0ZW1wdDA=", "taskLifecycleEvent": lifecycle}
+    record(server, [*executed, [attempt_0]], "?cluster=restarted")
+    attempts = creation_attempts(server, "session_restarted")
+    assert [attempts[n]["state"] for n in (0, 1)] == ["FINISHED", "FINISHED"]
+    assert all(a["inferred_reason"].startswith("its actor became ALIVE") for a in attempts.values())
+
+    def restart_fails(event: dict[str, Any]) -> dict[str, Any]:
+        if event["eventType"] != "ACTOR_LIFECYCLE_EVENT":
+            return {**event, "sessionName": "session_failed"}
+        transitions = [
+            {**t, "state": "DEAD", "deathCause": {"actorDiedErrorContext": {"errorMessage": "restart failed"}}}
+            if t["timestamp"] == "2026-11-21T19:46:25.006843924Z"
+            else t
+            for t in event["actorLifecycleEvent"]["stateTransitions"]
+        ]
+        actor = {**event["actorLifecycleEvent"], "stateTransitions": transitions}
+        return {**event, "sessionName": "session_failed", "actorLifecycleEvent": actor}
+
+    record(server, [[restart_fails(e) for e in batch] for batch in [*executed, [attempt_0]]], "?cluster=failed")
+    attempts = creation_attempts(server, "session_failed")
+    assert attempts[0]["state"] == "FINISHED"
+    assert (attempts[1]["state"], attempts[1]["error_type"]) == ("FAILED", "ACTOR_DIED")
+    assert attempts[1]["inferred_reason"].startswith("its actor died before becoming ALIVE (restart failed)")
 
 
 def test_the_doctor_names_a_driver_that_sent_no_task_events(server: TestClient, ray_batches) -> None:

@@ -38,7 +38,10 @@ def main(address: str) -> None:
     assert ray.get([add_one.remote(i) for i in range(3)]) == [1, 2, 3]
     acc = Accumulator.remote()  # type: ignore[attr-defined]
     assert ray.get([acc.add.remote(k) for k in range(3)])[-1] == 3
-    time.sleep(1.5)  # Ray's workers flush their events each second; let the last ones go before the driver leaves
+    # Ray's workers flush their events each second; let the driver's last ones go before it leaves. Nothing in here
+    # can see them arrive (started without raysight's variables, it knows no server to ask), so a fixed wait, past
+    # one flush interval.
+    time.sleep(1.5)
 
 
 if __name__ == "__main__":

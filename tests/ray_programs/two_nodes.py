@@ -14,6 +14,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raysight.cli.run import ray_env
+from raysight.client import Client
 
 PLAIN_DRIVER = Path(__file__).with_name("plain_driver.py")
 
@@ -32,6 +33,18 @@ def wait_for(path: Path, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
+def wait_until_raysight_sees_running(task: str, timeout_s: float) -> None:
+    """Poll the server `raysight run` pointed Ray at until ``task`` reads RUNNING there: its executor's event (sent
+    within a second) has left the node, whose aggregator goes with it when the node is removed."""
+    server = os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
+    deadline = time.monotonic() + timeout_s
+    with Client(server) as client:
+        while {t["state"] for t in client.list("tasks", filters=[f"name={task}"])["rows"]} != {"RUNNING"}:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"raysight did not see {task} RUNNING within {timeout_s} s")
+            time.sleep(0.2)
+
+
 def main(marker: Path) -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
@@ -40,7 +53,7 @@ def main(marker: Path) -> None:
         ray.init(address=cluster.address)
         ref = on_doomed_node.remote(str(marker))
         wait_for(marker, 60)
-        time.sleep(1.5)  # the executor flushes its RUNNING event each second
+        wait_until_raysight_sees_running("on_doomed_node", 60)
         cluster.remove_node(doomed)
         try:
             ray.get(ref, timeout=60)

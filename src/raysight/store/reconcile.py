@@ -2,9 +2,9 @@
 
 Ray's stream loses a dying worker's last second, a local cluster's final events, and everything a stopped `ray start`
 cluster would have said of its own end. When other evidence says a task attempt is over (a later attempt, its worker's
-or node's death, its actor coming alive, the end of its job or session), the attempt gets ``inferred_state`` and
-``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray still shows alive (with
-``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
+or node's death, its actor coming alive or dying during it, the end of its job or session), the attempt gets
+``inferred_state`` and ``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray
+still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
 """
 
 from __future__ import annotations
@@ -13,57 +13,77 @@ import duckdb
 
 from raysight.store.schema import TERMINAL
 
+# Every statement here reads only the rows of the sessions being reconciled (``$1``): a fold then costs what those
+# hold, not what the whole history does.
+_SESSIONS = "(SELECT unnest($1::VARCHAR[]))"
+
 # A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died,
-# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when a later session of the
-# same cluster label began: one cluster runs one session at a time, so this one ended after its last event.
-_NEXT_SESSION = """
-    SELECT session, lead(session) OVER (PARTITION BY label ORDER BY first_ns, session) AS next_session
-    FROM sessions WHERE label IS NOT NULL AND first_ns IS NOT NULL
-"""
-SESSION_ENDS = f"""
+# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when its successor began:
+# the session of the same label that began first after this one's last event (one cluster runs one session at a time).
+# Sessions that overlap are different clusters under one label, and end none of each other.
+_SUCCESSOR = """
+    ASOF LEFT JOIN (SELECT session AS next_session, label, first_ns FROM sessions WHERE first_ns IS NOT NULL) l
+    ON s.label = l.label AND s.last_ns < l.first_ns"""
+
+
+def _session_ends(scope: str) -> str:
+    """When each session whose ``session`` meets the condition ``scope`` ended (NULL while it runs), and why."""
+    return f"""
     SELECT s.session,
            coalesce(r.ended_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END,
-                    CASE WHEN l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
+                    CASE WHEN s.run_id IS NULL AND l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
            CASE WHEN r.ended_ns IS NOT NULL THEN 'the driver that started this local cluster exited'
                 WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died'
-                WHEN l.next_session IS NOT NULL
+                WHEN s.run_id IS NULL AND l.next_session IS NOT NULL
                 THEN printf('a later session of cluster %s began, %s; this one ended after its last event',
                             s.label, l.next_session) END AS end_reason
-    FROM sessions s
+    FROM (SELECT * FROM sessions WHERE {scope}) s
+    {_SUCCESSOR}
     LEFT JOIN run_exits r ON r.run_id = s.run_id
     LEFT JOIN (SELECT session, count(*) AS total, count(*) FILTER (state IS DISTINCT FROM 'DEAD') AS alive,
                       max(end_ns) AS last_dead
-               FROM nodes GROUP BY session) n ON n.session = s.session
-    LEFT JOIN ({_NEXT_SESSION}) l ON l.session = s.session AND s.run_id IS NULL
+               FROM nodes WHERE {scope} GROUP BY session) n ON n.session = s.session
 """
-# The sessions whose inferences a fold of ``$1`` may change: those, and the session before each in its cluster.
+
+
+SESSION_ENDS = _session_ends("true")
+_ENDS = _session_ends(f"session IN {_SESSIONS}")
+# The sessions whose inferences a fold of ``$1`` may change: those, the sessions they succeed, and the sessions of
+# the same label they overlap (one of those may have had a successor here until this one's first event moved earlier).
 _AFFECTED = f"""
     SELECT unnest($1::VARCHAR[])
-    UNION SELECT session FROM ({_NEXT_SESSION}) WHERE next_session IN (SELECT unnest($1::VARCHAR[]))
+    UNION SELECT s.session FROM (SELECT * FROM sessions WHERE run_id IS NULL) s {_SUCCESSOR}
+          WHERE l.next_session IN {_SESSIONS}
+    UNION SELECT s.session FROM sessions s JOIN sessions x ON x.label = s.label AND x.session <> s.session
+          WHERE x.session IN {_SESSIONS} AND s.run_id IS NULL
+            AND s.last_ns >= x.first_ns AND s.first_ns <= x.last_ns
 """
 
 _CLEAR = f"""
 UPDATE tasks SET inferred_state = NULL, inferred_reason = NULL, inferred_error_type = NULL
-WHERE session IN (SELECT unnest($1::VARCHAR[])) AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL}
+WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL}
 """
 
 _INFER = f"""
 WITH open AS (
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
-           coalesce(reported_state, 'NIL') AS state, executed_ns
+           coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns
     FROM tasks
-    WHERE session IN (SELECT unnest($1::VARCHAR[])) AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL}
+    WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL}
 ),
 retried AS (
-    SELECT o.session, o.task_id, o.attempt, min(t.attempt) AS next_attempt
+    SELECT o.session, o.task_id, o.attempt, min(t.attempt) AS next_attempt,
+           min(least(t.first_ns, t.exec_start_ns)) AS next_begun_ns
     FROM open o JOIN tasks t ON t.session = o.session AND t.task_id = o.task_id AND t.attempt > o.attempt
+    WHERE t.session IN {_SESSIONS}
     GROUP BY ALL
 ),
-ends AS ({SESSION_ENDS}),
+ends AS ({_ENDS}),
 job_ends AS (
     SELECT j.session, j.job_id, coalesce(j.end_ns, r.ended_ns) AS ended_ns
     FROM jobs j JOIN sessions s USING (session)
     LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+    WHERE j.session IN {_SESSIONS}
 ),
 evidence AS (
     SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, rt.next_attempt,
@@ -74,29 +94,39 @@ evidence AS (
             OR e.ended_ns IS NOT NULL) AS ended
     FROM open o
     LEFT JOIN retried rt USING (session, task_id, attempt)
-    LEFT JOIN workers w ON w.session = o.session AND w.worker_id = o.worker_id AND w.state = 'DEAD'
-    LEFT JOIN nodes n ON n.session = o.session AND n.node_id = o.node_id AND n.state = 'DEAD'
+    LEFT JOIN (SELECT * FROM workers WHERE session IN {_SESSIONS} AND state = 'DEAD') w
+        ON w.session = o.session AND w.worker_id = o.worker_id
+    LEFT JOIN (SELECT * FROM nodes WHERE session IN {_SESSIONS} AND state = 'DEAD') n
+        ON n.session = o.session AND n.node_id = o.node_id
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
 ),
-created AS (  -- an actor creation task's ID is 8 0xff bytes and its actor's ID: the actor alive means it finished
-    SELECT o.session, o.task_id, o.attempt
-    FROM open o JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
-    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.start_ns IS NOT NULL
+-- An actor creation task's ID is 8 0xff bytes and its actor's ID. Each attempt runs the constructor once, so the
+-- actor's first ALIVE or DEAD from that attempt's start until the next one's tells whether that attempt finished.
+created AS (
+    SELECT o.session, o.task_id, o.attempt,
+           list_filter(a.history, lambda h: h.state IN ('ALIVE', 'DEAD') AND h.ts >= o.begun_ns
+                                             AND (rt.next_begun_ns IS NULL OR h.ts < rt.next_begun_ns))[1] AS outcome
+    FROM open o LEFT JOIN retried rt USING (session, task_id, attempt)
+    JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
+    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.session IN {_SESSIONS}
 ),
 verdict AS (
     SELECT session, task_id, attempt,
         CASE
-          WHEN next_attempt IS NOT NULL THEN 'FAILED'
-          WHEN c.task_id IS NOT NULL THEN 'FINISHED'
+          WHEN c.outcome.state = 'ALIVE' THEN 'FINISHED'
+          WHEN c.outcome.state = 'DEAD' OR next_attempt IS NOT NULL THEN 'FAILED'
           WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
         CASE
+          WHEN c.outcome.state = 'ALIVE'
+            THEN 'its actor became ALIVE, so its creation finished; Ray never sent its end state'
+          WHEN c.outcome.state = 'DEAD' THEN
+            printf('its actor died before becoming ALIVE (%s), so its creation failed; Ray never sent its end state',
+                   coalesce(c.outcome.death_message, 'no reason given'))
           WHEN next_attempt IS NOT NULL THEN
             printf('attempt %d was started, so this attempt failed; Ray never sent its end state', next_attempt)
-          WHEN c.task_id IS NOT NULL
-            THEN 'its actor became ALIVE, so its creation finished; Ray never sent its end state'
           WHEN executed_ns IS NOT NULL AND ended
             THEN 'outcome unknown: the executing worker recorded the end of execution, but its owner never sent '
                  || 'whether it finished or failed'
@@ -112,7 +142,8 @@ verdict AS (
             printf('the cluster ended (%s) while it was %s; Ray never sent its end state', end_reason, state)
         END AS reason,
         CASE
-          WHEN next_attempt IS NOT NULL OR c.task_id IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
+          WHEN c.outcome.state = 'DEAD' THEN 'ACTOR_DIED'
+          WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type
@@ -120,19 +151,20 @@ verdict AS (
 )
 UPDATE tasks SET inferred_state = v.state, inferred_reason = v.reason, inferred_error_type = v.error_type
 FROM verdict v
-WHERE tasks.session = v.session AND tasks.task_id = v.task_id AND tasks.attempt = v.attempt
+WHERE tasks.session IN {_SESSIONS}
+  AND tasks.session = v.session AND tasks.task_id = v.task_id AND tasks.attempt = v.attempt
   AND v.state IS NOT NULL
   AND (tasks.inferred_state IS DISTINCT FROM v.state OR tasks.inferred_reason IS DISTINCT FROM v.reason)
 """
 
 
 # An attempt Ray sent no definition for (an actor's restart, a retry whose owner died) takes its attempt 0's.
-_BORROW_DEFINITION = """
+_BORROW_DEFINITION = f"""
 UPDATE tasks SET type = d.type, name = d.name, func_or_class_name = d.func_or_class_name, module_name = d.module_name,
        language = d.language, actor_id = d.actor_id, parent_task_id = d.parent_task_id,
        job_id = coalesce(tasks.job_id, d.job_id)
 FROM tasks d
-WHERE tasks.session IN (SELECT unnest($1::VARCHAR[])) AND tasks.defined IS NULL
+WHERE tasks.session IN {_SESSIONS} AND tasks.defined IS NULL AND d.session IN {_SESSIONS}
   AND d.session = tasks.session AND d.task_id = tasks.task_id AND d.defined AND d.attempt = 0 AND tasks.attempt > 0
 """
 
@@ -142,15 +174,15 @@ def _inferred_end(table: str, key: str, evidence: str) -> str:
     state, reason and end_ns for the rows Ray still shows alive in an ended session; any other row's is cleared),
     writing only the rows whose inference changed."""
     return f"""
-WITH ends AS ({SESSION_ENDS}),
+WITH ends AS ({_ENDS}),
 verdict AS (
     SELECT x.session, x.{key}, v.state, v.reason, v.end_ns
     FROM {table} x LEFT JOIN ({evidence}) v USING (session, {key})
-    WHERE x.session IN (SELECT unnest($1::VARCHAR[]))
+    WHERE x.session IN {_SESSIONS}
 )
 UPDATE {table} SET inferred_state = v.state, inferred_reason = v.reason, inferred_end_ns = v.end_ns
 FROM verdict v
-WHERE {table}.session = v.session AND {table}.{key} = v.{key}
+WHERE {table}.session IN {_SESSIONS} AND {table}.session = v.session AND {table}.{key} = v.{key}
   AND ({table}.inferred_state IS DISTINCT FROM v.state OR {table}.inferred_reason IS DISTINCT FROM v.reason
        OR {table}.inferred_end_ns IS DISTINCT FROM v.end_ns)
 """
@@ -163,7 +195,7 @@ _END_NODES = _inferred_end(
     f"""SELECT n.session, n.node_id, 'DEAD' AS state, {_CLUSTER_ENDED.format(state="coalesce(n.state, 'ALIVE')")}
                AS reason, e.ended_ns AS end_ns
         FROM nodes n JOIN ends e USING (session)
-        WHERE n.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+        WHERE n.session IN {_SESSIONS} AND n.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
 )
 _END_WORKERS = _inferred_end(
     "workers",
@@ -174,9 +206,11 @@ _END_WORKERS = _inferred_end(
                                 coalesce(n.death_reason, 'unknown reason'))
                     ELSE {_CLUSTER_ENDED.format(state="'alive'")} END AS reason,
                CASE WHEN n.state = 'DEAD' THEN n.end_ns ELSE e.ended_ns END AS end_ns
-        FROM workers w LEFT JOIN nodes n ON n.session = w.session AND n.node_id = w.node_id
+        FROM workers w LEFT JOIN (SELECT * FROM nodes WHERE session IN {_SESSIONS}) n
+            ON n.session = w.session AND n.node_id = w.node_id
         LEFT JOIN ends e ON e.session = w.session
-        WHERE w.state IS DISTINCT FROM 'DEAD' AND (n.state = 'DEAD' OR e.ended_ns IS NOT NULL)""",
+        WHERE w.session IN {_SESSIONS} AND w.state IS DISTINCT FROM 'DEAD'
+          AND (n.state = 'DEAD' OR e.ended_ns IS NOT NULL)""",
 )
 _END_ACTORS = _inferred_end(
     "actors",
@@ -185,7 +219,7 @@ _END_ACTORS = _inferred_end(
                {_CLUSTER_ENDED.format(state="coalesce(a.state, 'DEPENDENCIES_UNREADY')")} AS reason,
                e.ended_ns AS end_ns
         FROM actors a JOIN ends e USING (session)
-        WHERE a.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+        WHERE a.session IN {_SESSIONS} AND a.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
 )
 
 
