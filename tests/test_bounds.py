@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -101,3 +103,45 @@ def test_hostile_bodies_keep_the_server_under_its_memory_bound(tmp_path: Path) -
         assert peak < RSS_BOUND_MB
     finally:
         server.stop(signal.SIGKILL)
+
+
+def test_bodies_held_at_once_are_bounded_however_many_connections_send_them(tmp_path: Path) -> None:
+    """A body is at most --max-body and connections at most --max-connections, but not their product: past what the
+    server holds at once (16 bodies of the largest size), a body is refused with 503 before it is read."""
+    server = ServerProcess(tmp_path / "data").start()
+    head = (
+        b"POST /ingest/ray-events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n[" % (16 * 1024 * 1024)
+    )
+    senders: list[socket.socket] = []
+    try:
+        answer = b""
+        while not answer and len(senders) <= 16:  # each says it brings the largest body, then sends nothing more
+            sender = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sender.sendall(head)
+            sender.settimeout(0.5)
+            try:
+                answer = sender.recv(4096)  # none while its body is awaited
+            except TimeoutError:
+                senders.append(sender)
+                continue
+            with contextlib.suppress(TimeoutError):  # the rest of the answer
+                while chunk := sender.recv(4096):
+                    answer += chunk
+            sender.close()
+        assert len(senders) == 16, f"{len(senders)} bodies held before a refusal"
+        assert answer.startswith(b"HTTP/1.1 503") and b"bytes of request bodies are being read" in answer, answer
+        assert b"retry-after: 1" in answer.lower()
+        for sender in senders:
+            sender.close()
+        senders.clear()
+        deadline = time.monotonic() + 10
+        with httpx.Client(timeout=10) as http:  # the budget comes back with the connections
+            while (status := _post(http, f"{server.url}/ingest/ray-events", b"[]").status_code) == 503:
+                assert time.monotonic() < deadline, "the budget did not come back"
+                time.sleep(0.05)
+        assert status == 200
+    finally:
+        for sender in senders:
+            sender.close()
+        server.stop()

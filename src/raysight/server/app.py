@@ -20,11 +20,15 @@ from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, ray_compat
 from raysight.server.auth import Secrets
 from raysight.server.guard import refusal
-from raysight.server.state import AppState, Metrics, app_state
+from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
+from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_INTERVAL_S, FOLD_NICENESS, Writer
 
 log = logging.getLogger("raysight.server")
+# Bodies of the largest size the server may hold at once (256 MiB at the default --max-body): Ray sends a batch per
+# node at a time, each far smaller, so only a flood reaches it.
+BODIES_HELD = 16
 
 
 def _is_ray_path(path: str) -> bool:
@@ -91,7 +95,8 @@ def create_app(
         metrics_ = Metrics(store)
         writer = Writer(store, on_commit=metrics_.committed, fold_interval_s=fold_interval_s)
         metrics_.watch(writer)
-        app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events)
+        bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
+        app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events, bodies)
         try:
             yield
         finally:

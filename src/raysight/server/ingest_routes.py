@@ -4,9 +4,10 @@ Acknowledged only once durable."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
-from raysight.errors import BadQuery, BodyTooLarge
+from raysight.errors import BadQuery, BodyTooLarge, Unavailable
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
@@ -33,18 +34,35 @@ RUN_ID_MAX = 128
 RETRY = {"Retry-After": "1"}
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (before reading it whole) anything over ``limit`` bytes."""
+@contextlib.asynccontextmanager
+async def held_body(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The request body, held against the server's body budget until the block ends; refused before it is read
+    whole when over ``limit`` bytes (BodyTooLarge) or over what the budget has left (Unavailable: retry)."""
+    budget = app_state(request).bodies
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    taken = int(declared) if declared is not None and declared.isdigit() else 0
+    if taken > limit:
         raise BodyTooLarge(f"body over {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    budget.take(taken)
+    try:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"body over {limit} bytes")
+            if size > taken:  # sent without a length, or longer than it said
+                budget.take(size - taken)
+                taken = size
+            chunks.append(chunk)
+        yield b"".join(chunks)
+    finally:
+        budget.give(taken)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """A small body (the agent routes'), read whole; held against the budget only while it is read."""
+    async with held_body(request, limit) as body:
+        return body
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -59,12 +77,21 @@ async def ray_events(request: Request) -> Response:
         state.metrics.rejected.labels("key").inc()
         return _error(401, "this ingest URL needs the server's ingest key (`raysight env` prints the URL)")
     try:
-        body = await read_body(request, state.max_body)
+        async with held_body(request, state.max_body) as body:
+            return await _journal(request, body, started)
     except BodyTooLarge:
         state.metrics.rejected.labels("too_large").inc()
         return _error(413, f"body over {state.max_body} bytes (raise --max-body)")
+    except Unavailable as exc:
+        state.metrics.rejected.labels("bodies").inc()
+        return _error(503, f"{exc}; Ray will resend", **RETRY)
     except ClientDisconnect:
         return Response(status_code=499)
+
+
+async def _journal(request: Request, body: bytes, started: float) -> Response:
+    """Acknowledge a Ray batch once it is durable in the journal (or its first copy is), or say why not."""
+    state = app_state(request)
     key = digest(body, request.url.query)
     prior = state.resends.find(key)
     if prior is not None and prior[0] is None:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
 from raysight.server.resends import Resends
 from raysight.store.store import ApplyResult, Store
@@ -90,6 +91,26 @@ def _size(store: Store) -> float:
     return float(sum(p.stat().st_size for p in store.data_dir.glob("raysight.duckdb*") if p.is_file()))
 
 
+class BodyBudget:
+    """Bytes of request bodies the server holds at once (being read, or read and not yet answered).
+
+    Each body is bounded (``--max-body``) and so are connections (``--max-connections``), but not their product: a
+    thousand connections each sending 16 MiB would hold 16 GB. Past the budget a body is refused with 503 before it
+    is read (Ray resends it). Touched only from the event loop, so no lock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise Unavailable(f"busy: {self.held:,} bytes of request bodies are being read; retry")
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
 @dataclass
 class AppState:
     store: Store
@@ -98,6 +119,7 @@ class AppState:
     metrics: Metrics
     max_body: int
     max_events: int
+    bodies: BodyBudget
     resends: Resends = field(default_factory=Resends)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
