@@ -73,9 +73,8 @@ async def ray_events(request: Request) -> Response:
     """POST /ingest/ray-events?cluster=NAME: one JSON array of Ray events from a node's aggregator agent."""
     started = time.perf_counter()
     state = app_state(request)
-    if not state.secrets.ingest_ok(request.query_params.get("key") or request.path_params.get("key")):
-        state.metrics.rejected.labels("key").inc()
-        return _error(401, "this ingest URL needs the server's ingest key (`raysight env` prints the URL)")
+    if (refused := _key_refused(request)) is not None:
+        return refused
     try:
         async with held_body(request, state.max_body) as body:
             return await _journal(request, body, started)
@@ -158,14 +157,19 @@ def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int]:
     return run_id, pid, code, _int_field(fields, "ended_ns", 0, INT64_MAX)
 
 
-def _key_ok(request: Request) -> bool:
-    return app_state(request).secrets.ingest_ok(request.query_params.get("key"))
+def _key_refused(request: Request) -> Response | None:
+    """401 unless the ingest URL carries the server's ingest key (``?key=``, or in the path for Ray's aggregator)."""
+    state = app_state(request)
+    if state.secrets.ingest_ok(request.query_params.get("key") or request.path_params.get("key")):
+        return None
+    state.metrics.rejected.labels("key").inc()
+    return _error(401, "this ingest URL needs the server's ingest key (`raysight env` prints the URL)")
 
 
 async def run_exit(request: Request) -> Response:
     """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns"} from `raysight run`."""
-    if not _key_ok(request):
-        return _error(401, "this ingest URL needs the server's ingest key")
+    if (refused := _key_refused(request)) is not None:
+        return refused
     run_id, pid, code, ended = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
     return await _record(request, "the run exit", lambda s: s.record_run_exit(run_id, pid, code, ended), lambda _: {})
 
@@ -207,8 +211,8 @@ def parse_metrics_post(body: bytes) -> str:
 
 async def ray_metrics(request: Request) -> Response:
     """POST /ingest/agent/ray-metrics: a node's Prometheus text (its aggregator's lines suffice) from `raysight run`."""
-    if not _key_ok(request):
-        return _error(401, "this ingest URL needs the server's ingest key")
+    if (refused := _key_refused(request)) is not None:
+        return refused
     try:
         samples = parse_aggregator_metrics(parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY)))
     except ValueError as exc:  # not Prometheus text
