@@ -17,6 +17,7 @@ import click
 
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
+from raysight.cli.common import server_option
 from raysight.cli.detach import start_detached
 from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
@@ -55,12 +56,6 @@ def env_lines(server: str, cluster: str | None, key: str | None) -> list[str]:
     ]
 
 
-server_option = click.option(
-    "--server",
-    metavar="URL",
-    default=None,
-    help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].",
-)
 cluster_option = click.option("--cluster", metavar="NAME", help="A label for the sessions this cluster records.")
 key_option = click.option(
     "--ingest-key",
