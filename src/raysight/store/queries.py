@@ -15,6 +15,7 @@ import orjson
 from raysight.errors import BadQuery, NotFound
 from raysight.store.filters import Filter, filter_sql, parse_sort
 from raysight.store.reconcile import SESSION_ENDS
+from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 MS = "// 1000000"
 
@@ -56,13 +57,7 @@ def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False,
 
 
 TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
-# When the owner's definition never came (a driver without the export variables), the ID still tells the type: an
-# actor creation task's is 8 0xff bytes and its actor's ID, an actor task's ends with its actor's ID, a normal task's
-# with 12 0xff bytes (a nil actor ID) and its job's, a driver's is 20 0xff bytes and its job's.
-_TASK_ID_TYPE = """CASE WHEN t.task_id LIKE repeat('f', 40) || '%' THEN 'DRIVER_TASK'
-    WHEN substr(t.task_id, 17, 24) = repeat('f', 24) THEN 'NORMAL_TASK'
-    WHEN t.task_id LIKE repeat('f', 16) || '%' THEN 'ACTOR_CREATION_TASK' ELSE 'ACTOR_TASK' END"""
-TASK_TYPE = f"coalesce(t.type, {_TASK_ID_TYPE})"
+TASK_TYPE = f"coalesce(t.type, {task_kind_sql('t.task_id')})"  # the ID tells it when the definition never came
 # When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
 TASK_NAME = "coalesce(t.name, t.profile_name)"
 # When the executor's RUNNING event was lost, its profile still says when execution began.
@@ -101,7 +96,7 @@ TASKS = Resource(
         _f("job_id", "coalesce(t.job_id, '')", "id", True),
         _f(
             "actor_id",
-            f"coalesce(t.actor_id, CASE WHEN {TASK_TYPE} LIKE 'ACTOR%' THEN substr(t.task_id, 17, 32) END)",
+            f"coalesce(t.actor_id, CASE WHEN {TASK_TYPE} LIKE 'ACTOR%' THEN {task_actor_id_sql('t.task_id')} END)",
             "id",
             True,
         ),

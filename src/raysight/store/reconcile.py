@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from raysight.store.schema import TERMINAL
+from raysight.store.schema import TERMINAL, task_actor_id_sql, task_kind_sql
 
 # Every statement here reads only the rows of the sessions being reconciled (``$1``): a fold then costs what those
 # hold, not what the whole history does.
@@ -101,15 +101,15 @@ evidence AS (
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
 ),
--- An actor creation task's ID is 8 0xff bytes and its actor's ID. Each attempt runs the constructor once, so the
--- actor's first ALIVE or DEAD from that attempt's start until the next one's tells whether that attempt finished.
+-- An actor creation task's ID holds its actor's. Each attempt runs the constructor once, so the actor's first ALIVE
+-- or DEAD from that attempt's start until the next one's tells whether that attempt finished.
 created AS (
     SELECT o.session, o.task_id, o.attempt,
            list_filter(a.history, lambda h: h.state IN ('ALIVE', 'DEAD') AND h.ts >= o.begun_ns
                                              AND (rt.next_begun_ns IS NULL OR h.ts < rt.next_begun_ns))[1] AS outcome
     FROM open o LEFT JOIN retried rt USING (session, task_id, attempt)
-    JOIN actors a ON a.session = o.session AND a.actor_id = substr(o.task_id, 17, 32)
-    WHERE o.task_id LIKE 'ffffffffffffffff%' AND a.session IN {_SESSIONS}
+    JOIN actors a ON a.session = o.session AND a.actor_id = {task_actor_id_sql("o.task_id")}
+    WHERE {task_kind_sql("o.task_id")} = 'ACTOR_CREATION_TASK' AND a.session IN {_SESSIONS}
 ),
 verdict AS (
     SELECT session, task_id, attempt,

@@ -240,6 +240,30 @@ TASK_PROFILE = AppendTable(
         ("node_ip", "VARCHAR"),
     ),
 )
+
+
+# Ray's task IDs, as SQL over a hex task ID: 16 digits of the task's own, then the 32 of the actor ID it belongs to,
+# whose last 8 are its job ID. A driver's task is 40 f's and its job ID; an actor creation task's, 16 f's and its
+# actor's ID; a normal task's actor part is 24 f's (no actor) and its job ID. When the owner's definition never
+# came (a driver without the export variables), the ID still tells the task's type, actor and job.
+def task_kind_sql(task_id: str) -> str:
+    return f"""CASE WHEN {task_id} LIKE repeat('f', 40) || '%' THEN 'DRIVER_TASK'
+        WHEN substr({task_id}, 17, 24) = repeat('f', 24) THEN 'NORMAL_TASK'
+        WHEN {task_id} LIKE repeat('f', 16) || '%' THEN 'ACTOR_CREATION_TASK' ELSE 'ACTOR_TASK' END"""
+
+
+def task_actor_id_sql(task_id: str) -> str:
+    return f"substr({task_id}, 17, 32)"
+
+
+def task_job_id_sql(task_id: str) -> str:
+    return f"substr({task_id}, 41, 8)"
+
+
+def driver_task_id_sql(job_id: str) -> str:
+    return f"repeat('f', 40) || {job_id}"
+
+
 # Reconciliation writes these; a terminal state reported later clears them (see store.reconcile).
 TASK_INFERENCE = ["inferred_state VARCHAR", "inferred_reason VARCHAR", "inferred_error_type VARCHAR"]
 # The same for nodes, workers and actors that outlived their session in Ray's stream (re-derived at every fold).

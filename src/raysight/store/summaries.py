@@ -9,6 +9,7 @@ import duckdb
 from raysight.ingest.ray_metrics import PREFIX
 from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
+from raysight.store.schema import driver_task_id_sql, task_job_id_sql
 
 SLOWEST = 5
 DOCTOR_SESSIONS = 5
@@ -199,8 +200,8 @@ def drivers_without_task_events(con: duckdb.DuckDBPyConnection) -> list[dict[str
     a crashing owner losing its last second of events is not a misconfigured driver."""
     rows = _rows(
         con.execute(
-            """WITH executor_only AS (  -- only the owner sends definitions, pending and end states, the executor's ID
-                   SELECT t.session, coalesce(t.job_id, substr(t.task_id, 41, 8)) AS job_id, count(*) AS tasks
+            f"""WITH executor_only AS (  -- only the owner sends definitions, pending and end states, the executor's ID
+                   SELECT t.session, coalesce(t.job_id, {task_job_id_sql("t.task_id")}) AS job_id, count(*) AS tasks
                    FROM tasks t
                    WHERE t.defined IS NULL AND t.worker_id IS NULL AND t.pending_ns IS NULL AND t.end_ns IS NULL
                      AND (t.worker_pid IS NOT NULL OR t.exec_worker_id IS NOT NULL OR t.executed_ns IS NOT NULL)
@@ -209,7 +210,7 @@ def drivers_without_task_events(con: duckdb.DuckDBPyConnection) -> list[dict[str
                FROM executor_only e JOIN sessions s USING (session)
                LEFT JOIN jobs j ON j.session = e.session AND j.job_id = e.job_id
                WHERE NOT EXISTS (SELECT 1 FROM tasks d WHERE d.session = e.session AND d.defined
-                                 AND d.task_id = repeat('f', 40) || e.job_id)
+                                 AND d.task_id = {driver_task_id_sql("e.job_id")})
                ORDER BY s.first_ns DESC NULLS LAST, e.job_id
                LIMIT 20"""
         )
