@@ -261,7 +261,7 @@ JOBS = Resource(
         _f("start_time", f"j.start_ns {MS}", "time_ms"),
         _f(
             "end_time",
-            f"coalesce(j.end_ns, r.ended_ns, CASE WHEN e.ended_ns IS NOT NULL THEN e.ended_ns END) {MS}",
+            f"coalesce(j.end_ns, r.ended_ns, e.ended_ns) {MS}",
             "time_ms",
         ),
         _f("metadata", "coalesce(j.metadata, '{}')", "json"),
