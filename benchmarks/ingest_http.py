@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import cpu_seconds
 from benchmarks.recorded import body, parse_only, synth_batches
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import JSON, ServerProcess
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 BATCH_EVENTS = 1000
-JSON = {"Content-Type": "application/json"}  # as Ray's aggregator sends it
 
 
 def post_all(url: str, bodies: list[bytes], connections: int) -> tuple[float, int]:

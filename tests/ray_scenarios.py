@@ -15,6 +15,8 @@ from typing import Any
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
 
+JSON = {"Content-Type": "application/json"}  # what Ray's aggregator and raysight's own posts send
+
 
 class ServerProcess:
     """`raysight server` on a loopback port, started and stopped by PID."""

@@ -17,14 +17,14 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.server.app import create_app
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import JSON, ServerProcess
 
 MAX_EVENTS = 100_000  # the default of --max-events
 RSS_BOUND_MB = 1024  # the server's peak resident set under hostile bodies (measured: 640 MB; DuckDB's limit is 1 GB)
 
 
 def _post(client: TestClient | httpx.Client, url: str, body: bytes) -> httpx.Response:
-    return client.post(url, content=body, headers={"Content-Type": "application/json"})
+    return client.post(url, content=body, headers=JSON)
 
 
 def _zeros(n: int) -> bytes:

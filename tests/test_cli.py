@@ -25,11 +25,10 @@ from raysight.cli import main
 from raysight.cli.run import free_port
 from raysight.client import Client
 from tests.conftest import FIXTURES
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import JSON, ServerProcess
 
 SESSION = "session_2026-11-21_19-46-15_579671_2021"
 LABEL = "demo"
-JSON = {"Content-Type": "application/json"}
 
 
 def feed(url: str, query: str = f"?cluster={LABEL}", token: str | None = None, timeout_s: float = 30) -> None:

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from raysight.cli.run import free_port
-from tests.ray_scenarios import ServerProcess
-from tests.test_cli import JSON, SESSION, feed, raysight, run_cli
+from tests.ray_scenarios import JSON, ServerProcess
+from tests.test_cli import SESSION, feed, raysight, run_cli
 
 TOKEN, KEY = "read-token-given-to-detach", "ingest-key-given-to-detach"
 

@@ -23,9 +23,7 @@ from raysight.client import Client
 from raysight.server.app import create_app
 from raysight.store.store import Store
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
-from tests.ray_scenarios import ServerProcess
-
-JSON = {"Content-Type": "application/json"}  # as Ray's aggregator sends it
+from tests.ray_scenarios import JSON, ServerProcess
 
 
 def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_batches) -> None:
@@ -76,7 +74,7 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
 
 def _post(client: TestClient, events: list[dict], session: str) -> int:
     body = orjson.dumps([{**e, "sessionName": session} for e in events])
-    reply = client.post("/ingest/ray-events?cluster=t", content=body, headers={"Content-Type": "application/json"})
+    reply = client.post("/ingest/ray-events?cluster=t", content=body, headers=JSON)
     return reply.status_code
 
 
@@ -242,7 +240,7 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
                 assert report["ingest_backlog"]["batches"] == len(sessions)
                 assert report["counters"].get("quarantined", 0) == 0
                 monkeypatch.setattr("raysight.store.writer.MAX_BACKLOG_BYTES", report["ingest_backlog"]["bytes"])
-                busy = client.post("/ingest/ray-events", content=b"[]", headers={"Content-Type": "application/json"})
+                busy = client.post("/ingest/ray-events", content=b"[]", headers=JSON)
                 assert busy.status_code == 503 and "folding waits" in busy.json()["error"]
                 assert "File too large" in busy.json()["error"]
         _until(lambda: not doctor()["ingest_backlog"]["batches"], what="folding to resume")

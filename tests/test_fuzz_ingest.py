@@ -16,9 +16,9 @@ from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
 from tests.conftest import FIXTURES
+from tests.ray_scenarios import JSON
 
 BODIES_PER_EXAMPLE, EXAMPLES = 50, 205  # over 10,000 bodies
-JSON = {"Content-Type": "application/json"}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),

@@ -13,9 +13,7 @@ import orjson
 import pytest
 
 from raysight.cli.run import wait_until_quiet
-from tests.ray_scenarios import ServerProcess, without_ray_settings
-
-JSON = {"Content-Type": "application/json"}  # as Ray's aggregator posts
+from tests.ray_scenarios import JSON, ServerProcess, without_ray_settings
 
 
 def test_env_gives_the_head_the_system_config_that_reaches_drivers_started_elsewhere() -> None:

@@ -27,10 +27,9 @@ from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets, load_or_create
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_server import post
 
-JSON = {"Content-Type": "application/json"}
 SECRETS = Secrets(token="read-secret", ingest_key="write-secret", admin_token="admin-secret")
 READ, ADMIN = ({"Authorization": f"Bearer {t}"} for t in ("read-secret", "admin-secret"))
 

@@ -15,12 +15,13 @@ from raysight.server.auth import Secrets
 from raysight.store.journal import Journal
 from raysight.store.store import Store
 from tests.conftest import FIXTURES
+from tests.ray_scenarios import JSON
 
 
 def post(client: TestClient, body: bytes | list, query: str = "?cluster=t", settle: bool = True) -> object:
     """POST a body as Ray's aggregator does; then (``settle``) wait until the server has folded what it journalled."""
     data = body if isinstance(body, bytes) else orjson.dumps(body)
-    reply = client.post("/ingest/ray-events" + query, content=data, headers={"Content-Type": "application/json"})
+    reply = client.post("/ingest/ray-events" + query, content=data, headers=JSON)
     deadline = time.monotonic() + 10
     while settle and client.app.state.raysight.writer.backlog()["batches"]:
         assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
