@@ -109,7 +109,7 @@ def summary_cmd(resource: str, session: str | None, fmt: str | None, server: str
         render.dump(data, fmt)
         return
     _session_heading(data["session"], session)
-    rows: list[dict[str, Any]] = [{**g, "state_counts": _counts(g["state_counts"])} for g in data["summary"]]
+    rows = render.summary_rows(data["summary"])
     if not rows:
         click.echo("No resource in the session.")
         return
@@ -117,10 +117,6 @@ def summary_cmd(resource: str, session: str | None, fmt: str | None, server: str
     if data.get("slowest"):
         click.echo()
         render.table(data["slowest"], title="Slowest attempts")
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{state}: {n}" for state, n in counts.items())
 
 
 @click.group("sessions", invoke_without_command=True)

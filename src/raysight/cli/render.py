@@ -98,5 +98,10 @@ def table(rows: list[dict[str, Any]], title: str | None = None, columns: list[st
         click.echo(line)
 
 
+def summary_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A summary's groups as table rows, each group's state counts in one cell ("FAILED: 1, FINISHED: 9")."""
+    return [{**g, "state_counts": ", ".join(f"{s}: {n}" for s, n in g["state_counts"].items())} for g in groups]
+
+
 def heading(text: str) -> None:
     click.secho(text, bold=True)

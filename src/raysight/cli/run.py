@@ -212,13 +212,7 @@ def show_demo(client: Client) -> None:
         f"{session['jobs']} job(s), {session['tasks']} task attempts, {session['failures']} failed"
     )
     summary = client.summary("tasks")
-    render.table(
-        [
-            {**g, "state_counts": ", ".join(f"{k}: {v}" for k, v in g["state_counts"].items())}
-            for g in summary["summary"]
-        ],
-        title="Tasks by function",
-    )
+    render.table(render.summary_rows(summary["summary"]), title="Tasks by function")
     failed = client.list("tasks", filters=["state=FAILED"], detail=True)["rows"]
     render.table(
         failed,
