@@ -17,6 +17,7 @@ import orjson
 import pyarrow as pa
 
 from raysight.ingest import events_sql
+from raysight.store import pipeline, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
@@ -79,14 +80,15 @@ def body(texts: list[str]) -> bytes:
 def parse_only(bodies: list[bytes]) -> float:
     """Seconds to parse ``bodies`` as the store does, on one thread, storing nothing: the bound for ingest.
 
-    In groups of :data:`GROUP` POSTs, the store's parsing statements: explode each body into events, type and
-    validate them (``events_sql.PARSE_EVENTS``), unnest transitions and profile entries, and compute the tasks
-    columns every event sets (``events_sql.TASK_ROWS``); no merging, no writes.
+    In groups of :data:`GROUP` POSTs, the store's staging stages (``raysight.store.pipeline``): explode each body
+    into events, parse and validate them, unnest transitions and profile entries, and merge the tasks columns every
+    event sets into one row per task attempt; no raw events, no entity tables, no commit.
     """
     con = duckdb.connect()
     con.execute("SET threads = 1")
-    for statement in events_sql.MACROS:
+    for statement in schema.MACROS + events_sql.MACROS:
         con.execute(statement)
+    stages = [pipeline.POSTS, *pipeline.PARSE, pipeline.ALL_FRESH, *pipeline.FOLD]
     started = time.perf_counter()
     for i in range(0, len(bodies), GROUP):
         group = bodies[i : i + GROUP]
@@ -101,12 +103,8 @@ def parse_only(bodies: list[bytes]) -> float:
                 }
             ),
         )
-        con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {events_sql.EXPLODE_POSTS}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
-        con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=""))
-        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_transitions AS {events_sql.TRANSITIONS}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_profile AS {events_sql.PROFILE_ENTRIES}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE task_rows AS {events_sql.TASK_ROWS}")
+        for stage in stages:
+            con.execute(stage.sql)
         con.unregister("staged_posts")
     elapsed = time.perf_counter() - started
     con.close()

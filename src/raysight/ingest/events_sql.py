@@ -20,14 +20,19 @@ from __future__ import annotations
 
 import orjson
 
+# A task attempt's end states, as Ray reports them: the one definition (the store's inference reads it too)
+TERMINAL_STATES = ("FINISHED", "FAILED")
+TERMINAL_SQL = "(" + ", ".join(f"'{state}'" for state in TERMINAL_STATES) + ")"
+
 _TRANSITIONS = '[{"state": "VARCHAR", "timestamp": "VARCHAR"}]'
 _PROFILE_ENTRIES = '[{"eventName": "VARCHAR", "startTime": "VARCHAR", "endTime": "VARCHAR", "extraData": "VARCHAR"}]'
 
 # Ray's IDs are standard base64; the store shows them as lowercase hex, and an all-0xff ID means "none".
 MACROS = [
     "CREATE OR REPLACE MACRO ray_nil(h) AS CASE WHEN ltrim(h, 'f') <> '' THEN h END",
-    "CREATE OR REPLACE MACRO ray_id(s) AS ray_nil(lower(hex(try(from_base64(nullif(s, ''))))))",
-    "CREATE OR REPLACE MACRO bad_id(s) AS (s <> '' AND try(from_base64(s)) IS NULL)",
+    # the hex of a base64 text as it is (NULL when it is not base64), then as an ID (NULL for none)
+    "CREATE OR REPLACE MACRO raw_hex(s) AS lower(hex(try(from_base64(nullif(s, '')))))",
+    "CREATE OR REPLACE MACRO ray_id(s) AS ray_nil(raw_hex(s))",
     # proto3 JSON: int64 as a string, int32 as a number. A number that overflows its column quarantines the event;
     # anything else that is not a number is read as absent (NULL)
     "CREATE OR REPLACE MACRO bad_int32(s) AS "
@@ -55,15 +60,6 @@ MACROS = [
     "CREATE OR REPLACE MACRO func_name(d) AS CASE WHEN nullif(d.className, '') IS NOT NULL "
     "AND nullif(d.functionName, '') IS NOT NULL THEN d.className || '.' || d.functionName "
     "ELSE coalesce(nullif(d.functionName, ''), nullif(d.className, '')) END",
-    # a task's state transitions and profile events, read from the JSON kept in the event's struct
-    f"CREATE OR REPLACE MACRO transitions_of(j) AS from_json(coalesce(j, '[]'), '{_TRANSITIONS}')",
-    f"CREATE OR REPLACE MACRO profile_entries_of(j) AS from_json(coalesce(j, '[]'), '{_PROFILE_ENTRIES}')",
-    # why one of a task's state transitions is malformed (the first such), or NULL
-    "CREATE OR REPLACE MACRO bad_transition(j) AS list_filter(list_transform(transitions_of(j), lambda t: "
-    "CASE WHEN NOT coalesce(regexp_full_match(t.state, '[A-Z][A-Z_]*'), false) "
-    "THEN 'a state transition has no state' WHEN ray_ts_ns(t.timestamp) IS NULL "
-    "THEN 'a state transition has a bad timestamp: ' || coalesce(t.timestamp, 'none') END), "
-    "lambda why: why IS NOT NULL)[1]",
     "CREATE OR REPLACE MACRO descriptor(f) AS "
     "coalesce(f.pythonFunctionDescriptor, f.javaFunctionDescriptor, f.cppFunctionDescriptor)",
 ]
@@ -164,159 +160,198 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _first_bad(fields: list[tuple[str, str]], bad: str, message: str) -> str:
-    """SQL: ``message`` for the first of ``fields`` (``x.name``, ``x.value``) that macro ``bad`` rejects, or NULL."""
-    items = ", ".join(f"{{'name': {_sql_str(name)}, 'value': {value}}}" for name, value in fields)
-    return f"list_transform(list_filter([{items}], lambda x: {bad}(x.value)), lambda x: {message})[1]"
-
-
-def _type_reason(event_type: str) -> str:
-    """SQL: why a well-enveloped event of a task type is malformed, or NULL (one list check per kind of field)."""
-    payload, ids, ints32, ints64 = TASK_PAYLOADS[event_type]
-    p = f"j.{payload}"
-    fields = [_first_bad([(name, f"{p}.{name}") for name in ids], "bad_id", "'not a base64 ID: ' || left(x.value, 60)")]
-    for bits, names in ((32, ints32), (64, ints64)):
-        if names:
-            fields.append(
-                _first_bad(
-                    [(name, f"{p}.{name}") for name in names],
-                    f"bad_int{bits}",
-                    f"x.name || ' ' || x.value || ' does not fit in {bits} bits'",
-                )
-            )
-    if event_type == "TASK_LIFECYCLE_EVENT":
-        transitions = f"{p}.stateTransitions"
-        fields += [
-            f"CASE WHEN json_type({transitions}) <> 'ARRAY' THEN 'stateTransitions is not a list' END",
-            f"bad_transition({transitions})",
-        ]
-    if event_type == "TASK_PROFILE_EVENT":
-        entries = f"{p}.profileEvents.events"
-        fields += [
-            f"CASE WHEN {p}.profileEvents IS NULL THEN 'profileEvents is not an object' END",
-            f"CASE WHEN json_type({entries}) <> 'ARRAY' THEN 'profileEvents.events is not a list' END",
-            f"CASE WHEN list_bool_or(list_transform(profile_entries_of({entries}), "
-            "lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime))) "
-            "THEN 'a profile event time does not fit in 64 bits' END",
-        ]
+def _by_type(values: dict[str, str], default: str = "NULL") -> str:
+    """SQL: the value for the event's type (``event_type``), one per task event type."""
     return (
-        f"CASE WHEN {p} IS NULL THEN {_sql_str(f'{event_type} has no {payload} object')} "
-        f"WHEN nullif({p}.taskId, '') IS NULL THEN 'taskId is missing' "
-        f"ELSE coalesce({', '.join(fields)}) END"
+        "CASE event_type "
+        + " ".join(f"WHEN {_sql_str(t)} THEN {v}" for t, v in values.items())
+        + f" ELSE {default} END"
     )
+
+
+# A task event's ID fields, in the order they are checked: (name in the reason, raw SQL value). Each event has only
+# its own type's payload (``d``, ``a``, ``l``, ``w``: the others are NULL), so one list serves all four types.
+_ID_FIELDS = {
+    "task": ("'taskId'", "coalesce(d.taskId, a.taskId, l.taskId, w.taskId)"),
+    "job": ("'jobId'", "coalesce(d.jobId, a.jobId, l.jobId, w.jobId)"),
+    "parent": ("'parentTaskId'", "coalesce(d.parentTaskId, a.parentTaskId)"),
+    "pg": ("'placementGroupId'", "coalesce(d.placementGroupId, a.placementGroupId)"),
+    "actor": ("'actorId'", "a.actorId"),
+    "node": ("'nodeId'", "l.nodeId"),
+    "worker": ("'workerId'", "l.workerId"),
+    "component": ("'profileEvents.componentId'", "w.profileEvents.componentId"),
+}
+_INT32_FIELDS = [
+    ("CASE WHEN w IS NULL THEN 'taskAttempt' ELSE 'attemptNumber' END", "attempt_text"),
+    ("'workerPid'", "l.workerPid"),
+]
+_INT64_FIELDS = [
+    (f"'taskLogInfo.{s}{e}'", f"l.taskLogInfo.{s}{e}") for s in ("stdout", "stderr") for e in ("Start", "End")
+]
+_PAYLOAD_NAMES = {t: _sql_str(payload) for t, (payload, *_) in TASK_PAYLOADS.items()}
+
+
+def _checks() -> str:
+    """SQL: the WHEN clauses of a CASE naming the first malformed field of a task event, in the order checked."""
+    checks = [(f"{k}_text <> '' AND {k}_hex IS NULL", f"'not a base64 ID: ' || left({k}_text, 60)") for k in _ID_FIELDS]
+    for bits, fields in ((32, _INT32_FIELDS), (64, _INT64_FIELDS)):
+        checks += [
+            (f"bad_int{bits}({value})", f"{name} || ' ' || {value} || ' does not fit in {bits} bits'")
+            for name, value in fields
+        ]
+    checks += [
+        ("json_type(l.stateTransitions) <> 'ARRAY'", "'stateTransitions is not a list'"),
+        ("bad_transition IS NOT NULL", "bad_transition"),
+        ("w IS NOT NULL AND w.profileEvents IS NULL", "'profileEvents is not an object'"),
+        ("json_type(w.profileEvents.events) <> 'ARRAY'", "'profileEvents.events is not a list'"),
+        (
+            "list_bool_or(list_transform(profile_entries, lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime)))",
+            "'a profile event time does not fit in 64 bits'",
+        ),
+    ]
+    return "\n        ".join(f"WHEN {when} THEN {why}" for when, why in checks)
+
+
+# Why a task event is malformed (NULL when it is well formed), over the conversions below: each field is parsed
+# once, and the reason and the folded columns read the same parsed value.
+_TASK_REASON = f"""CASE
+        WHEN d IS NULL AND a IS NULL AND l IS NULL AND w IS NULL
+        THEN event_type || ' has no ' || {_by_type(_PAYLOAD_NAMES)} || ' object'
+        WHEN nullif(task_text, '') IS NULL THEN 'taskId is missing'
+        {_checks()}
+    END"""
+# why one of a lifecycle event's state transitions is malformed (the first such), or NULL
+_BAD_TRANSITION = """list_filter(list_transform(transitions, lambda t: CASE
+    WHEN NOT coalesce(regexp_full_match(t.state, '[A-Z][A-Z_]*'), false) THEN 'a state transition has no state'
+    WHEN t.ts IS NULL THEN 'a state transition has a bad timestamp: ' || coalesce(t.timestamp, 'none') END),
+    lambda why: why IS NOT NULL)[1]"""
+
+_ERROR = "l.rayErrorInfo"
+# The tasks columns a task event sets, over the parsed fields (NULL where its type does not set them).
+TASK_COLUMNS = {
+    "job_id": "ray_nil(job_hex)",
+    "type": _by_type(
+        {
+            "TASK_DEFINITION_EVENT": "coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')",
+            "ACTOR_TASK_DEFINITION_EVENT": "'ACTOR_TASK'",
+        }
+    ),
+    "name": "CASE WHEN defined THEN coalesce(nullif(d.taskName, ''), nullif(a.actorTaskName, ''), func, '') END",
+    "func_or_class_name": "func",
+    "module_name": "nullif(f.moduleName, '')",
+    "language": "nullif(coalesce(d.language, a.language), '')",
+    "actor_id": "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(ray_nil(task_hex), 17) "
+    "ELSE ray_nil(actor_hex) END",
+    "parent_task_id": "ray_nil(parent_hex)",
+    "placement_group_id": "ray_nil(pg_hex)",
+    "required_resources": "nullif(nullif(coalesce(d.requiredResources, a.requiredResources), '{}'), '[]')",
+    "runtime_env": "nullif(coalesce(d.serializedRuntimeEnv, a.serializedRuntimeEnv), '')",
+    "call_site": "nullif(coalesce(d.callSite, a.callSite), '')",
+    "label_selector": "nullif(nullif(coalesce(d.labelSelector, a.labelSelector), '{}'), '[]')",
+    "defined": "defined",
+    "node_id": "ray_nil(node_hex)",
+    "worker_id": "ray_nil(worker_hex)",
+    "worker_pid": "nullif(TRY_CAST(l.workerPid AS INTEGER), 0)",
+    "stdout_file": "nullif(l.taskLogInfo.stdoutFile, '')",
+    "stderr_file": "nullif(l.taskLogInfo.stderrFile, '')",
+    **{
+        f"{s}_{e.lower()}": f"TRY_CAST(l.taskLogInfo.{s}{e} AS BIGINT)"
+        for s in ("stdout", "stderr")
+        for e in ("Start", "End")
+    },
+    "error_type": f"nullif(json_extract_string({_ERROR}, '$.errorType'), '')",
+    "error_message": f"""coalesce(nullif(json_extract_string({_ERROR}, '$.errorMessage'), ''),
+        death_text(json_extract({_ERROR}, '$.runtimeEnvSetupFailedError')),
+        death_text(json_extract({_ERROR}, '$.actorDiedError')),
+        death_text(json_extract({_ERROR}, '$.actorUnavailableError')))""",
+    "error_detail": f"CASE WHEN json_type({_ERROR}) = 'OBJECT' AND {_ERROR} <> '{{}}' THEN {_ERROR} END",
+    "is_debugger_paused": "TRY_CAST(l.isDebuggerPaused AS BOOLEAN)",
+    "actor_repr_name": "nullif(l.actorReprName, '')",
+    "exec_worker_id": "CASE WHEN w.profileEvents.componentType = 'worker' THEN ray_nil(component_hex) END",
+    "exec_node_ip": "CASE WHEN w.profileEvents.componentType = 'worker' "
+    "THEN nullif(w.profileEvents.nodeIpAddress, '') END",
+}
 
 
 def _parse_events() -> str:
     structure = orjson.dumps(STRUCTURE).decode()
-    by_type = " ".join(f"WHEN {_sql_str(t)} THEN {_type_reason(t)}" for t in TASK_PAYLOADS)
+    own = {
+        t: f"CASE WHEN event_type = {_sql_str(t)} THEN j.{payload} END" for t, (payload, *_) in TASK_PAYLOADS.items()
+    }
+    hexes = ", ".join(f"raw_hex({k}_text) AS {k}_hex" for k in _ID_FIELDS)
+    texts = ", ".join(f"{value} AS {k}_text" for k, (_, value) in _ID_FIELDS.items())
+    columns = ",\n           ".join(f"{sql} AS {name}" for name, sql in TASK_COLUMNS.items())
     return f"""
-    SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j, session, event_type,
-           CASE WHEN ray_id(j.eventId) IS NULL THEN 'content:' || md5(body) ELSE ray_id(j.eventId) END AS event_id,
-           ray_ts_ns(j.timestamp) AS ts_ns,
+    SELECT seq, label, run_id, body, bytes, session, event_type, event_id,
+           md5_number(session || ' ' || event_id) AS key, ray_ts_ns(j.timestamp) AS ts_ns,
+           j.sourceType AS source_type, ray_id(j.nodeId) AS event_node_id,
            CASE
                WHEN left(body, 1) <> '{{' THEN 'event is ' || json_kind(body) || ', not an object'
                WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'
                WHEN event_type IS NULL OR event_type = '' THEN 'eventType is missing or not a string'
-               WHEN bad_id(j.eventId) THEN 'not a base64 ID: ' || left(j.eventId, 60)
-               ELSE CASE event_type {by_type} END
-           END AS reason
+               WHEN j.eventId <> '' AND event_hex IS NULL THEN 'not a base64 ID: ' || left(j.eventId, 60)
+               WHEN event_type IN ({", ".join(map(_sql_str, TASK_PAYLOADS))}) THEN {_TASK_REASON}
+           END AS reason,
+           ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
+           {columns},
+           CASE WHEN l IS NOT NULL THEN list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}})
+           END AS transitions,
+           CASE WHEN w IS NOT NULL THEN w.profileEvents END AS profile_source, profile_entries
     FROM (
-        SELECT *, json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
-        FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
+        SELECT *, func_name(f) AS func,
+               coalesce(ray_nil(event_hex), 'content:' || md5(body)) AS event_id
+        FROM (SELECT *, CASE WHEN l IS NOT NULL THEN {_BAD_TRANSITION} END AS bad_transition FROM (
+            SELECT *, raw_hex(j.eventId) AS event_hex, {hexes},
+                   descriptor(coalesce(d.taskFunc, a.actorFunc)) AS f,
+                   CASE WHEN d IS NOT NULL OR a IS NOT NULL THEN true END AS defined,
+                   list_transform(from_json(l.stateTransitions, '{_TRANSITIONS}'), lambda t:
+                                  {{'state': t.state, 'ts': ray_ts_ns(t.timestamp), 'timestamp': t.timestamp}})
+                       AS transitions,
+                   from_json(w.profileEvents.events, '{_PROFILE_ENTRIES}') AS profile_entries
+            FROM (
+                SELECT *, {texts},
+                       coalesce(d.taskAttempt, a.taskAttempt, l.taskAttempt, w.attemptNumber) AS attempt_text
+                FROM (
+                    SELECT *, {own["TASK_DEFINITION_EVENT"]} AS d, {own["ACTOR_TASK_DEFINITION_EVENT"]} AS a,
+                           {own["TASK_LIFECYCLE_EVENT"]} AS l, {own["TASK_PROFILE_EVENT"]} AS w
+                    FROM (
+                        SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j,
+                               json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
+                        FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
+                    )
+                )
+            ))
+        )
     )"""
 
 
 PARSE_EVENTS = _parse_events()
 
-
-def _own_payload(field: str, profile_field: str | None = None) -> str:
-    """SQL: ``field`` of the event's own task payload (by its type: an event may carry stray keys), else NULL."""
-    paths = {
-        t: f"{payload}.{profile_field if t == 'TASK_PROFILE_EVENT' and profile_field else field}"
-        for t, (payload, *_) in TASK_PAYLOADS.items()
-    }
-    return "CASE event_type " + " ".join(f"WHEN '{t}' THEN j.{path}" for t, path in paths.items()) + " END"
-
-
-# ``fresh`` from the well-formed events of ``batch_events`` (joined to those first seen), with each task event's key
-FRESH_EVENTS = f"""
-    SELECT seq, session, event_id, event_type, bytes, j,
-           ray_id({_own_payload("taskId")}) AS task_id,
-           coalesce(TRY_CAST({_own_payload("taskAttempt", "attemptNumber")} AS INTEGER), 0) AS attempt,
-           ray_id({_own_payload("jobId")}) AS job_id
-    FROM batch_events {{join}} WHERE reason IS NULL"""
-
 # One row per state transition and per profile entry of the fresh task events (append tables and task columns).
 TRANSITIONS = """
-    SELECT session, task_id, attempt, seq, ray_ts_ns(t.timestamp) AS ts, t.state AS state
-    FROM (SELECT *, unnest(transitions_of(j.taskLifecycleEvent.stateTransitions)) AS t
-          FROM fresh WHERE event_type = 'TASK_LIFECYCLE_EVENT')"""
+    SELECT session, task_id, attempt, seq, t.ts AS ts, t.state AS state
+    FROM (SELECT *, unnest(transitions) AS t FROM fresh WHERE transitions IS NOT NULL)"""
 PROFILE_ENTRIES = """
     SELECT session, task_id, attempt, seq,
            TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
            coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
-           nullif(p.componentType, '') AS component, ray_id(p.componentId) AS component_id,
-           nullif(p.nodeIpAddress, '') AS node_ip
-    FROM (SELECT *, j.taskProfileEvents.profileEvents AS p,
-                 unnest(profile_entries_of(j.taskProfileEvents.profileEvents.events)) AS e
-          FROM fresh WHERE event_type = 'TASK_PROFILE_EVENT')
+           nullif(profile_source.componentType, '') AS component, exec_component_id AS component_id,
+           nullif(profile_source.nodeIpAddress, '') AS node_ip
+    FROM (SELECT *, ray_nil(raw_hex(profile_source.componentId)) AS exec_component_id,
+                 unnest(profile_entries) AS e
+          FROM fresh WHERE profile_entries IS NOT NULL)
     WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
 
 
 # One row per fresh task event, state transition and profile entry, with the tasks columns each sets (the store
-# merges a key's rows by the columns' rules). Only the event's own payload is read (``d``, ``a``, ``l``, ``p``; the
-# others are NULL, and so are their fields): one SELECT serves all four task event types.
-TASK_ROWS = """
-    SELECT session, task_id, attempt, seq, job_id,
-           CASE event_type WHEN 'TASK_DEFINITION_EVENT' THEN coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')
-                           WHEN 'ACTOR_TASK_DEFINITION_EVENT' THEN 'ACTOR_TASK' END AS type,
-           CASE WHEN defined THEN coalesce(nullif(d.taskName, ''), nullif(a.actorTaskName, ''), func, '') END AS name,
-           func AS func_or_class_name, nullif(f.moduleName, '') AS module_name,
-           nullif(coalesce(d.language, a.language), '') AS language,
-           CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(task_id, 17) ELSE ray_id(a.actorId) END
-               AS actor_id,
-           ray_id(coalesce(d.parentTaskId, a.parentTaskId)) AS parent_task_id,
-           ray_id(coalesce(d.placementGroupId, a.placementGroupId)) AS placement_group_id,
-           nullif(nullif(coalesce(d.requiredResources, a.requiredResources), '{}'), '[]') AS required_resources,
-           nullif(coalesce(d.serializedRuntimeEnv, a.serializedRuntimeEnv), '') AS runtime_env,
-           nullif(coalesce(d.callSite, a.callSite), '') AS call_site,
-           nullif(nullif(coalesce(d.labelSelector, a.labelSelector), '{}'), '[]') AS label_selector, defined,
-           ray_id(l.nodeId) AS node_id, ray_id(l.workerId) AS worker_id,
-           nullif(TRY_CAST(l.workerPid AS INTEGER), 0) AS worker_pid,
-           nullif(l.taskLogInfo.stdoutFile, '') AS stdout_file, nullif(l.taskLogInfo.stderrFile, '') AS stderr_file,
-           TRY_CAST(l.taskLogInfo.stdoutStart AS BIGINT) AS stdout_start,
-           TRY_CAST(l.taskLogInfo.stdoutEnd AS BIGINT) AS stdout_end,
-           TRY_CAST(l.taskLogInfo.stderrStart AS BIGINT) AS stderr_start,
-           TRY_CAST(l.taskLogInfo.stderrEnd AS BIGINT) AS stderr_end,
-           nullif(json_extract_string(l.rayErrorInfo, '$.errorType'), '') AS error_type,
-           coalesce(nullif(json_extract_string(l.rayErrorInfo, '$.errorMessage'), ''),
-                    death_text(json_extract(l.rayErrorInfo, '$.runtimeEnvSetupFailedError')),
-                    death_text(json_extract(l.rayErrorInfo, '$.actorDiedError')),
-                    death_text(json_extract(l.rayErrorInfo, '$.actorUnavailableError'))) AS error_message,
-           CASE WHEN json_type(l.rayErrorInfo) = 'OBJECT' AND l.rayErrorInfo <> '{}' THEN l.rayErrorInfo END
-               AS error_detail,
-           TRY_CAST(l.isDebuggerPaused AS BOOLEAN) AS is_debugger_paused,
-           nullif(l.actorReprName, '') AS actor_repr_name,
-           CASE WHEN p.componentType = 'worker' THEN ray_id(p.componentId) END AS exec_worker_id,
-           CASE WHEN p.componentType = 'worker' THEN nullif(p.nodeIpAddress, '') END AS exec_node_ip
-    FROM (
-        SELECT *, func_name(f) AS func
-        FROM (SELECT *, descriptor(coalesce(d.taskFunc, a.actorFunc)) AS f,
-                     CASE WHEN d IS NOT NULL OR a IS NOT NULL THEN true END AS defined
-              FROM (SELECT *,
-                           CASE WHEN event_type = 'TASK_DEFINITION_EVENT' THEN j.taskDefinitionEvent END AS d,
-                           CASE WHEN event_type = 'ACTOR_TASK_DEFINITION_EVENT' THEN j.actorTaskDefinitionEvent END
-                               AS a,
-                           CASE WHEN event_type = 'TASK_LIFECYCLE_EVENT' THEN j.taskLifecycleEvent END AS l,
-                           CASE WHEN event_type = 'TASK_PROFILE_EVENT' THEN j.taskProfileEvents.profileEvents END
-                               AS p
-                    FROM fresh WHERE task_id IS NOT NULL))
-    )
+# merges a key's rows by the columns' rules); a transition to one of TERMINAL_STATES ends the attempt.
+TASK_ROWS = f"""
+    SELECT session, task_id, attempt, seq, {", ".join(TASK_COLUMNS)} FROM fresh WHERE task_id IS NOT NULL
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq, ts AS first_ns,
            CASE WHEN state = 'PENDING_ARGS_AVAIL' THEN ts END AS pending_ns,
            CASE WHEN state = 'RUNNING' THEN ts END AS start_ns,
-           {'terminal': state IN ('FINISHED', 'FAILED'), 'ts': ts, 'state': state} AS state_key
+           {{'terminal': state IN {TERMINAL_SQL}, 'ts': ts, 'state': state}} AS state_key
     FROM fresh_transitions
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq,

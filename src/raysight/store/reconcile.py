@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
-from raysight.store.schema import TERMINAL, task_actor_id_sql, task_kind_sql
+from raysight.ingest.events_sql import TERMINAL_SQL
+from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 # Every statement here reads only the rows of the sessions being reconciled (``$1``): a fold then costs what those
 # hold, not what the whole history does.
@@ -61,7 +62,7 @@ _AFFECTED = f"""
 
 _CLEAR = f"""
 UPDATE tasks SET inferred_state = NULL, inferred_reason = NULL, inferred_error_type = NULL
-WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL}
+WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL_SQL}
 """
 
 _INFER = f"""
@@ -69,7 +70,7 @@ WITH open AS (
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
            coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns
     FROM tasks
-    WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL}
+    WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL_SQL}
 ),
 retried AS (
     SELECT o.session, o.task_id, o.attempt, min(t.attempt) AS next_attempt,

@@ -18,8 +18,6 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 4
 
-# A task attempt's end states (events_sql's TASK_ROWS classifies transitions by the same two)
-TERMINAL = "('FINISHED', 'FAILED')"
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
 MACROS = [

@@ -1,8 +1,9 @@
 """The embedded DuckDB store: opening and upgrading it, applying batches in one transaction, and reindexing.
 
-A group of POST bodies goes in whole: DuckDB explodes and parses them (the SQL of :mod:`raysight.ingest.events_sql`),
-the raw events are inserted (only first sightings are folded), task events are folded in SQL and the cluster-level
-events by their Python folds (:mod:`raysight.ingest.ray_events`), all in one transaction.
+A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.pipeline`: DuckDB explodes and
+parses them (the SQL of :mod:`raysight.ingest.events_sql`), the raw events are inserted (only first sightings are
+folded), task events are folded in SQL and the cluster-level events by their Python folds
+(:mod:`raysight.ingest.ray_events`), all in one transaction.
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
 readers take their own cursor (:meth:`Store.reader`) and see committed data only.
 """
@@ -10,8 +11,10 @@ readers take their own cursor (:meth:`Store.reader`) and see committed data only
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
@@ -25,24 +28,15 @@ from raysight.config import DEFAULT_MEMORY_LIMIT
 from raysight.ingest import events_sql
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
-from raysight.store import schema
+from raysight.store import pipeline, schema
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
+
+sql_log = logging.getLogger("raysight.store.sql")
 
 DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
-# Temporary tables a fold builds (see events_sql), dropped when it is done
-STAGING_TABLES = (
-    "incoming",
-    "batch_events",
-    "fresh",
-    "fresh_transitions",
-    "fresh_profile",
-    "staged_tasks",
-    "staged_sessions",
-    "merging",
-)
 WAL_LIMIT = "1GB"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
@@ -55,18 +49,6 @@ class Post:
     body: bytes | str
     label: str | None = None
     run_id: str | None = None
-
-
-# A session's label, run ID and time span from every well-formed event; its counts from the events first seen.
-_SESSION_ROWS = """
-    SELECT session, arg_min(label, seq) FILTER (WHERE label IS NOT NULL) AS label,
-           arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
-           min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, any_value(f.events) AS events,
-           any_value(f.raw_bytes) AS raw_bytes
-    FROM (SELECT * FROM batch_events WHERE reason IS NULL)
-    LEFT JOIN (SELECT session, count(*) AS events, sum(bytes) AS raw_bytes FROM fresh GROUP BY session) f
-        USING (session)
-    GROUP BY session"""
 
 
 @dataclass(frozen=True)
@@ -119,6 +101,7 @@ class Store:
         self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._staged: dict[str, bool] = {}  # the staging relations made, and whether each is a view
         self._migrate()
 
     def _migrate(self) -> None:
@@ -237,21 +220,21 @@ class Store:
         )
         with self._one_thread(), self._transaction():
             with self._registered("staged_posts", staged):
-                patches = self._parse(events_sql.EXPLODE_POSTS)
-            fresh_ids = self._insert_raw()
-            with self._registered("fresh_ids", fresh_ids):
-                self._keep_fresh("SEMI JOIN fresh_ids USING (session, event_id)", fresh_ids.num_rows)
-            received, unsupported = self._one(
-                "SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) "
-                "FROM batch_events",
+                patches = self._parse(pipeline.POSTS)
+            new_keys = self._insert_raw()
+            received, valid, unsupported = self._one(
+                "SELECT count(*), count(*) FILTER (reason IS NULL), "
+                "count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) FROM batch_events",
                 [SUPPORTED_TYPES],
             )
+            with self._registered("new_keys", new_keys):
+                self._stage(pipeline.ALL_FRESH if new_keys.num_rows == valid else pipeline.SOME_FRESH)
             quarantined = self._insert_quarantine()
             self._fold(patches)
             result = ApplyResult(
                 received=received,
-                stored=fresh_ids.num_rows,
-                deduplicated=received - fresh_ids.num_rows - quarantined,
+                stored=new_keys.num_rows,
+                deduplicated=received - new_keys.num_rows - quarantined,
                 quarantined=quarantined,
                 unsupported=unsupported,
             )
@@ -261,17 +244,25 @@ class Store:
             self._drop_staging()
         return result
 
-    def _drop_staging(self) -> None:
-        """Let go of the group's staging tables (a 48 MB group's parsed events hold several times that)."""
-        for name in STAGING_TABLES:
-            self.con.execute(f"DROP TABLE IF EXISTS {name}")
+    def _stage(self, stage: pipeline.Stage) -> None:
+        """Make one stage's relation (see :mod:`raysight.store.pipeline`), logged with its time at DEBUG."""
+        started = time.perf_counter()
+        self.con.execute(stage.sql)
+        self._staged[stage.name] = stage.view
+        sql_log.debug("%s: %.1f ms\n%s", stage.name, (time.perf_counter() - started) * 1000, stage.sql)
 
-    def _parse(self, incoming: str) -> dict[int, list[tuple[str, Key, Patch]]]:
-        """Parse the events ``incoming`` selects into ``batch_events``; returns the patches of the Python-folded
-        types (whose malformed events get their ``reason`` here)."""
+    def _drop_staging(self) -> None:
+        """Let go of the group's staging relations (a 48 MB group's parsed events hold several times that)."""
+        for name, view in self._staged.items():
+            self.con.execute(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name}")
+        self._staged.clear()
+
+    def _parse(self, incoming: pipeline.Stage) -> dict[int, list[tuple[str, Key, Patch]]]:
+        """Parse the events of ``incoming`` into ``batch_events``; returns the patches of the Python-folded types
+        (whose malformed events get their ``reason`` here)."""
         con = self.con
-        con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {incoming}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE batch_events AS {events_sql.PARSE_EVENTS}")
+        for stage in [incoming, *pipeline.PARSE]:
+            self._stage(stage)
         patches: dict[int, list[tuple[str, Key, Patch]]] = {}
         reasons: list[tuple[int, str]] = []
         rows = con.execute(
@@ -292,32 +283,21 @@ class Store:
             )
         return patches
 
-    def _keep_fresh(self, join: str, distinct: int | None = None) -> None:
-        """``fresh``: the well-formed events of ``batch_events`` that ``join`` keeps, as the folds read them; each
-        once when there are more than ``distinct`` (a group of posts may carry one event twice)."""
-        self.con.execute("CREATE OR REPLACE TEMP TABLE fresh AS " + events_sql.FRESH_EVENTS.format(join=join))
-        if distinct is not None and self._one("SELECT count(*) FROM fresh")[0] > distinct:
-            self.con.execute(
-                "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM fresh "
-                "QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) = 1"
-            )
-
     def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
         """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
         rows = self.con.execute(sql, params).fetchall()
         return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
     def _insert_raw(self) -> pa.Table:
-        """Insert the valid events' raw rows; returns the (session, event_id) of those that were new."""
-        return self._returning(
+        """Insert the well-formed events' raw rows; returns the (session, event_id) of those that were new (their
+        128-bit keys would cost ten times as much to return)."""
+        return self.con.sql(
             f"""INSERT INTO raw_events
-                SELECT {schema.RAW_KEY}, session, event_id, event_type, j.sourceType, ts_ns, ray_id(j.nodeId),
-                       list_contains($1, event_type), now(), body
+                SELECT key, session, event_id, event_type, source_type, ts_ns, event_node_id,
+                       list_contains({_sql_list(SUPPORTED_TYPES)}, event_type), now(), body
                 FROM batch_events WHERE reason IS NULL
-                ON CONFLICT DO NOTHING RETURNING session, event_id""",
-            ["session", "event_id"],
-            [SUPPORTED_TYPES],
-        )
+                ON CONFLICT DO NOTHING RETURNING session, event_id"""
+        ).to_arrow_table()
 
     def _insert_quarantine(self) -> int:
         row = self._one(
@@ -332,13 +312,10 @@ class Store:
         """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
         spans come from all of ``batch_events``."""
         con = self.con
-        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_transitions AS {events_sql.TRANSITIONS}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE fresh_profile AS {events_sql.PROFILE_ENTRIES}")
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE staged_tasks AS " + schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq")
-        )
-        self._upsert("tasks", "staged_tasks")
-        for name, rows in (("task_transitions", "fresh_transitions"), ("task_profile", "fresh_profile")):
+        for stage in pipeline.FOLD:
+            self._stage(stage)
+        self._upsert("tasks", pipeline.TASKS.name)
+        for name, rows in (("task_transitions", pipeline.TRANSITIONS.name), ("task_profile", pipeline.PROFILE.name)):
             columns = ", ".join(c.name for c in schema.APPEND_TABLES[name].columns)
             con.execute(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
         seqs = con.execute(
@@ -348,9 +325,11 @@ class Store:
             staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema)
             with self._registered(f"arrow_{name}", staged):
                 self._upsert(name, f"arrow_{name}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE staged_sessions AS {_SESSION_ROWS}")
-        self._upsert("sessions", "staged_sessions")
-        sessions = [row[0] for row in con.execute("SELECT session FROM staged_sessions ORDER BY 1").fetchall()]
+        self._stage(pipeline.SESSIONS)
+        self._upsert("sessions", pipeline.SESSIONS.name)
+        sessions = [
+            row[0] for row in con.execute(f"SELECT session FROM {pipeline.SESSIONS.name} ORDER BY 1").fetchall()
+        ]
         reconcile(con, sessions)
 
     def _upsert(self, name: str, staged: str) -> None:
@@ -425,10 +404,10 @@ class Store:
             (last,) = self._one("SELECT coalesce(max(rowid) + 1, 0) FROM raw_events")
             total = 0
             for start in range(0, last, REINDEX_CHUNK):
-                patches = self._parse(f"""
-                    SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body
-                    FROM raw_events WHERE rowid >= {start} AND rowid < {start + REINDEX_CHUNK}""")
-                self._keep_fresh("")
+                con.execute("SET VARIABLE chunk_start = ?", [start])
+                con.execute("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
+                patches = self._parse(pipeline.RAW_CHUNK)
+                self._stage(pipeline.ALL_FRESH)
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
@@ -441,3 +420,8 @@ class Store:
             for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
         return bool(found and found[0])
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    """SQL: a list literal of strings (constants in the statement, so that DuckDB folds what depends on them)."""
+    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"

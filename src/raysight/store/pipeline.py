@@ -1,0 +1,88 @@
+"""How a group of POSTs (or, when reindexing, a chunk of the raw events) is folded: the staging relations, in order.
+
+Each stage makes one temporary relation from the stages before it, in one statement; the store runs them in the
+order of :data:`ORDER` (``store/store.py``), with its writes between them: after ``batch_events`` the raw events are
+inserted (``new_keys``: the session and ID of each event first seen), after ``staged_tasks`` the entity tables are
+merged. Inputs that are not stages are Arrow tables the store registers: ``staged_posts`` (the POST bodies) and
+``new_keys``.
+``python -m raysight.store.pipeline`` prints the SQL a group runs; the store logs each statement it runs, with its
+time, to the ``raysight.store.sql`` logger at DEBUG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raysight.ingest import events_sql
+from raysight.store import schema
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the relation it makes
+    select: str  # SQL over earlier stages
+    view: bool = False  # a view (read once or cheaply: nothing copied), else a temporary table
+    about: str = ""
+
+    @property
+    def sql(self) -> str:
+        return f"CREATE OR REPLACE TEMP {'VIEW' if self.view else 'TABLE'} {self.name} AS {self.select}"
+
+
+# `incoming(post, ord, label, run_id, body)`: one row per event, its JSON text; two sources
+POSTS = Stage("incoming", events_sql.EXPLODE_POSTS, view=True, about="the events of the POST bodies")
+RAW_CHUNK = Stage(
+    "incoming",
+    """SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body FROM raw_events
+       WHERE rowid >= getvariable('chunk_start') AND rowid < getvariable('chunk_end')""",
+    view=True,
+    about="a chunk of the stored raw events (reindex)",
+)
+EVENTS = Stage(
+    "batch_events",
+    events_sql.PARSE_EVENTS,
+    about="every event parsed once: its envelope, key, task columns and why it is malformed (reason)",
+)
+# `fresh`: the well-formed events the store had not seen. Nearly always all of them (a view, nothing copied);
+# when some were seen before (a resend) or the group holds one twice, those first seen, once each.
+ALL_FRESH = Stage("fresh", "SELECT * FROM batch_events WHERE reason IS NULL", view=True, about="all well-formed")
+SOME_FRESH = Stage(
+    "fresh",
+    """SELECT * FROM batch_events SEMI JOIN new_keys USING (session, event_id) WHERE reason IS NULL
+       QUALIFY row_number() OVER (PARTITION BY key ORDER BY seq) = 1""",
+    about="the well-formed events first seen, once each",
+)
+TRANSITIONS = Stage("fresh_transitions", events_sql.TRANSITIONS, about="one row per task state transition")
+PROFILE = Stage("fresh_profile", events_sql.PROFILE_ENTRIES, about="one row per task profile entry")
+TASKS = Stage(
+    "staged_tasks",
+    schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"),
+    about="one row per task attempt, merged by the columns' rules",
+)
+SESSIONS = Stage(
+    "staged_sessions",
+    """SELECT session, arg_min(label, seq) FILTER (WHERE label IS NOT NULL) AS label,
+              arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+              min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, any_value(f.events) AS events,
+              any_value(f.raw_bytes) AS raw_bytes
+       FROM (SELECT * FROM batch_events WHERE reason IS NULL)
+       LEFT JOIN (SELECT session, count(*) AS events, sum(bytes) AS raw_bytes FROM fresh GROUP BY session) f
+           USING (session)
+       GROUP BY session""",
+    about="each session's label, run ID and span from every well-formed event, its counts from the fresh ones",
+)
+
+PARSE = [EVENTS]
+FOLD = [TRANSITIONS, PROFILE, TASKS]
+ORDER = [POSTS, *PARSE, ALL_FRESH, *FOLD, SESSIONS]  # SOME_FRESH and RAW_CHUNK stand in where they apply
+STAGING = sorted({stage.name for stage in [*ORDER, SOME_FRESH, RAW_CHUNK]})
+
+
+def describe() -> str:
+    """The SQL of every stage, in order, for reading and debugging."""
+    stages = [POSTS, RAW_CHUNK, *PARSE, ALL_FRESH, SOME_FRESH, *FOLD, SESSIONS]
+    return "\n\n".join(f"-- {s.name}: {s.about}\n{s.sql};" for s in stages)
+
+
+if __name__ == "__main__":
+    print(describe())
