@@ -36,15 +36,11 @@ MACROS = [
     # proto3 JSON: int64 as a string, int32 as a number. A number that overflows its column quarantines the event;
     # anything else that is not a number is read as absent (NULL)
     "CREATE OR REPLACE MACRO bad_int32(s) AS "
-    "coalesce(isfinite(TRY_CAST(s AS DOUBLE)) AND TRY_CAST(s AS INTEGER) IS NULL, false)",
+    "coalesce(TRY_CAST(s AS INTEGER) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)",
     "CREATE OR REPLACE MACRO bad_int64(s) AS "
-    "coalesce(isfinite(TRY_CAST(s AS DOUBLE)) AND TRY_CAST(s AS BIGINT) IS NULL, false)",
+    "coalesce(TRY_CAST(s AS BIGINT) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)",
     # RFC 3339 UTC with up to nanosecond digits to epoch ns; NULL when malformed or past what 64 bits hold (2262)
-    "CREATE OR REPLACE MACRO ray_ns_of(secs, frac) AS "
-    "CASE WHEN secs BETWEEN -9223372035 AND 9223372035 THEN secs * 1000000000 + TRY_CAST(frac AS BIGINT) END",
-    "CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN length(s) >= 20 THEN ray_ns_of("
-    "epoch_ms(try_strptime(left(s, 19), '%Y-%m-%dT%H:%M:%S')) // 1000, "
-    "rpad(left(split_part(rtrim(s, 'Z'), '.', 2), 9), 9, '0')) END",
+    "CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN length(s) >= 20 THEN epoch_ns(TRY_CAST(s AS TIMESTAMP_NS)) END",
     # what kind of JSON value, in JSON's own words
     "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'a string' "
     "WHEN 'ARRAY' THEN 'an array' WHEN 'OBJECT' THEN 'an object' WHEN 'BOOLEAN' THEN 'a boolean' "
@@ -169,25 +165,69 @@ def _by_type(values: dict[str, str], default: str = "NULL") -> str:
     )
 
 
-# A task event's ID fields, in the order they are checked: (name in the reason, raw SQL value). Each event has only
-# its own type's payload (``d``, ``a``, ``l``, ``w``: the others are NULL), so one list serves all four types.
+# The four task event types by a short name, and the payload each carries its fields in.
+_KINDS = dict(zip(("d", "a", "l", "w"), TASK_PAYLOADS))
+
+
+def _own(**paths: str) -> str:
+    """SQL: a field of the event's own payload, ``paths`` giving its path within the payload of each kind that has it
+    (``d``: task definition, ``a``: actor task definition, ``l``: lifecycle, ``w``: profile). Only the payload an
+    event's type names is read: an event may carry stray keys."""
+    return _by_type({_KINDS[k]: f"j.{TASK_PAYLOADS[_KINDS[k]][0]}.{path}" for k, path in paths.items()})
+
+
+def _all(path: str) -> dict[str, str]:
+    return dict.fromkeys(("d", "a", "l", "w"), path)
+
+
+def _defined(path: str) -> dict[str, str]:
+    return dict.fromkeys(("d", "a"), path)
+
+
+# The fields of a task event's own payload that are read, as columns (``…_text``: text still to be converted).
+_FIELDS = {
+    "has_payload": _by_type({t: f"j.{payload} IS NOT NULL" for t, (payload, *_) in TASK_PAYLOADS.items()}),
+    "task_text": _own(**_all("taskId")),
+    "attempt_text": _own(**_defined("taskAttempt"), l="taskAttempt", w="attemptNumber"),
+    "job_text": _own(**_all("jobId")),
+    "parent_text": _own(**_defined("parentTaskId")),
+    "pg_text": _own(**_defined("placementGroupId")),
+    "actor_text": _own(a="actorId"),
+    "node_text": _own(l="nodeId"),
+    "worker_text": _own(l="workerId"),
+    "component_text": _own(w="profileEvents.componentId"),
+    "task_type": _own(d="taskType"),
+    "task_name": _own(d="taskName", a="actorTaskName"),
+    "function": _own(d="taskFunc", a="actorFunc"),
+    "language_text": _own(**_defined("language")),
+    "resources_json": _own(**_defined("requiredResources")),
+    "runtime_env_text": _own(**_defined("serializedRuntimeEnv")),
+    "call_site_text": _own(**_defined("callSite")),
+    "label_selector_json": _own(**_defined("labelSelector")),
+    "pid_text": _own(l="workerPid"),
+    "transitions_json": _own(l="stateTransitions"),
+    "error_json": _own(l="rayErrorInfo"),
+    "log_info": _own(l="taskLogInfo"),
+    "debugger_text": _own(l="isDebuggerPaused"),
+    "repr_text": _own(l="actorReprName"),
+    "profile_source": _own(w="profileEvents"),
+}
+# A task event's ID fields, in the order they are checked, by the name a reason gives them.
 _ID_FIELDS = {
-    "task": ("'taskId'", "coalesce(d.taskId, a.taskId, l.taskId, w.taskId)"),
-    "job": ("'jobId'", "coalesce(d.jobId, a.jobId, l.jobId, w.jobId)"),
-    "parent": ("'parentTaskId'", "coalesce(d.parentTaskId, a.parentTaskId)"),
-    "pg": ("'placementGroupId'", "coalesce(d.placementGroupId, a.placementGroupId)"),
-    "actor": ("'actorId'", "a.actorId"),
-    "node": ("'nodeId'", "l.nodeId"),
-    "worker": ("'workerId'", "l.workerId"),
-    "component": ("'profileEvents.componentId'", "w.profileEvents.componentId"),
+    "task": "taskId",
+    "job": "jobId",
+    "parent": "parentTaskId",
+    "pg": "placementGroupId",
+    "actor": "actorId",
+    "node": "nodeId",
+    "worker": "workerId",
+    "component": "profileEvents.componentId",
 }
 _INT32_FIELDS = [
-    ("CASE WHEN w IS NULL THEN 'taskAttempt' ELSE 'attemptNumber' END", "attempt_text"),
-    ("'workerPid'", "l.workerPid"),
+    (f"CASE WHEN event_type = '{_KINDS['w']}' THEN 'attemptNumber' ELSE 'taskAttempt' END", "attempt_text"),
+    ("'workerPid'", "pid_text"),
 ]
-_INT64_FIELDS = [
-    (f"'taskLogInfo.{s}{e}'", f"l.taskLogInfo.{s}{e}") for s in ("stdout", "stderr") for e in ("Start", "End")
-]
+_INT64_FIELDS = [(f"'taskLogInfo.{s}{e}'", f"log_info.{s}{e}") for s in ("stdout", "stderr") for e in ("Start", "End")]
 _PAYLOAD_NAMES = {t: _sql_str(payload) for t, (payload, *_) in TASK_PAYLOADS.items()}
 
 
@@ -200,10 +240,10 @@ def _checks() -> str:
             for name, value in fields
         ]
     checks += [
-        ("json_type(l.stateTransitions) <> 'ARRAY'", "'stateTransitions is not a list'"),
+        ("left(transitions_json, 1) <> '['", "'stateTransitions is not a list'"),
         ("bad_transition IS NOT NULL", "bad_transition"),
-        ("w IS NOT NULL AND w.profileEvents IS NULL", "'profileEvents is not an object'"),
-        ("json_type(w.profileEvents.events) <> 'ARRAY'", "'profileEvents.events is not a list'"),
+        (f"event_type = '{_KINDS['w']}' AND profile_source IS NULL", "'profileEvents is not an object'"),
+        ("left(profile_source.events, 1) <> '['", "'profileEvents.events is not a list'"),
         (
             "list_bool_or(list_transform(profile_entries, lambda e: bad_int64(e.startTime) OR bad_int64(e.endTime)))",
             "'a profile event time does not fit in 64 bits'",
@@ -215,8 +255,7 @@ def _checks() -> str:
 # Why a task event is malformed (NULL when it is well formed), over the conversions below: each field is parsed
 # once, and the reason and the folded columns read the same parsed value.
 _TASK_REASON = f"""CASE
-        WHEN d IS NULL AND a IS NULL AND l IS NULL AND w IS NULL
-        THEN event_type || ' has no ' || {_by_type(_PAYLOAD_NAMES)} || ' object'
+        WHEN NOT has_payload THEN event_type || ' has no ' || {_by_type(_PAYLOAD_NAMES)} || ' object'
         WHEN nullif(task_text, '') IS NULL THEN 'taskId is missing'
         {_checks()}
     END"""
@@ -226,60 +265,51 @@ _BAD_TRANSITION = """list_filter(list_transform(transitions, lambda t: CASE
     WHEN t.ts IS NULL THEN 'a state transition has a bad timestamp: ' || coalesce(t.timestamp, 'none') END),
     lambda why: why IS NOT NULL)[1]"""
 
-_ERROR = "l.rayErrorInfo"
 # The tasks columns a task event sets, over the parsed fields (NULL where its type does not set them).
 TASK_COLUMNS = {
     "job_id": "ray_nil(job_hex)",
-    "type": _by_type(
-        {
-            "TASK_DEFINITION_EVENT": "coalesce(nullif(d.taskType, ''), 'NORMAL_TASK')",
-            "ACTOR_TASK_DEFINITION_EVENT": "'ACTOR_TASK'",
-        }
-    ),
-    "name": "CASE WHEN defined THEN coalesce(nullif(d.taskName, ''), nullif(a.actorTaskName, ''), func, '') END",
+    "type": _by_type({_KINDS["d"]: "coalesce(nullif(task_type, ''), 'NORMAL_TASK')", _KINDS["a"]: "'ACTOR_TASK'"}),
+    "name": "CASE WHEN defined THEN coalesce(nullif(task_name, ''), func, '') END",
     "func_or_class_name": "func",
     "module_name": "nullif(f.moduleName, '')",
-    "language": "nullif(coalesce(d.language, a.language), '')",
-    "actor_id": "CASE WHEN d.taskType = 'ACTOR_CREATION_TASK' THEN substr(ray_nil(task_hex), 17) "
+    "language": "nullif(language_text, '')",
+    "actor_id": "CASE WHEN task_type = 'ACTOR_CREATION_TASK' THEN substr(ray_nil(task_hex), 17) "
     "ELSE ray_nil(actor_hex) END",
     "parent_task_id": "ray_nil(parent_hex)",
     "placement_group_id": "ray_nil(pg_hex)",
-    "required_resources": "nullif(nullif(coalesce(d.requiredResources, a.requiredResources), '{}'), '[]')",
-    "runtime_env": "nullif(coalesce(d.serializedRuntimeEnv, a.serializedRuntimeEnv), '')",
-    "call_site": "nullif(coalesce(d.callSite, a.callSite), '')",
-    "label_selector": "nullif(nullif(coalesce(d.labelSelector, a.labelSelector), '{}'), '[]')",
+    "required_resources": "nullif(nullif(resources_json, '{}'), '[]')",
+    "runtime_env": "nullif(runtime_env_text, '')",
+    "call_site": "nullif(call_site_text, '')",
+    "label_selector": "nullif(nullif(label_selector_json, '{}'), '[]')",
     "defined": "defined",
     "node_id": "ray_nil(node_hex)",
     "worker_id": "ray_nil(worker_hex)",
-    "worker_pid": "nullif(TRY_CAST(l.workerPid AS INTEGER), 0)",
-    "stdout_file": "nullif(l.taskLogInfo.stdoutFile, '')",
-    "stderr_file": "nullif(l.taskLogInfo.stderrFile, '')",
+    "worker_pid": "nullif(TRY_CAST(pid_text AS INTEGER), 0)",
+    "stdout_file": "nullif(log_info.stdoutFile, '')",
+    "stderr_file": "nullif(log_info.stderrFile, '')",
     **{
-        f"{s}_{e.lower()}": f"TRY_CAST(l.taskLogInfo.{s}{e} AS BIGINT)"
+        f"{s}_{e.lower()}": f"TRY_CAST(log_info.{s}{e} AS BIGINT)"
         for s in ("stdout", "stderr")
         for e in ("Start", "End")
     },
-    "error_type": f"nullif(json_extract_string({_ERROR}, '$.errorType'), '')",
-    "error_message": f"""coalesce(nullif(json_extract_string({_ERROR}, '$.errorMessage'), ''),
-        death_text(json_extract({_ERROR}, '$.runtimeEnvSetupFailedError')),
-        death_text(json_extract({_ERROR}, '$.actorDiedError')),
-        death_text(json_extract({_ERROR}, '$.actorUnavailableError')))""",
-    "error_detail": f"CASE WHEN json_type({_ERROR}) = 'OBJECT' AND {_ERROR} <> '{{}}' THEN {_ERROR} END",
-    "is_debugger_paused": "TRY_CAST(l.isDebuggerPaused AS BOOLEAN)",
-    "actor_repr_name": "nullif(l.actorReprName, '')",
-    "exec_worker_id": "CASE WHEN w.profileEvents.componentType = 'worker' THEN ray_nil(component_hex) END",
-    "exec_node_ip": "CASE WHEN w.profileEvents.componentType = 'worker' "
-    "THEN nullif(w.profileEvents.nodeIpAddress, '') END",
+    "error_type": "nullif(json_extract_string(error_json, '$.errorType'), '')",
+    "error_message": """coalesce(nullif(json_extract_string(error_json, '$.errorMessage'), ''),
+        death_text(json_extract(error_json, '$.runtimeEnvSetupFailedError')),
+        death_text(json_extract(error_json, '$.actorDiedError')),
+        death_text(json_extract(error_json, '$.actorUnavailableError')))""",
+    "error_detail": "CASE WHEN left(error_json, 1) = '{' AND error_json <> '{}' THEN error_json END",
+    "is_debugger_paused": "TRY_CAST(debugger_text AS BOOLEAN)",
+    "actor_repr_name": "nullif(repr_text, '')",
+    "exec_worker_id": "CASE WHEN profile_source.componentType = 'worker' THEN ray_nil(component_hex) END",
+    "exec_node_ip": "CASE WHEN profile_source.componentType = 'worker' "
+    "THEN nullif(profile_source.nodeIpAddress, '') END",
 }
 
 
 def _parse_events() -> str:
     structure = orjson.dumps(STRUCTURE).decode()
-    own = {
-        t: f"CASE WHEN event_type = {_sql_str(t)} THEN j.{payload} END" for t, (payload, *_) in TASK_PAYLOADS.items()
-    }
+    fields = ",\n                           ".join(f"{sql} AS {name}" for name, sql in _FIELDS.items())
     hexes = ", ".join(f"raw_hex({k}_text) AS {k}_hex" for k in _ID_FIELDS)
-    texts = ", ".join(f"{value} AS {k}_text" for k, (_, value) in _ID_FIELDS.items())
     columns = ",\n           ".join(f"{sql} AS {name}" for name, sql in TASK_COLUMNS.items())
     return f"""
     SELECT seq, label, run_id, body, bytes, session, event_type, event_id,
@@ -294,33 +324,26 @@ def _parse_events() -> str:
            END AS reason,
            ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
            {columns},
-           CASE WHEN l IS NOT NULL THEN list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}})
-           END AS transitions,
-           CASE WHEN w IS NOT NULL THEN w.profileEvents END AS profile_source, profile_entries
+           list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}}) AS transitions,
+           profile_source, profile_entries
     FROM (
-        SELECT *, func_name(f) AS func,
-               coalesce(ray_nil(event_hex), 'content:' || md5(body)) AS event_id
-        FROM (SELECT *, CASE WHEN l IS NOT NULL THEN {_BAD_TRANSITION} END AS bad_transition FROM (
-            SELECT *, raw_hex(j.eventId) AS event_hex, {hexes},
-                   descriptor(coalesce(d.taskFunc, a.actorFunc)) AS f,
-                   CASE WHEN d IS NOT NULL OR a IS NOT NULL THEN true END AS defined,
-                   list_transform(from_json(l.stateTransitions, '{_TRANSITIONS}'), lambda t:
+        SELECT *, func_name(f) AS func, coalesce(ray_nil(event_hex), 'content:' || md5(body)) AS event_id,
+               {_BAD_TRANSITION} AS bad_transition
+        FROM (
+            SELECT *, raw_hex(j.eventId) AS event_hex, {hexes}, descriptor(function) AS f,
+                   CASE WHEN has_payload AND event_type IN ('{_KINDS["d"]}', '{_KINDS["a"]}') THEN true END AS defined,
+                   list_transform(from_json(transitions_json, '{_TRANSITIONS}'), lambda t:
                                   {{'state': t.state, 'ts': ray_ts_ns(t.timestamp), 'timestamp': t.timestamp}})
                        AS transitions,
-                   from_json(w.profileEvents.events, '{_PROFILE_ENTRIES}') AS profile_entries
+                   from_json(profile_source.events, '{_PROFILE_ENTRIES}') AS profile_entries
             FROM (
-                SELECT *, {texts},
-                       coalesce(d.taskAttempt, a.taskAttempt, l.taskAttempt, w.attemptNumber) AS attempt_text
+                SELECT *, {fields}
                 FROM (
-                    SELECT *, {own["TASK_DEFINITION_EVENT"]} AS d, {own["ACTOR_TASK_DEFINITION_EVENT"]} AS a,
-                           {own["TASK_LIFECYCLE_EVENT"]} AS l, {own["TASK_PROFILE_EVENT"]} AS w
-                    FROM (
-                        SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j,
-                               json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
-                        FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
-                    )
+                    SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j,
+                           json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
+                    FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
                 )
-            ))
+            )
         )
     )"""
 
