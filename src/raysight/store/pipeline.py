@@ -2,11 +2,10 @@
 
 Each stage makes one temporary relation from the stages before it, in one statement; the store runs them in the
 order of :data:`ORDER` (``store/store.py``), with its writes between them: after ``batch_events`` the raw events are
-inserted (``new_keys``: the session and ID of each event first seen), after ``staged_tasks`` the entity tables are
-merged. Inputs that are not stages are Arrow tables the store registers: ``staged_posts`` (the POST bodies) and
-``new_keys``.
-``python -m raysight.store.pipeline`` prints the SQL a group runs; the store logs each statement it runs, with its
-time, to the ``raysight.store.sql`` logger at DEBUG.
+inserted (``new_keys``: the session and ID of each event first seen) and the others dropped (:data:`DROP_SEEN`),
+after ``staged_tasks`` the entity tables are merged. Inputs that are not stages are Arrow tables the store
+registers: ``staged_posts`` (the POST bodies) and ``new_keys``. ``python -m raysight.store.pipeline`` prints the SQL
+a group runs; the store logs each stage it makes, with its time, to the ``raysight.store.sql`` logger at DEBUG.
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ class Stage:
 
 
 # `incoming(post, ord, label, run_id, body)`: one row per event, its JSON text; two sources
-POSTS = Stage("incoming", events_sql.EXPLODE_POSTS, view=True, about="the events of the POST bodies")
+# (a table: parsing a body while its events are parsed would hold two parsed copies of a huge event at once)
+POSTS = Stage("incoming", events_sql.EXPLODE_POSTS, about="the events of the POST bodies")
 RAW_CHUNK = Stage(
     "incoming",
     """SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body FROM raw_events
@@ -43,15 +43,15 @@ EVENTS = Stage(
     events_sql.PARSE_EVENTS,
     about="every event parsed once: its envelope, key, task columns and why it is malformed (reason)",
 )
-# `fresh`: the well-formed events the store had not seen. Nearly always all of them (a view, nothing copied);
-# when some were seen before (a resend) or the group holds one twice, those first seen, once each.
-ALL_FRESH = Stage("fresh", "SELECT * FROM batch_events WHERE reason IS NULL", view=True, about="all well-formed")
-SOME_FRESH = Stage(
-    "fresh",
-    """SELECT * FROM batch_events SEMI JOIN new_keys USING (session, event_id) WHERE reason IS NULL
-       QUALIFY row_number() OVER (PARTITION BY key ORDER BY seq) = 1""",
-    about="the well-formed events first seen, once each",
-)
+# `fresh`: the well-formed events the store had not seen, once each: all of `batch_events`'s well-formed events once
+# DROP_SEEN has removed those the store had (a resend) and repeats within the group.
+FRESH = Stage("fresh", "SELECT * FROM batch_events WHERE reason IS NULL", view=True, about="the events first seen")
+DROP_SEEN = """
+    DELETE FROM batch_events WHERE seq IN (
+        SELECT seq FROM batch_events ANTI JOIN new_keys USING (session, event_id) WHERE reason IS NULL
+        UNION ALL
+        SELECT seq FROM batch_events WHERE reason IS NULL
+        QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) > 1)"""
 TRANSITIONS = Stage("fresh_transitions", events_sql.TRANSITIONS, about="one row per task state transition")
 PROFILE = Stage("fresh_profile", events_sql.PROFILE_ENTRIES, about="one row per task profile entry")
 TASKS = Stage(
@@ -74,14 +74,14 @@ SESSIONS = Stage(
 
 PARSE = [EVENTS]
 FOLD = [TRANSITIONS, PROFILE, TASKS]
-ORDER = [POSTS, *PARSE, ALL_FRESH, *FOLD, SESSIONS]  # SOME_FRESH and RAW_CHUNK stand in where they apply
-STAGING = sorted({stage.name for stage in [*ORDER, SOME_FRESH, RAW_CHUNK]})
+ORDER = [POSTS, *PARSE, FRESH, *FOLD, SESSIONS]  # RAW_CHUNK stands in for POSTS when reindexing
 
 
 def describe() -> str:
     """The SQL of every stage, in order, for reading and debugging."""
-    stages = [POSTS, RAW_CHUNK, *PARSE, ALL_FRESH, SOME_FRESH, *FOLD, SESSIONS]
-    return "\n\n".join(f"-- {s.name}: {s.about}\n{s.sql};" for s in stages)
+    stages = [f"-- {s.name}: {s.about}\n{s.sql};" for s in [POSTS, RAW_CHUNK, *PARSE, FRESH, *FOLD, SESSIONS]]
+    seen = f"-- after the raw insert, when some events were seen before (new_keys: those that were not)\n{DROP_SEEN};"
+    return "\n\n".join([*stages[:3], seen, *stages[3:]])
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
+DB_ALIAS = "store"
+ROW_GROUP_ROWS = 16_384
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
 
@@ -72,8 +74,19 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
             # ``memory_limit`` DuckDB spills to disk or fails (and the writer folds the group batch by batch).
-            settings = {"checkpoint_threshold": WAL_LIMIT, "memory_limit": memory_limit}
-            opened.append(duckdb.connect(str(path), config={**settings, "threads": threads}))
+            # Past ``memory_limit``, DuckDB spills to the temporary directory beside the file (the one it would pick
+            # for the file itself: the database is attached to an in-memory one, which would have none).
+            settings = {
+                "checkpoint_threshold": WAL_LIMIT,
+                "memory_limit": memory_limit,
+                "temp_directory": f"{path}.tmp",
+            }
+            con = duckdb.connect(config={**settings, "threads": threads})
+            # A fold appends whole row groups of this size straight to the file, compressed, and only their place
+            # to the WAL (smaller ones go to the WAL whole, and are written again at the next checkpoint).
+            con.execute(f"ATTACH {_sql_str(str(path))} AS {DB_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+            con.execute(f"USE {DB_ALIAS}")
+            opened.append(con)
         except BaseException as exc:  # noqa: BLE001 (handed to the opening thread, which raises it)
             opened.append(exc)
 
@@ -175,7 +188,9 @@ class Store:
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for one thread's reads."""
         with self._reader_lock:
-            return self.con.cursor()
+            cursor = self.con.cursor()
+        cursor.execute(f"USE {DB_ALIAS}")  # a cursor starts in DuckDB's in-memory database
+        return cursor
 
     def quarantine_batch(self, body: bytes, reason: str, journal_seq: int) -> None:
         """Keep a whole journalled batch the store could not fold (with why), and move past it."""
@@ -227,9 +242,11 @@ class Store:
                 "count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) FROM batch_events",
                 [SUPPORTED_TYPES],
             )
-            with self._registered("new_keys", new_keys):
-                self._stage(pipeline.ALL_FRESH if new_keys.num_rows == valid else pipeline.SOME_FRESH)
             quarantined = self._insert_quarantine()
+            if new_keys.num_rows < valid:  # a resend, or an event twice in the group: fold each first sighting once
+                with self._registered("new_keys", new_keys):
+                    self.con.execute(pipeline.DROP_SEEN)
+            self._stage(pipeline.FRESH)
             self._fold(patches)
             result = ApplyResult(
                 received=received,
@@ -407,7 +424,7 @@ class Store:
                 con.execute("SET VARIABLE chunk_start = ?", [start])
                 con.execute("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
                 patches = self._parse(pipeline.RAW_CHUNK)
-                self._stage(pipeline.ALL_FRESH)
+                self._stage(pipeline.FRESH)
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
@@ -422,6 +439,10 @@ class Store:
         return bool(found and found[0])
 
 
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _sql_list(values: Sequence[str]) -> str:
     """SQL: a list literal of strings (constants in the statement, so that DuckDB folds what depends on them)."""
-    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
+    return "[" + ", ".join(map(_sql_str, values)) + "]"
