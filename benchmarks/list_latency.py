@@ -44,7 +44,7 @@ from raysight.client import Client  # noqa: E402
 from raysight.store import schema  # noqa: E402
 from raysight.store.store import DB_FILE  # noqa: E402
 from raysight.store.writer import MAX_GROUP_BYTES  # noqa: E402
-from tests.ray_scenarios import JSON, ServerProcess  # noqa: E402
+from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 PY = sys.executable
@@ -213,14 +213,6 @@ def live(n_tasks: int, n_requests: int) -> None:
 
 
 # --- synthesised session ---------------------------------------------------------------------------------------
-
-
-def peak_rss_mb(pid: int) -> float:
-    """A process's peak resident memory so far (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for process {pid}")
 
 
 def post_paced(client: Client, http: httpx.Client, url: str, data: bytes) -> None:
