@@ -92,8 +92,8 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
             # ``memory_limit`` DuckDB spills to disk or fails (and the writer folds the group batch by batch).
-            # A new file takes the newest storage format (DuckDB before 2.0 wrote v0.10.2's by default, which ignores
-            # the raw bodies' zstd); an existing one keeps its own, until :meth:`Store._rewrite` copies it.
+            # A new file takes the newest storage format (DuckDB before 2.0 wrote v0.10.2's by default, which cannot
+            # keep the raw bodies with zstd); an existing one keeps its own until :meth:`Store._rewrite` copies it.
             config: dict[str, str | bool | int | float | list[str]] = {
                 "checkpoint_threshold": WAL_LIMIT,
                 "memory_limit": memory_limit,
@@ -157,8 +157,8 @@ class Store:
         return con
 
     def _migrate(self) -> None:
-        """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, through a
-        rewrite into a new file (below :data:`schema.REWRITE_BELOW`), refolding the oldest from their raw events."""
+        """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, then, below
+        :data:`schema.REWRITE_BELOW`, by a rewrite into a new file; the oldest are refolded from their raw events."""
         for statement in schema.MACROS + events_sql.MACROS:
             self.con.execute(statement)
         self.con.execute(schema.RAW_DDL[0])
