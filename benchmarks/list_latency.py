@@ -5,9 +5,12 @@
    request goes to Ray's dashboard and to raysight, interleaved (warm, median of --requests), then the CLIs'
    wall times (`ray list tasks` against either, `raysight list tasks`).
 2. Synthesised: N tasks from per-task event templates of the recorded Ray session (tests/fixtures) with rewritten
-   task and event IDs, written in-process with the store API into benchmarks/.cache/ (kept: reruns skip the
-   build; 1M took 14 min on the 2-core VM), then served by `raysight server` and timed on /api/v0/tasks,
-   /api/raysight/tasks and the CLIs.
+   task and event IDs, POSTed to a `raysight server` subprocess (1,000 events a POST, as Ray's aggregators send,
+   on one connection that waits while more than two fold groups are acknowledged but not folded: the writer holds
+   those bodies in memory, up to 512 MB when folding falls behind) until all is folded, into benchmarks/.cache/
+   (kept: reruns skip the build). Then the footprint: the store's bytes per task on disk after a CHECKPOINT (raw
+   events included) and the server's peak resident memory (VmHWM) while building and, restarted on the same data,
+   while serving the timed requests on /api/v0/tasks, /api/raysight/tasks and the CLIs.
 Run: .venv/bin/python benchmarks/list_latency.py [--tasks-live N] [--tasks-synth N] [--requests N]
      [--skip-live] [--skip-synth]        (2-core VM, noisy: compare medians)
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import httpx
 import orjson
 import ray
@@ -38,8 +42,9 @@ from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.store import schema  # noqa: E402
-from raysight.store.store import Post, Store  # noqa: E402
-from tests.ray_scenarios import ServerProcess  # noqa: E402
+from raysight.store.store import DB_FILE  # noqa: E402
+from raysight.store.writer import MAX_GROUP_BYTES  # noqa: E402
+from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 PY = sys.executable
@@ -55,7 +60,8 @@ RAY_QUERY = [
     ("server_timeout_multiplier", "0.8"),
 ]
 OWN_QUERY = [("filter", "state=FAILED"), ("limit", "100")]
-BATCH_EVENTS = 50_000
+BATCH_EVENTS = 1000  # events a POST, as Ray's aggregators send them
+PACE_BYTES = 2 * MAX_GROUP_BYTES  # the builder waits while more than this is acknowledged but not folded
 CLI_RUNS = 5
 
 
@@ -209,33 +215,59 @@ def live(n_tasks: int, n_requests: int) -> None:
 # --- synthesised session ---------------------------------------------------------------------------------------
 
 
+def post_paced(client: Client, http: httpx.Client, url: str, data: bytes) -> None:
+    """POST one body once the server's unfolded backlog is under PACE_BYTES, retrying 503s as Ray would."""
+    while client.ingest_backlog()["bytes"] > PACE_BYTES:
+        time.sleep(0.05)
+    while (status := http.post(url, content=data, headers=JSON).status_code) == 503:
+        time.sleep(0.1)
+    if status != 200:
+        raise SystemExit(f"ingest answered {status}")
+
+
 def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
-    """Write the synthesised session into ``data_dir`` with the store API; returns what it took."""
+    """POST the synthesised session to a `raysight server` on ``data_dir`` until it is all folded; returns what it
+    took: seconds, the server's peak RSS, and the store's bytes after a CHECKPOINT."""
     shutil.rmtree(data_dir, ignore_errors=True)
-    store = Store(data_dir)
+    server = ServerProcess(data_dir).start()
+    url = f"{server.url}/ingest/ray-events?cluster=bench1m"
     events, t0 = 0, time.perf_counter()
     try:
-        for done, texts in synth_batches(n_tasks, BATCH_EVENTS):
-            store.apply([Post(body(texts), label="bench1m")])
-            events += len(texts)
-            elapsed = time.perf_counter() - t0
-            print(
-                f"\r  built {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
-                f"{events / elapsed:7,.0f} events/s",
-                end="",
-                flush=True,
-            )
+        with server.client() as client, httpx.Client(timeout=60) as http:
+            for done, texts in synth_batches(n_tasks, BATCH_EVENTS):
+                post_paced(client, http, url, body(texts))
+                events += len(texts)
+                elapsed = time.perf_counter() - t0
+                print(
+                    f"\r  posted {done:>9,}/{n_tasks:,} tasks, {events:>10,} events, {elapsed:6.0f} s, "
+                    f"{events / elapsed:7,.0f} events/s",
+                    end="",
+                    flush=True,
+                )
+            wait_for("the server: every batch folded", lambda: client.ingest_backlog()["batches"] == 0, 3600)
+        seconds = time.perf_counter() - t0
+        rss = peak_rss_mb(server.proc.pid)
     finally:
-        store.close()
+        server.stop()
     print()
-    stats = {"tasks": n_tasks, "events": events, "seconds": time.perf_counter() - t0}
+    with duckdb.connect(str(data_dir / DB_FILE)) as con:
+        con.execute("CHECKPOINT")  # the server checkpointed as it closed: nothing should be left in a WAL
+        used, block = con.execute("SELECT used_blocks, block_size FROM pragma_database_size()").fetchone()
+    stats = {
+        "tasks": n_tasks,
+        "events": events,
+        "seconds": seconds,
+        "build_rss_mb": rss,
+        "store_bytes": sum(p.stat().st_size for p in data_dir.glob(f"{DB_FILE}*")),
+        "used_bytes": used * block,  # the rest of the file: blocks freed by checkpoints, reused by later writes
+    }
     (data_dir / "built.json").write_bytes(orjson.dumps(stats))
     return stats
 
 
 def synth(n_tasks: int, n_requests: int) -> None:
     print(f"== synthesised: {n_tasks:,} tasks, raysight alone ==")
-    data_dir = CACHE / f"tasks-{n_tasks}-schema{schema.SCHEMA_VERSION}"
+    data_dir = CACHE / f"tasks-{n_tasks}-schema{schema.SCHEMA_VERSION}"  # built anew for each schema version
     marker = data_dir / "built.json"
     if marker.exists():
         stats = orjson.loads(marker.read_bytes())
@@ -245,9 +277,9 @@ def synth(n_tasks: int, n_requests: int) -> None:
         print(f"  built in {data_dir.relative_to(ROOT)}", end="")
     print(
         f": {stats['events']:,} events in {stats['seconds']:.0f} s ({stats['events'] / stats['seconds']:,.0f} "
-        f"events/s, parse + apply in batches of {BATCH_EVENTS:,})"
+        f"events/s over HTTP until folded, {BATCH_EVENTS:,} a POST)"
     )
-    server = ServerProcess(data_dir, start_timeout_s=120)  # a 4.4 GB store may replay its WAL first
+    server = ServerProcess(data_dir, start_timeout_s=120)  # a large store may replay its WAL first
     try:
         server.start()
         time_requests(
@@ -259,8 +291,17 @@ def synth(n_tasks: int, n_requests: int) -> None:
         )
         time_cli("ray list --address <raysight>", ray_list(server.url))
         time_cli("raysight list", raysight_list(server.url))
+        serving_rss = peak_rss_mb(server.proc.pid)
     finally:
         server.stop()
+    print("  footprint:")
+    print(
+        f"  {'store on disk, raw events included':<34} {stats['store_bytes'] / stats['tasks']:,.0f} bytes/task "
+        f"({stats['store_bytes'] / 1e9:.2f} GB; blocks in use {stats['used_bytes'] / stats['tasks']:,.0f} "
+        "bytes/task, the rest free for later writes)"
+    )
+    print(f"  {'server peak RSS, building':<34} {stats['build_rss_mb']:,.0f} MB")
+    print(f"  {'server peak RSS, serving':<34} {serving_rss:,.0f} MB")
 
 
 def main() -> None:

@@ -71,6 +71,12 @@ class ServerProcess:
         return Client(self.url)
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory so far (VmHWM), in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
 def ray_run(url: str, cluster: str, *program: str, timeout: float = 240, expect_code: int = 0) -> None:
     """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``), then wait until Ray's
     last events are in."""

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.server.app import create_app
-from tests.ray_scenarios import JSON, ServerProcess
+from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb
 
 MAX_EVENTS = 100_000  # the default of --max-events
 RSS_BOUND_MB = 1024  # the server's peak resident set under hostile bodies (measured: 640 MB; DuckDB's limit is 1 GB)
@@ -72,11 +72,6 @@ def test_a_fold_group_holds_a_bounded_number_of_events_however_small(
         assert client.get("/api/raysight/doctor").json()["counters"]["batches"] == 2  # two batches a group
 
 
-def _peak_rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
-
-
 def test_hostile_bodies_keep_the_server_under_its_memory_bound(tmp_path: Path) -> None:
     """Bodies of up to 16 MiB built to cost the most memory per byte: millions of elements are refused; what is
     under the limits is folded (quarantined, as it is not Ray's) with the server's peak RSS under RSS_BOUND_MB."""
@@ -98,7 +93,7 @@ def test_hostile_bodies_keep_the_server_under_its_memory_bound(tmp_path: Path) -
             while http.get(f"{server.url}/api/raysight/ping").json()["ingest_backlog"]["batches"]:
                 assert time.monotonic() < deadline, "the hostile bodies were not folded"
                 time.sleep(0.2)
-        peak = _peak_rss_mb(server.proc.pid)
+        peak = peak_rss_mb(server.proc.pid)
         print(f"server peak RSS {peak:.0f} MB")
         assert peak < RSS_BOUND_MB
     finally:

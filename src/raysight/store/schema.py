@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -444,16 +444,18 @@ FOLD_TABLE_NAMES = [t.name for t in ENTITY_TABLES] + list(APPEND_TABLES)
 
 # Keyed by the 128-bit md5 of (session, event_id): DuckDB's index on two long strings cost twice as much per insert.
 RAW_KEY = "md5_number(session || ' ' || event_id)"
-RAW_EVENTS_DDL = """CREATE TABLE IF NOT EXISTS {name} (
+# Raw JSON bodies (~3.8 KB a task): zstd keeps them in ~120 bytes, DuckDB's default string compression in ~1.7 KB.
+ZSTD = "USING COMPRESSION zstd"
+RAW_EVENTS_DDL = f"""CREATE TABLE IF NOT EXISTS {{name}} (
         key UHUGEINT PRIMARY KEY, session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR,
-        ts_ns BIGINT, node_id VARCHAR, supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR)"""
+        ts_ns BIGINT, node_id VARCHAR, supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR {ZSTD})"""
 RAW_COLUMNS = "session, event_id, event_type, source_type, ts_ns, node_id, supported, received_at, body"
 
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
     RAW_EVENTS_DDL.format(name="raw_events"),
-    """CREATE TABLE IF NOT EXISTS quarantine (
-        key VARCHAR PRIMARY KEY, session VARCHAR, reason VARCHAR, received_at TIMESTAMPTZ, body VARCHAR)""",
+    f"""CREATE TABLE IF NOT EXISTS quarantine (
+        key VARCHAR PRIMARY KEY, session VARCHAR, reason VARCHAR, received_at TIMESTAMPTZ, body VARCHAR {ZSTD})""",
     # What `raysight run` saw of a driver it started: its exit code and when it ended (raw input, never folded away).
     """CREATE TABLE IF NOT EXISTS run_exits (
         run_id VARCHAR PRIMARY KEY, driver_pid BIGINT, exit_code INTEGER, ended_ns BIGINT)""",
@@ -483,6 +485,9 @@ MIGRATIONS = {
     ],
 }
 REFOLD_BELOW = 2
+# Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in
+# the current storage format: zstd raw bodies, and nothing of what earlier migrations dropped), see Store._rewrite.
+REWRITE_BELOW = 5
 
 
 def all_ddl() -> list[str]:

@@ -40,6 +40,8 @@ SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
 DB_ALIAS = "store"
 ROW_GROUP_ROWS = 16_384
+STORAGE_VERSION = "latest"
+REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
 
@@ -75,13 +77,17 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
             # ``memory_limit`` DuckDB spills to disk or fails (and the writer folds the group batch by batch).
             # Past ``memory_limit``, DuckDB spills to the temporary directory beside the file (the one it would pick
-            # for the file itself: the database is attached to an in-memory one, which would have none).
-            settings = {
+            # for the file itself: the database is attached to an in-memory one, which would have none). A new file
+            # takes the newest storage format (DuckDB before 2.0 wrote v0.10.2's by default, which cannot keep the
+            # raw bodies with zstd); an existing one keeps its own until :meth:`Store._rewrite` copies it.
+            config: dict[str, str | bool | int | float | list[str]] = {
                 "checkpoint_threshold": WAL_LIMIT,
                 "memory_limit": memory_limit,
+                "threads": threads,
+                "storage_compatibility_version": STORAGE_VERSION,
                 "temp_directory": f"{path}.tmp",
             }
-            con = duckdb.connect(config={**settings, "threads": threads})
+            con = duckdb.connect(config=config)
             # A fold appends whole row groups of this size straight to the file, compressed, and only their place
             # to the WAL (smaller ones go to the WAL whole, and are written again at the next checkpoint).
             con.execute(f"ATTACH {_sql_str(str(path))} AS {DB_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
@@ -98,6 +104,19 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
     return opened[0]
 
 
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + ".wal")
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') writes to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Store:
     """One DuckDB database file in ``data_dir``."""
 
@@ -110,15 +129,25 @@ class Store:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
-        self.con = _connect(self.path, worker_niceness, self.threads, memory_limit)
-        self.con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
+        self._niceness, self._memory_limit = worker_niceness, memory_limit
+        self.con = self._open()
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
         self._staged: dict[str, bool] = {}  # the staging relations made, and whether each is a view
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self.con.close()  # a failed open holds nothing open
+            raise
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        con = _connect(self.path, self._niceness, self.threads, self._memory_limit)
+        con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
+        return con
 
     def _migrate(self) -> None:
-        """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``) and refold it."""
+        """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, then, below
+        :data:`schema.REWRITE_BELOW`, by a rewrite into a new file; the oldest are refolded from their raw events."""
         for statement in schema.MACROS + events_sql.MACROS:
             self.con.execute(statement)
         self.con.execute(schema.RAW_DDL[0])
@@ -130,19 +159,64 @@ class Store:
                 f"({schema.SCHEMA_VERSION}); upgrade raysight"
             )
         refold = found is not None and found < schema.REFOLD_BELOW
+        rewrite = found is not None and found < schema.REWRITE_BELOW
+        reached = schema.REWRITE_BELOW - 1 if rewrite else schema.SCHEMA_VERSION
+        if refold:  # entity tables are folds: dropped, and rebuilt from the raw events
+            statements = [f"DROP TABLE IF EXISTS {name}" for name in schema.FOLD_TABLE_NAMES]
+        else:
+            versions = range(reached + 1 if found is None else found + 1, reached + 1)
+            statements = [sql for version in versions for sql in schema.MIGRATIONS.get(version, [])]
         with self._transaction() as con:
-            if refold:
-                for name in schema.FOLD_TABLE_NAMES:  # entity tables are folds: drop and rebuild from raw events
-                    con.execute(f"DROP TABLE IF EXISTS {name}")
-            elif found is not None:
-                for version in range(found + 1, schema.SCHEMA_VERSION + 1):
-                    for statement in schema.MIGRATIONS.get(version, []):
-                        con.execute(statement)
-            for statement in schema.all_ddl():
-                con.execute(statement)
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+            for statement in statements + schema.all_ddl():
+                # An old storage format refuses zstd (v0.10.2's, DuckDB's default before 2.0): in place, the DDL goes
+                # without it, and the rewrite adds it.
+                con.execute(statement.replace(schema.ZSTD, "") if rewrite else statement)
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(reached)])
+        if rewrite:
+            self._rewrite()
+            self._migrate()  # on from REWRITE_BELOW, in place
         if refold:
             self.reindex()
+
+    def _rewrite(self) -> None:
+        """Copy every table into a new file, created with the current DDL in the current storage format (at
+        :data:`schema.REWRITE_BELOW`), and put it in the old one's place.
+
+        Crash-safe: the old file is left as it is until the new one is complete and fsynced, then replaced by an
+        atomic rename; a half-written new file is discarded by the next open, which rewrites again.
+        """
+        new = self.path.with_name(self.path.name + REWRITE_SUFFIX)
+        for leftover in (new, _wal(new)):
+            leftover.unlink(missing_ok=True)
+        (old,) = self._one("SELECT current_database()")
+        self.con.execute("CHECKPOINT")  # everything in the old file itself, so that closing it leaves no WAL
+        self.con.execute(f"ATTACH {_sql_str(str(new))} AS rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
+        try:
+            self.con.execute("USE rewrite")
+            for statement in schema.all_ddl():
+                self.con.execute(statement)
+            self.con.execute(f'USE "{old}"')
+            tables = self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [old]
+            ).fetchall()
+            with self._transaction() as con:
+                for (name,) in tables:
+                    con.execute(f'INSERT INTO rewrite.main.{name} BY NAME SELECT * FROM "{old}".main.{name}')
+                con.execute(
+                    "UPDATE rewrite.main.meta SET value = ? WHERE key = 'schema_version'", [str(schema.REWRITE_BELOW)]
+                )
+            self.con.execute("CHECKPOINT rewrite")
+        finally:
+            self.con.execute(f'USE "{old}"')
+            self.con.execute("DETACH rewrite")
+        _fsync(new)
+        self.con.close()
+        if _wal(self.path).exists() or _wal(new).exists():
+            self.con = self._open()
+            raise RuntimeError(f"a write-ahead log was left beside {self.path} while rewriting it; not replaced")
+        os.replace(new, self.path)
+        _fsync(self.data_dir)
+        self.con = self._open()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -210,7 +284,7 @@ class Store:
 
     def checkpoint_if_due(self) -> None:
         """Checkpoint when the WAL has grown past :data:`IDLE_CHECKPOINT_BYTES` (writer thread)."""
-        wal = self.path.with_name(self.path.name + ".wal")
+        wal = _wal(self.path)
         if wal.exists() and wal.stat().st_size > IDLE_CHECKPOINT_BYTES:
             self.con.execute("CHECKPOINT")
 

@@ -1,0 +1,124 @@
+"""A store from before schema 5 (DuckDB's v0.10.2 storage format, raw bodies without zstd) is rewritten into a new
+file on open: the same answers, the journal marker kept, smaller; a failure midway leaves the old store usable."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from raysight.store import schema
+from raysight.store import store as store_module
+from raysight.store.store import DB_FILE, REWRITE_SUFFIX, Store
+from tests.test_store import post, snapshot
+
+COPIES = 200  # of the recorded session, with fresh event IDs: ~15 MB of raw bodies, enough to see compression
+JOURNAL_FOLDED = 4242
+
+
+def copies(batches: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The recorded events ``COPIES`` times, each copy's event IDs new (so stored), its entities the same."""
+    out = []
+    for k in range(COPIES):
+        events = copy.deepcopy([e for batch in batches for e in batch])
+        for i, event in enumerate(events):
+            event["eventId"] = base64.b64encode(k.to_bytes(4, "big") + i.to_bytes(4, "big")).decode()
+        out.append(events)
+    return out
+
+
+def storage_version(path: Path) -> str:
+    """The storage format DuckDB reads the file as (read-only, so that nothing is written)."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        (tags,) = con.execute("SELECT tags FROM duckdb_databases() WHERE NOT internal").fetchone()
+    return str(tags["storage_version"])
+
+
+def meta(path: Path) -> dict[str, str]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return dict(con.execute("SELECT key, value FROM meta").fetchall())
+
+
+def write_old_format(built: Path, old: Path) -> None:
+    """Copy the store at ``built`` into ``old``, a file in DuckDB's v0.10.2 storage format with the raw DDL of
+    schema 4 (no zstd), as DuckDB before 2.0 wrote it."""
+    with duckdb.connect() as con:
+        con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
+        con.execute(f"ATTACH '{old}' AS old (STORAGE_VERSION 'v0.10.2')")
+        con.execute("USE old")
+        for statement in schema.all_ddl():
+            con.execute(statement.replace(schema.ZSTD, ""))
+        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'built'").fetchall():
+            con.execute(f"INSERT INTO old.main.{name} BY NAME SELECT * FROM built.main.{name}")
+        con.execute("UPDATE old.main.meta SET value = '4' WHERE key = 'schema_version'")
+        con.execute("INSERT INTO old.main.meta VALUES ('journal_folded', ?)", [str(JOURNAL_FOLDED)])
+
+
+@pytest.fixture
+def old_store(tmp_path: Path, ray_batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """A schema-4 store in the v0.10.2 storage format with the old raw DDL; what it answered."""
+    store = Store(tmp_path / "built")
+    store.apply([post(events, label="rec", run_id="run-1") for events in copies(ray_batches)])
+    answers = {
+        "snapshot": snapshot(store),
+        "raw": store.con.execute("SELECT count(*), sum(hash(key, body)) FROM raw_events").fetchone(),
+        "counters": dict(store.con.execute("SELECT * FROM counters").fetchall()),
+    }
+    store.close()
+    path = tmp_path / "old" / DB_FILE
+    path.parent.mkdir()
+    write_old_format(tmp_path / "built" / DB_FILE, path)
+    assert storage_version(path) == "v1.0.0+"
+    assert meta(path)["schema_version"] == "4"
+    return {**answers, "dir": path.parent, "path": path, "bytes": path.stat().st_size}
+
+
+def assert_upgraded(old: dict[str, Any], ray_batches: list[list[dict[str, Any]]]) -> None:
+    store = Store(old["dir"])
+    try:
+        assert snapshot(store) == old["snapshot"]
+        assert store.con.execute("SELECT count(*), sum(hash(key, body)) FROM raw_events").fetchone() == old["raw"]
+        assert dict(store.con.execute("SELECT * FROM counters").fetchall()) == old["counters"]
+        assert store.journal_folded() == JOURNAL_FOLDED
+        compression = store.con.execute(
+            "SELECT DISTINCT compression FROM pragma_storage_info('raw_events') WHERE column_name = 'body' "
+            "AND segment_type = 'VARCHAR'"
+        ).fetchall()
+        assert compression == [("ZSTD",)]
+        assert store.apply([post(copies(ray_batches)[0])]).stored == 0  # the copied raw keys still deduplicate
+    finally:
+        store.close()
+    assert storage_version(old["path"]) not in ("v0.10.0+", "v1.0.0+")
+    assert meta(old["path"])["schema_version"] == str(schema.SCHEMA_VERSION)
+    assert not old["path"].with_name(DB_FILE + REWRITE_SUFFIX).exists()
+    assert old["path"].stat().st_size < old["bytes"] * 0.6  # zstd raw bodies (~15 MB of JSON): 15 MB to 7 MB
+
+
+def test_an_old_format_store_is_rewritten_smaller_with_the_same_answers(old_store, ray_batches) -> None:
+    assert_upgraded(old_store, ray_batches)
+    Store(old_store["dir"]).close()  # upgraded once: opening again leaves it as it is
+    assert meta(old_store["path"])["journal_folded"] == str(JOURNAL_FOLDED)
+
+
+@pytest.mark.parametrize("step", ["_fsync", "replace"])
+def test_a_rewrite_that_fails_midway_leaves_the_old_store_usable(
+    old_store, ray_batches, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    def fail(*_: object) -> None:
+        raise OSError(f"simulated crash at {step}")
+
+    with monkeypatch.context() as patch:
+        if step == "replace":
+            patch.setattr(store_module.os, "replace", fail)
+        else:
+            patch.setattr(store_module, step, fail)
+        with pytest.raises(OSError, match="simulated crash"):
+            Store(old_store["dir"])
+    assert old_store["path"].with_name(DB_FILE + REWRITE_SUFFIX).exists()  # the copy was written, never swapped in
+    assert storage_version(old_store["path"]) == "v1.0.0+"
+    assert meta(old_store["path"]) == {"schema_version": "4", "journal_folded": str(JOURNAL_FOLDED)}
+    assert_upgraded(old_store, ray_batches)
