@@ -69,6 +69,52 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
         server.stop()
 
 
+def test_a_resend_after_its_first_copy_was_folded_counts_once_across_a_restart(tmp_path: Path, ray_batches) -> None:
+    """Ray resends a batch whose answer it missed, byte for byte, and a resent batch may share events with newer
+    ones; the first copy folded and the server restarted in between (its memory of recent bodies is gone), each
+    event still counts once: in the counters, the session's events, and each task's state transitions, which read
+    as those of a store that got every event once."""
+    session = ray_batches[0][0]["sessionName"]
+    first, mixed = [e for b in ray_batches[:8] for e in b], [e for b in ray_batches[5:] for e in b]  # 5-7 in both
+    posts = [orjson.dumps(first), orjson.dumps(first), orjson.dumps(mixed)]  # the 2nd and 3rd after the restart
+    distinct = len({e["eventId"] for e in first + mixed})  # the whole recording: each event once
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        _post_and_fold(server, posts[:1])
+        server.stop()
+        server.start()
+        _post_and_fold(server, posts[1:])
+        with server.client() as client:
+            counters = client.doctor()["counters"]
+            events = {s["session"]: s["events"] for s in client.sessions()}
+            tasks = _tasks_with_transitions(client, session)
+    finally:
+        server.stop()
+    assert (counters["stored"], counters["deduplicated"]) == (distinct, len(first) * 2 + len(mixed) - distinct)
+    assert events == {session: distinct}
+    assert all(len(t["events"]) == len({(e["state"], e["created_ms"]) for e in t["events"]}) for t in tasks)
+    once = ServerProcess(tmp_path / "once").start()  # every event once, in one batch
+    try:
+        _post_and_fold(once, [orjson.dumps([e for b in ray_batches for e in b])])
+        with once.client() as client:
+            assert tasks == _tasks_with_transitions(client, session)
+    finally:
+        once.stop()
+
+
+def _post_and_fold(server: ServerProcess, bodies: list[bytes]) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http, server.client() as client:
+        for body in bodies:
+            assert http.post("/ingest/ray-events", content=body, headers=JSON).status_code == 200
+        _until(lambda: not client.ingest_backlog()["batches"], what="the fold")
+
+
+def _tasks_with_transitions(client: Client, session: str) -> list[dict]:
+    """Every task attempt of ``session`` with its state transitions, as `raysight get tasks ID` shows them."""
+    ids = sorted({row["task_id"] for row in client.list("tasks", session=session)["rows"]})
+    return [row for task_id in ids for row in client.get("tasks", task_id, session=session)["rows"]]
+
+
 # --- faults at the file-system boundary, server in-process ---------------------------------------------------------
 
 
