@@ -111,11 +111,14 @@ class Proxy(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     upstream: httpx.Client
     finished: dict[str, tuple[float, float]] = {}  # task ID (hex) -> (Ray's FINISHED time, arrival), first seen
+    posts = 0
     lock = threading.Lock()
 
     def do_POST(self) -> None:
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         arrived = time.time()
+        with Proxy.lock:
+            Proxy.posts += 1
         answer = Proxy.upstream.post(self.path, content=data, headers=JSON)
         if answer.status_code == 200:
             self.note(data, arrived)
@@ -161,6 +164,13 @@ def trickle(seconds: float, every: float, on_done: Callable[[str, float], None])
         on_done(ref.task_id().hex(), time.time())
 
 
+def folds(http: httpx.Client) -> tuple[int, float]:
+    """(groups folded, seconds they took) since the server started, from its /metrics."""
+    prefix = "raysight_store_commit_seconds_"
+    samples = dict(line.rsplit(" ", 1) for line in http.get("/metrics").text.splitlines() if line.startswith(prefix))
+    return int(float(samples[prefix + "count"])), float(samples[prefix + "sum"])
+
+
 def live(seconds: float, every: float) -> None:
     print(f"== live: a local Ray (2 CPUs) runs one task every {every} s for {seconds:.0f} s ==")
     returned: dict[str, float] = {}
@@ -195,16 +205,19 @@ def live(seconds: float, every: float) -> None:
             os.environ.update({**ray_env(proxy_url, cluster="fresh"), "RAY_AUTH_MODE": "disabled"})
             ray.init(num_cpus=2, log_to_driver=False)
             try:
-                with server.client() as client:
+                with server.client() as client, httpx.Client(base_url=server.url, timeout=30) as http:
                     warm = tick.remote(-1)  # the first task starts a worker; not counted
                     ray.get(warm)
                     wait_shown(client, warm.task_id().hex(), ("FINISHED",))
                     watcher = threading.Thread(target=watch, args=(client, int(seconds / every)), daemon=True)
+                    before, posts = folds(http), Proxy.posts
                     watcher.start()
                     trickle(seconds, every, done)
                     watcher.join(DEADLINE_S)
                     if watcher.is_alive():
                         raise TimeoutError("the API did not show every task FINISHED")
+                    after, posts = folds(http), Proxy.posts - posts
+                    groups, took = after[0] - before[0], after[1] - before[1]
             finally:
                 ray.shutdown()
         finally:
@@ -213,7 +226,10 @@ def live(seconds: float, every: float) -> None:
             Proxy.upstream.close()
             server.stop()
     tasks = [t for t in queryable if t in Proxy.finished]
-    print(f"  {len(tasks)} of {len(queryable)} tasks' FINISHED transitions seen in a POST")
+    print(
+        f"  {len(tasks)} of {len(queryable)} tasks' FINISHED transitions seen in a POST; Ray sent {posts} POSTs, "
+        f"raysight folded {groups} groups taking {took / max(groups, 1) * 1e3:.0f} ms each on average"
+    )
     quantiles("Ray: FINISHED -> POST arrives at raysight", [Proxy.finished[t][1] - Proxy.finished[t][0] for t in tasks])
     quantiles("raysight: POST arrives -> API shows FINISHED", [queryable[t] - Proxy.finished[t][1] for t in tasks])
     quantiles("total: FINISHED -> API shows it", [queryable[t] - Proxy.finished[t][0] for t in tasks])
