@@ -246,8 +246,8 @@ class Writer:
                 size, events = size + len(nxt.body), events + nxt.events
             started = time.monotonic()
             self._fold(group)
-            took = time.monotonic() - started
-            rest_until = time.monotonic() + min(self.fold_rest * took, MAX_REST_S)
+            ended = time.monotonic()
+            rest_until = ended + min(self.fold_rest * (ended - started), MAX_REST_S)
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if after is _STOP or self._stopping.is_set():
                 return
