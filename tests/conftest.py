@@ -22,6 +22,6 @@ def ray_batches() -> list[list[dict[str, Any]]]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> TestClient:
-    """The real app over a fresh store, in-process."""
-    with TestClient(create_app(tmp_path / "data", max_body=1024 * 1024, fold_interval_s=0)) as client:
+    """The real app over a fresh store, in-process, folding each batch at once (no linger, no rest)."""
+    with TestClient(create_app(tmp_path / "data", max_body=1024 * 1024, fold_linger_s=0, fold_rest=0)) as client:
         yield client

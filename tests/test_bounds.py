@@ -60,13 +60,13 @@ def test_a_fold_group_holds_a_bounded_number_of_events_however_small(
     """Bytes alone do not bound a group: 48 MB of [{},{},…] is 16M events. A group closes at MAX_GROUP_EVENTS."""
     batch = ray_batches[2]
     monkeypatch.setattr("raysight.store.writer.MAX_GROUP_EVENTS", len(batch) + 1, raising=False)
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=30)) as client:
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=30)) as client:
         writer = client.app.state.raysight.writer
         for i in range(4):
             body = orjson.dumps([{**e, "sessionName": f"group_{i}"} for e in batch])
             assert _post(client, "/ingest/ray-events", body).status_code == 200
         deadline = time.monotonic() + 30
-        while writer.backlog()["batches"]:  # full groups are folded at once, without waiting for the interval
+        while writer.backlog()["batches"]:  # full groups are folded at once, without waiting for the linger
             assert time.monotonic() < deadline, "the backlog was not folded"
             time.sleep(0.02)
         assert client.get("/api/raysight/doctor").json()["counters"]["batches"] == 2  # two batches a group

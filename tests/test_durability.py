@@ -69,6 +69,52 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_event(tmp_path: Path, ray_b
         server.stop()
 
 
+def test_a_resend_after_its_first_copy_was_folded_counts_once_across_a_restart(tmp_path: Path, ray_batches) -> None:
+    """Ray resends a batch whose answer it missed, byte for byte, and a resent batch may share events with newer
+    ones; the first copy folded and the server restarted in between (its memory of recent bodies is gone), each
+    event still counts once: in the counters, the session's events, and each task's state transitions, which read
+    as those of a store that got every event once."""
+    session = ray_batches[0][0]["sessionName"]
+    first, mixed = [e for b in ray_batches[:8] for e in b], [e for b in ray_batches[5:] for e in b]  # 5-7 in both
+    posts = [orjson.dumps(first), orjson.dumps(first), orjson.dumps(mixed)]  # the 2nd and 3rd after the restart
+    distinct = len({e["eventId"] for e in first + mixed})  # the whole recording: each event once
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        _post_and_fold(server, posts[:1])
+        server.stop()
+        server.start()
+        _post_and_fold(server, posts[1:])
+        with server.client() as client:
+            counters = client.doctor()["counters"]
+            events = {s["session"]: s["events"] for s in client.sessions()}
+            tasks = _tasks_with_transitions(client, session)
+    finally:
+        server.stop()
+    assert (counters["stored"], counters["deduplicated"]) == (distinct, len(first) * 2 + len(mixed) - distinct)
+    assert events == {session: distinct}
+    assert all(len(t["events"]) == len({(e["state"], e["created_ms"]) for e in t["events"]}) for t in tasks)
+    once = ServerProcess(tmp_path / "once").start()  # every event once, in one batch
+    try:
+        _post_and_fold(once, [orjson.dumps([e for b in ray_batches for e in b])])
+        with once.client() as client:
+            assert tasks == _tasks_with_transitions(client, session)
+    finally:
+        once.stop()
+
+
+def _post_and_fold(server: ServerProcess, bodies: list[bytes]) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http, server.client() as client:
+        for body in bodies:
+            assert http.post("/ingest/ray-events", content=body, headers=JSON).status_code == 200
+        _until(lambda: not client.ingest_backlog()["batches"], what="the fold")
+
+
+def _tasks_with_transitions(client: Client, session: str) -> list[dict]:
+    """Every task attempt of ``session`` with its state transitions, as `raysight get tasks ID` shows them."""
+    ids = sorted({row["task_id"] for row in client.list("tasks", session=session)["rows"]})
+    return [row for task_id in ids for row in client.get("tasks", task_id, session=session)["rows"]]
+
+
 # --- faults at the file-system boundary, server in-process ---------------------------------------------------------
 
 
@@ -87,7 +133,7 @@ def _until(check, timeout: float = 30, what: str = "the condition") -> None:
 
 def _restarted(image: Path) -> TestClient:
     """A server on ``image`` that has folded what its journal held."""
-    client = TestClient(create_app(image, fold_interval_s=0)).__enter__()
+    client = TestClient(create_app(image, fold_linger_s=0)).__enter__()
     _until(lambda: not client.get("/api/raysight/doctor").json()["ingest_backlog"]["batches"], what="the replay")
     return client
 
@@ -110,7 +156,7 @@ def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_i
 ) -> None:
     events = [e for b in ray_batches for e in b]
     disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", error, on)
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
         assert _post(client, events, "before") == 200
         disk.armed = True
         assert _post(client, events, "refused") == 503  # not acknowledged: Ray resends it
@@ -136,7 +182,7 @@ def test_an_append_that_cannot_even_be_cut_off_is_written_over_never_reported_co
     events = [e for b in ray_batches for e in b]
     disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", errno.EIO, on=("write", "ftruncate"))
     acked = [] if first else ["before"]
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
         assert all(_post(client, events, s) == 200 for s in acked)
         disk.armed = True
         assert _post(client, events, "refused") == 503
@@ -160,7 +206,7 @@ def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_k
 ) -> None:
     events = ray_batches[2]
     sessions = [f"flip_{i:02d}" for i in range(43)]
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
         assert all(_post(client, events, s) == 200 for s in sessions)
         image = crash_image(tmp_path / "data", tmp_path / "image")
     (segment,) = (image / "journal").glob("*.log")
@@ -187,7 +233,7 @@ def test_a_torn_append_at_the_journals_end_is_cut_kept_aside_and_not_counted_as_
     tmp_path: Path, ray_batches
 ) -> None:
     """A crash mid-append leaves part of a record that was never acknowledged: cut, and appending goes on."""
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
         assert all(_post(client, ray_batches[2], f"torn_{i}") == 200 for i in range(3))
         image = crash_image(tmp_path / "data", tmp_path / "image")
     (segment,) = (image / "journal").glob("*.log")
@@ -227,7 +273,7 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
     monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.2, raising=False)
     events = [e for b in ray_batches for e in b]
     sessions = [f"full_{i}" for i in range(3)]
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
         doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
         with _folding_held(client) as release:
             assert all(_post(client, events, s) == 200 for s in sessions)
@@ -271,7 +317,7 @@ def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
 
     monkeypatch.setattr(Store, "apply", fail_on_odd)
     events = ray_batches[2]
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
         with _folding_held(client):  # the three fold as one group
             assert [_post(client, events, s) for s in ("before", "odd", "after")] == [200] * 3
         doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
@@ -372,7 +418,7 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
     answer 503 within the ingest deadline (never hang, never 500), and the client's report rides out a short stall
     or outage; recording the same exit twice changes nothing."""
     monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0)) as client:
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
         for batch in ray_batches:
             assert client.post("/ingest/ray-events?cluster=rec&run=run-1", json=batch).status_code == 200
         _until(lambda: not client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"], what="folding")

@@ -94,7 +94,7 @@ def _wait_folded(client: TestClient, limit_s: float = 120) -> None:
 def test_no_generated_body_gets_a_5xx_and_the_store_lives_on(tmp_path: Path, ray_batches) -> None:
     templates = list({e["eventType"]: e for batch in ray_batches for e in batch}.values())
     metric_lines = (FIXTURES / "aggregator_metrics.txt").read_text().splitlines()
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=0.5)) as client:
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0.5)) as client:
         sent = 0
 
         async def post_all(batch: list[tuple[str, bytes]]) -> list[httpx.Response]:

@@ -37,7 +37,7 @@ READ, ADMIN = ({"Authorization": f"Bearer {t}"} for t in ("read-secret", "admin-
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[TestClient]:
     """The app as bound beyond loopback: all three secrets required."""
-    with TestClient(create_app(tmp_path / "data", secrets=SECRETS, fold_interval_s=0)) as client:
+    with TestClient(create_app(tmp_path / "data", secrets=SECRETS, fold_linger_s=0)) as client:
         yield client
 
 

@@ -235,10 +235,10 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
         assert "fold this batch: ConversionException: cannot convert this" in doctor["quarantine"][0]["reason"]
 
 
-def test_posts_arriving_within_the_fold_interval_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
-    """Folding costs a fixed amount per group, so a burst of POSTs is folded at once, and only once; posting does not
-    wait for folding (timings are benchmarks/ingest_http.py's)."""
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=1.0)) as client:
+def test_posts_arriving_while_a_group_folds_are_folded_as_the_next_group(tmp_path: Path, ray_batches) -> None:
+    """Folding costs a fixed amount per group, so what queues while the fold thread is busy is folded at once, and
+    only once; posting does not wait for folding (timings are benchmarks/ingest_http.py's)."""
+    with TestClient(create_app(tmp_path / "data")) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()
         writer.call(lambda store: release.wait(10))  # hold folding: the POSTs are acknowledged all the same
@@ -250,11 +250,34 @@ def test_posts_arriving_within_the_fold_interval_are_folded_as_one_group(tmp_pat
         assert c["batches"] == 1 and c["stored"] == sum(len(b) for b in ray_batches[:4])
 
 
+def test_posts_arriving_within_the_linger_of_the_first_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
+    """A quiet server folds at once, but not before the POSTs sent at about the same moment (several nodes'
+    aggregators) have joined the first one's group."""
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=2.0)) as client:
+        for batch in ray_batches[:3]:
+            assert post(client, batch, settle=False).status_code == 200
+        post(client, [])
+        assert counters(client)["batches"] == 1
+
+
+def test_posts_arriving_while_the_fold_thread_rests_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
+    """After a group the fold thread rests (a multiple of what the group took, within a bound), so that under load
+    groups grow instead of their fixed cost being paid back to back."""
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=1000)) as client:
+        post(client, ray_batches[0])
+        for batch in ray_batches[1:3]:
+            assert post(client, batch, settle=False).status_code == 200
+        post(client, [])  # settles: the rest is bounded (MAX_REST_S)
+        assert counters(client)["batches"] == 2
+
+
 def test_behind_a_full_group_the_backlog_folds_without_waiting(tmp_path: Path, ray_batches, monkeypatch) -> None:
-    """The fold interval amortises small groups; a backlog that fills groups is drained at once."""
+    """A group may linger for more POSTs, and the fold thread rests after it; a backlog that fills groups is drained at
+    once."""
     bodies = sorted((orjson.dumps(b) for b in ray_batches[:4]), key=len, reverse=True)[:2] + [b"[]"]
     monkeypatch.setattr("raysight.store.writer.MAX_GROUP_BYTES", len(bodies[0]) + len(bodies[1]))
-    with TestClient(create_app(tmp_path / "data", fold_interval_s=30.0)) as client:
+    monkeypatch.setattr("raysight.store.writer.MAX_REST_S", 30.0)
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=30.0, fold_rest=1000)) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()
         writer.call(lambda store: release.wait(10))  # hold folding while the three batches queue up
@@ -263,6 +286,6 @@ def test_behind_a_full_group_the_backlog_folds_without_waiting(tmp_path: Path, r
         release.set()
         started = time.monotonic()
         while writer.backlog()["batches"]:
-            assert time.monotonic() - started < 10, "the rest of the backlog waited for the fold interval"
+            assert time.monotonic() - started < 10, "the rest of the backlog waited for the linger or rest"
             time.sleep(0.01)
         assert counters(client)["batches"] == 2  # a full group of two, then the third at once

@@ -23,7 +23,7 @@ from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.store.store import Store
-from raysight.store.writer import FOLD_INTERVAL_S, FOLD_NICENESS, Writer
+from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, Writer
 
 log = logging.getLogger("raysight.server")
 # Bodies of the largest size the server may hold at once (256 MiB at the default --max-body): Ray sends a batch per
@@ -81,7 +81,8 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     max_events: int = DEFAULT_MAX_EVENTS,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
-    fold_interval_s: float = FOLD_INTERVAL_S,
+    fold_linger_s: float = FOLD_LINGER_S,
+    fold_rest: float = FOLD_REST,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
@@ -93,7 +94,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = Store(data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit)
         metrics_ = Metrics(store)
-        writer = Writer(store, on_commit=metrics_.committed, fold_interval_s=fold_interval_s)
+        writer = Writer(store, on_commit=metrics_.committed, fold_linger_s=fold_linger_s, fold_rest=fold_rest)
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
         app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events, bodies)

@@ -1,10 +1,17 @@
 """Two threads between the ingest routes and the store.
 
 The journal thread appends the POST bodies that are waiting, fsyncs once, and resolves each caller's future: the
-batch is durable and may be acknowledged. The fold thread takes journalled batches in large groups, parses them
-and applies them to the store in one transaction that also records the last journal record folded; it runs the
-store's other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded
-records are folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
+batch is durable and may be acknowledged. The fold thread takes journalled batches in groups, parses them and
+applies them to the store in one transaction that also records the last journal record folded; it runs the store's
+other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded records are
+folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
+
+On a quiet server a batch is folded (queryable) a fraction of a second after it is acknowledged, having waited only
+:data:`FOLD_LINGER_S` for POSTs arriving with it (several nodes' aggregators). After each group the fold thread
+rests :data:`FOLD_REST` times as long as the group took: under load, what arrives while one group folds and rests
+makes the next group, so groups grow with the rate, the fixed cost of a group is spread over more events the busier
+the server is, and folding (at the lowest priority) is under way at most about a quarter of the time beside a busy
+Ray. A backlog that fills groups is drained without resting or waiting.
 
 A group that fails to fold is never dropped, nor allowed to stop the folding of what follows it: on any error it is
 folded batch by batch. A batch whose content the store refuses is quarantined (its body kept with the reason); an
@@ -37,12 +44,17 @@ MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 MAX_GROUP_EVENTS = 50_000  # however small: folding takes ~800 bytes of memory an event (a group may hold one POST more)
 IDLE_S = 0.5
 FOLD_NICENESS = 19
-# Folding a group costs a fixed ~0.17 s of CPU (DuckDB plans two dozen statements, some large) plus ~50 µs an event,
-# so POSTs journalled within this long of the first one waiting are folded together (Ray's aggregators send about
-# once a second). It bounds how stale queries are (an event is queryable within about this long of arriving) and
-# sets what raysight takes from a busy Ray beside it: at 2 s Ray's task throughput ran at 0.86-0.93x of a discarding
-# sink, at 4 s 0.93-1.0x (benchmarks/ray_task_throughput.py).
-FOLD_INTERVAL_S = 4.0
+# Folding a group costs a fixed amount of CPU (DuckDB plans its statements: 0.05-0.25 s) plus tens of µs an event.
+# A group waits this long after its first POST was journalled for others arriving with it (each node's aggregator
+# sends about once a second, at its own moment); it adds to how stale queries are on a quiet server
+# (benchmarks/freshness.py).
+FOLD_LINGER_S = 0.05
+# After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
+# which stretches a fold at niceness 19, lengthens the rest), up to MAX_REST_S: folding takes at most a quarter of
+# the time, and under load groups grow instead of their fixed cost being paid back to back beside a busy Ray
+# (benchmarks/ray_task_throughput.py). A batch arriving once the rest is over folds at once.
+FOLD_REST = 3.0
+MAX_REST_S = 4.0
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
 # What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
@@ -86,10 +98,11 @@ class Writer:
         self,
         store: Store,
         on_commit: Callable[[ApplyResult, float], None] | None = None,
-        fold_interval_s: float = FOLD_INTERVAL_S,
+        fold_linger_s: float = FOLD_LINGER_S,
+        fold_rest: float = FOLD_REST,
     ) -> None:
         self.store = store
-        self.fold_interval_s = fold_interval_s
+        self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
         folded = store.journal_folded()
         self.journal = Journal(store.data_dir / "journal", folded)
         self._to_journal: queue.Queue[Any] = queue.Queue()
@@ -205,7 +218,7 @@ class Writer:
         # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
         # (the journal thread) keeps its normal priority, so Ray is never held up.
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
-        draining = False
+        draining, rest_until = False, 0.0
         while True:
             try:
                 item = self._to_fold.get(timeout=IDLE_S)
@@ -218,8 +231,9 @@ class Writer:
                 _settle(item[1], item[0], self.store)
                 continue
             group, size, events, after = [item], len(item.body), item.events, None
+            # Gather what arrives with the first POST, and while the fold thread rests after the previous group.
             # Behind a full group the backlog is being drained: fold what is queued now, waiting for no more.
-            deadline = item.at + (0.0 if draining else self.fold_interval_s)
+            deadline = 0.0 if draining else max(item.at + self.fold_linger_s, rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 try:
                     nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -230,7 +244,10 @@ class Writer:
                     break
                 group.append(nxt)
                 size, events = size + len(nxt.body), events + nxt.events
+            started = time.monotonic()
             self._fold(group)
+            ended = time.monotonic()
+            rest_until = ended + min(self.fold_rest * (ended - started), MAX_REST_S)
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if after is _STOP or self._stopping.is_set():
                 return
