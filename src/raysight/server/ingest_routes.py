@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
+from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
@@ -99,18 +100,16 @@ async def _journal(request: Request, body: bytes, started: float) -> Response:
         return JSONResponse({"ok": True, "received": prior[1], "resend": True})
     if prior is None:
         try:
-            events = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
+            received = array_length(body)
+        except NotAnArray as exc:
+            state.metrics.rejected.labels("not_array").inc()
+            return _error(400, str(exc))
+        except ValueError as exc:
             state.metrics.rejected.labels("not_json").inc()
             return _error(400, f"body is not JSON: {exc}")
-        if not isinstance(events, list):
-            state.metrics.rejected.labels("not_array").inc()
-            return _error(400, f"body is a JSON {type(events).__name__}, not an array of Ray events")
-        if len(events) > state.max_events:
+        if received > state.max_events:
             state.metrics.rejected.labels("too_many_events").inc()
-            return _error(413, f"{len(events)} events in one body, over {state.max_events} (raise --max-events)")
-        received = len(events)
-        del events  # parsed, a body takes up to ten times its size; only its length is needed from here
+            return _error(413, f"{received} events in one body, over {state.max_events} (raise --max-events)")
         try:
             future: Future[Any] = state.writer.submit(
                 body, request.query_params.get("cluster") or None, request.query_params.get("run") or None, received
