@@ -7,12 +7,17 @@ import pytest
 from raysight.ingest.batch_shape import NotAnArray, array_length
 
 
-@pytest.mark.parametrize(("body", "length"), [(b"[]", 0), (b'[{"a": [1, 2]}, null, 3]', 3), (b" [ {} ] ", 1)])
+@pytest.mark.parametrize(
+    ("body", "length"),
+    [(b"[]", 0), (b'[{"a": [1, 2]}, null, 3]', 3), (b" [ {} ] ", 1), (b"[18446744073709551616, 1]", 2)],
+)
 def test_an_array_is_counted_by_its_top_level_elements(body: bytes, length: int) -> None:
     assert array_length(body) == length
 
 
-@pytest.mark.parametrize(("body", "kind"), [(b'{"a": 1}', "an object"), (b"7", "a number"), (b'"x"', "a string"), (b"null", "null")])
+@pytest.mark.parametrize(
+    ("body", "kind"), [(b'{"a": 1}', "an object"), (b"7", "a number"), (b'"x"', "a string"), (b"null", "null")]
+)
 def test_json_of_another_kind_says_what_it_is(body: bytes, kind: str) -> None:
     with pytest.raises(NotAnArray, match=f"is {kind}, not an array"):
         array_length(body)
