@@ -9,6 +9,8 @@ still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 
 from raysight.ingest.events_sql import TERMINAL_SQL
@@ -224,10 +226,11 @@ _END_ACTORS = _inferred_end(
 )
 
 
-def reconcile(con: duckdb.DuckDBPyConnection, sessions: list[str]) -> None:
-    """Re-derive what is inferred of ``sessions`` (and of the sessions they end), inside the caller's transaction."""
+def reconcile(run: Callable[[str, list[list[str]]], duckdb.DuckDBPyConnection], sessions: list[str]) -> None:
+    """Re-derive what is inferred of ``sessions`` (and of the sessions they end) with ``run`` (the store's, inside
+    its transaction)."""
     if not sessions:
         return
-    affected = [row[0] for row in con.execute(_AFFECTED, [sessions]).fetchall()]
+    affected = [row[0] for row in run(_AFFECTED, [sessions]).fetchall()]
     for statement in (_BORROW_DEFINITION, _CLEAR, _INFER, _END_NODES, _END_WORKERS, _END_ACTORS):
-        con.execute(statement, [affected])
+        run(statement, [affected])

@@ -228,7 +228,7 @@ class Store:
             with contextlib.suppress(duckdb.Error):  # what failed may have ended the transaction: say what it was
                 self.con.execute("ROLLBACK")
             raise
-        self.con.execute("COMMIT")
+        self._run("COMMIT")
 
     @contextlib.contextmanager
     def _one_thread(self) -> Iterator[None]:
@@ -252,11 +252,11 @@ class Store:
 
     def _mark_folded(self, journal_seq: int) -> None:
         """Record the last journal record folded (inside the transaction that folded it)."""
-        self.con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
+        self._run("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
 
     def _one(self, sql: str, params: list[object] | None = None) -> Any:
         """The first row of ``sql``'s result (read whole: DuckDB keeps a half-read result open), or None."""
-        rows = self.con.execute(sql, params).fetchall()
+        rows = self._run(sql, params).fetchall()
         return rows[0] if rows else None
 
     def reader(self) -> duckdb.DuckDBPyConnection:
@@ -269,8 +269,8 @@ class Store:
     def quarantine_batch(self, body: bytes, reason: str, journal_seq: int) -> None:
         """Keep a whole journalled batch the store could not fold (with why), and move past it."""
         text = body.decode()
-        with self._transaction() as con:
-            con.execute(
+        with self._transaction():
+            self._run(
                 "INSERT INTO quarantine VALUES (md5(?), NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
                 [text, reason[:500], text],
             )
@@ -286,7 +286,7 @@ class Store:
         """Checkpoint when the WAL has grown past :data:`IDLE_CHECKPOINT_BYTES` (writer thread)."""
         wal = _wal(self.path)
         if wal.exists() and wal.stat().st_size > IDLE_CHECKPOINT_BYTES:
-            self.con.execute("CHECKPOINT")
+            self._run("CHECKPOINT")
 
     def close(self) -> None:
         self.con.close()
@@ -319,7 +319,7 @@ class Store:
             quarantined = self._insert_quarantine()
             if new_keys.num_rows < valid:  # a resend, or an event twice in the group: fold each first sighting once
                 with self._registered("new_keys", new_keys):
-                    self.con.execute(pipeline.DROP_SEEN)
+                    self._run(pipeline.DROP_SEEN)
             self._stage(pipeline.FRESH)
             self._fold(patches)
             result = ApplyResult(
@@ -336,27 +336,38 @@ class Store:
         return result
 
     def _stage(self, stage: pipeline.Stage) -> None:
-        """Make one stage's relation (see :mod:`raysight.store.pipeline`), logged with its time at DEBUG."""
-        started = time.perf_counter()
-        self.con.execute(stage.sql)
+        """Make one stage's relation (see :mod:`raysight.store.pipeline`)."""
+        self._run(stage.sql)
         self._staged[stage.name] = stage.view
-        sql_log.debug("%s: %.1f ms\n%s", stage.name, (time.perf_counter() - started) * 1000, stage.sql)
+
+    def _run(self, sql: str, params: object = None) -> duckdb.DuckDBPyConnection:
+        """Run one statement of the write path (timed: :meth:`_timed`)."""
+        with self._timed(sql):
+            return self.con.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _timed(self, sql: str) -> Iterator[None]:
+        """Log ``sql`` with the time the block took to ``raysight.store.sql`` at DEBUG: what a group runs, in order,
+        and what each statement costs (benchmarks/ingest_inprocess.py reads it)."""
+        started = time.perf_counter()
+        yield
+        if sql_log.isEnabledFor(logging.DEBUG):
+            sql_log.debug("%.3f ms\t%s", (time.perf_counter() - started) * 1000, " ".join(sql.split()))
 
     def _drop_staging(self) -> None:
         """Let go of the group's staging relations (a 48 MB group's parsed events hold several times that)."""
         for name, view in self._staged.items():
-            self.con.execute(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name}")
+            self._run(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name}")
         self._staged.clear()
 
     def _parse(self, incoming: pipeline.Stage) -> dict[int, list[tuple[str, Key, Patch]]]:
         """Parse the events of ``incoming`` into ``batch_events``; returns the patches of the Python-folded types
         (whose malformed events get their ``reason`` here)."""
-        con = self.con
         for stage in [incoming, *pipeline.PARSE]:
             self._stage(stage)
         patches: dict[int, list[tuple[str, Key, Patch]]] = {}
         reasons: list[tuple[int, str]] = []
-        rows = con.execute(
+        rows = self._run(
             "SELECT seq, session, event_type, body FROM batch_events "
             "WHERE reason IS NULL AND list_contains($1, event_type)",
             [list(HANDLERS)],
@@ -367,7 +378,7 @@ class Store:
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
                 reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
         if reasons:
-            con.execute(
+            self._run(
                 "UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
                 "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
                 [[seq for seq, _ in reasons], [why for _, why in reasons]],
@@ -376,19 +387,19 @@ class Store:
 
     def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
         """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
-        rows = self.con.execute(sql, params).fetchall()
+        rows = self._run(sql, params).fetchall()
         return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
     def _insert_raw(self) -> pa.Table:
         """Insert the well-formed events' raw rows; returns the (session, event_id) of those that were new (their
         128-bit keys would cost ten times as much to return)."""
-        return self.con.sql(
-            f"""INSERT INTO raw_events
+        sql = f"""INSERT INTO raw_events
                 SELECT key, session, event_id, event_type, source_type, ts_ns, event_node_id,
                        list_contains({_sql_list(SUPPORTED_TYPES)}, event_type), now(), body
                 FROM batch_events WHERE reason IS NULL
                 ON CONFLICT DO NOTHING RETURNING session, event_id"""
-        ).to_arrow_table()
+        with self._timed(sql):
+            return self.con.sql(sql).to_arrow_table()
 
     def _insert_quarantine(self) -> int:
         row = self._one(
@@ -402,14 +413,13 @@ class Store:
     def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
         """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
         spans come from all of ``batch_events``."""
-        con = self.con
         for stage in pipeline.FOLD:
             self._stage(stage)
         self._upsert("tasks", pipeline.TASKS.name)
         for name, rows in (("task_transitions", pipeline.TRANSITIONS.name), ("task_profile", pipeline.PROFILE.name)):
             columns = ", ".join(c.name for c in schema.APPEND_TABLES[name].columns)
-            con.execute(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
-        seqs = con.execute(
+            self._run(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
+        seqs = self._run(
             "SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq", [list(HANDLERS)]
         ).fetchall()
         for name, folded in fold(p for (seq,) in seqs for p in patches[seq]).items():
@@ -418,10 +428,8 @@ class Store:
                 self._upsert(name, f"arrow_{name}")
         self._stage(pipeline.SESSIONS)
         self._upsert("sessions", pipeline.SESSIONS.name)
-        sessions = [
-            row[0] for row in con.execute(f"SELECT session FROM {pipeline.SESSIONS.name} ORDER BY 1").fetchall()
-        ]
-        reconcile(con, sessions)
+        sessions = [row[0] for row in self._run(f"SELECT session FROM {pipeline.SESSIONS.name} ORDER BY 1").fetchall()]
+        reconcile(self._run, sessions)
 
     def _upsert(self, name: str, staged: str) -> None:
         """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
@@ -433,7 +441,7 @@ class Store:
             return
         keys = ", ".join(c.name for c in table.keys)
         with self._registered("inserted_keys", inserted):
-            self.con.execute(
+            self._run(
                 f"CREATE OR REPLACE TEMP TABLE merging AS SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"
             )
         counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
@@ -441,14 +449,14 @@ class Store:
         sql = self._merges.get((name, columns))
         if sql is None:
             sql = self._merges[(name, columns)] = table.merge_sql("merging", list(columns))
-        self.con.execute(sql).fetchall()
+        self._run(sql).fetchall()
 
     def count(self, **deltas: int) -> None:
         """Add to the ingest counters (``raysight doctor``); inside :meth:`apply`'s transaction or on its own."""
         unknown = set(deltas) - set(COUNTERS)
         if unknown:
             raise ValueError(f"unknown counters {sorted(unknown)}")
-        self.con.execute(
+        self._run(
             """INSERT INTO counters SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[])
                ON CONFLICT DO UPDATE SET value = counters.value + excluded.value""",
             [list(deltas), list(deltas.values())],
@@ -456,12 +464,10 @@ class Store:
 
     def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:
         """Keep what `raysight run` saw of its driver's end, and re-derive the sessions it started."""
-        with self._transaction() as con:
-            con.execute(
-                "INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns]
-            )
-            sessions = [r[0] for r in con.execute("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
-            reconcile(con, sessions)
+        with self._transaction():
+            self._run("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns])
+            sessions = [r[0] for r in self._run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
+            reconcile(self._run, sessions)
 
     def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
         """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.
@@ -495,8 +501,8 @@ class Store:
             (last,) = self._one("SELECT coalesce(max(rowid) + 1, 0) FROM raw_events")
             total = 0
             for start in range(0, last, REINDEX_CHUNK):
-                con.execute("SET VARIABLE chunk_start = ?", [start])
-                con.execute("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
+                self._run("SET VARIABLE chunk_start = ?", [start])
+                self._run("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
                 patches = self._parse(pipeline.RAW_CHUNK)
                 self._stage(pipeline.FRESH)
                 self._fold(patches)
