@@ -46,8 +46,15 @@ def test_ids_decode_to_rays_hex_and_nil_ids_to_none_alike_in_python_and_sql(stor
         ("2026-11-21T19:46:20.382588593Z", 1795290380382588593),
         ("2026-11-21T19:46:20.380Z", 1795290380380000000),
         ("2026-11-21T19:46:20Z", 1795290380000000000),
+        ("2026-11-21T19:46:20.5z", 1795290380500000000),  # RFC 3339 allows a lowercase z
         ("9999-12-31T00:00:00Z", None),  # past what int64 nanoseconds hold
         ("yesterday", None),
+        ("2026-11-21 19:46:20Z", None),  # only the shape Ray writes: a T, ...
+        ("2026-11-21T24:00:00Z", None),  # hours to 23, ...
+        ("2026-11-21T19:46:20.-5Z", None),  # digits after the point, ...
+        ("2026-11-21T19:46:20", None),  # the zone, ...
+        ("2026-11-21T19:46:20Z ", None),  # and nothing after it
+        ("2026-02-30T00:00:00Z", None),
     ],
 )
 def test_timestamps_keep_nanoseconds_alike_in_python_and_sql(store: Store, text, expected) -> None:

@@ -13,6 +13,7 @@ import pytest
 from raysight.client import RESOURCES
 from raysight.store import queries
 from raysight.store.store import Post, Store
+from tests.conftest import FIXTURES
 
 
 def snapshot(store: Store) -> dict[str, list[dict]]:
@@ -167,6 +168,25 @@ def test_sessions_count_their_events_and_a_v2_store_is_upgraded_in_place(tmp_pat
     upgraded.reindex()
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
     upgraded.close()
+
+
+def test_a_resend_still_names_its_session(store: Store, ray_batches) -> None:
+    """Events already stored are not folded again, but a resend through a labelled URL still gives the session its
+    label and run ID (a session's label and span come from every well-formed event), in one group or two."""
+    events = [e for b in ray_batches for e in b]
+    store.apply([post(events)])
+    assert store.con.execute("SELECT label, run_id FROM sessions").fetchall() == [(None, None)]
+    assert store.apply([post(events, label="prod", run_id="r1")]).stored == 0
+    assert store.con.execute("SELECT label, run_id, events FROM sessions").fetchall() == [("prod", "r1", len(events))]
+
+
+def test_an_event_twice_in_one_group_counts_once_and_its_labelled_copy_names_the_session(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    events = [{**e, "sessionName": "twice"} for e in orjson.loads((FIXTURES / "ray_batches.json").read_bytes())[0]]
+    result = store.apply([post(events), post(events, label="lab")])
+    assert result.stored == len(events) and result.deduplicated == len(events)
+    assert store.con.execute("SELECT label, events FROM sessions").fetchall() == [("lab", len(events))]
+    store.close()
 
 
 def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_store(store: Store, ray_batches) -> None:

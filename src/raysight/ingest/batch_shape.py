@@ -13,6 +13,8 @@ import orjson
 import simdjson
 
 _local = threading.local()  # a parser holds one document at a time: one per thread
+REUSED_UP_TO = 2 * 1024 * 1024  # a parser keeps the buffers of the largest body it read: larger ones get their own
+BOM = b"\xef\xbb\xbf"  # simdjson skips a byte-order mark; orjson, and DuckDB's JSON reader after it, refuse one
 
 
 _KINDS = {str: "a string", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
@@ -25,10 +27,12 @@ class NotAnArray(ValueError):
 def array_length(body: bytes) -> int:
     """The number of elements of the JSON array ``body``; ValueError when it is not JSON, NotAnArray when it is JSON
     of another kind."""
-    parser = getattr(_local, "parser", None)
+    parser = getattr(_local, "parser", None) if len(body) <= REUSED_UP_TO else simdjson.Parser()
     if parser is None:
         parser = _local.parser = simdjson.Parser()
     try:
+        if body.startswith(BOM):
+            raise ValueError("a byte-order mark")
         document = parser.parse(body)
     except (ValueError, RuntimeError):  # not JSON, or JSON simdjson does not hold (an integer past 64 bits)
         document = orjson.loads(body)  # the slow way decides, and says what is wrong

@@ -8,9 +8,9 @@ only; the store runs it (``store/store.py``), over these relations:
 
 - ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
   the raw events themselves when reindexing);
-- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task payloads, ``reason``, why
-  the event is quarantined (NULL when it is well formed);
-- ``fresh`` (:data:`FRESH_EVENTS`): the well-formed events the store had not seen, with their task keys;
+- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the key, the task columns
+  (:data:`TASK_COLUMNS`), ``reason``, why the event is quarantined (NULL when it is well formed);
+- ``fresh``: the well-formed events the store had not seen (``store/pipeline.py``);
 - ``fresh_transitions`` and ``fresh_profile`` (:data:`TRANSITIONS`, :data:`PROFILE_ENTRIES`): one row per state
   transition and profile entry of the fresh task events, for the append tables and for :data:`TASK_ROWS`, which
   gives the tasks columns each fresh event, transition and entry sets.
@@ -19,6 +19,9 @@ only; the store runs it (``store/store.py``), over these relations:
 from __future__ import annotations
 
 import orjson
+
+# An RFC 3339 UTC timestamp as Ray writes it (up to nanosecond digits), the one shape both parsers read (ids.py)
+RFC3339_UTC = r"\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?[Zz]"
 
 # A task attempt's end states, as Ray reports them: the one definition (the store's inference reads it too)
 TERMINAL_STATES = ("FINISHED", "FAILED")
@@ -40,7 +43,9 @@ MACROS = [
     "CREATE OR REPLACE MACRO bad_int64(s) AS "
     "coalesce(TRY_CAST(s AS BIGINT) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)",
     # RFC 3339 UTC with up to nanosecond digits to epoch ns; NULL when malformed or past what 64 bits hold (2262)
-    "CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN length(s) >= 20 THEN epoch_ns(TRY_CAST(s AS TIMESTAMP_NS)) END",
+    # (the shape is checked first: DuckDB's cast also reads a space for the T, 24:00, a missing zone, "BC", …)
+    f"CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN regexp_full_match(s, '{RFC3339_UTC}') "
+    "THEN epoch_ns(TRY_CAST(left(s, -1) AS TIMESTAMP_NS)) END",
     # what kind of JSON value, in JSON's own words
     "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'a string' "
     "WHEN 'ARRAY' THEN 'an array' WHEN 'OBJECT' THEN 'an object' WHEN 'BOOLEAN' THEN 'a boolean' "
@@ -152,16 +157,15 @@ EXPLODE_POSTS = """
     FROM (SELECT *, from_json(body, '["JSON"]') AS events FROM staged_posts)"""
 
 
-def _sql_str(text: str) -> str:
+def sql_str(text: str) -> str:
+    """SQL: a string literal."""
     return "'" + text.replace("'", "''") + "'"
 
 
 def _by_type(values: dict[str, str], default: str = "NULL") -> str:
     """SQL: the value for the event's type (``event_type``), one per task event type."""
     return (
-        "CASE event_type "
-        + " ".join(f"WHEN {_sql_str(t)} THEN {v}" for t, v in values.items())
-        + f" ELSE {default} END"
+        "CASE event_type " + " ".join(f"WHEN {sql_str(t)} THEN {v}" for t, v in values.items()) + f" ELSE {default} END"
     )
 
 
@@ -228,7 +232,7 @@ _INT32_FIELDS = [
     ("'workerPid'", "pid_text"),
 ]
 _INT64_FIELDS = [(f"'taskLogInfo.{s}{e}'", f"log_info.{s}{e}") for s in ("stdout", "stderr") for e in ("Start", "End")]
-_PAYLOAD_NAMES = {t: _sql_str(payload) for t, (payload, *_) in TASK_PAYLOADS.items()}
+_PAYLOAD_NAMES = {t: sql_str(payload) for t, (payload, *_) in TASK_PAYLOADS.items()}
 
 
 def _checks() -> str:
@@ -320,9 +324,9 @@ def _parse_events() -> str:
                WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'
                WHEN event_type IS NULL OR event_type = '' THEN 'eventType is missing or not a string'
                WHEN j.eventId <> '' AND event_hex IS NULL THEN 'not a base64 ID: ' || left(j.eventId, 60)
-               WHEN event_type IN ({", ".join(map(_sql_str, TASK_PAYLOADS))}) THEN {_TASK_REASON}
+               WHEN event_type IN ({", ".join(map(sql_str, TASK_PAYLOADS))}) THEN {_TASK_REASON}
            END AS reason,
-           ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
+           false AS seen, ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
            {columns},
            list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}}) AS transitions,
            profile_source, profile_entries

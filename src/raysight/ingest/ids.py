@@ -4,8 +4,13 @@ nanoseconds (the SQL folds use the macros of :mod:`raysight.ingest.events_sql`, 
 from __future__ import annotations
 
 import binascii
+import re
 from datetime import datetime, timezone
 from functools import lru_cache
+
+from raysight.ingest.events_sql import RFC3339_UTC
+
+_RFC3339_UTC = re.compile(RFC3339_UTC, re.ASCII)
 
 
 def b64_to_hex(value: object) -> str | None:
@@ -29,15 +34,14 @@ _cached_hex = lru_cache(maxsize=65536)(_hex)  # a batch names the same job, node
 
 
 def parse_ts_ns(value: object) -> int | None:
-    """An RFC 3339 UTC timestamp with up to nanosecond digits (``2026-11-21T19:46:20.382588593Z``) as epoch ns."""
-    if not isinstance(value, str) or len(value) < 20:
+    """An RFC 3339 UTC timestamp with up to nanosecond digits (``2026-11-21T19:46:20.382588593Z``) as epoch ns; None
+    for any other shape (the SQL macro ``ray_ts_ns`` reads the same one)."""
+    if not isinstance(value, str) or (match := _RFC3339_UTC.fullmatch(value)) is None:
         return None
-    text = value.removesuffix("Z")
-    head, _, frac = text.partition(".")
+    head, frac = value[:19], (match.group(2) or ".")[1:]
     try:
-        nanos = int((frac + "000000000")[:9]) if frac else 0
-        ns = _epoch_seconds(head) * 1_000_000_000 + nanos
-    except ValueError:
+        ns = _epoch_seconds(head) * 1_000_000_000 + int((frac + "000000000")[:9])
+    except ValueError:  # a day the month does not have
         return None
     return ns if -(1 << 63) <= ns < 1 << 63 else None  # beyond 2262 is not a timestamp Ray sent
 

@@ -1,8 +1,8 @@
 """How a group of POSTs (or, when reindexing, a chunk of the raw events) is folded: the staging relations, in order.
 
-Each stage makes one temporary relation from the stages before it, in one statement; the store runs them in the
-order of :data:`ORDER` (``store/store.py``), with its writes between them: after ``batch_events`` the raw events are
-inserted (``new_keys``: the session and ID of each event first seen) and the others dropped (:data:`DROP_SEEN`),
+Each stage makes one temporary relation from the stages before it, in one statement; the store makes them in the
+order of :func:`describe` (``store/store.py``), with its writes between them: after ``batch_events`` the raw events
+are inserted (``new_keys``: the session and ID of each event first seen) and the others marked (:data:`MARK_SEEN`),
 after ``staged_tasks`` the entity tables are merged. Inputs that are not stages are Arrow tables the store
 registers: ``staged_posts`` (the POST bodies) and ``new_keys``. ``python -m raysight.store.pipeline`` prints the SQL
 a group runs; the store logs each stage it makes, with its time, to the ``raysight.store.sql`` logger at DEBUG.
@@ -43,11 +43,14 @@ EVENTS = Stage(
     events_sql.PARSE_EVENTS,
     about="every event parsed once: its envelope, key, task columns and why it is malformed (reason)",
 )
-# `fresh`: the well-formed events the store had not seen, once each: all of `batch_events`'s well-formed events once
-# DROP_SEEN has removed those the store had (a resend) and repeats within the group.
-FRESH = Stage("fresh", "SELECT * FROM batch_events WHERE reason IS NULL", view=True, about="the events first seen")
-DROP_SEEN = """
-    DELETE FROM batch_events WHERE seq IN (
+# `fresh`: the well-formed events the store had not seen, once each: those of `batch_events` that MARK_SEEN has not
+# marked as stored before (a resend) or repeated within the group. Marked, not deleted: a session's label and span
+# come from every well-formed event.
+FRESH = Stage(
+    "fresh", "SELECT * FROM batch_events WHERE reason IS NULL AND NOT seen", view=True, about="the events first seen"
+)
+MARK_SEEN = """
+    UPDATE batch_events SET seen = true WHERE seq IN (
         SELECT seq FROM batch_events ANTI JOIN new_keys USING (session, event_id) WHERE reason IS NULL
         UNION ALL
         SELECT seq FROM batch_events WHERE reason IS NULL
@@ -74,13 +77,12 @@ SESSIONS = Stage(
 
 PARSE = [EVENTS]
 FOLD = [TRANSITIONS, PROFILE, TASKS]
-ORDER = [POSTS, *PARSE, FRESH, *FOLD, SESSIONS]  # RAW_CHUNK stands in for POSTS when reindexing
 
 
 def describe() -> str:
-    """The SQL of every stage, in order, for reading and debugging."""
+    """The SQL a group runs, stage by stage in order (RAW_CHUNK stands in for POSTS when reindexing)."""
     stages = [f"-- {s.name}: {s.about}\n{s.sql};" for s in [POSTS, RAW_CHUNK, *PARSE, FRESH, *FOLD, SESSIONS]]
-    seen = f"-- after the raw insert, when some events were seen before (new_keys: those that were not)\n{DROP_SEEN};"
+    seen = f"-- after the raw insert, when some events were seen before (new_keys: those that were not)\n{MARK_SEEN};"
     return "\n\n".join([*stages[:3], seen, *stages[3:]])
 
 

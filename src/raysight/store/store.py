@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from raysight.config import DEFAULT_MEMORY_LIMIT
 from raysight.ingest import events_sql
+from raysight.ingest.events_sql import sql_str
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.store import pipeline, schema
@@ -90,7 +91,7 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
             con = duckdb.connect(config=config)
             # A fold appends whole row groups of this size straight to the file, compressed, and only their place
             # to the WAL (smaller ones go to the WAL whole, and are written again at the next checkpoint).
-            con.execute(f"ATTACH {_sql_str(str(path))} AS {DB_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+            con.execute(f"ATTACH {sql_str(str(path))} AS {DB_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
             con.execute(f"USE {DB_ALIAS}")
             opened.append(con)
         except BaseException as exc:  # noqa: BLE001 (handed to the opening thread, which raises it)
@@ -190,7 +191,7 @@ class Store:
             leftover.unlink(missing_ok=True)
         (old,) = self._one("SELECT current_database()")
         self.con.execute("CHECKPOINT")  # everything in the old file itself, so that closing it leaves no WAL
-        self.con.execute(f"ATTACH {_sql_str(str(new))} AS rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
+        self.con.execute(f"ATTACH {sql_str(str(new))} AS rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
         try:
             self.con.execute("USE rewrite")
             for statement in schema.all_ddl():
@@ -319,7 +320,7 @@ class Store:
             quarantined = self._insert_quarantine()
             if new_keys.num_rows < valid:  # a resend, or an event twice in the group: fold each first sighting once
                 with self._registered("new_keys", new_keys):
-                    self._run(pipeline.DROP_SEEN)
+                    self._run(pipeline.MARK_SEEN)
             self._stage(pipeline.FRESH)
             self._fold(patches)
             result = ApplyResult(
@@ -440,6 +441,7 @@ class Store:
         if inserted.num_rows == total:
             return
         keys = ", ".join(c.name for c in table.keys)
+        self._staged["merging"] = False
         with self._registered("inserted_keys", inserted):
             self._run(
                 f"CREATE OR REPLACE TEMP TABLE merging AS SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"
@@ -519,10 +521,6 @@ class Store:
         return bool(found and found[0])
 
 
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _sql_list(values: Sequence[str]) -> str:
     """SQL: a list literal of strings (constants in the statement, so that DuckDB folds what depends on them)."""
-    return "[" + ", ".join(map(_sql_str, values)) + "]"
+    return "[" + ", ".join(map(sql_str, values)) + "]"

@@ -52,7 +52,7 @@ FOLD_LINGER_S = 0.05
 # After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
 # which stretches a fold at niceness 19, lengthens the rest), up to MAX_REST_S: folding takes at most a quarter of
 # the time, and under load groups grow instead of their fixed cost being paid back to back beside a busy Ray
-# (benchmarks/ray_task_throughput.py). A batch arriving once the rest is over folds at once.
+# (benchmarks/ray_task_throughput.py). A batch arriving once the rest is over folds after FOLD_LINGER_S.
 FOLD_REST = 3.0
 MAX_REST_S = 4.0
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
