@@ -124,32 +124,12 @@ STRUCTURE = {
     },
 }
 
-# event type -> (payload field, ID fields, 32-bit and 64-bit number fields) of the task payloads
-TASK_PAYLOADS: dict[str, tuple[str, list[str], list[str], list[str]]] = {
-    "TASK_DEFINITION_EVENT": (
-        "taskDefinitionEvent",
-        ["taskId", "jobId", "parentTaskId", "placementGroupId"],
-        ["taskAttempt"],
-        [],
-    ),
-    "ACTOR_TASK_DEFINITION_EVENT": (
-        "actorTaskDefinitionEvent",
-        ["taskId", "jobId", "parentTaskId", "placementGroupId", "actorId"],
-        ["taskAttempt"],
-        [],
-    ),
-    "TASK_LIFECYCLE_EVENT": (
-        "taskLifecycleEvent",
-        ["taskId", "jobId", "nodeId", "workerId"],
-        ["taskAttempt", "workerPid"],
-        [f"taskLogInfo.{s}{e}" for s in ("stdout", "stderr") for e in ("Start", "End")],
-    ),
-    "TASK_PROFILE_EVENT": (
-        "taskProfileEvents",
-        ["taskId", "jobId", "profileEvents.componentId"],
-        ["attemptNumber"],
-        [],
-    ),
+# event type -> the field of its task payload
+TASK_PAYLOADS = {
+    "TASK_DEFINITION_EVENT": "taskDefinitionEvent",
+    "ACTOR_TASK_DEFINITION_EVENT": "actorTaskDefinitionEvent",
+    "TASK_LIFECYCLE_EVENT": "taskLifecycleEvent",
+    "TASK_PROFILE_EVENT": "taskProfileEvents",
 }
 
 EXPLODE_POSTS = """
@@ -177,7 +157,7 @@ def _own(**paths: str) -> str:
     """SQL: a field of the event's own payload, ``paths`` giving its path within the payload of each kind that has it
     (``d``: task definition, ``a``: actor task definition, ``l``: lifecycle, ``w``: profile). Only the payload an
     event's type names is read: an event may carry stray keys."""
-    return _by_type({_KINDS[k]: f"j.{TASK_PAYLOADS[_KINDS[k]][0]}.{path}" for k, path in paths.items()})
+    return _by_type({_KINDS[k]: f"j.{TASK_PAYLOADS[_KINDS[k]]}.{path}" for k, path in paths.items()})
 
 
 def _all(path: str) -> dict[str, str]:
@@ -190,7 +170,7 @@ def _defined(path: str) -> dict[str, str]:
 
 # The fields of a task event's own payload that are read, as columns (``…_text``: text still to be converted).
 _FIELDS = {
-    "has_payload": _by_type({t: f"j.{payload} IS NOT NULL" for t, (payload, *_) in TASK_PAYLOADS.items()}),
+    "has_payload": _by_type({t: f"j.{payload} IS NOT NULL" for t, payload in TASK_PAYLOADS.items()}),
     "task_text": _own(**_all("taskId")),
     "attempt_text": _own(**_defined("taskAttempt"), l="taskAttempt", w="attemptNumber"),
     "job_text": _own(**_all("jobId")),
@@ -216,23 +196,14 @@ _FIELDS = {
     "repr_text": _own(l="actorReprName"),
     "profile_source": _own(w="profileEvents"),
 }
-# A task event's ID fields, in the order they are checked, by the name a reason gives them.
-_ID_FIELDS = {
-    "task": "taskId",
-    "job": "jobId",
-    "parent": "parentTaskId",
-    "pg": "placementGroupId",
-    "actor": "actorId",
-    "node": "nodeId",
-    "worker": "workerId",
-    "component": "profileEvents.componentId",
-}
+# A task event's ID fields (``…_text`` above), in the order they are checked.
+_ID_FIELDS = ("task", "job", "parent", "pg", "actor", "node", "worker", "component")
 _INT32_FIELDS = [
     (f"CASE WHEN event_type = '{_KINDS['w']}' THEN 'attemptNumber' ELSE 'taskAttempt' END", "attempt_text"),
     ("'workerPid'", "pid_text"),
 ]
 _INT64_FIELDS = [(f"'taskLogInfo.{s}{e}'", f"log_info.{s}{e}") for s in ("stdout", "stderr") for e in ("Start", "End")]
-_PAYLOAD_NAMES = {t: sql_str(payload) for t, (payload, *_) in TASK_PAYLOADS.items()}
+_PAYLOAD_NAMES = {t: sql_str(payload) for t, payload in TASK_PAYLOADS.items()}
 
 
 def _checks() -> str:
