@@ -66,11 +66,9 @@ SESSIONS = Stage(
     "staged_sessions",
     """SELECT session, arg_min(label, seq) FILTER (WHERE label IS NOT NULL) AS label,
               arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
-              min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, any_value(f.events) AS events,
-              any_value(f.raw_bytes) AS raw_bytes
-       FROM (SELECT * FROM batch_events WHERE reason IS NULL)
-       LEFT JOIN (SELECT session, count(*) AS events, sum(bytes) AS raw_bytes FROM fresh GROUP BY session) f
-           USING (session)
+              min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
+              count(*) FILTER (WHERE NOT seen) AS events, sum(bytes) FILTER (WHERE NOT seen) AS raw_bytes
+       FROM batch_events WHERE reason IS NULL
        GROUP BY session""",
     about="each session's label, run ID and span from every well-formed event, its counts from the fresh ones",
 )

@@ -76,11 +76,11 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
             # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
-            # ``memory_limit`` DuckDB spills to disk or fails (and the writer folds the group batch by batch).
-            # Past ``memory_limit``, DuckDB spills to the temporary directory beside the file (the one it would pick
-            # for the file itself: the database is attached to an in-memory one, which would have none). A new file
-            # takes the newest storage format (DuckDB before 2.0 wrote v0.10.2's by default, which cannot keep the
-            # raw bodies with zstd); an existing one keeps its own until :meth:`Store._rewrite` copies it.
+            # ``memory_limit`` DuckDB spills to the temporary directory beside the file (the one it would pick for the
+            # file itself: the database is attached to an in-memory one, which would have none), or fails (and the
+            # writer folds the group batch by batch). A new file takes the newest storage format (DuckDB before 2.0
+            # wrote v0.10.2's by default, which cannot keep the raw bodies with zstd); an existing one keeps its own
+            # until :meth:`Store._rewrite` copies it.
             config: dict[str, str | bool | int | float | list[str]] = {
                 "checkpoint_threshold": WAL_LIMIT,
                 "memory_limit": memory_limit,
@@ -441,11 +441,8 @@ class Store:
         if inserted.num_rows == total:
             return
         keys = ", ".join(c.name for c in table.keys)
-        self._staged["merging"] = False
         with self._registered("inserted_keys", inserted):
-            self._run(
-                f"CREATE OR REPLACE TEMP TABLE merging AS SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"
-            )
+            self._stage(pipeline.Stage("merging", f"SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"))
         counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
         columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
         sql = self._merges.get((name, columns))
