@@ -1,12 +1,15 @@
 """Sessions of any size synthesised from the recorded Ray session (tests/fixtures/ray_batches.json).
 
 Per-task event templates are cut from two recorded tasks (`parent`: defined, ran, finished; `fails`: raised), with
-the task ID and each event ID replaced; every synthesised task gets fresh IDs, so rounds never overlap.
+the task ID and each event ID replaced; every synthesised task gets fresh IDs, so rounds never overlap, and its
+times moved on by a millisecond a task (a cluster running 1,000 tasks/s), so that the store sees time advance as it
+does from Ray.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,8 @@ from raysight.store import pipeline, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
+TASK_SPACING_NS = 1_000_000
+RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z")
 
 
 def templates() -> tuple[list[str], list[str], list[str]]:
@@ -54,19 +59,42 @@ def templates() -> tuple[list[str], list[str], list[str]]:
     return session, ok, template("fails", "flaky", len(ok))
 
 
+def _timestamp(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + f".{ns % 1_000_000_000:09d}Z"
+
+
+def _timed_parts(text: str) -> tuple[list[str], list[int]]:
+    """``text`` split around its RFC 3339 times (nanoseconds, UTC, as Ray writes them): the texts between them,
+    and each time in ns."""
+    parts, times, at = [], [], 0
+    for m in RFC3339.finditer(text):
+        seconds = time.mktime(time.strptime(m[1], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        parts.append(text[at : m.start()])
+        times.append(int(seconds) * 1_000_000_000 + int(m[2]))
+        at = m.end()
+    return [*parts, text[at:]], times
+
+
+def _shifted(parts: tuple[list[str], list[int]], shift_ns: int) -> str:
+    texts, times = parts
+    return "".join(t + _timestamp(ns + shift_ns) for t, ns in zip(texts, times)) + texts[-1]
+
+
 def synth_batches(n_tasks: int, batch_events: int, first: int = 0) -> Iterator[tuple[int, list[str]]]:
-    """(tasks so far, event JSON texts) in batches of about ``batch_events``; task i is `flaky` when i % 10 == 9.
+    """(tasks so far, event JSON texts) in batches of about ``batch_events``; task i is `flaky` when i % 10 == 9,
+    and its times are the recorded task's plus i ms.
 
     Tasks are numbered from ``first``: two calls with disjoint ranges give disjoint task and event IDs.
     """
     session, ok, flaky = templates()
+    ok_parts, flaky_parts = [_timed_parts(t) for t in ok], [_timed_parts(t) for t in flaky]
     texts = list(session)
     for done, i in enumerate(range(first, first + n_tasks), 1):
         unique = (i * 0x9E3779B97F4A7C15 % 2**64).to_bytes(8, "big")  # a bijection: distinct, unordered IDs
         task = base64.b64encode(unique + bytes.fromhex("ff" * 12 + "01000000")).decode()
-        for k, text in enumerate(flaky if i % 10 == 9 else ok, 0 if i % 10 != 9 else len(ok)):
+        for k, parts in enumerate(flaky_parts if i % 10 == 9 else ok_parts, 0 if i % 10 != 9 else len(ok)):
             event = base64.b64encode(unique + k.to_bytes(2, "big") + bytes(18)).decode()
-            texts.append(text.replace("@TASK@", task).replace(f"@EVENT{k}@", event))
+            texts.append(_shifted(parts, i * TASK_SPACING_NS).replace("@TASK@", task).replace(f"@EVENT{k}@", event))
         if len(texts) >= batch_events or done == n_tasks:
             yield done, texts
             texts = []

@@ -45,14 +45,23 @@ def meta(path: Path) -> dict[str, str]:
 
 def write_old_format(built: Path, old: Path) -> None:
     """Copy the store at ``built`` into ``old``, a file in DuckDB's v0.10.2 storage format with the raw DDL of
-    schema 4 (no zstd), as DuckDB before 2.0 wrote it."""
+    schema 4 (no zstd, a unique key), as DuckDB before 2.0 wrote it."""
     with duckdb.connect() as con:
         con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
         con.execute(f"ATTACH '{old}' AS old (STORAGE_VERSION 'v0.10.2')")
         con.execute("USE old")
         for statement in schema.all_ddl():
             con.execute(statement.replace(schema.ZSTD, ""))
-        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'built'").fetchall():
+        con.execute("DROP TABLE raw_events")  # keyed by an md5 of (session, event_id) then
+        con.execute(schema.RAW_EVENTS_V4_DDL.replace(schema.ZSTD, ""))
+        con.execute("ALTER TABLE raw_events_v4 RENAME TO raw_events")
+        con.execute(
+            "INSERT INTO raw_events BY NAME SELECT md5_number(session || ' ' || event_id) AS key, * "
+            "FROM built.main.raw_events"
+        )
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'built' AND table_name <> 'raw_events'"
+        ).fetchall():
             con.execute(f"INSERT INTO old.main.{name} BY NAME SELECT * FROM built.main.{name}")
         con.execute("UPDATE old.main.meta SET value = '4' WHERE key = 'schema_version'")
         con.execute("INSERT INTO old.main.meta VALUES ('journal_folded', ?)", [str(JOURNAL_FOLDED)])
@@ -65,7 +74,7 @@ def old_store(tmp_path: Path, ray_batches: list[list[dict[str, Any]]]) -> dict[s
     store.apply([post(events, label="rec", run_id="run-1") for events in copies(ray_batches)])
     answers = {
         "snapshot": snapshot(store),
-        "raw": store.con.execute("SELECT count(*), sum(hash(key, body)) FROM raw_events").fetchone(),
+        "raw": store.con.execute("SELECT count(*), sum(hash(session, event_id, body)) FROM raw_events").fetchone(),
         "counters": dict(store.con.execute("SELECT * FROM counters").fetchall()),
     }
     store.close()
@@ -81,7 +90,10 @@ def assert_upgraded(old: dict[str, Any], ray_batches: list[list[dict[str, Any]]]
     store = Store(old["dir"])
     try:
         assert snapshot(store) == old["snapshot"]
-        assert store.con.execute("SELECT count(*), sum(hash(key, body)) FROM raw_events").fetchone() == old["raw"]
+        assert (
+            store.con.execute("SELECT count(*), sum(hash(session, event_id, body)) FROM raw_events").fetchone()
+            == old["raw"]
+        )
         assert dict(store.con.execute("SELECT * FROM counters").fetchall()) == old["counters"]
         assert store.journal_folded() == JOURNAL_FOLDED
         compression = store.con.execute(

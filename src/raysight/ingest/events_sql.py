@@ -8,7 +8,7 @@ only; the store runs it (``store/store.py``), over these relations:
 
 - ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
   the raw events themselves when reindexing);
-- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the key, the task columns
+- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task columns
   (:data:`TASK_COLUMNS`), ``reason``, why the event is quarantined (NULL when it is well formed);
 - ``fresh``: the well-formed events the store had not seen (``store/pipeline.py``);
 - ``fresh_transitions`` and ``fresh_profile`` (:data:`TRANSITIONS`, :data:`PROFILE_ENTRIES`): one row per state
@@ -288,7 +288,7 @@ def _parse_events() -> str:
     columns = ",\n           ".join(f"{sql} AS {name}" for name, sql in TASK_COLUMNS.items())
     return f"""
     SELECT seq, label, run_id, body, bytes, session, event_type, event_id,
-           md5_number(session || ' ' || event_id) AS key, ray_ts_ns(j.timestamp) AS ts_ns,
+           ray_ts_ns(j.timestamp) AS ts_ns,
            j.sourceType AS source_type, ray_id(j.nodeId) AS event_node_id,
            CASE
                WHEN left(body, 1) <> '{{' THEN 'event is ' || json_kind(body) || ', not an object'

@@ -1,10 +1,10 @@
 """How a group of POSTs (or, when reindexing, a chunk of the raw events) is folded: the staging relations, in order.
 
 Each stage makes one temporary relation from the stages before it, in one statement; the store makes them in the
-order of :func:`describe` (``store/store.py``), with its writes between them: after ``batch_events`` the raw events
-are inserted (``new_keys``: the session and ID of each event first seen) and the others marked (:data:`MARK_SEEN`),
-after ``staged_tasks`` the entity tables are merged. Inputs that are not stages are Arrow tables the store
-registers: ``staged_posts`` (the POST bodies) and ``new_keys``. ``python -m raysight.store.pipeline`` prints the SQL
+order of :func:`describe` (``store/store.py``), with its writes between them: after ``batch_events`` the events
+seen before are marked (:data:`MARK_SEEN`) and the others' raw rows inserted, after ``staged_tasks`` the entity
+tables are merged. The input that is not a stage is an Arrow table the store registers: ``staged_posts`` (the POST
+bodies). ``python -m raysight.store.pipeline`` prints the SQL
 a group runs; the store logs each stage it makes, with its time, to the ``raysight.store.sql`` logger at DEBUG.
 """
 
@@ -41,7 +41,7 @@ RAW_CHUNK = Stage(
 EVENTS = Stage(
     "batch_events",
     events_sql.PARSE_EVENTS,
-    about="every event parsed once: its envelope, key, task columns and why it is malformed (reason)",
+    about="every event parsed once: its envelope, task columns and why it is malformed (reason)",
 )
 # `fresh`: the well-formed events the store had not seen, once each: those of `batch_events` that MARK_SEEN has not
 # marked as stored before (a resend) or repeated within the group. Marked, not deleted: a session's label and span
@@ -49,9 +49,18 @@ EVENTS = Stage(
 FRESH = Stage(
     "fresh", "SELECT * FROM batch_events WHERE reason IS NULL AND NOT seen", view=True, about="the events first seen"
 )
+# An event is its session, ID and timestamp (a resend repeats all three): joined on the three, DuckDB reads only the
+# raw row groups whose time span (their zone maps) meets the group's, so finding resends costs little at any store
+# size; a unique index would cost ~3.4 µs an event and grow with the store. Events with no timestamp (rare) are
+# looked up by the other two.
 MARK_SEEN = """
     UPDATE batch_events SET seen = true WHERE seq IN (
-        SELECT seq FROM batch_events ANTI JOIN new_keys USING (session, event_id) WHERE reason IS NULL
+        SELECT b.seq FROM batch_events b JOIN raw_events r
+            ON r.session = b.session AND r.event_id = b.event_id AND r.ts_ns = b.ts_ns
+        WHERE b.reason IS NULL
+        UNION ALL
+        SELECT b.seq FROM (FROM batch_events WHERE reason IS NULL AND ts_ns IS NULL) b JOIN raw_events r
+            ON r.session = b.session AND r.event_id = b.event_id AND r.ts_ns IS NULL
         UNION ALL
         SELECT seq FROM batch_events WHERE reason IS NULL
         QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) > 1)"""
@@ -80,7 +89,7 @@ FOLD = [TRANSITIONS, PROFILE, TASKS]
 def describe() -> str:
     """The SQL a group runs, stage by stage in order (RAW_CHUNK stands in for POSTS when reindexing)."""
     stages = [f"-- {s.name}: {s.about}\n{s.sql};" for s in [POSTS, RAW_CHUNK, *PARSE, FRESH, *FOLD, SESSIONS]]
-    seen = f"-- after the raw insert, when some events were seen before (new_keys: those that were not)\n{MARK_SEEN};"
+    seen = f"-- then the events stored before, or repeated in the group, are marked (not when reindexing)\n{MARK_SEEN};"
     return "\n\n".join([*stages[:3], seen, *stages[3:]])
 
 

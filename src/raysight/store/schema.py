@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -442,14 +442,29 @@ APPEND_TABLES = {t.name: t for t in (TASK_TRANSITIONS, TASK_PROFILE)}
 # Everything folded from raw events (sessions aside, which also hold labels): dropped and rebuilt by a reindex.
 FOLD_TABLE_NAMES = [t.name for t in ENTITY_TABLES] + list(APPEND_TABLES)
 
-# Keyed by the 128-bit md5 of (session, event_id): DuckDB's index on two long strings cost twice as much per insert.
-RAW_KEY = "md5_number(session || ' ' || event_id)"
 # Raw JSON bodies (~3.8 KB a task): zstd keeps them in ~120 bytes, DuckDB's default string compression in ~1.7 KB.
 ZSTD = "USING COMPRESSION zstd"
+# No unique index: a group's resends are found by a join on (session, event_id, ts_ns), which reads only the row
+# groups of the group's time span (see pipeline.MARK_SEEN). Up to schema 5 a primary key on the 128-bit md5 of
+# (session, event_id) did it, at ~3.4 µs an event, growing with the store.
 RAW_EVENTS_DDL = f"""CREATE TABLE IF NOT EXISTS {{name}} (
+        session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR, ts_ns BIGINT, node_id VARCHAR,
+        supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR {ZSTD})"""
+RAW_COLUMNS = "session, event_id, event_type, source_type, ts_ns, node_id, supported, received_at, body"
+RAW_EVENTS_V4_DDL = f"""CREATE TABLE raw_events_v4 (
         key UHUGEINT PRIMARY KEY, session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR,
         ts_ns BIGINT, node_id VARCHAR, supported BOOLEAN, received_at TIMESTAMPTZ, body VARCHAR {ZSTD})"""
-RAW_COLUMNS = "session, event_id, event_type, source_type, ts_ns, node_id, supported, received_at, body"
+
+
+def _copy_raw_events(ddl: str, name: str, columns: str) -> list[str]:
+    """Statements that replace ``raw_events`` by a copy into ``ddl`` (a new table ``name``) of ``columns``."""
+    return [
+        ddl,
+        f"INSERT INTO {name} SELECT {columns} FROM raw_events",
+        "DROP TABLE raw_events",
+        f"ALTER TABLE {name} RENAME TO raw_events",
+    ]
+
 
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -477,12 +492,8 @@ MIGRATIONS = {
            FROM (SELECT session, count(*) AS events, sum(strlen(body)) AS raw_bytes FROM raw_events GROUP BY 1) r
            WHERE sessions.session = r.session""",
     ],
-    4: [
-        RAW_EVENTS_DDL.format(name="raw_events_v4"),
-        f"INSERT INTO raw_events_v4 SELECT {RAW_KEY}, {RAW_COLUMNS} FROM raw_events",
-        "DROP TABLE raw_events",
-        "ALTER TABLE raw_events_v4 RENAME TO raw_events",
-    ],
+    4: _copy_raw_events(RAW_EVENTS_V4_DDL, "raw_events_v4", f"md5_number(session || ' ' || event_id), {RAW_COLUMNS}"),
+    6: _copy_raw_events(RAW_EVENTS_DDL.format(name="raw_events_v6"), "raw_events_v6", RAW_COLUMNS),
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -201,8 +201,15 @@ class Store:
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [old]
             ).fetchall()
             with self._transaction() as con:
-                for (name,) in tables:
-                    con.execute(f'INSERT INTO rewrite.main.{name} BY NAME SELECT * FROM "{old}".main.{name}')
+                for (name,) in tables:  # the columns the current DDL keeps (raw_events' key went in schema 6)
+                    (columns,) = self._one(
+                        """SELECT string_agg('"' || column_name || '"', ', ') FROM duckdb_columns()
+                           WHERE database_name = ? AND schema_name = 'main' AND table_name = ? AND column_name IN (
+                               SELECT column_name FROM duckdb_columns()
+                               WHERE database_name = 'rewrite' AND schema_name = 'main' AND table_name = ?)""",
+                        [old, name, name],
+                    )
+                    con.execute(f'INSERT INTO rewrite.main.{name} BY NAME SELECT {columns} FROM "{old}".main.{name}')
                 con.execute(
                     "UPDATE rewrite.main.meta SET value = ? WHERE key = 'schema_version'", [str(schema.REWRITE_BELOW)]
                 )
@@ -311,22 +318,20 @@ class Store:
         with self._one_thread(), self._transaction():
             with self._registered("staged_posts", staged):
                 patches = self._parse(pipeline.POSTS)
-            new_keys = self._insert_raw()
             received, valid, unsupported = self._one(
                 "SELECT count(*), count(*) FILTER (reason IS NULL), "
                 "count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) FROM batch_events",
                 [SUPPORTED_TYPES],
             )
             quarantined = self._insert_quarantine()
-            if new_keys.num_rows < valid:  # a resend, or an event twice in the group: fold each first sighting once
-                with self._registered("new_keys", new_keys):
-                    self._run(pipeline.MARK_SEEN)
+            self._run(pipeline.MARK_SEEN)  # a resend, or an event twice in the group: fold each first sighting once
+            stored = self._insert_raw()
             self._stage(pipeline.FRESH)
             self._fold(patches)
             result = ApplyResult(
                 received=received,
-                stored=new_keys.num_rows,
-                deduplicated=received - new_keys.num_rows - quarantined,
+                stored=stored,
+                deduplicated=received - stored - quarantined,
                 quarantined=quarantined,
                 unsupported=unsupported,
             )
@@ -391,16 +396,15 @@ class Store:
         rows = self._run(sql, params).fetchall()
         return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
-    def _insert_raw(self) -> pa.Table:
-        """Insert the well-formed events' raw rows; returns the (session, event_id) of those that were new (their
-        128-bit keys would cost ten times as much to return)."""
-        sql = f"""INSERT INTO raw_events
-                SELECT key, session, event_id, event_type, source_type, ts_ns, event_node_id,
+    def _insert_raw(self) -> int:
+        """Insert the raw rows of the well-formed events not seen before; returns how many."""
+        (stored,) = self._one(
+            f"""INSERT INTO raw_events
+                SELECT session, event_id, event_type, source_type, ts_ns, event_node_id,
                        list_contains({_sql_list(SUPPORTED_TYPES)}, event_type), now(), body
-                FROM batch_events WHERE reason IS NULL
-                ON CONFLICT DO NOTHING RETURNING session, event_id"""
-        with self._timed(sql):
-            return self.con.sql(sql).to_arrow_table()
+                FROM batch_events WHERE reason IS NULL AND NOT seen"""
+        )
+        return int(stored)
 
     def _insert_quarantine(self) -> int:
         row = self._one(
