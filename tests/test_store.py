@@ -189,6 +189,27 @@ def test_an_event_twice_in_one_group_counts_once_and_its_labelled_copy_names_the
     store.close()
 
 
+def test_resends_are_found_wherever_they_were_stored_and_without_a_timestamp(store: Store, ray_batches) -> None:
+    """Resends are found by session, ID and timestamp (reading only the raw row groups of a group's time span): an
+    old event resent among new ones of later days counts once, and so does one with no timestamp."""
+    events = [e for b in ray_batches for e in b]
+    store.apply([post(events)])
+    later = []
+    for k in range(1, 10):  # copies of the events, each with new IDs and a later day
+        for e in copy.deepcopy(events):
+            e["eventId"] = base64.b64encode(k.to_bytes(4, "big") + e["eventId"].encode()[:12]).decode()
+            e["timestamp"] = e["timestamp"].replace("2026-11-21", f"2026-12-{k:02d}")
+            later.append(e)
+    assert store.apply([post(later)]).stored == len(later)
+    untimed = {**events[0], "eventId": base64.b64encode(b"no timestamp").decode()}
+    del untimed["timestamp"]
+    assert store.apply([post([untimed])]).stored == 1
+    resent = store.apply([post(later[-5:] + [events[3], untimed])])
+    assert (resent.stored, resent.deduplicated) == (0, 7)
+    (raw,) = store.con.execute("SELECT count(*) FROM raw_events").fetchone()
+    assert raw == len(events) + len(later) + 1
+
+
 def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_store(store: Store, ray_batches) -> None:
     """An event whose numbers overflow the store's columns would fail every write of its group: it is quarantined."""
     lifecycle = next(e for b in ray_batches for e in b if e["eventType"] == "TASK_LIFECYCLE_EVENT")

@@ -61,9 +61,11 @@ MARK_SEEN = """
         UNION ALL
         SELECT b.seq FROM (FROM batch_events WHERE reason IS NULL AND ts_ns IS NULL) b JOIN raw_events r
             ON r.session = b.session AND r.event_id = b.event_id AND r.ts_ns IS NULL
-        UNION ALL
-        SELECT seq FROM batch_events WHERE reason IS NULL
-        QUALIFY row_number() OVER (PARTITION BY session, event_id ORDER BY seq) > 1)"""
+        UNION ALL  -- repeats within the group, but for their first
+        SELECT b.seq FROM batch_events b JOIN (
+            SELECT session, event_id, min(seq) AS first FROM batch_events WHERE reason IS NULL
+            GROUP BY ALL HAVING count(*) > 1) d USING (session, event_id)
+        WHERE b.reason IS NULL AND b.seq > d.first)"""
 TRANSITIONS = Stage("fresh_transitions", events_sql.TRANSITIONS, about="one row per task state transition")
 PROFILE = Stage("fresh_profile", events_sql.PROFILE_ENTRIES, about="one row per task profile entry")
 TASKS = Stage(
