@@ -226,11 +226,24 @@ _END_ACTORS = _inferred_end(
 )
 
 
+# Nodes', workers' and actors' inferred ends change only where a session has ended, a node is dead, or an end was
+# inferred before (to be kept, changed or cleared): a live, healthy session's fold skips their three statements.
+_ENDS_AT_STAKE = f"""
+SELECT EXISTS (SELECT 1 FROM ({_ENDS}) WHERE ended_ns IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM nodes WHERE session IN {_SESSIONS} AND (state = 'DEAD' OR inferred_state IS NOT NULL))
+    OR EXISTS (SELECT 1 FROM workers WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM actors WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL)
+"""
+
+
 def reconcile(run: Callable[[str, list[list[str]]], duckdb.DuckDBPyConnection], sessions: list[str]) -> None:
     """Re-derive what is inferred of ``sessions`` (and of the sessions they end) with ``run`` (the store's, inside
     its transaction)."""
     if not sessions:
         return
     affected = [row[0] for row in run(_AFFECTED, [sessions]).fetchall()]
-    for statement in (_BORROW_DEFINITION, _CLEAR, _INFER, _END_NODES, _END_WORKERS, _END_ACTORS):
+    for statement in (_BORROW_DEFINITION, _CLEAR, _INFER):
         run(statement, [affected])
+    if run(_ENDS_AT_STAKE, [affected]).fetchone() == (True,):
+        for statement in (_END_NODES, _END_WORKERS, _END_ACTORS):
+            run(statement, [affected])
