@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -10,3 +11,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` (all its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pids: list[int], window_s: float = 0.25, below: float = 0.02, timeout_s: float = 15.0) -> None:
+    """Until processes ``pids`` together use less than ``below`` of a core over ``window_s`` (a server's idle
+    checkpoint done, say), or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = sum(map(cpu_seconds, pids))
+        time.sleep(window_s)
+        if sum(map(cpu_seconds, pids)) - before < below * window_s:
+            return

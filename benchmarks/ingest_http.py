@@ -6,8 +6,9 @@ generator, on core 1), one free to use the machine (beside the generator). Each 
 aggregators do, over --connections concurrent connections (one POST in flight each, like that many nodes; a 503 is
 retried as Ray would). Two figures per server: events acknowledged per second (each 200 means the batch is durable,
 in the ingest journal), from the first POST to the last answer; and events queryable per second, from the first POST
-until the server's backlog is empty (every event folded into the store). Beside them, interleaved, the bound:
-parsing the same bodies as the store does (DuckDB, one thread) storing nothing.
+until the server's backlog is empty (every event folded into the store). Each round starts once both servers are idle
+(the other's checkpoint after its round would otherwise share the pinned server's core). Beside them, interleaved,
+the bound: parsing the same bodies as the store does (DuckDB, one thread) storing nothing.
 Run: .venv/bin/python benchmarks/ingest_http.py [--rounds 5] [--tasks 40000] [--connections 4]
 """
 
@@ -26,7 +27,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.cpu import cpu_seconds
+from benchmarks.cpu import cpu_seconds, wait_idle
 from benchmarks.recorded import body, parse_only, synth_batches
 from raysight.client import Client
 from tests.ray_scenarios import JSON, ServerProcess
@@ -113,6 +114,7 @@ def main() -> None:
                     os.sched_setaffinity(0, {GENERATOR_CORE} if server.prefix else {SERVER_CORE, GENERATOR_CORE})
                     if not server.prefix:
                         parse_rates.append(events / parse_only(bodies))
+                    wait_idle([s.proc.pid for s in servers.values() if s.proc])  # the last round's checkpoint
                     acked, queryable, line = measure(server, bodies, events, args.connections)
                     rates[mode][0].append(acked)
                     rates[mode][1].append(queryable)
