@@ -300,7 +300,9 @@ def _parse_events() -> str:
            false AS seen, ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
            {columns},
            list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}}) AS transitions,
-           profile_source, profile_entries
+           nullif(profile_source.componentType, '') AS profile_component,
+           ray_nil(component_hex) AS profile_component_id,
+           nullif(profile_source.nodeIpAddress, '') AS profile_node_ip, profile_entries
     FROM (
         SELECT *, func_name(f) AS func, coalesce(ray_nil(event_hex), 'content:' || md5(body)) AS event_id,
                {_BAD_TRANSITION} AS bad_transition
@@ -333,11 +335,8 @@ PROFILE_ENTRIES = """
     SELECT session, task_id, attempt, seq,
            TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
            coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
-           nullif(profile_source.componentType, '') AS component, exec_component_id AS component_id,
-           nullif(profile_source.nodeIpAddress, '') AS node_ip
-    FROM (SELECT *, ray_nil(raw_hex(profile_source.componentId)) AS exec_component_id,
-                 unnest(profile_entries) AS e
-          FROM fresh WHERE profile_entries IS NOT NULL)
+           profile_component AS component, profile_component_id AS component_id, profile_node_ip AS node_ip
+    FROM (SELECT *, unnest(profile_entries) AS e FROM fresh WHERE profile_entries IS NOT NULL)
     WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
 
 
