@@ -116,7 +116,7 @@ def parse_only(bodies: list[bytes]) -> float:
     con.execute("SET threads = 1")
     for statement in schema.MACROS + events_sql.MACROS:
         con.execute(statement)
-    stages = [pipeline.POSTS, *pipeline.PARSE, pipeline.FRESH, *pipeline.FOLD]
+    stages = [pipeline.POSTS, *pipeline.PARSE, pipeline.NONE_SEEN, pipeline.FRESH, *pipeline.FOLD]
     started = time.perf_counter()
     for i in range(0, len(bodies), GROUP):
         group = bodies[i : i + GROUP]

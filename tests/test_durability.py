@@ -309,11 +309,11 @@ def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
     error = duckdb.IOException("disk hiccup") if environmental else duckdb.InternalException("odd input met a bug")
     apply, tries = Store.apply, []
 
-    def fail_on_odd(self: Store, posts, journal_seq=None):
+    def fail_on_odd(self: Store, posts, journal_seq=None, parsed=None):
         if any(b'"sessionName":"odd"' in p.body for p in posts) and (not environmental or len(tries) < 8):
             tries.append(len(posts))
             raise error
-        return apply(self, posts, journal_seq)
+        return apply(self, posts, journal_seq, parsed)
 
     monkeypatch.setattr(Store, "apply", fail_on_odd)
     events = ray_batches[2]

@@ -297,7 +297,7 @@ def _parse_events() -> str:
                WHEN j.eventId <> '' AND event_hex IS NULL THEN 'not a base64 ID: ' || left(j.eventId, 60)
                WHEN event_type IN ({", ".join(map(sql_str, TASK_PAYLOADS))}) THEN {_TASK_REASON}
            END AS reason,
-           false AS seen, ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
+           ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
            {columns},
            list_transform(transitions, lambda t: {{'state': t.state, 'ts': t.ts}}) AS transitions,
            nullif(profile_source.componentType, '') AS profile_component,

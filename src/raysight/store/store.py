@@ -40,6 +40,7 @@ REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
 DB_ALIAS = "store"
+STAGING = "staging"
 ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
@@ -54,6 +55,15 @@ class Post:
     body: bytes | str
     label: str | None = None
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """POST bodies parsed apart from the store's transaction (:meth:`Store.parse`): the table of their events (as
+    ``batch_events`` would hold them), and the patches of the Python-folded types."""
+
+    table: str  # in the staging database, dropped by apply
+    patches: dict[int, list[tuple[str, Key, Patch]]]
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,9 @@ class Store:
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
         self._staged: dict[str, bool] = {}  # the staging relations made, and whether each is a view
+        self._folds, self._folds_lock = 0, threading.Lock()  # connections folding or parsing now (_one_thread)
+        self._parser: duckdb.DuckDBPyConnection | None = None  # Store.parse's, made on first use
+        self._parses = 0
         try:
             self._migrate()
         except BaseException:
@@ -144,6 +157,7 @@ class Store:
     def _open(self) -> duckdb.DuckDBPyConnection:
         con = _connect(self.path, self._niceness, self.threads, self._memory_limit)
         con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
+        con.execute(f"ATTACH ':memory:' AS {STAGING}")  # what Store.parse hands to the writer's connection
         return con
 
     def _migrate(self) -> None:
@@ -239,24 +253,32 @@ class Store:
         self._run("COMMIT")
 
     @contextlib.contextmanager
-    def _one_thread(self) -> Iterator[None]:
+    def _one_thread(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         """Run the block's statements on one thread. A fold is two dozen short statements: split across threads
-        they cost ~20 % more CPU and finish no sooner (reads meanwhile run on one thread too)."""
-        self.con.execute("SET threads = 1")
+        they cost ~20 % more CPU and finish no sooner (reads meanwhile run on one thread too). DuckDB's thread count
+        is the database's, not a connection's: it is back to all cores once no connection folds or parses."""
+        with self._folds_lock:
+            self._folds += 1
+            if self._folds == 1:
+                con.execute("SET threads = 1")
         try:
             yield
         finally:
-            self.con.execute(f"SET threads = {self.threads}")
+            with self._folds_lock:
+                self._folds -= 1
+                if self._folds == 0:
+                    con.execute(f"SET threads = {self.threads}")
 
     @contextlib.contextmanager
-    def _registered(self, name: str, table: pa.Table) -> Iterator[None]:
-        """``table`` visible to SQL as ``name`` within the block."""
-        self.con.register(name, table)
+    def _registered(self, name: str, table: pa.Table, con: duckdb.DuckDBPyConnection | None = None) -> Iterator[None]:
+        """``table`` visible to SQL (of ``con``, else the writer's connection) as ``name`` within the block."""
+        con = con or self.con
+        con.register(name, table)
         try:
             yield
         finally:
             with contextlib.suppress(duckdb.TransactionException):  # aborted: the rollback takes the view too
-                self.con.unregister(name)
+                con.unregister(name)
 
     def _mark_folded(self, journal_seq: int) -> None:
         """Record the last journal record folded (inside the transaction that folded it)."""
@@ -297,36 +319,43 @@ class Store:
             self._run("CHECKPOINT")
 
     def close(self) -> None:
+        if self._parser is not None:
+            self._parser.close()
         self.con.close()
 
     # --- writes (writer thread only) -------------------------------------------------------------------------
 
-    def apply(self, posts: Sequence[Post], journal_seq: int | None = None) -> ApplyResult:
+    def apply(self, posts: Sequence[Post], journal_seq: int | None = None, parsed: Parsed | None = None) -> ApplyResult:
         """Write POST bodies durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
 
         Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
         ``journal_seq`` is the last journal record the posts hold; it is recorded in the same transaction.
+        ``parsed`` is what :meth:`parse` made of the same posts, if it was called (else they are parsed here).
         """
-        staged = pa.table(
-            {
-                "post": pa.array(range(len(posts)), pa.int32()),
-                "label": pa.array([p.label for p in posts], pa.string()),
-                "run_id": pa.array([p.run_id for p in posts], pa.string()),
-                "body": pa.array([p.body for p in posts], pa.string()),
-            }
-        )
-        with self._one_thread(), self._transaction():
-            with self._registered("staged_posts", staged):
-                patches = self._parse(pipeline.POSTS)
+        try:
+            return self._apply(posts, journal_seq, parsed)
+        finally:
+            if parsed is not None:  # after the transaction, which writes to the store's database only
+                with contextlib.suppress(duckdb.Error):  # (the connection a failure left unusable will not)
+                    self._run(f"DROP TABLE IF EXISTS {parsed.table}")
+
+    def _apply(self, posts: Sequence[Post], journal_seq: int | None, parsed: Parsed | None) -> ApplyResult:
+        with self._one_thread(self.con), self._transaction():
+            if parsed is None:
+                with self._registered("staged_posts", _posts_table(posts)):
+                    patches = self._parse(pipeline.POSTS)
+            else:
+                self._stage(pipeline.parsed(parsed.table))
+                patches = parsed.patches
             received, valid, unsupported = self._one(
                 "SELECT count(*), count(*) FILTER (reason IS NULL), "
                 "count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) FROM batch_events",
                 [SUPPORTED_TYPES],
             )
             quarantined = self._insert_quarantine()
-            self._run(pipeline.MARK_SEEN)  # a resend, or an event twice in the group: fold each first sighting once
-            stored = self._insert_raw()
+            self._stage(pipeline.SEEN)  # a resend, or an event twice in the group: fold each first sighting once
             self._stage(pipeline.FRESH)
+            stored = self._insert_raw()
             self._fold(patches)
             result = ApplyResult(
                 received=received,
@@ -341,15 +370,37 @@ class Store:
             self._drop_staging()
         return result
 
-    def _stage(self, stage: pipeline.Stage) -> None:
-        """Make one stage's relation (see :mod:`raysight.store.pipeline`)."""
-        self._run(stage.sql)
-        self._staged[stage.name] = stage.view
+    def parse(self, posts: Sequence[Post]) -> Parsed:
+        """Parse POST bodies for :meth:`apply` with a connection of this method's own, into a table of the staging
+        database: on another thread, while the writer's connection writes the group before (one thread at a time
+        calls this). :meth:`apply` drops the table; a parse that is never applied leaves it until the store closes."""
+        if self._parser is None:
+            self._parser = self.reader()
+        self._parses += 1
+        table = f"{STAGING}.parsed_{self._parses}"
+        with self._one_thread(self._parser), self._registered("staged_posts", _posts_table(posts), self._parser):
+            try:
+                patches = self._parse(pipeline.POSTS, self._parser, into=table)
+            except BaseException:
+                self._parser.execute(f"DROP TABLE IF EXISTS {table}")
+                raise
+            finally:
+                self._parser.execute(f"DROP TABLE IF EXISTS {pipeline.POSTS.name}")
+        return Parsed(table, patches)
 
-    def _run(self, sql: str, params: object = None) -> duckdb.DuckDBPyConnection:
-        """Run one statement of the write path (timed: :meth:`_timed`)."""
+    def _stage(self, stage: pipeline.Stage, con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Make one stage's relation (see :mod:`raysight.store.pipeline`) with ``con`` (the writer's connection, which
+        drops it at the end of the group, unless another is given)."""
+        self._run(stage.sql, con=con)
+        if con is None:
+            self._staged[stage.name] = stage.view
+
+    def _run(
+        self, sql: str, params: object = None, con: duckdb.DuckDBPyConnection | None = None
+    ) -> duckdb.DuckDBPyConnection:
+        """Run one statement of the write path (timed: :meth:`_timed`) with ``con``, else the writer's connection."""
         with self._timed(sql):
-            return self.con.execute(sql, params)
+            return (con or self.con).execute(sql, params)
 
     @contextlib.contextmanager
     def _timed(self, sql: str) -> Iterator[None]:
@@ -366,17 +417,25 @@ class Store:
             self._run(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name}")
         self._staged.clear()
 
-    def _parse(self, incoming: pipeline.Stage) -> dict[int, list[tuple[str, Key, Patch]]]:
-        """Parse the events of ``incoming`` into ``batch_events``; returns the patches of the Python-folded types
-        (whose malformed events get their ``reason`` here)."""
-        for stage in [incoming, *pipeline.PARSE]:
-            self._stage(stage)
+    def _parse(
+        self, incoming: pipeline.Stage, con: duckdb.DuckDBPyConnection | None = None, into: str | None = None
+    ) -> dict[int, list[tuple[str, Key, Patch]]]:
+        """Parse the events of ``incoming`` into ``batch_events``, or the table ``into`` (with ``con``, else the
+        writer's connection); returns the patches of the Python-folded types (whose malformed events get their
+        ``reason`` here)."""
+        self._stage(incoming, con)
+        if into is None:
+            self._stage(pipeline.EVENTS)
+        else:
+            self._run(f"CREATE TABLE {into} AS {pipeline.EVENTS.select}", con=con)
+        events = into or pipeline.EVENTS.name
         patches: dict[int, list[tuple[str, Key, Patch]]] = {}
         reasons: list[tuple[int, str]] = []
         rows = self._run(
-            "SELECT seq, session, event_type, body FROM batch_events "
+            f"SELECT seq, session, event_type, body FROM {events} "
             "WHERE reason IS NULL AND list_contains($1, event_type)",
             [list(HANDLERS)],
+            con,
         ).fetchall()
         for seq, session, event_type, body in rows:
             try:
@@ -385,9 +444,10 @@ class Store:
                 reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
         if reasons:
             self._run(
-                "UPDATE batch_events SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
-                "unnest($2::VARCHAR[]) AS reason) r WHERE batch_events.seq = r.seq",
+                f"UPDATE {events} SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
+                f"unnest($2::VARCHAR[]) AS reason) r WHERE {events}.seq = r.seq",
                 [[seq for seq, _ in reasons], [why for _, why in reasons]],
+                con,
             )
         return patches
 
@@ -402,7 +462,7 @@ class Store:
             f"""INSERT INTO raw_events
                 SELECT session, event_id, event_type, source_type, ts_ns, event_node_id,
                        list_contains({_sql_list(SUPPORTED_TYPES)}, event_type), now(), body
-                FROM batch_events WHERE reason IS NULL AND NOT seen"""
+                FROM fresh"""
         )
         return int(stored)
 
@@ -507,6 +567,7 @@ class Store:
                 self._run("SET VARIABLE chunk_start = ?", [start])
                 self._run("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
                 patches = self._parse(pipeline.RAW_CHUNK)
+                self._stage(pipeline.NONE_SEEN)
                 self._stage(pipeline.FRESH)
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
@@ -520,6 +581,18 @@ class Store:
             for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
         return bool(found and found[0])
+
+
+def _posts_table(posts: Sequence[Post]) -> pa.Table:
+    """``staged_posts``: the POST bodies, numbered, with their URL's label and run ID."""
+    return pa.table(
+        {
+            "post": pa.array(range(len(posts)), pa.int32()),
+            "label": pa.array([p.label for p in posts], pa.string()),
+            "run_id": pa.array([p.run_id for p in posts], pa.string()),
+            "body": pa.array([p.body for p in posts], pa.string()),
+        }
+    )
 
 
 def _sql_list(values: Sequence[str]) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 import duckdb
 
 from raysight.store.journal import Batch, Journal, Record
-from raysight.store.store import ApplyResult, Post, Store
+from raysight.store.store import ApplyResult, Parsed, Post, Store
 
 log = logging.getLogger("raysight.writer")
 
@@ -80,6 +80,14 @@ UNFORESEEN_TRIES = 5  # an error that is neither (InternalException, BinderExcep
 _STOP = object()
 
 
+@dataclass(frozen=True)
+class _Group:
+    """Journalled batches to fold in one transaction, parsed already or not."""
+
+    records: list[Record]
+    parsed: Parsed | None
+
+
 class QueueFull(Exception):
     """The store is too far behind to accept more now."""
 
@@ -107,6 +115,10 @@ class Writer:
         self.journal = Journal(store.data_dir / "journal", folded)
         self._to_journal: queue.Queue[Any] = queue.Queue()
         self._to_fold: queue.Queue[Any] = queue.Queue()
+        self._to_apply: queue.Queue[Any] = queue.Queue()  # groups gathered (and parsed), calls, _STOP
+        self._unfinished = 0  # items handed to the fold thread that it has not finished
+        self._finished = threading.Condition()
+        self._rest_until = 0.0  # when the fold thread's rest after its last group ends
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
@@ -120,6 +132,7 @@ class Writer:
             self._to_fold.put(record)
         self._threads = [
             threading.Thread(target=self._journal_loop, name="raysight-journal", daemon=True),
+            threading.Thread(target=self._gather_loop, name="raysight-gather", daemon=True),
             threading.Thread(target=self._fold_loop, name="raysight-writer", daemon=True),
         ]
         for thread in self._threads:
@@ -212,28 +225,28 @@ class Writer:
             self._to_fold.put(record)
             future.set_result(record)
 
-    # --- fold thread -------------------------------------------------------------------------------------------
+    # --- gather thread -----------------------------------------------------------------------------------------
 
-    def _fold_loop(self) -> None:
-        # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
-        # (the journal thread) keeps its normal priority, so Ray is never held up.
+    def _gather_loop(self) -> None:
+        """Make groups of journalled batches for the fold thread, in order with the calls between them. With several
+        cores each group is parsed here: while a backlog is drained, as the group before it is written."""
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
-        draining, rest_until = False, 0.0
+        draining = False
         while True:
-            try:
-                item = self._to_fold.get(timeout=IDLE_S)
-            except queue.Empty:
-                self._checkpoint_if_due()
-                continue
+            item = self._to_fold.get()
             if item is _STOP or self._stopping.is_set():
+                self._to_apply.put(_STOP)
                 return
             if not isinstance(item, Record):
-                _settle(item[1], item[0], self.store)
+                self._hand(item)
                 continue
+            # Gather what arrives with the first POST, and while the fold thread finishes what it has and rests
+            # after its last group. Behind a full group the backlog is being drained: take what is queued now,
+            # waiting for no more.
+            if not draining and not self._until_unfinished(0):
+                return
             group, size, events, after = [item], len(item.body), item.events, None
-            # Gather what arrives with the first POST, and while the fold thread rests after the previous group.
-            # Behind a full group the backlog is being drained: fold what is queued now, waiting for no more.
-            deadline = 0.0 if draining else max(item.at + self.fold_linger_s, rest_until)
+            deadline = 0.0 if draining else max(item.at + self.fold_linger_s, self._rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 try:
                     nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -244,15 +257,59 @@ class Writer:
                     break
                 group.append(nxt)
                 size, events = size + len(nxt.body), events + nxt.events
-            started = time.monotonic()
-            self._fold(group)
-            ended = time.monotonic()
-            rest_until = ended + min(self.fold_rest * (ended - started), MAX_REST_S)
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
-            if after is _STOP or self._stopping.is_set():
+            if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
                 return
+            self._hand(_Group(group, self._parse(group) if self.store.threads > 1 else None))
             if after is not None:
-                _settle(after[1], after[0], self.store)
+                self._hand(after)
+
+    def _parse(self, group: list[Record]) -> Parsed | None:
+        """``group`` parsed for the fold thread, or None (it parses the group itself, and says what is wrong)."""
+        try:
+            return self.store.parse([Post(record.body, record.label, record.run_id) for record in group])
+        except Exception:  # noqa: BLE001 (the fold thread meets the same error, and handles it)
+            return None
+
+    def _hand(self, item: Any) -> None:
+        """Give the fold thread a group or a call."""
+        with self._finished:
+            self._unfinished += 1
+        self._to_apply.put(item)
+
+    def _until_unfinished(self, most: int) -> bool:
+        """Wait until the fold thread has at most ``most`` items unfinished; False if the writer stops meanwhile."""
+        with self._finished:
+            while self._unfinished > most:
+                if self._stopping.is_set():
+                    return False
+                self._finished.wait(IDLE_S)
+        return True
+
+    # --- fold thread -------------------------------------------------------------------------------------------
+
+    def _fold_loop(self) -> None:
+        # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
+        # (the journal thread) keeps its normal priority, so Ray is never held up.
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
+        while True:
+            try:
+                item = self._to_apply.get(timeout=IDLE_S)
+            except queue.Empty:
+                self._checkpoint_if_due()
+                continue
+            if item is _STOP or self._stopping.is_set():
+                return
+            if isinstance(item, _Group):
+                started = time.monotonic()
+                self._fold(item.records, item.parsed)
+                ended = time.monotonic()
+                self._rest_until = ended + min(self.fold_rest * (ended - started), MAX_REST_S)
+            else:
+                _settle(item[1], item[0], self.store)
+            with self._finished:
+                self._unfinished -= 1
+                self._finished.notify_all()
 
     def _checkpoint_if_due(self) -> None:
         """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
@@ -264,7 +321,7 @@ class Writer:
             log.warning("checkpoint failed, will try again in %.0f s: %s", MAX_RETRY_S, exc)
             self._checkpoint_after = time.monotonic() + MAX_RETRY_S
 
-    def _fold(self, group: list[Record]) -> None:
+    def _fold(self, group: list[Record], parsed: Parsed | None = None) -> None:
         """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
         so it is never dropped, and it must not hold up what follows: a group that fails in any way is folded batch
         by batch. A batch whose content the store refuses is quarantined whole; an environmental failure is retried
@@ -275,8 +332,9 @@ class Writer:
             started = time.perf_counter()
             tries += 1
             try:
-                result = self.store.apply(posts, journal_seq=group[-1].seq)
+                result = self.store.apply(posts, journal_seq=group[-1].seq, parsed=parsed)
             except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)
+                parsed = None  # dropped by the failed apply: what follows parses again
                 if len(group) > 1:
                     log.warning("folding %d batches as one failed (%s); folding them one by one", len(group), exc)
                     for record in group:
