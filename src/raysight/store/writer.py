@@ -1,10 +1,11 @@
-"""Two threads between the ingest routes and the store.
+"""Three threads between the ingest routes and the store.
 
 The journal thread appends the POST bodies that are waiting, fsyncs once, and resolves each caller's future: the
-batch is durable and may be acknowledged. The fold thread takes journalled batches in groups, parses them and
-applies them to the store in one transaction that also records the last journal record folded; it runs the store's
-other writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded records are
-folded first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
+batch is durable and may be acknowledged. The gather thread makes groups of journalled batches and, when the machine
+has several cores, parses each (:meth:`Store.parse`) while the group before is written. The fold thread applies each
+group to the store in one transaction that also records the last journal record folded; it runs the store's other
+writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded records are folded
+first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
 
 On a quiet server a batch is folded (queryable) a fraction of a second after it is acknowledged, having waited only
 :data:`FOLD_LINGER_S` for POSTs arriving with it (several nodes' aggregators). After each group the fold thread
@@ -231,11 +232,16 @@ class Writer:
         """Make groups of journalled batches for the fold thread, in order with the calls between them. With several
         cores each group is parsed here: while a backlog is drained, as the group before it is written."""
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
+        try:
+            self._gather()
+        finally:
+            self._to_apply.put(_STOP)  # however gathering ends, the fold thread stops after what it was given
+
+    def _gather(self) -> None:
         draining = False
         while True:
             item = self._to_fold.get()
             if item is _STOP or self._stopping.is_set():
-                self._to_apply.put(_STOP)
                 return
             if not isinstance(item, Record):
                 self._hand(item)
@@ -261,6 +267,8 @@ class Writer:
             if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
                 return
             self._hand(_Group(group, self._parse(group) if self.store.threads > 1 else None))
+            if after is _STOP:
+                return
             if after is not None:
                 self._hand(after)
 
@@ -296,6 +304,8 @@ class Writer:
             try:
                 item = self._to_apply.get(timeout=IDLE_S)
             except queue.Empty:
+                if self._stopping.is_set():
+                    return
                 self._checkpoint_if_due()
                 continue
             if item is _STOP or self._stopping.is_set():
