@@ -214,10 +214,10 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
     or stuck."""
     apply = Store.apply
 
-    def refuse_poison(self: Store, posts, journal_seq=None):
+    def refuse_poison(self: Store, posts, journal_seq=None, parsed=None):
         if any(b'"sessionName":"poison"' in p.body for p in posts):
             raise duckdb.ConversionException("cannot convert this")
-        return apply(self, posts, journal_seq)
+        return apply(self, posts, journal_seq, parsed)
 
     monkeypatch.setattr(Store, "apply", refuse_poison)
     with TestClient(create_app(tmp_path / "data")) as client:

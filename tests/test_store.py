@@ -210,6 +210,38 @@ def test_resends_are_found_wherever_they_were_stored_and_without_a_timestamp(sto
     assert raw == len(events) + len(later) + 1
 
 
+def test_a_group_parsed_on_another_connection_folds_as_one_parsed_in_the_transaction(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer parses a group on its gather thread (Store.parse) when it has several cores: the same answers and
+    counters as parsing inside apply, resends and malformed events included, and the staging table is let go."""
+    events = [e for b in ray_batches for e in b]
+    malformed = [{**events[0], "eventId": "not base64!"}, {**events[-1], "nodeId": 7}, "not an event"]
+    groups = [[post(events[:40])], [post(events[20:]), post(malformed)], [post(events, label="again")]]
+    inline, parsed = Store(tmp_path / "inline"), Store(tmp_path / "parsed")
+    for group in groups:
+        expected = inline.apply(group)
+        assert parsed.apply(group, parsed=parsed.parse(group)) == expected
+    assert snapshot(parsed) == snapshot(inline)
+    counters = "SELECT * FROM counters ORDER BY 1"
+    assert parsed.con.execute(counters).fetchall() == inline.con.execute(counters).fetchall()
+    quarantine = "SELECT reason, body FROM quarantine ORDER BY 1"
+    assert parsed.con.execute(quarantine).fetchall() == inline.con.execute(quarantine).fetchall()
+    staging = "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'"
+    assert parsed.con.execute(staging).fetchone() == (0,)
+    left = parsed.parse(groups[0])
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("the fold failed")
+
+    monkeypatch.setattr(Store, "_fold", fail)
+    with pytest.raises(RuntimeError, match="the fold failed"):  # a failed apply lets its parse go too
+        parsed.apply(groups[0], parsed=left)
+    assert parsed.con.execute(staging).fetchone() == (0,)
+    inline.close()
+    parsed.close()
+
+
 def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_store(store: Store, ray_batches) -> None:
     """An event whose numbers overflow the store's columns would fail every write of its group: it is quarantined."""
     lifecycle = next(e for b in ray_batches for e in b if e["eventType"] == "TASK_LIFECYCLE_EVENT")
