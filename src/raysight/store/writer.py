@@ -230,7 +230,7 @@ class Writer:
 
     def _gather_loop(self) -> None:
         """Make groups of journalled batches for the fold thread, in order with the calls between them. With several
-        cores each group is parsed here: while a backlog is drained, as the group before it is written."""
+        cores, a group gathered while the fold thread is busy (a backlog being drained) is parsed here meanwhile."""
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
         try:
             self._gather()
@@ -266,7 +266,8 @@ class Writer:
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
                 return
-            self._hand(_Group(group, self._parse(group) if self.store.threads > 1 else None))
+            ahead = self._unfinished > 0 and self.store.threads > 1  # the fold thread is busy: parse meanwhile
+            self._hand(_Group(group, self._parse(group) if ahead else None))
             if after is _STOP:
                 return
             if after is not None:
