@@ -150,6 +150,40 @@ def _folding_held(client: TestClient) -> Iterator[threading.Event]:
         release.set()
 
 
+def test_with_several_cores_a_drained_backlog_is_parsed_ahead_while_the_group_before_is_written(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the fold thread writes one group, the gather thread parses the next (Store.parse, on its own
+    connection); every batch is folded once, in order, as without."""
+    events = ray_batches[2]
+    monkeypatch.setattr("raysight.store.writer.MAX_GROUP_EVENTS", len(events))  # each POST a full group
+    parsed_on, written = [], []
+    parse, apply = Store.parse, Store.apply
+
+    def parse_spy(self: Store, posts):
+        parsed_on.append(threading.current_thread().name)
+        return parse(self, posts)
+
+    def slow_apply(self: Store, posts, journal_seq=None, parsed=None):
+        time.sleep(0.2)  # the group before is still being written when the next is gathered
+        written.append((parsed is not None, [orjson.loads(p.body)[0]["sessionName"] for p in posts]))
+        return apply(self, posts, journal_seq, parsed)
+
+    monkeypatch.setattr(Store, "parse", parse_spy)
+    monkeypatch.setattr(Store, "apply", slow_apply)
+    sessions = [f"ahead_{i}" for i in range(5)]
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
+        client.app.state.raysight.writer.store.threads = 2  # however many cores this machine has
+        with _folding_held(client):
+            assert all(_post(client, events, s) == 200 for s in sessions)
+        _until(lambda: not client.get("/api/raysight/doctor").json()["ingest_backlog"]["batches"], what="folding")
+        kept = {s["session"]: s["events"] for s in client.get("/api/raysight/sessions").json()["sessions"]}
+    assert kept == {s: len(events) for s in sessions}
+    assert [names for _, names in written] == [[s] for s in sessions]
+    assert [ahead for ahead, _ in written] == [False, True, True, True, True]
+    assert parsed_on == ["raysight-gather"] * 4
+
+
 @pytest.mark.parametrize(("error", "on"), [(errno.ENOSPC, "write"), (errno.EIO, "write"), (errno.EIO, "fsync")])
 def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_it_survives_a_crash(
     tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch, error: int, on: str
