@@ -44,6 +44,7 @@ MAX_BACKLOG_BYTES = 512 * 1024 * 1024  # journalled but not yet folded
 MAX_GROUP_BYTES = 48 * 1024 * 1024  # about 50k events
 MAX_GROUP_EVENTS = 50_000  # however small: folding takes ~800 bytes of memory an event (a group may hold one POST more)
 IDLE_S = 0.5
+BUSY_POLL_S = 0.01  # how often the gather thread, draining a backlog, looks whether the fold thread is done
 FOLD_NICENESS = 19
 # Folding a group costs a fixed amount of CPU (DuckDB plans its statements: 0.05-0.25 s) plus tens of µs an event.
 # A group waits this long after its first POST was journalled for others arriving with it (each node's aggregator
@@ -247,16 +248,22 @@ class Writer:
                 self._hand(item)
                 continue
             # Gather what arrives with the first POST, and while the fold thread finishes what it has and rests
-            # after its last group. Behind a full group the backlog is being drained: take what is queued now,
-            # waiting for no more.
+            # after its last group. Behind a full group the backlog is being drained: gather while the fold thread
+            # writes the group before, and no longer.
             if not draining and not self._until_unfinished(0):
                 return
             group, size, events, after = [item], len(item.body), item.events, None
-            deadline = 0.0 if draining else max(item.at + self.fold_linger_s, self._rest_until)
+            deadline = None if draining else max(item.at + self.fold_linger_s, self._rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
+                if deadline is None:
+                    timeout = BUSY_POLL_S if self._unfinished else 0.0
+                else:
+                    timeout = max(0.0, deadline - time.monotonic())
                 try:
-                    nxt = self._to_fold.get(timeout=max(0.0, deadline - time.monotonic()))
+                    nxt = self._to_fold.get(timeout=timeout)
                 except queue.Empty:
+                    if deadline is None and self._unfinished:
+                        continue
                     break
                 if not isinstance(nxt, Record):
                     after = nxt
