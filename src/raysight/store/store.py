@@ -347,9 +347,9 @@ class Store:
             else:
                 self._stage(pipeline.parsed(parsed.table))
                 patches = parsed.patches
-            received, valid, unsupported = self._one(
-                "SELECT count(*), count(*) FILTER (reason IS NULL), "
-                "count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) FROM batch_events",
+            received, unsupported = self._one(
+                "SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) "
+                "FROM batch_events",
                 [SUPPORTED_TYPES],
             )
             quarantined = self._insert_quarantine()

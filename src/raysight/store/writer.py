@@ -283,7 +283,7 @@ class Writer:
     def _parse(self, group: list[Record]) -> Parsed | None:
         """``group`` parsed for the fold thread, or None (it parses the group itself, and says what is wrong)."""
         try:
-            return self.store.parse([Post(record.body, record.label, record.run_id) for record in group])
+            return self.store.parse(_posts(group))
         except Exception:  # noqa: BLE001 (the fold thread meets the same error, and handles it)
             return None
 
@@ -344,7 +344,7 @@ class Writer:
         so it is never dropped, and it must not hold up what follows: a group that fails in any way is folded batch
         by batch. A batch whose content the store refuses is quarantined whole; an environmental failure is retried
         with back-off until it passes; an error that is neither, :data:`UNFORESEEN_TRIES` times, then quarantined."""
-        posts = [Post(record.body, record.label, record.run_id) for record in group]
+        posts = _posts(group)
         delays, tries = _delays(), 0
         while True:
             started = time.perf_counter()
@@ -404,6 +404,11 @@ class Writer:
             "folding failed (%s); the batches stay journalled, retrying in %.1f s", error, delay, exc_info=tries == 0
         )
         return not self._stopping.wait(delay)
+
+
+def _posts(group: list[Record]) -> list[Post]:
+    """What the store folds of journalled batches."""
+    return [Post(record.body, record.label, record.run_id) for record in group]
 
 
 def _delays() -> Iterator[float]:
