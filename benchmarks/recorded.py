@@ -20,12 +20,14 @@ import orjson
 import pyarrow as pa
 
 from raysight.ingest import events_sql
+from raysight.ingest.events_sql import RFC3339_UTC
+from raysight.ingest.ids import parse_ts_ns
 from raysight.store import pipeline, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
 TASK_SPACING_NS = 1_000_000
-RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z")
+RFC3339 = re.compile(RFC3339_UTC)
 
 
 def templates() -> tuple[list[str], list[str], list[str]]:
@@ -64,13 +66,13 @@ def _timestamp(ns: int) -> str:
 
 
 def _timed_parts(text: str) -> tuple[list[str], list[int]]:
-    """``text`` split around its RFC 3339 times (nanoseconds, UTC, as Ray writes them): the texts between them,
-    and each time in ns."""
+    """``text`` split around its RFC 3339 times (as Ray writes them): the texts between them, and each time in ns."""
     parts, times, at = [], [], 0
     for m in RFC3339.finditer(text):
-        seconds = time.mktime(time.strptime(m[1], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        ns = parse_ts_ns(m[0])
+        assert ns is not None, m[0]
         parts.append(text[at : m.start()])
-        times.append(int(seconds) * 1_000_000_000 + int(m[2]))
+        times.append(ns)
         at = m.end()
     return [*parts, text[at:]], times
 
