@@ -7,10 +7,26 @@ import time
 from pathlib import Path
 
 
+def _cpu(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu(Path(f"/proc/{pid}/stat"))
+
+
+def cpu_by_thread_name(pid: int) -> dict[str, float]:
+    """User + system CPU time so far of the live threads of process ``pid``, summed by thread name."""
+    named: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name, cpu = (task / "comm").read_text().strip(), _cpu(task / "stat")
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        named[name] = named.get(name, 0.0) + cpu
+    return named
 
 
 def wait_idle(pids: list[int], window_s: float = 0.25, below: float = 0.02, timeout_s: float = 15.0) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from raysight import os_thread
 from raysight.client import Client
 from raysight.ingest.ray_metrics import PREFIX
 
@@ -65,7 +66,7 @@ class Scraper:
         self.session: Path | None = None
         self._client = Client(server, timeout=5)
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="raysight-scraper", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="raysight-scrape", daemon=True)
 
     def start(self) -> Scraper:
         self._thread.start()
@@ -76,6 +77,7 @@ class Scraper:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        os_thread.settle()
         with self._client:
             while True:
                 stopping = self._stopping.wait(SCRAPE_EVERY_S)

@@ -24,6 +24,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from raysight import os_thread
 from raysight.config import DEFAULT_MEMORY_LIMIT
 from raysight.ingest import events_sql
 from raysight.ingest.events_sql import sql_str
@@ -82,7 +83,7 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
 
     def open_niced() -> None:
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+            os_thread.settle(niceness)  # DuckDB's workers inherit both
             # DuckDB checkpoints when the WAL passes a threshold, rewriting every index each time; a higher
             # threshold and checkpoints while idle (the writer's) keep that out of ingest bursts. DuckDB would size
             # its pool by the machine's cores; pinned to fewer (taskset, a cgroup) it runs that many threads. Past
@@ -107,7 +108,7 @@ def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duck
         except BaseException as exc:  # noqa: BLE001 (handed to the opening thread, which raises it)
             opened.append(exc)
 
-    thread = threading.Thread(target=open_niced, name="raysight-store-open")
+    thread = threading.Thread(target=open_niced, name="raysight-duckdb")
     thread.start()
     thread.join()
     if isinstance(opened[0], BaseException):

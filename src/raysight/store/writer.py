@@ -24,7 +24,6 @@ then quarantined.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -35,6 +34,7 @@ from typing import Any
 
 import duckdb
 
+from raysight import os_thread
 from raysight.store.journal import Batch, Journal, Record
 from raysight.store.store import ApplyResult, Parsed, Post, Store
 
@@ -133,9 +133,9 @@ class Writer:
             self._backlog(len(record.body), 1)
             self._to_fold.put(record)
         self._threads = [
-            threading.Thread(target=self._journal_loop, name="raysight-journal", daemon=True),
+            threading.Thread(target=self._journal_loop, name="raysight-journl", daemon=True),
             threading.Thread(target=self._gather_loop, name="raysight-gather", daemon=True),
-            threading.Thread(target=self._fold_loop, name="raysight-writer", daemon=True),
+            threading.Thread(target=self._fold_loop, name="raysight-fold", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -193,6 +193,7 @@ class Writer:
     # --- journal thread ----------------------------------------------------------------------------------------
 
     def _journal_loop(self) -> None:
+        os_thread.settle()
         while True:
             items = [self._to_journal.get()]
             while True:
@@ -232,7 +233,7 @@ class Writer:
     def _gather_loop(self) -> None:
         """Make groups of journalled batches for the fold thread, in order with the calls between them. With several
         cores, a group gathered while the fold thread is busy (a backlog being drained) is parsed here meanwhile."""
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
+        os_thread.settle(FOLD_NICENESS)
         try:
             self._gather()
         finally:
@@ -307,7 +308,7 @@ class Writer:
     def _fold_loop(self) -> None:
         # Folding can wait; the Ray workloads beside the server (often on the same machine) cannot. Acknowledging
         # (the journal thread) keeps its normal priority, so Ray is never held up.
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLD_NICENESS)
+        os_thread.settle(FOLD_NICENESS)
         while True:
             try:
                 item = self._to_apply.get(timeout=IDLE_S)
