@@ -1,0 +1,322 @@
+"""Following every log file of a node's Ray sessions, by identity rather than by name, with a checkpoint.
+
+A file is known by its device and inode, so Ray's rotation (a rename to ``NAME.1``) and its move of dead workers'
+files to ``logs/old/`` keep its place; its descriptor stays open, so a file deleted or rotated away is read to its
+end first. A file that shrinks was truncated (an outside logrotate's copy-truncate): its bytes start again as a new
+generation, and the copy that logrotate made first (a new file named after it whose first bytes are the same) is
+read from where the original was left, not from its start. What was read becomes the checkpoint only once the server
+has made it durable (:meth:`Tailer.commit`), so a restart, even after SIGKILL, reads on from there: lines the server
+had already taken before a crash are sent again and dropped there by their offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import orjson
+
+from raysight.agent.log_files import FileInfo, Piece, describe, marker, split
+
+HEAD_BYTES = 256  # a file's first bytes: told apart from a reused inode, and matched by its copy
+COPY_WAIT_S = 30.0  # a copy whose original is not truncated meanwhile is read from the original's offset anyway
+IDLE_CLOSE_S = 30.0  # a descriptor of a file read to its end and not grown for this long is closed
+READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read
+
+
+@dataclass
+class Followed:
+    """A file followed, and what of it was read and acknowledged (what the checkpoint keeps)."""
+
+    session: str
+    dev: int
+    ino: int
+    gen: int  # bumped when the file is truncated: its bytes start again
+    name: str  # under the session's logs/, when first seen
+    offset: int = 0  # bytes acknowledged
+    mid_line: bool = False
+    context: dict[str, str] = field(default_factory=dict)  # Ray's in-band markers so far: job_id, task_name, actor_name
+    head: str = ""  # hash of its first head_len bytes
+    head_len: int = 0
+    size: int = 0  # its size when last seen
+
+    @property
+    def key(self) -> str:
+        return f"{self.dev}-{self.ino}-{self.gen}"
+
+    @property
+    def info(self) -> FileInfo:
+        info = describe(self.name)
+        assert info is not None  # only logs are followed
+        return info
+
+
+@dataclass
+class _Open:
+    """A followed file's descriptor and where it is now."""
+
+    path: Path
+    fd: int | None = None
+    grown_at: float = field(default_factory=time.monotonic)
+    vanished: bool = False  # no longer in the directory: read to its end through the descriptor, then dropped
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Records read from one file, and the state of the file once they are acknowledged."""
+
+    file: Followed  # as it is now
+    after: Followed  # as it will be
+    path: str  # its name under the session's logs/ now
+    pieces: list[tuple[Piece, dict[str, str], bool]]  # each record, the markers in force, whether it is a marker
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Bytes of a file that could not be read (it vanished before its end was read)."""
+
+    file: Followed
+    start: int
+    end: int | None  # None: unknown
+    why: str
+
+
+def _head(path: Path | int, length: int = HEAD_BYTES) -> tuple[str, int]:
+    """(hash, length) of the first ``length`` bytes (fewer in a shorter file) of a path or descriptor."""
+    if isinstance(path, int):
+        data = os.pread(path, length, 0)
+    else:
+        with path.open("rb") as f:
+            data = f.read(length)
+    return hashlib.sha256(data).hexdigest()[:32], len(data)
+
+
+class Tailer:
+    """The log files under ``ray_dir``'s sessions (``session_*/logs``), followed from ``checkpoint``."""
+
+    def __init__(self, ray_dir: Path, checkpoint: Path) -> None:
+        self.ray_dir, self.checkpoint = ray_dir, checkpoint
+        self.files: dict[tuple[int, int], Followed] = {}
+        self._open: dict[tuple[int, int], _Open] = {}
+        self._copies: dict[tuple[int, int], tuple[Path, Followed, float]] = {}  # copy → (path, its original, since)
+        self.gaps: list[Gap] = []  # not yet sent
+        self._turn = 0
+        if checkpoint.exists():
+            for saved in orjson.loads(checkpoint.read_bytes())["files"]:
+                followed = Followed(**saved)
+                self.files[(followed.dev, followed.ino)] = followed
+
+    # --- finding files -------------------------------------------------------------------------------------------
+
+    def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
+        """(session, name under logs/, path, stat) of every log file now."""
+        for session in sorted(self.ray_dir.glob("session_*")):
+            if session.is_symlink() or not (session / "logs").is_dir():
+                continue
+            logs = session / "logs"
+            for root, _, names in os.walk(logs):
+                for name in names:
+                    path = Path(root, name)
+                    relative = str(path.relative_to(logs))
+                    if describe(relative) is None:
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        st = path.stat()
+                        if not path.is_symlink():
+                            yield session.name, relative, path, st
+
+    def scan(self) -> None:
+        """Find new, moved, truncated, copied and vanished files."""
+        found: list[tuple[str, str, Path, os.stat_result]] = []
+        known: list[tuple[tuple[int, int], str, Path, os.stat_result]] = []
+        for session, name, path, st in self._listing():
+            ident = (st.st_dev, st.st_ino)
+            if ident in self.files:
+                self._open.setdefault(ident, _Open(path)).path = path
+                known.append((ident, name, path, st))
+            else:
+                found.append((session, name, path, st))
+        for session, name, path, st in found:  # before restarts: a copy is matched against what it copied
+            self._new(session, name, path, st)
+        for ident, name, path, st in known:
+            followed = self.files[ident]
+            with contextlib.suppress(FileNotFoundError):
+                if st.st_size < followed.offset or _head(path, followed.head_len)[0] != followed.head:
+                    self._restarted(ident, followed, name, path)  # truncated, or the inode reused
+                else:
+                    followed.size = st.st_size
+        self._settle_copies()
+        seen = {ident for ident, *_ in known} | {(st.st_dev, st.st_ino) for *_, st in found}
+        for ident in [i for i in self.files if i not in seen]:
+            self._vanished(ident)
+
+    def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> None:
+        ident = (st.st_dev, st.st_ino)
+        if ident in self._copies:
+            return
+        original = self._original_of(session, name, path)
+        if original is not None:
+            self._copies[ident] = (path, original, time.monotonic())
+            return
+        opened = _Open(path)
+        if self._fd(ident, opened) is None:  # gone already, or replaced
+            return
+        assert opened.fd is not None  # opened now: what is written is read even if the file is deleted next
+        head, head_len = _head(opened.fd)
+        self.files[ident] = Followed(session, *ident, 0, name, head=head, head_len=head_len, size=st.st_size)
+        self._open[ident] = opened
+
+    def _original_of(self, session: str, name: str, path: Path) -> Followed | None:
+        """The followed file that the new file ``name`` is a copy of: named after it, with the same first bytes."""
+        for followed in self.files.values():
+            if followed.session != session or not followed.head_len or not name.startswith(self._name_now(followed)):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if _head(path, followed.head_len) == (followed.head, followed.head_len):
+                    return followed
+        return None
+
+    def _name_now(self, followed: Followed) -> str:
+        """Its name under logs/ now (moved or rotated since it was first seen, perhaps)."""
+        opened = self._open.get((followed.dev, followed.ino))
+        return followed.name if opened is None else str(opened.path).rsplit("/logs/", 1)[-1]
+
+    def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, path: Path) -> None:
+        """The file's bytes start again (copy-truncate, or a new file on a reused inode): its copy, if it has one,
+        carries on from the offset read, and the file is read from its start as a new generation."""
+        for copy, (copy_path, original, _) in list(self._copies.items()):
+            if original is followed:
+                self._adopt(copy, copy_path, followed)
+        head, head_len = _head(path)
+        self.files[ident] = Followed(
+            followed.session,
+            *ident,
+            followed.gen + 1,
+            name,
+            context=dict(followed.context),
+            head=head,
+            head_len=head_len,
+        )
+
+    def _adopt(self, ident: tuple[int, int], path: Path, original: Followed) -> None:
+        """Follow a copy of ``original`` from where ``original`` was read."""
+        del self._copies[ident]
+        with contextlib.suppress(FileNotFoundError):
+            size = path.stat().st_size
+            offset = min(original.offset, size)
+            self.files[ident] = replace(original, dev=ident[0], ino=ident[1], gen=0, offset=offset, size=size)
+            self._open[ident] = _Open(path)
+
+    def _settle_copies(self) -> None:
+        """Copies whose original was not truncated in time, or vanished, are followed from its offset."""
+        for ident, (path, original, since) in list(self._copies.items()):
+            gone = (original.dev, original.ino) not in self.files
+            if gone or time.monotonic() - since > COPY_WAIT_S:
+                self._adopt(ident, path, original)
+
+    def _vanished(self, ident: tuple[int, int]) -> None:
+        """A followed file is no longer in the directory: read to its end through its descriptor, then dropped;
+        without one, what was not read of it is a gap."""
+        opened, followed = self._open.get(ident), self.files[ident]
+        if opened is not None and opened.fd is not None:
+            opened.vanished = True  # read() drops it once its end is read
+            return
+        if followed.size > followed.offset:
+            self.gaps.append(Gap(followed, followed.offset, followed.size, "deleted before it was read to its end"))
+        self._drop(ident)
+
+    def _drop(self, ident: tuple[int, int]) -> None:
+        opened = self._open.pop(ident, None)
+        if opened is not None and opened.fd is not None:
+            os.close(opened.fd)
+        self.files.pop(ident, None)
+
+    # --- reading -------------------------------------------------------------------------------------------------
+
+    def read(self, budget: int, final: bool = False) -> list[Chunk]:
+        """New records of the files, up to about ``budget`` bytes in all (starting with a different file each time);
+        ``final``: partial last lines too (the files will grow no more)."""
+        chunks = []
+        now = time.monotonic()
+        idents = list(self.files)
+        self._turn = (self._turn + 1) % max(len(idents), 1)
+        for ident in idents[self._turn :] + idents[: self._turn]:
+            followed, opened = self.files[ident], self._open.get(ident)
+            if budget <= 0 or opened is None or (fd := self._fd(ident, opened)) is None:
+                continue
+            data = os.pread(fd, min(READ_BYTES, budget), followed.offset)
+            if not data:
+                if opened.vanished:
+                    self._drop(ident)
+                elif now - opened.grown_at > IDLE_CLOSE_S:
+                    os.close(fd)
+                    opened.fd = None
+                continue
+            opened.grown_at = now
+            pieces, used, mid_line = split(data, followed.offset, followed.mid_line, final or opened.vanished)
+            if pieces:
+                budget -= used
+                chunks.append(self._chunk(followed, pieces, used, mid_line, fd, opened.path))
+        return chunks
+
+    @staticmethod
+    def _chunk(followed: Followed, pieces: list[Piece], used: int, mid_line: bool, fd: int, path: Path) -> Chunk:
+        """The records ``pieces`` with the markers in force at each, and the file's state after them."""
+        context = dict(followed.context)
+        records = []
+        for piece in pieces:
+            found = None if piece.continued else marker(piece.data)
+            if found is not None:
+                context[found[0]] = found[1]
+                if found[0] == "job_id":  # a new job: its task is not known yet
+                    context.pop("task_name", None)
+            records.append((piece, dict(context), found is not None))
+        after = replace(followed, offset=followed.offset + used, mid_line=mid_line, context=context)
+        after.size = max(after.size, after.offset)
+        if followed.head_len < HEAD_BYTES and after.offset > followed.head_len:
+            after.head, after.head_len = _head(fd)
+        return Chunk(followed, after, str(path).rsplit("/logs/", 1)[-1], records)
+
+    def _fd(self, ident: tuple[int, int], opened: _Open) -> int | None:
+        if opened.fd is None:
+            try:
+                fd = os.open(opened.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != ident:  # replaced since the scan
+                os.close(fd)
+                return None
+            opened.fd = fd
+        return opened.fd
+
+    def commit(self, chunks: list[Chunk], gaps: list[Gap]) -> None:
+        """The server has made ``chunks`` and ``gaps`` durable: move on, and save the checkpoint."""
+        for chunk in chunks:
+            ident = (chunk.file.dev, chunk.file.ino)
+            if self.files.get(ident) is chunk.file:
+                self.files[ident] = chunk.after
+        self.gaps = [g for g in self.gaps if g not in gaps]
+        self.save()
+
+    def save(self) -> None:
+        """Write the checkpoint: atomically (a new file renamed over the old), and durably."""
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.checkpoint.with_name(self.checkpoint.name + ".new")
+        data = orjson.dumps({"files": [asdict(f) for f in self.files.values()]})
+        with temporary.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self.checkpoint)
+
+    def close(self) -> None:
+        for opened in self._open.values():
+            if opened.fd is not None:
+                os.close(opened.fd)
+        self._open.clear()

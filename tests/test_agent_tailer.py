@@ -1,0 +1,181 @@
+"""The node agent's tailer on real files: every line once, through Ray's rotation, copy-truncate, moves, restarts
+from the checkpoint, partial and huge lines, invalid UTF-8 and deleted files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from raysight.agent.log_files import MAX_RECORD, describe, marker, split
+from raysight.agent.tailer import Tailer
+
+WORKER = "worker-" + "ab" * 28 + "-01000000-4242.out"
+
+
+def test_a_worker_file_name_says_its_worker_job_pid_and_stream() -> None:
+    info = describe(f"old/{WORKER}.2")
+    assert info is not None
+    assert (info.name, info.stream, info.worker_id, info.job_id, info.pid) == (
+        WORKER,
+        "stdout",
+        "ab" * 28,
+        "01000000",
+        4242,
+    )
+    prestarted = describe(WORKER.replace("01000000", "ffffffff").replace(".out", ".err"))
+    assert prestarted is not None and (prestarted.job_id, prestarted.stream) == (None, "stderr")
+    assert describe("raylet.1.out").stream == "stdout"  # type: ignore[union-attr]
+    assert describe("gcs_server.err").stream == "stderr"  # type: ignore[union-attr]
+    assert describe("dashboard.log").stream == "system"  # type: ignore[union-attr]
+    assert describe("debug_state.txt") is None and describe("ports_by_node.json") is None
+
+
+def test_split_keeps_a_partial_line_for_later_and_cuts_a_huge_one_into_flagged_pieces() -> None:
+    pieces, used, mid = split(b"a\nbb\ncc", 100, False, final=False)
+    assert [(p.offset, p.data, p.continued) for p in pieces] == [(100, b"a", False), (102, b"bb", False)]
+    assert (used, mid) == (5, False)
+    pieces, used, mid = split(b"cc", 105, False, final=True)
+    assert [(p.data, p.continued) for p in pieces] == [(b"cc", False)] and (used, mid) == (2, True)
+    huge = b"x" * (2 * MAX_RECORD + 10) + b"\nnext\n"
+    pieces, used, mid = split(huge, 0, False, final=False)
+    assert [(len(p.data), p.continued) for p in pieces] == [
+        (MAX_RECORD, False),
+        (MAX_RECORD, True),
+        (10, True),
+        (4, False),
+    ]
+    assert b"".join(p.data for p in pieces[:3]) == b"x" * (2 * MAX_RECORD + 10) and used == len(huge) and not mid
+    exact = b"y" * MAX_RECORD + b"\n"
+    assert [len(p.data) for p in split(exact, 0, False, final=False)[0]] == [MAX_RECORD]
+
+
+def test_markers_are_ray_s_in_band_lines() -> None:
+    assert marker(b":task_name:f") == ("task_name", "f")
+    assert marker(b":actor_name:Counter(n=0)") == ("actor_name", "Counter(n=0)")
+    assert marker(b":job_id:01000000") == ("job_id", "01000000")
+    assert marker(b"plain :task_name: text") is None
+
+
+class Collector:
+    """Reads through a Tailer as the agent does (scan, read, commit), keeping every record's text."""
+
+    def __init__(self, ray_dir: Path, state: Path) -> None:
+        self.ray_dir, self.state = ray_dir, state
+        self.tailer = Tailer(ray_dir, state / "checkpoint.json")
+        self.texts: list[str] = []
+        self.records: list[tuple[str, str, int, dict[str, str]]] = []
+
+    def pump(self, final: bool = False, commit: bool = True) -> int:
+        got = 0
+        while True:
+            self.tailer.scan()
+            chunks = self.tailer.read(1 << 20, final=final)
+            if not chunks:
+                return got
+            for chunk in chunks:
+                for piece, context, _ in chunk.pieces:
+                    self.texts.append(piece.data.decode("utf-8", "replace"))
+                    self.records.append((chunk.file.key, chunk.file.info.name, piece.offset, context))
+                    got += 1
+            if not commit:
+                return got
+            self.tailer.commit(chunks, [])
+
+    def restart(self) -> None:
+        self.tailer.close()
+        self.tailer = Tailer(self.ray_dir, self.state / "checkpoint.json")
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    path = tmp_path / "ray" / "session_2026-11-23_00-00-00_000000_1" / "logs"
+    path.mkdir(parents=True)
+    (tmp_path / "ray" / "session_latest").symlink_to(path.parent)
+    return path
+
+
+def _write(path: Path, first: int, count: int) -> int:
+    with path.open("a") as f:
+        for i in range(first, first + count):
+            f.write(f"line {i}\n")
+    return first + count
+
+
+def _numbers(texts: list[str]) -> list[int]:
+    return [int(t.split()[1]) for t in texts if t.startswith("line ")]
+
+
+def test_every_line_once_through_rename_rotation_copy_truncate_moves_and_restarts(logs: Path, tmp_path: Path) -> None:
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    live = logs / WORKER
+    n = _write(live, 0, 100)
+    c.pump()
+    n = _write(live, n, 50)
+    # Ray's rotation: rename to .1, a new file under the old name; lines written to the renamed one before the rename
+    live.rename(logs / f"{WORKER}.1")
+    n = _write(live, n, 30)
+    c.pump()
+    # an outside logrotate's copy-truncate, with lines the agent had not read yet at the copy
+    n = _write(live, n, 20)
+    shutil.copyfile(live, logs / f"{WORKER}-20261123")
+    os.truncate(live, 0)
+    n = _write(live, n, 10)
+    c.pump()
+    # the agent killed after reading but before its checkpoint moved, then restarted
+    n = _write(live, n, 25)
+    c.pump(commit=False)
+    c.texts = c.texts[: len(c.texts) - 25]
+    c.restart()
+    c.pump()
+    # Ray moves a dead worker's file to old/ (a rename within logs/), and it grows there
+    (logs / "old").mkdir()
+    live.rename(logs / "old" / WORKER)
+    n = _write(logs / "old" / WORKER, n, 5)
+    c.restart()  # a restart while it was moved
+    c.pump()
+    assert sorted(_numbers(c.texts)) == list(range(n))  # each once (files are read in any order)
+
+
+def test_a_partial_line_waits_for_its_end_and_a_deleted_file_is_read_to_its_end(logs: Path, tmp_path: Path) -> None:
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    path = logs / "raylet.out"
+    path.write_bytes(b"whole\nhal")
+    c.pump()
+    assert c.texts == ["whole"]
+    with path.open("ab") as f:
+        f.write(b"f\nlast")
+    c.pump()
+    assert c.texts == ["whole", "half"]
+    tail = logs / "gcs_server.out"
+    _write(tail, 0, 1000)
+    c.tailer.scan()  # found (and opened) before it is deleted
+    tail.unlink()
+    c.pump()
+    assert sorted(_numbers(c.texts)) == list(range(1000))
+    c.pump(final=True)
+    assert c.texts[-1] == "last"
+
+
+def test_markers_give_each_line_its_job_task_and_actor_across_a_restart(logs: Path, tmp_path: Path) -> None:
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    path = logs / WORKER
+    path.write_text(":job_id:01000000\n:task_name:f\nfrom f\n:actor_name:Counter\n")
+    c.pump()
+    c.restart()
+    with path.open("a") as f:
+        f.write("from the actor\n")
+    c.pump()
+    assert c.records[2][3] == {"job_id": "01000000", "task_name": "f"}
+    assert c.records[-1][3] == {"job_id": "01000000", "task_name": "f", "actor_name": "Counter"}
+
+
+def test_binary_and_invalid_utf8_files_are_read_without_loss(logs: Path, tmp_path: Path) -> None:
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    data = bytes(range(256)) * 300 + b"\n\xff\xfe tail \xc3\x28\n"
+    (logs / "binary.log").write_bytes(data)
+    c.tailer.scan()
+    chunks = c.tailer.read(1 << 20)
+    assert b"\n".join(p.data for chunk in chunks for p, _, _ in chunk.pieces) + b"\n" == data
