@@ -120,6 +120,12 @@ class Client:
         params = {"session": session} if session else {}
         return self._request("GET", f"/api/raysight/summary/{resource}", params=params)  # type: ignore[no-any-return]
 
+    def logs(self, **params: Any) -> dict[str, Any]:
+        """Log lines: ``GET /api/raysight/logs`` with these parameters (``task``, ``actor``, ``grep``, ``after``, …;
+        None leaves one out). Returns ``session``, ``total``, ``rows`` and ``last_seq`` (to follow on from)."""
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", "/api/raysight/logs", params=given)  # type: ignore[no-any-return]
+
     def sessions(self) -> builtins.list[dict[str, Any]]:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 

@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from raysight import __version__
+from raysight.cli.agent import agent_cmd
+from raysight.cli.logs import logs_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
 from raysight.cli.server import server_cmd
@@ -40,10 +42,12 @@ for command in (
     server_cmd,
     env_cmd,
     run_cmd,
+    agent_cmd,
     demo_cmd,
     list_cmd,
     get_cmd,
     summary_cmd,
+    logs_cmd,
     sessions_cmd,
     doctor_cmd,
     reindex_cmd,

@@ -16,6 +16,7 @@ from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
 from raysight.store.filters import parse_filter
+from raysight.store.logs_query import LogQuery, log_lines
 
 MAX_LIMIT = 1_000_000
 
@@ -116,6 +117,49 @@ async def ping(request: Request) -> Response:
     )
 
 
+async def logs(request: Request) -> Response:
+    """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
+    &regex=&since=&until=&after=&limit=&newest=&markers=&count=: log lines in the order stored (``since``/``until``
+    in epoch ns; ``after``: lines stored after this ``seq``, to follow); ``last_seq`` is where to follow on from."""
+    params = request.query_params
+
+    def text(name: str) -> str | None:
+        value = params.get(name)
+        return value or None
+
+    def entity(name: str) -> str | None:
+        value = text(name)
+        return value.lower() if value else None
+
+    limit = int_param(params, "limit", 1000)
+    if limit is not None and limit > MAX_LIMIT:
+        raise BadQuery(f"limit {limit} is over {MAX_LIMIT}; follow with after= instead")
+    query = LogQuery(
+        session=text("session"),
+        task_id=entity("task"),
+        attempt=int_param(params, "attempt", None),
+        actor_id=entity("actor"),
+        job_id=entity("job"),
+        worker_id=entity("worker"),
+        pid=int_param(params, "pid", None),
+        node_id=entity("node"),
+        file=text("file"),
+        stream=text("stream"),
+        level=text("level"),
+        grep=text("grep"),
+        regex=text("regex"),
+        since_ns=int_param(params, "since", None),
+        until_ns=int_param(params, "until", None),
+        after_seq=int_param(params, "after", None),
+        limit=1000 if limit is None else limit,
+        newest=bool_param(params, "newest"),
+        markers=bool_param(params, "markers"),
+    )
+    count = bool_param(params, "count", True)
+    result = await app_state(request).read(lambda con: log_lines(con, query, count=count))
+    return _json({"session": result.session, "total": result.total, "rows": result.rows, "last_seq": result.last_seq})
+
+
 async def reindex(request: Request) -> Response:
     require_admin(request)
     state = app_state(request)
@@ -130,6 +174,7 @@ routes = [
     Route("/api/raysight/doctor", doctor),
     Route("/api/raysight/reindex", reindex, methods=["POST"]),
     Route("/api/raysight/summary/{resource}", summary),
+    Route("/api/raysight/logs", logs),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

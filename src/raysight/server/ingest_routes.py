@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -18,12 +19,14 @@ from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
+from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
-from raysight.store.store import Store
+from raysight.store.journal import AGENT_LOGS
+from raysight.store.store import MAX_LOG_LINES, Store
 from raysight.store.writer import CONTENT_ERRORS, QueueFull
 
 log = logging.getLogger("raysight.ingest")
@@ -120,17 +123,69 @@ async def _journal(request: Request, body: bytes, started: float) -> Response:
         state.resends.track(key, future, received)
     else:
         future, received = prior  # type: ignore[assignment]  # a pending first copy (find() says so)
+    if (failed := await _until_durable(request, future, started, "Ray")) is not None:
+        return failed
+    state.metrics.latency.observe(time.perf_counter() - started)
+    return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
+
+
+async def _until_durable(request: Request, future: Future[Any], started: float, sender: str) -> Response | None:
+    """None once the journalled body is durable, else the 503 that makes ``sender`` send it again."""
     remaining = INGEST_DEADLINE_S - (time.perf_counter() - started)
     try:
         # shielded: a caller that gives up must not cancel the write (resends wait on the same future)
         await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout=max(remaining, 0.01))
     except asyncio.TimeoutError:
-        state.metrics.rejected.labels("deadline").inc()
-        return _error(503, "not yet durable; Ray will resend and duplicates are ignored", **RETRY)
+        app_state(request).metrics.rejected.labels("deadline").inc()
+        return _error(503, f"not yet durable; {sender} will resend and duplicates are ignored", **RETRY)
     except OSError as exc:
-        return _error(503, f"could not journal the batch ({exc}); Ray will resend", **RETRY)
-    state.metrics.latency.observe(time.perf_counter() - started)
-    return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
+        return _error(503, f"could not journal the batch ({exc}); {sender} will resend", **RETRY)
+    return None
+
+
+async def agent_logs(request: Request) -> Response:
+    """POST /ingest/agent/logs: a node agent's batch of log lines (JSON, gzip-compressed or not), acknowledged once
+    durable; a resent batch's lines are stored once."""
+    started = time.perf_counter()
+    state = app_state(request)
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    try:
+        async with held_body(request, state.max_body) as body:
+            if request.headers.get("content-encoding", "identity") == "gzip":
+                body = _gunzip(body, state.max_body)
+            batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
+            try:
+                future = state.writer.submit(body, events=batch.line_count, kind=AGENT_LOGS)
+            except QueueFull as exc:
+                state.metrics.rejected.labels("busy").inc()
+                return _error(503, f"busy: {exc}; the agent will resend", **RETRY)
+            if (failed := await _until_durable(request, future, started, "the agent")) is not None:
+                return failed
+            return JSONResponse({"ok": True, "lines": batch.line_count})
+    except BodyTooLarge:
+        state.metrics.rejected.labels("too_large").inc()
+        return _error(413, f"body over {state.max_body} bytes (raise --max-body)")
+    except agent_logs_batch.BadBatch as exc:
+        state.metrics.rejected.labels("bad_logs").inc()
+        return _error(400, f"bad batch of logs: {exc}")
+    except Unavailable as exc:
+        state.metrics.rejected.labels("bodies").inc()
+        return _error(503, f"{exc}; the agent will resend", **RETRY)
+    except ClientDisconnect:
+        return Response(status_code=499)
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    """A gzip body decompressed, refused (BodyTooLarge) past ``limit`` bytes, BadBatch if it is not gzip."""
+    inflate = zlib.decompressobj(wbits=31)
+    try:
+        data = inflate.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise agent_logs_batch.BadBatch(f"body is not gzip: {exc}") from None
+    if len(data) > limit or inflate.unconsumed_tail:
+        raise BodyTooLarge(f"body over {limit} bytes decompressed")
+    return data
 
 
 def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:
@@ -222,6 +277,7 @@ async def ray_metrics(request: Request) -> Response:
 routes = [
     Route("/ingest/ray-events", ray_events, methods=["POST"]),
     Route("/ingest/ray-events/{key}", ray_events, methods=["POST"]),
+    Route("/ingest/agent/logs", agent_logs, methods=["POST"]),
     Route("/ingest/agent/run-exit", run_exit, methods=["POST"]),
     Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
 ]

@@ -7,8 +7,8 @@ large groups and records, in the same transaction, the last sequence number fold
 what was not folded yet.
 
 Files ``journal/<first seq>.log``; each record is a header (a sync marker, the payload's length, the sequence
-number, the payload's CRC-32 and the header's own) and a payload (``[label, run_id, events]`` as JSON, a newline,
-the body). What can go wrong, and what happens:
+number, the payload's CRC-32 and the header's own) and a payload (``[label, run_id, events]`` as JSON, the body's kind
+appended when it is not Ray's events, a newline, the body). What can go wrong, and what happens:
 
 - An append fails (disk full, I/O error): nothing is acknowledged, and the segment is cut back to its last whole
   record before anything else is appended. Should even that fail, the segment is closed and the next append opens
@@ -39,6 +39,7 @@ import orjson
 
 log = logging.getLogger("raysight.journal")
 
+RAY_EVENTS, AGENT_LOGS = "ray", "logs"  # the kinds of body journalled: a Ray aggregator's, a node agent's
 MARKER = b"\xff\xfeRJ"
 HEADER = struct.Struct("<4sIQII")  # marker, payload length, seq, payload CRC-32, CRC-32 of the fields before it
 LEGACY_HEADER = struct.Struct("<IIQ")  # segments of raysight before sync markers: payload length, CRC-32, seq
@@ -52,7 +53,8 @@ class Record:
     label: str | None
     run_id: str | None
     body: bytes
-    events: int = 0  # elements of the body's JSON array
+    events: int = 0  # elements of the body's JSON array (Ray's events), or lines (an agent's logs)
+    kind: str = RAY_EVENTS  # what the body is: RAY_EVENTS or AGENT_LOGS
     at: float = field(default_factory=time.monotonic, compare=False)  # when it was journalled (or replayed)
 
 
@@ -65,11 +67,12 @@ class Damage:
     torn: bool
 
 
-Batch = tuple[str | None, str | None, bytes, int]  # label, run ID, body, events
+Batch = tuple[str | None, str | None, bytes, int, str]  # label, run ID, body, events, kind
 
 
 def encode(record: Record) -> bytes:
-    payload = orjson.dumps([record.label, record.run_id, record.events]) + b"\n" + record.body
+    meta = [record.label, record.run_id, record.events] + ([record.kind] if record.kind != RAY_EVENTS else [])
+    payload = orjson.dumps(meta) + b"\n" + record.body
     fields = (MARKER, len(payload), record.seq, zlib.crc32(payload))
     return HEADER.pack(*fields, zlib.crc32(HEADER.pack(*fields, 0)[:-4])) + payload
 
@@ -107,8 +110,8 @@ def _record(data: bytes, start: int, length: int, seq: int, crc: int) -> tuple[R
     if end > len(data) or zlib.crc32(payload) != crc:
         return None
     meta, _, body = payload.partition(b"\n")
-    label, run_id, *events = orjson.loads(meta)  # a legacy record does not say its events
-    return Record(seq, label, run_id, body, events[0] if events else 0), end
+    label, run_id, *rest = orjson.loads(meta)  # a legacy record does not say its events, a Ray batch not its kind
+    return Record(seq, label, run_id, body, *rest), end
 
 
 def scan(data: bytes) -> Iterator[Record | Damage]:
@@ -196,7 +199,7 @@ class Journal:
         return {"corrupt": len(found["corrupt"]), "corrupt_bytes": sum(found["corrupt"]), "torn": len(found["torn"])}
 
     def append(self, batches: Sequence[Batch]) -> list[Record]:
-        """Write ``(label, run_id, body, events)`` batches as records and fsync once; returns them, numbered.
+        """Write ``(label, run_id, body, events, kind)`` batches as records and fsync once; returns them, numbered.
 
         Written at the segment's known end, not the file's: what a failed append left past it is never built on."""
         if self._fd is None or self._size > SEGMENT_BYTES:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -480,6 +480,26 @@ RAW_DDL = [
         session VARCHAR, source VARCHAR, metric VARCHAR, event_type VARCHAR, kind VARCHAR, value DOUBLE,
         updated_at TIMESTAMPTZ, PRIMARY KEY (session, source, metric, event_type))""",
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
+    *[
+        # Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
+        # (``continued``), of a file (``file_key``: its device, inode and generation on ``host``) at ``byte_offset``.
+        # ``seq`` orders the lines as they were stored (what `raysight logs --follow` reads on from). ``raw`` keeps
+        # the bytes of a line that is not UTF-8 (``text`` shows them with replacement characters).
+        """CREATE TABLE IF NOT EXISTS log_lines (
+            seq BIGINT, session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, stream VARCHAR,
+            worker_id VARCHAR, pid INTEGER, job_id VARCHAR, task_name VARCHAR, actor_name VARCHAR, byte_offset BIGINT,
+            ts_ns BIGINT, level VARCHAR, request_id VARCHAR, trace_id VARCHAR, span_id VARCHAR, continued BOOLEAN,
+            marker BOOLEAN, text VARCHAR, raw BLOB)""",
+        # Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
+        """CREATE TABLE IF NOT EXISTS log_files (
+            session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR,
+            worker_id VARCHAR, job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
+            PRIMARY KEY (session, host, file_key))""",
+        # Bytes an agent could not read (a file deleted before its end was read): shown by `raysight doctor`.
+        """CREATE TABLE IF NOT EXISTS log_gaps (
+            session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, start_offset BIGINT, end_offset BIGINT,
+            why VARCHAR, received_at TIMESTAMPTZ, PRIMARY KEY (session, host, file_key, start_offset))""",
+    ],
 ]
 
 
@@ -494,6 +514,7 @@ MIGRATIONS = {
     ],
     4: _copy_raw_events(RAW_EVENTS_V4_DDL, "raw_events_v4", f"md5_number(session || ' ' || event_id), {RAW_COLUMNS}"),
     6: _copy_raw_events(RAW_EVENTS_DDL.format(name="raw_events_v6"), "raw_events_v6", RAW_COLUMNS),
+    7: [],  # the log tables, which all_ddl() makes
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from raysight import os_thread
 from raysight.config import DEFAULT_MEMORY_LIMIT
-from raysight.ingest import events_sql
+from raysight.ingest import agent_logs, events_sql
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
@@ -46,7 +46,11 @@ ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
-COUNTERS = ("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches")
+COUNTERS = (
+    *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
+    *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps"),
+)
+MAX_LOG_LINES = 200_000  # in one agent batch
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,48 @@ class Store:
             )
             self.count(quarantined=1)
             self._mark_folded(journal_seq)
+
+    def apply_logs(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
+        """Store node agents' batches of log lines (``ingest/agent_logs.py``) in one transaction: each line once,
+        however often its batch was sent (a file's lines before what is stored of it are skipped); the lines stored."""
+        batches = [agent_logs.parse(body, MAX_LOG_LINES) for body in bodies]
+        lines = pa.concat_tables([b.lines for b in batches])
+        lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
+        fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
+        with self._one_thread(self.con), self._transaction():
+            (first,) = self._one("SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'log_lines_seq'")
+            with self._registered("staged_lines", lines):
+                (stored,) = self._one(
+                    f"""INSERT INTO log_lines BY NAME
+                        SELECT {first} + row_number() OVER (ORDER BY ord) AS seq, * EXCLUDE (ord, read_ns, raw),
+                               read_ns AS ts_ns, from_base64(raw) AS raw, {fields}
+                        FROM (SELECT l.* FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
+                              WHERE l.byte_offset >= coalesce(f.end_offset, 0)
+                              QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset
+                                                         ORDER BY ord) = 1)"""
+                )
+            with self._registered("staged_files", pa.concat_tables([b.files for b in batches])):
+                self._run(
+                    """INSERT INTO log_files
+                       SELECT session, host, file_key, arg_min(name, end_offset), arg_max(path, end_offset),
+                              arg_min(stream, end_offset), arg_min(worker_id, end_offset), arg_min(job_id, end_offset),
+                              arg_min(pid, end_offset), max(end_offset), min(read_ns), max(read_ns)
+                       FROM staged_files GROUP BY ALL
+                       ON CONFLICT DO UPDATE SET end_offset = greatest(end_offset, excluded.end_offset),
+                           path = excluded.path, last_ns = greatest(last_ns, excluded.last_ns)"""
+                )
+            with self._registered("staged_gaps", pa.concat_tables([b.gaps for b in batches])):
+                (gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
+            self._run("INSERT OR REPLACE INTO meta VALUES ('log_lines_seq', ?)", [str(first + stored)])
+            self.count(
+                log_lines=stored,
+                log_lines_deduplicated=lines.num_rows - stored,
+                log_batches=len(batches),
+                log_gaps=gaps,
+            )
+            if journal_seq is not None:
+                self._mark_folded(journal_seq)
+        return int(stored)
 
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""

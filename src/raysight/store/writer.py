@@ -35,7 +35,8 @@ from typing import Any
 import duckdb
 
 from raysight import os_thread
-from raysight.store.journal import Batch, Journal, Record
+from raysight.ingest.agent_logs import BadBatch
+from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
 from raysight.store.store import ApplyResult, Parsed, Post, Store
 
 log = logging.getLogger("raysight.writer")
@@ -62,6 +63,7 @@ MAX_RETRY_S = 10.0
 # What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
 # malformed input): retrying cannot help, so the batch is quarantined at once.
 CONTENT_ERRORS: tuple[type[Exception], ...] = (
+    BadBatch,  # an agent's batch of log lines that is not well formed (checked before it was journalled)
     duckdb.DataError,  # ConversionException, OutOfRangeException, TypeMismatchException
     duckdb.IntegrityError,  # ConstraintException
     duckdb.InvalidInputException,
@@ -158,13 +160,18 @@ class Writer:
         }
 
     def submit(
-        self, body: bytes, label: str | None = None, run_id: str | None = None, events: int = 0
+        self,
+        body: bytes,
+        label: str | None = None,
+        run_id: str | None = None,
+        events: int = 0,
+        kind: str = RAY_EVENTS,
     ) -> Future[Record]:
-        """Journal a POST body (a JSON array of ``events`` elements); the future resolves once it is on disk (and
-        it is folded soon after)."""
+        """Journal a POST body (Ray's: a JSON array of ``events`` elements; an agent's logs: ``events`` lines); the
+        future resolves once it is on disk (and it is folded soon after)."""
         self._backlog(len(body), 1, limit=MAX_BACKLOG_BYTES)
         future: Future[Record] = Future()
-        self._to_journal.put(((label, run_id, body, events), future))
+        self._to_journal.put(((label, run_id, body, events, kind), future))
         return future
 
     def call(self, fn: Callable[[Store], Any]) -> Future[Any]:
@@ -240,9 +247,9 @@ class Writer:
             self._to_apply.put(_STOP)  # however gathering ends, the fold thread stops after what it was given
 
     def _gather(self) -> None:
-        draining = False
+        draining, held = False, None  # held: a record of another kind than the group before it, which it ended
         while True:
-            item = self._to_fold.get()
+            item, held = held or self._to_fold.get(), None
             if item is _STOP or self._stopping.is_set():
                 return
             if not isinstance(item, Record):
@@ -269,12 +276,16 @@ class Writer:
                 if not isinstance(nxt, Record):
                     after = nxt
                     break
+                if nxt.kind != item.kind:  # a group folds one kind of body
+                    held = nxt
+                    break
                 group.append(nxt)
                 size, events = size + len(nxt.body), events + nxt.events
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
                 return
-            ahead = self._unfinished > 0 and self.store.threads > 1  # the fold thread is busy: parse meanwhile
+            # the fold thread is busy: parse Ray's events meanwhile
+            ahead = self._unfinished > 0 and self.store.threads > 1 and item.kind == RAY_EVENTS
             self._hand(_Group(group, self._parse(group) if ahead else None))
             if after is _STOP:
                 return
@@ -351,7 +362,11 @@ class Writer:
             started = time.perf_counter()
             tries += 1
             try:
-                result = self.store.apply(posts, journal_seq=group[-1].seq, parsed=parsed)
+                result: ApplyResult | None = None
+                if group[0].kind == AGENT_LOGS:
+                    self.store.apply_logs([record.body for record in group], journal_seq=group[-1].seq)
+                else:
+                    result = self.store.apply(posts, journal_seq=group[-1].seq, parsed=parsed)
             except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)
                 parsed = None  # dropped by the failed apply: what follows parses again
                 if len(group) > 1:

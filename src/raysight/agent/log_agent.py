@@ -1,0 +1,147 @@
+"""The node agent's log shipping: what the tailer reads, sent to the server, and the checkpoint moved on only once the
+server has made it durable. The files themselves are the buffer while the server is away: nothing is held in memory
+but the batch in flight (one at a time)."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import gzip
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import orjson
+
+from raysight.agent.tailer import Chunk, Gap, Tailer
+
+log = logging.getLogger("raysight.agent")
+
+BATCH_BYTES = 4 * 1024 * 1024  # read per batch, at most (about)
+POLL_S = 0.2  # between looks at the files when there was nothing new
+MAX_BACKOFF_S = 5.0
+ROUTE = "/ingest/agent/logs"
+
+
+def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
+    """The JSON the server's ``/ingest/agent/logs`` takes (``ingest/agent_logs.py``)."""
+    now = time.time_ns()
+    files = []
+    for chunk in chunks:
+        info = chunk.file.info
+        texts: list[str] = []
+        raw: list[str | None] = []
+        for piece, _, _ in chunk.pieces:
+            try:
+                texts.append(piece.data.decode())
+                raw.append(None)
+            except UnicodeDecodeError:
+                texts.append(piece.data.decode("utf-8", "replace"))
+                raw.append(base64.b64encode(piece.data).decode())
+        files.append(
+            {
+                "session": chunk.file.session,
+                "key": chunk.file.key,
+                "name": info.name,
+                "path": chunk.path,
+                "stream": info.stream,
+                "worker_id": info.worker_id,
+                "job_id": info.job_id,
+                "pid": info.pid,
+                "end": chunk.after.offset,
+                "read_ns": now,
+                "offsets": [piece.offset for piece, _, _ in chunk.pieces],
+                "texts": texts,
+                "raw": raw if any(raw) else None,
+                "continued": [piece.continued for piece, _, _ in chunk.pieces],
+                "markers": [is_marker for _, _, is_marker in chunk.pieces],
+                "jobs": [context.get("job_id", info.job_id) for _, context, _ in chunk.pieces],
+                "tasks": [context.get("task_name") for _, context, _ in chunk.pieces],
+                "actors": [context.get("actor_name") for _, context, _ in chunk.pieces],
+            }
+        )
+    gap_rows = [
+        {"session": g.file.session, "key": g.file.key, "name": g.file.info.name, "start": g.start, "end": g.end}
+        | {"why": g.why}
+        for g in gaps
+    ]
+    return orjson.dumps({"host": host, "files": files, "gaps": gap_rows})
+
+
+class LogAgent:
+    """Ships the logs of the Ray sessions under ``ray_dir`` to ``server``; its checkpoint lives in ``state_dir``."""
+
+    def __init__(self, server: str, ray_dir: Path, state_dir: Path, key: str | None = None) -> None:
+        self.server, self.key, self.host = server.rstrip("/"), key, socket.gethostname()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock: IO[Any] = (state_dir / "agent.lock").open("w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(f"another raysight agent uses {state_dir}; give this one its own --state-dir") from None
+        self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json")
+        self._http = httpx.Client(timeout=30)
+        self.sent_lines = 0
+
+    def cycle(self, final: bool = False) -> int:
+        """Look at the files, send what is new (one batch), and move the checkpoint on; the lines sent (0 when there
+        was nothing new). Raises httpx.HTTPError when the server did not take the batch (it is read again next
+        time)."""
+        self.tailer.scan()
+        chunks, gaps = self.tailer.read(BATCH_BYTES, final=final), list(self.tailer.gaps)
+        if not chunks and not gaps:
+            return 0
+        body = gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1)
+        params = {"key": self.key} if self.key else {}
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        response = self._http.post(f"{self.server}{ROUTE}", content=body, params=params, headers=headers)
+        if response.status_code >= 400 and response.status_code != 400:
+            response.raise_for_status()
+        if response.status_code == 400:  # the server refused its content: a bug on one side; say so, move on
+            log.error("the server refused a batch of logs: %s", response.text[:500])
+        self.tailer.commit(chunks, gaps)
+        lines = sum(len(c.pieces) for c in chunks)
+        self.sent_lines += lines
+        return lines
+
+    def run(self, stop: threading.Event) -> None:
+        """Ship until ``stop`` is set, then what is left (partial last lines too), and return."""
+        backoff = POLL_S
+        while not stop.is_set():
+            try:
+                if self.cycle():
+                    backoff = POLL_S
+                    continue
+                backoff = POLL_S
+            except httpx.HTTPError as exc:
+                log.warning("could not send logs to %s (%s); the files keep them, retrying", self.server, exc)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            stop.wait(backoff)
+        self.drain()
+
+    def drain(self, timeout_s: float = 30.0) -> None:
+        """Send everything the files hold now, partial last lines too, within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if not self.cycle(final=True):
+                    return
+            except httpx.HTTPError as exc:
+                log.warning("could not send logs to %s (%s)", self.server, exc)
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def close(self) -> None:
+        self.tailer.close()
+        self._http.close()
+        self._lock.close()
+
+
+def default_state_dir() -> Path:
+    """Where an agent keeps its checkpoint unless told: per user, beside other caches."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "raysight" / "agent"

@@ -1,0 +1,140 @@
+"""`raysight logs`: the lines Ray's workers and components wrote, as `ray logs` and the driver's redirected output
+show them (``(task_name pid=N) text``), for live and ended sessions alike."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import orjson
+
+from raysight.cli.common import make_client, server_option, session_option
+
+PAGE = 10_000  # lines per request while printing everything that matches
+FOLLOW_POLL_S = 0.25
+_AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")
+_UNIT_NS = {"s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
+
+
+def parse_time(text: str, now_ns: int) -> int:
+    """Epoch ns of ``text``: a time ago (``30s``, ``10m``, ``2h``, ``1d``) or an ISO 8601 time (UTC unless it says)."""
+    if m := _AGO.fullmatch(text.strip()):
+        return now_ns - int(float(m[1]) * _UNIT_NS[m[2]])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a time ago (30s, 10m, 2h, 1d) nor an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1e9)
+
+
+def prefix(row: dict[str, Any]) -> str:
+    """Ray's prefix for a line: ``(task_name pid=N)``, ``(ClassName pid=N)`` for an actor's, ``[file]`` for a
+    component's own log."""
+    if row["stream"] == "system" or row["pid"] is None:
+        return f"[{row['name']}]"
+    actor = row.get("actor_name")
+    who = actor.split("(", 1)[0] if actor else row.get("task_name") or "worker"
+    return f"({who} pid={row['pid']})"
+
+
+def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
+    if fmt == "json":
+        click.echo(orjson.dumps(row).decode())
+        return
+    head = prefix(row)
+    if color:
+        head = click.style(head, fg="red" if row["stream"] == "stderr" else "cyan")
+    continued = "… " if row["continued"] else ""
+    click.echo(f"{head} {continued}{row['text']}", color=color)
+
+
+@click.command("logs")
+@click.option("--task", metavar="ID", help="A task's lines (each attempt's, exact where Ray gave its byte ranges).")
+@click.option("--attempt", type=int, metavar="N", help="With --task: only this attempt.")
+@click.option("--actor", metavar="ID", help="An actor's lines, between its calls too.")
+@click.option("--job", metavar="ID", help="A job's lines.")
+@click.option("--node", metavar="ID", help="The lines of a node's workers.")
+@click.option("--worker", metavar="ID", help="A worker's lines.")
+@click.option("--pid", type=int, help="A process's lines.")
+@click.option("--file", "file_name", metavar="NAME", help="Files whose name holds NAME (raylet.out, worker-…).")
+@click.option("--stream", type=click.Choice(["stdout", "stderr", "system"]), help="One stream.")
+@click.option("--level", metavar="LEVEL", help="Lines of this level (INFO, WARNING, ERROR, …) where they say it.")
+@click.option("--grep", metavar="TEXT", help="Lines that contain TEXT.")
+@click.option("--regex", metavar="RE", help="Lines that match the regular expression RE.")
+@click.option("--since", metavar="WHEN", help="From WHEN: a time ago (10m, 2h) or an ISO 8601 time.")
+@click.option("--until", metavar="WHEN", help="Before WHEN (as --since).")
+@click.option("--tail", type=int, metavar="N", help="Only the last N lines.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing lines as they come (Ctrl-C stops), as tail -f.")
+@click.option("--markers", is_flag=True, help="Also Ray's in-band lines (:task_name:, :actor_name:, :job_id:).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="json: one object a line.")
+@session_option
+@server_option
+def logs_cmd(
+    task: str | None,
+    attempt: int | None,
+    actor: str | None,
+    job: str | None,
+    node: str | None,
+    worker: str | None,
+    pid: int | None,
+    file_name: str | None,
+    stream: str | None,
+    level: str | None,
+    grep: str | None,
+    regex: str | None,
+    since: str | None,
+    until: str | None,
+    tail: int | None,
+    follow: bool,
+    markers: bool,
+    fmt: str,
+    session: str | None,
+    server: str | None,
+) -> None:
+    """Print the log lines of Ray's workers, drivers and components, live or long after the cluster ended."""
+    if tail is not None and tail < 0:
+        raise click.BadParameter("--tail must not be negative")
+    now = time.time_ns()
+    query: dict[str, Any] = {
+        "session": session,
+        "task": task,
+        "attempt": attempt,
+        "actor": actor,
+        "job": job,
+        "node": node,
+        "worker": worker,
+        "pid": pid,
+        "file": file_name,
+        "stream": stream,
+        "level": level,
+        "grep": grep,
+        "regex": regex,
+        "since": None if since is None else parse_time(since, now),
+        "until": None if until is None else parse_time(until, now),
+        "markers": markers or None,
+    }
+    color = fmt == "text" and sys.stdout.isatty()
+    with make_client(server) as client:
+        if tail is not None or follow:
+            data = client.logs(**query, limit=10 if tail is None else tail, newest=True, count=False)
+        else:
+            data = client.logs(**query, limit=PAGE, count=False)
+        query["session"] = data["session"]  # the one resolved: a later session must not take over while following
+        for row in data["rows"]:
+            _echo(row, fmt, color)
+        last = data["last_seq"]
+        more = tail is None and not follow and len(data["rows"]) == PAGE
+        while more or follow:
+            data = client.logs(**query, after=last, limit=PAGE, count=False)
+            for row in data["rows"]:
+                _echo(row, fmt, color)
+            last = data["last_seq"]
+            more = len(data["rows"]) == PAGE
+            if follow and not more:
+                time.sleep(FOLLOW_POLL_S)

@@ -1,0 +1,233 @@
+"""A node agent's batch of log lines (``POST /ingest/agent/logs``): checked, and turned into rows. Pure.
+
+The agent (``agent/log_agent.py``) sends JSON, columns per file::
+
+    {"host": "node-1",
+     "files": [{"session": "session_…", "key": "2049-1234-0", "name": "worker-….out", "path": "old/worker-….out.1",
+                "stream": "stdout", "worker_id": "…", "job_id": "01000000", "pid": 6767,
+                "end": 4096, "read_ns": 1795288476000000000,
+                "offsets": [0, 17], "texts": [":job_id:01000000", "hello"], "raw": [null, null],
+                "continued": [false, false], "markers": [true, false],
+                "jobs": ["01000000", "01000000"], "tasks": [null, "f"], "actors": [null, null]}],
+     "gaps": [{"session": "session_…", "key": "…", "name": "…", "start": 0, "end": 100, "why": "…"}]}
+
+A file's ``key`` names its bytes (device, inode, generation: a truncated file starts a new one); ``offsets`` are
+where each record starts in them, increasing, and ``end`` is where the next batch starts, so the store keeps each
+record once however often a batch is resent. ``raw`` holds a record's bytes (base64) where they are not UTF-8 and
+``texts`` shows them with replacement characters. ``continued`` flags the pieces of a line over 64 KiB after its
+first; ``markers`` Ray's in-band lines (``:job_id:``, ``:task_name:``, ``:actor_name:``), which give the job, task
+and actor in force (``jobs``, ``tasks``, ``actors``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+STREAMS = ("stdout", "stderr", "system")
+MAX_NAME = 1024
+_COLUMNS = {  # column: (element type, nullable)
+    "offsets": (int, False),
+    "texts": (str, False),
+    "raw": (str, True),
+    "continued": (bool, False),
+    "markers": (bool, False),
+    "jobs": (str, True),
+    "tasks": (str, True),
+    "actors": (str, True),
+}
+LINES_SCHEMA = pa.schema(
+    [
+        ("session", pa.string()),
+        ("host", pa.string()),
+        ("file_key", pa.string()),
+        ("name", pa.string()),
+        ("stream", pa.string()),
+        ("worker_id", pa.string()),
+        ("pid", pa.int32()),
+        ("byte_offset", pa.int64()),
+        ("read_ns", pa.int64()),
+        ("job_id", pa.string()),
+        ("task_name", pa.string()),
+        ("actor_name", pa.string()),
+        ("continued", pa.bool_()),
+        ("marker", pa.bool_()),
+        ("text", pa.string()),
+        ("raw", pa.string()),
+    ]
+)
+FILES_SCHEMA = pa.schema(
+    [
+        ("session", pa.string()),
+        ("host", pa.string()),
+        ("file_key", pa.string()),
+        ("name", pa.string()),
+        ("path", pa.string()),
+        ("stream", pa.string()),
+        ("worker_id", pa.string()),
+        ("job_id", pa.string()),
+        ("pid", pa.int32()),
+        ("end_offset", pa.int64()),
+        ("read_ns", pa.int64()),
+    ]
+)
+GAPS_SCHEMA = pa.schema(
+    [
+        ("session", pa.string()),
+        ("host", pa.string()),
+        ("file_key", pa.string()),
+        ("name", pa.string()),
+        ("start_offset", pa.int64()),
+        ("end_offset", pa.int64()),
+        ("why", pa.string()),
+    ]
+)
+
+
+class BadBatch(ValueError):
+    """A batch that is not what the agent sends (the message says what is wrong)."""
+
+
+@dataclass(frozen=True)
+class LogBatch:
+    lines: pa.Table  # LINES_SCHEMA
+    files: pa.Table  # FILES_SCHEMA: one row per file of the batch
+    gaps: pa.Table  # GAPS_SCHEMA
+
+    @property
+    def line_count(self) -> int:
+        return self.lines.num_rows
+
+
+def _text(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise BadBatch(f"{what} must be a string of 1 to {limit} characters")
+    return value
+
+
+def _int(value: Any, what: str, optional: bool = False, low: int = 0, high: int = 2**63 - 1) -> int | None:
+    if value is None and optional:
+        return None
+    if type(value) is not int or not low <= value <= high:
+        raise BadBatch(f"{what} must be an integer from {low} to {high}")
+    return value
+
+
+def _column(file: dict[str, Any], name: str, count: int, where: str) -> list[Any]:
+    kind, nullable = _COLUMNS[name]
+    values = file.get(name)
+    if values is None and nullable:
+        return [None] * count
+    if not isinstance(values, list) or len(values) != count:
+        raise BadBatch(f"{where}: {name} must be a list as long as offsets")
+    for value in values:
+        if not (type(value) is kind or (value is None and nullable)):
+            raise BadBatch(f"{where}: {name} holds {type(value).__name__}, not {kind.__name__}")
+    return values
+
+
+def parse(body: bytes, max_lines: int) -> LogBatch:
+    """The rows of an agent's batch; BadBatch says what is wrong with one that is not well formed."""
+    try:
+        batch = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadBatch(f"body is not JSON: {exc}") from None
+    if not isinstance(batch, dict) or not isinstance(batch.get("files"), list):
+        raise BadBatch('body must be a JSON object {"host", "files": [...], "gaps": [...]}')
+    host = _text(batch.get("host"), "host")
+    lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
+    files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
+    for i, file in enumerate(batch["files"]):
+        where = f"files[{i}]"
+        if not isinstance(file, dict):
+            raise BadBatch(f"{where} must be an object")
+        offsets = file.get("offsets")
+        if not isinstance(offsets, list):
+            raise BadBatch(f"{where}: offsets must be a list")
+        count = len(offsets)
+        if len(lines["text"]) + count > max_lines:
+            raise BadBatch(f"over {max_lines} lines in one batch")
+        columns = {name: _column(file, name, count, where) for name in _COLUMNS}
+        end = _int(file.get("end"), f"{where}: end")
+        assert end is not None
+        if any(b <= a for a, b in zip(offsets, offsets[1:])) or (offsets and (offsets[0] < 0 or offsets[-1] >= end)):
+            raise BadBatch(f"{where}: offsets must increase, from 0 and below end")
+        stream = file.get("stream")
+        if stream not in STREAMS:
+            raise BadBatch(f"{where}: stream must be one of {', '.join(STREAMS)}")
+        meta = {
+            "session": _text(file.get("session"), f"{where}: session"),
+            "host": host,
+            "file_key": _text(file.get("key"), f"{where}: key"),
+            "name": _text(file.get("name"), f"{where}: name"),
+            "stream": stream,
+            "worker_id": _text(file.get("worker_id"), f"{where}: worker_id", optional=True),
+            "pid": _int(file.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
+            "read_ns": _int(file.get("read_ns"), f"{where}: read_ns"),
+        }
+        for name, value in meta.items():
+            lines[name].extend([value] * count)
+            files[name].append(value)
+        files["path"].append(_text(file.get("path"), f"{where}: path"))
+        files["job_id"].append(_text(file.get("job_id"), f"{where}: job_id", optional=True))
+        files["end_offset"].append(end)
+        for name, column in (
+            ("byte_offset", "offsets"),
+            ("text", "texts"),
+            ("raw", "raw"),
+            ("continued", "continued"),
+            ("marker", "markers"),
+            ("job_id", "jobs"),
+            ("task_name", "tasks"),
+            ("actor_name", "actors"),
+        ):
+            lines[name].extend(columns[column])
+    return LogBatch(
+        pa.table(lines, schema=LINES_SCHEMA), pa.table(files, schema=FILES_SCHEMA), _gaps(batch.get("gaps"), host)
+    )
+
+
+def _gaps(gaps: Any, host: str | None) -> pa.Table:
+    rows: dict[str, list[Any]] = {name: [] for name in GAPS_SCHEMA.names}
+    if gaps is None:
+        gaps = []
+    if not isinstance(gaps, list):
+        raise BadBatch("gaps must be a list")
+    for i, gap in enumerate(gaps):
+        where = f"gaps[{i}]"
+        if not isinstance(gap, dict):
+            raise BadBatch(f"{where} must be an object")
+        rows["session"].append(_text(gap.get("session"), f"{where}: session"))
+        rows["host"].append(host)
+        rows["file_key"].append(_text(gap.get("key"), f"{where}: key"))
+        rows["name"].append(_text(gap.get("name"), f"{where}: name"))
+        rows["start_offset"].append(_int(gap.get("start"), f"{where}: start"))
+        rows["end_offset"].append(_int(gap.get("end"), f"{where}: end", optional=True))
+        rows["why"].append(_text(gap.get("why"), f"{where}: why"))
+    return pa.table(rows, schema=GAPS_SCHEMA)
+
+
+# What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
+# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's) and, for a JSON line (Ray's and Serve's
+# JSON logging), its level, request, trace and span IDs.
+_JSON = "left(text, 1) = '{' AND json_valid(text)"
+LINE_FIELDS = {
+    "level": f"""CASE
+        WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
+                                                json_extract_string(text, '$.level')), ''))
+        ELSE coalesce(
+            CASE regexp_extract(text, '^\\[\\d{{4}}-\\d\\d-\\d\\d [0-9:,.]+ ([DIWEF]) \\d+ \\d+\\]', 1)
+                WHEN 'D' THEN 'DEBUG' WHEN 'I' THEN 'INFO' WHEN 'W' THEN 'WARNING' WHEN 'E' THEN 'ERROR'
+                WHEN 'F' THEN 'FATAL' END,
+            nullif(regexp_extract(text, '^(?:\\S+ \\S+\\t)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b', 1), ''))
+        END""",
+    **{
+        name: f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
+        for name in ("request_id", "trace_id", "span_id")
+    },
+}
