@@ -3,6 +3,7 @@ nested tasks, a failing task, a retried task, a killed actor and a restarted act
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,16 @@ from starlette.testclient import TestClient
 from raysight.server.app import create_app
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agent_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Node agents started by the tests (`raysight run`'s, `raysight demo`'s) keep their checkpoints here, not in the
+    user's ~/.local/state."""
+    state = tmp_path_factory.mktemp("agent-state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(state))
+        yield state
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -179,13 +180,64 @@ def test_rays_own_cli_and_sdk_answer_from_raysight(recorded: ServerProcess) -> N
 
 def test_same_answers_after_restart_and_reindex(recorded: ServerProcess) -> None:
     with recorded.client() as client:
-        before = everything(client, "demo")
+        before, lines = everything(client, "demo"), client.logs(session="demo", limit=100_000, markers=True)
+    assert lines["total"] > 0
     recorded.stop()
     recorded.start()
     with recorded.client() as client:
         assert everything(client, "demo") == before
+        assert client.logs(session="demo", limit=100_000, markers=True) == lines
         assert client.reindex() > 0
         assert everything(client, "demo") == before
+        assert client.logs(session="demo", limit=100_000, markers=True) == lines
+
+
+def _logs(server: ServerProcess, *args: str) -> list[str]:
+    """`raysight logs … --session second` as a user runs it: its lines."""
+    done = subprocess.run(
+        [sys.executable, "-m", "raysight", "logs", "--server", server.url, "--session", "second", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs(recorded: ServerProcess) -> None:
+    with recorded.client() as client:
+        tasks = client.list("tasks", session="second", limit=None, detail=True)["rows"]
+        counter = client.list("actors", session="second", filters=["class_name=Counter"])["rows"][0]
+    by_name = defaultdict(list)
+    for task in tasks:
+        by_name[task["name"]].append(task)
+    printed = []
+    for child in by_name["child"]:  # nested: submitted by `parent`
+        lines = _logs(recorded, "--task", child["task_id"])
+        assert len(lines) == 1 and re.fullmatch(r"\(child pid=\d+\) child [012]", lines[0]), lines
+        printed.append(lines[0].rsplit(" ", 1)[1])
+    assert sorted(printed) == ["0", "1", "2"]
+    crash = by_name["crash_once"][0]["task_id"]  # each attempt its own lines; the first one's worker died
+    assert [line.split(") ", 1)[1] for line in _logs(recorded, "--task", crash, "--attempt", "0")] == [
+        "crash_once: first attempt, exiting"
+    ]
+    assert [line.split(") ", 1)[1] for line in _logs(recorded, "--task", crash, "--attempt", "1")] == [
+        "crash_once: retry"
+    ]
+    calls = sorted(_logs(recorded, "--task", inc["task_id"])[0] for inc in by_name["Counter.inc"])
+    assert [line.split(") ", 1)[1] for line in calls] == ["count 1", "count 2", "count 3"]
+    assert all(line.startswith("(Counter pid=") for line in calls)
+    actor = [line.split(") ", 1)[1] for line in _logs(recorded, "--actor", counter["actor_id"])]
+    assert actor == ["count 1", "count 2", "count 3"]
+    (found,) = _logs(recorded, "--grep", "child 2", "--format", "json")
+    line = json.loads(found)
+    assert (line["task_name"], line["stream"], line["job_id"]) == ("child", "stdout", by_name["child"][0]["job_id"])
+    (failed,) = [json.loads(x) for x in _logs(recorded, "--task", by_name["fails"][0]["task_id"], "--format", "json")]
+    assert (failed["text"], failed["stream"], failed["attribution"]) == ("fails: about to raise", "stderr", "inferred")
+    assert _logs(recorded, "--stream", "stderr", "--grep", "about to raise", "--tail", "5") == [
+        f"(fails pid={failed['pid']}) fails: about to raise"
+    ]
+    assert _logs(recorded, "--regex", "^count [0-9]$", "--tail", "2") == calls[1:]
 
 
 def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp_path: Path) -> None:

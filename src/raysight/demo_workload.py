@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 
@@ -22,6 +23,7 @@ def parent(n: int) -> int:
 
 @ray.remote(max_retries=0)
 def fails() -> None:
+    print("fails: about to raise", file=sys.stderr)
     raise ValueError("boom: this task fails on purpose")
 
 
@@ -30,7 +32,9 @@ def crash_once(marker: str) -> str:
     """Kills its worker on the first attempt; the retry succeeds."""
     if not os.path.exists(marker):
         open(marker, "w").close()
+        print("crash_once: first attempt, exiting", flush=True)
         os._exit(1)
+    print("crash_once: retry", flush=True)
     return "recovered"
 
 

@@ -76,7 +76,10 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
 class LogAgent:
     """Ships the logs of the Ray sessions under ``ray_dir`` to ``server``; its checkpoint lives in ``state_dir``."""
 
-    def __init__(self, server: str, ray_dir: Path, state_dir: Path, key: str | None = None) -> None:
+    def __init__(
+        self, server: str, ray_dir: Path, state_dir: Path, key: str | None = None, since: float | None = None
+    ) -> None:
+        """``since``: only the sessions active from then on (epoch seconds); else every session under ``ray_dir``."""
         self.server, self.key, self.host = server.rstrip("/"), key, socket.gethostname()
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock: IO[Any] = (state_dir / "agent.lock").open("w")
@@ -85,7 +88,7 @@ class LogAgent:
         except BlockingIOError:
             self._lock.close()
             raise RuntimeError(f"another raysight agent uses {state_dir}; give this one its own --state-dir") from None
-        self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json")
+        self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
         self._http = httpx.Client(timeout=30)
         self.sent_lines = 0
 

@@ -99,8 +99,10 @@ def _head(path: Path | int, length: int = HEAD_BYTES) -> tuple[str, int]:
 class Tailer:
     """The log files under ``ray_dir``'s sessions (``session_*/logs``), followed from ``checkpoint``."""
 
-    def __init__(self, ray_dir: Path, checkpoint: Path) -> None:
-        self.ray_dir, self.checkpoint = ray_dir, checkpoint
+    def __init__(self, ray_dir: Path, checkpoint: Path, since: float | None = None) -> None:
+        """``since``: only sessions whose logs changed from then on (epoch seconds), else every session."""
+        self.ray_dir, self.checkpoint, self.since = ray_dir, checkpoint, since
+        self._sessions: set[str] = set()  # the sessions followed
         self.files: dict[tuple[int, int], Followed] = {}
         self._open: dict[tuple[int, int], _Open] = {}
         self._copies: dict[tuple[int, int], tuple[Path, Followed, float]] = {}  # copy → (path, its original, since)
@@ -116,9 +118,9 @@ class Tailer:
     def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
         """(session, name under logs/, path, stat) of every log file now."""
         for session in sorted(self.ray_dir.glob("session_*")):
-            if session.is_symlink() or not (session / "logs").is_dir():
-                continue
             logs = session / "logs"
+            if session.is_symlink() or not self._followed(session.name, logs):
+                continue
             for root, _, names in os.walk(logs):
                 for name in names:
                     path = Path(root, name)
@@ -129,6 +131,18 @@ class Tailer:
                         st = path.stat()
                         if not path.is_symlink():
                             yield session.name, relative, path, st
+
+    def _followed(self, session: str, logs: Path) -> bool:
+        """Whether the session's files are followed: all are, or those of sessions active since ``since``."""
+        if session in self._sessions:
+            return True
+        try:
+            if self.since is not None and logs.stat().st_mtime < self.since:
+                return False
+        except FileNotFoundError:
+            return False
+        self._sessions.add(session)
+        return True
 
     def scan(self) -> None:
         """Find new, moved, truncated, copied and vanished files."""
@@ -152,8 +166,10 @@ class Tailer:
                     followed.size = st.st_size
         self._settle_copies()
         seen = {ident for ident, *_ in known} | {(st.st_dev, st.st_ino) for *_, st in found}
-        for ident in [i for i in self.files if i not in seen]:
-            self._vanished(ident)
+        for ident, followed in list(self.files.items()):
+            listed = followed.session in self._sessions or not (self.ray_dir / followed.session).exists()
+            if ident not in seen and listed:  # (a session not followed now keeps its files' places)
+                self._vanished(ident)
 
     def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> None:
         ident = (st.st_dev, st.st_ino)

@@ -8,13 +8,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode
 
 import click
 
+from raysight.agent.log_agent import LogAgent, default_state_dir
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
 from raysight.cli.common import server_option
@@ -86,17 +89,40 @@ def run_program(command: list[str], server: str, cluster: str | None, key: str |
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {command[0]}") from None
     scraper = Scraper(server, key, proc.pid, ray_temp_dir(env)).start()
+    shipping = _ship_logs(server, key, ray_temp_dir(env))
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         code = proc.wait()
     scraper.stop()
+    if shipping is not None:
+        shipping()
     try:
         with Client(server) as client:
             client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
     except RaysightError as exc:  # the program's exit code stands whatever raysight says
         click.echo(f"raysight: could not report the driver's exit code to {server}: {exc}", err=True)
     return code
+
+
+def _ship_logs(server: str, key: str | None, ray_dir: Path) -> Callable[[], None] | None:
+    """Start shipping the logs of the sessions the program starts or joins (a node agent on a thread); returns what
+    ships the rest once the program has ended, and stops. None when another agent already ships this node's logs."""
+    try:
+        agent = LogAgent(server, ray_dir, default_state_dir(), key, since=time.time() - 1)
+    except RuntimeError as exc:
+        click.echo(f"raysight: not shipping logs: {exc}", err=True)
+        return None
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), name="raysight-logs", daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        stop.set()  # the agent ships what the files hold, partial last lines too, then returns
+        thread.join()
+        agent.close()
+
+    return finish
 
 
 def ensure_server(server: str | None) -> str:

@@ -2,8 +2,9 @@
 
 A task attempt's lines are exact where Ray gave the byte range it printed (``taskLogInfo``: the tasks' ``stdout_*``
 and ``stderr_*`` columns): the lines of that file within the range. Where it gave none (actor tasks unless
-``RAY_ENABLE_RECORD_ACTOR_TASK_LOGGING=1``, everything under Ray's log rotation) they are the output of the attempt's
-worker while it ran, flagged ``attribution: inferred``. An actor's lines are its workers' output, between calls too.
+``RAY_ENABLE_RECORD_ACTOR_TASK_LOGGING=1``, a task whose worker died, everything under Ray's log rotation) they are
+the output of the attempt's worker while it ran (under its ``:task_name:`` marker, for a plain task), flagged
+``attribution: inferred``. An actor's lines are its workers' output, between calls too.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ _OF_ATTEMPT = f"""
         AND l.byte_offset >= a.stderr_start AND l.byte_offset < a.stderr_end)
     OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND l.stream <> 'system'
         AND l.worker_id = coalesce(a.worker_id, a.exec_worker_id)
+        AND (a.type <> 'NORMAL_TASK' OR l.task_name = a.name)  -- Ray marks each task's output with its name
         AND l.ts_ns >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
         AND coalesce(l.ts_ns - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
@@ -155,6 +157,8 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
             params[name] = value
     if not query.markers:
         where.append("NOT l.marker")
+    if query.actor_id is not None and query.stream is None:  # its output, as `ray logs actor`: not Ray's own log
+        where.append("l.stream <> 'system'")
     attempts = ""
     if query.task_id is not None:
         attempts = "SELECT * FROM tasks WHERE session = $session AND task_id = $task"
