@@ -136,6 +136,7 @@ def test_bad_credentials_are_refused_in_one_line(secured: TestClient, caplog: py
         assert secured.post(f"/ingest/ray-events?key={key}", content=b"[]", headers=JSON).status_code == 401
         assert secured.post(f"/ingest/ray-events/{key}", content=b"[]", headers=JSON).status_code == 401
         assert secured.post(f"/ingest/agent/run-exit?key={key}", content=b"{}", headers=JSON).status_code == 401
+        assert secured.post(f"/ingest/agent/logs?key={key}", content=b"{}", headers=JSON).status_code == 401
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

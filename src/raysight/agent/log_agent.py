@@ -125,7 +125,9 @@ class LogAgent:
             except httpx.HTTPError as exc:
                 log.warning("could not send logs to %s (%s); the files keep them, retrying", self.server, exc)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-            stop.wait(backoff)
+            resume = time.monotonic() + backoff
+            while not stop.wait(POLL_S) and time.monotonic() < resume:
+                self.tailer.scan()  # while the server is away, files Ray rotates away are opened, so kept readable
         self.drain()
 
     def drain(self, timeout_s: float = 30.0) -> None:

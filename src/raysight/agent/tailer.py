@@ -2,8 +2,8 @@
 
 A file is known by its device and inode, so Ray's rotation (a rename to ``NAME.1``) and its move of dead workers'
 files to ``logs/old/`` keep its place; its descriptor stays open, so a file deleted or rotated away is read to its
-end first. A file that shrinks was truncated (an outside logrotate's copy-truncate): its bytes start again as a new
-generation, and the copy that logrotate made first (a new file named after it whose first bytes are the same) is
+end first. A file that shrinks was truncated (an outside logrotate's copy-truncate): its bytes start again under a
+new key, and the copy that logrotate made first (a new file named after it whose first bytes are the same) is
 read from where the original was left, not from its start. What was read becomes the checkpoint only once the server
 has made it durable (:meth:`Tailer.commit`), so a restart, even after SIGKILL, reads on from there: lines the server
 had already taken before a crash are sent again and dropped there by their offsets.
@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -36,7 +37,6 @@ class Followed:
     session: str
     dev: int
     ino: int
-    gen: int  # bumped when the file is truncated: its bytes start again
     name: str  # under the session's logs/, when first seen
     offset: int = 0  # bytes acknowledged
     mid_line: bool = False
@@ -44,10 +44,14 @@ class Followed:
     head: str = ""  # hash of its first head_len bytes
     head_len: int = 0
     size: int = 0  # its size when last seen
+    path: str = ""  # its name under logs/ when last seen (moved or rotated since it was first seen, perhaps)
+    # These bytes, among all a host's files ever: a deleted file's inode is soon another's, and a truncated file's
+    # bytes start again; the server keeps each offset of a key once.
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     @property
     def key(self) -> str:
-        return f"{self.dev}-{self.ino}-{self.gen}"
+        return f"{self.dev}-{self.ino}-{self.uid}"
 
     @property
     def info(self) -> FileInfo:
@@ -153,17 +157,22 @@ class Tailer:
             if ident in self.files:
                 self._open.setdefault(ident, _Open(path)).path = path
                 known.append((ident, name, path, st))
+                if not self.files[ident].path:
+                    self.files[ident].path = name  # (a checkpoint of before paths were kept)
             else:
                 found.append((session, name, path, st))
         for session, name, path, st in found:  # before restarts: a copy is matched against what it copied
             self._new(session, name, path, st)
-        for ident, name, path, st in known:
+        for ident, name, _, st in known:
             followed = self.files[ident]
-            with contextlib.suppress(FileNotFoundError):
-                if st.st_size < followed.offset or _head(path, followed.head_len)[0] != followed.head:
-                    self._restarted(ident, followed, name, path)  # truncated, or the inode reused
-                else:
-                    followed.size = st.st_size
+            followed.path = name
+            fd = self._fd(ident, self._open[ident])  # its head read through the inode: the path may be another's now
+            if fd is None:
+                continue
+            if st.st_size < followed.offset or _head(fd, followed.head_len)[0] != followed.head:
+                self._restarted(ident, followed, name, fd)  # truncated, or the inode reused
+            else:
+                followed.size = st.st_size
         self._settle_copies()
         seen = {ident for ident, *_ in known} | {(st.st_dev, st.st_ino) for *_, st in found}
         for ident, followed in list(self.files.items()):
@@ -184,13 +193,15 @@ class Tailer:
             return
         assert opened.fd is not None  # opened now: what is written is read even if the file is deleted next
         head, head_len = _head(opened.fd)
-        self.files[ident] = Followed(session, *ident, 0, name, head=head, head_len=head_len, size=st.st_size)
+        self.files[ident] = Followed(session, *ident, name, head=head, head_len=head_len, size=st.st_size, path=name)
         self._open[ident] = opened
 
     def _original_of(self, session: str, name: str, path: Path) -> Followed | None:
-        """The followed file that the new file ``name`` is a copy of: named after it, with the same first bytes."""
+        """The followed file that the new file ``name`` is a copy of: named after it (as it is named now, or was when
+        last seen: it may have been rotated since), with the same first bytes."""
         for followed in self.files.values():
-            if followed.session != session or not followed.head_len or not name.startswith(self._name_now(followed)):
+            names = (self._name_now(followed), followed.path or followed.name)
+            if followed.session != session or not followed.head_len or not name.startswith(names):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 if _head(path, followed.head_len) == (followed.head, followed.head_len):
@@ -202,21 +213,21 @@ class Tailer:
         opened = self._open.get((followed.dev, followed.ino))
         return followed.name if opened is None else str(opened.path).rsplit("/logs/", 1)[-1]
 
-    def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, path: Path) -> None:
+    def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, fd: int) -> None:
         """The file's bytes start again (copy-truncate, or a new file on a reused inode): its copy, if it has one,
-        carries on from the offset read, and the file is read from its start as a new generation."""
+        carries on from the offset read, and the file is read from its start under a new key."""
         for copy, (copy_path, original, _) in list(self._copies.items()):
             if original is followed:
                 self._adopt(copy, copy_path, followed)
-        head, head_len = _head(path)
+        head, head_len = _head(fd)
         self.files[ident] = Followed(
             followed.session,
             *ident,
-            followed.gen + 1,
             name,
             context=dict(followed.context),
             head=head,
             head_len=head_len,
+            path=name,
         )
 
     def _adopt(self, ident: tuple[int, int], path: Path, original: Followed) -> None:
@@ -225,7 +236,10 @@ class Tailer:
         with contextlib.suppress(FileNotFoundError):
             size = path.stat().st_size
             offset = min(original.offset, size)
-            self.files[ident] = replace(original, dev=ident[0], ino=ident[1], gen=0, offset=offset, size=size)
+            name = str(path).rsplit("/logs/", 1)[-1]
+            self.files[ident] = replace(
+                original, dev=ident[0], ino=ident[1], offset=offset, size=size, path=name, uid=uuid.uuid4().hex[:16]
+            )
             self._open[ident] = _Open(path)
 
     def _settle_copies(self) -> None:

@@ -11,7 +11,7 @@ The agent (``agent/log_agent.py``) sends JSON, columns per file::
                 "jobs": ["01000000", "01000000"], "tasks": [null, "f"], "actors": [null, null]}],
      "gaps": [{"session": "session_…", "key": "…", "name": "…", "start": 0, "end": 100, "why": "…"}]}
 
-A file's ``key`` names its bytes (device, inode, generation: a truncated file starts a new one); ``offsets`` are
+A file's ``key`` names its bytes (device, inode, an ID of the agent's: a truncated file starts anew); ``offsets`` are
 where each record starts in them, increasing, and ``end`` is where the next batch starts, so the store keeps each
 record once however often a batch is resent. ``raw`` holds a record's bytes (base64) where they are not UTF-8 and
 ``texts`` shows them with replacement characters. ``continued`` flags the pieces of a line over 64 KiB after its

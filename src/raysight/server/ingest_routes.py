@@ -163,9 +163,9 @@ async def agent_logs(request: Request) -> Response:
             if (failed := await _until_durable(request, future, started, "the agent")) is not None:
                 return failed
             return JSONResponse({"ok": True, "lines": batch.line_count})
-    except BodyTooLarge:
+    except BodyTooLarge as exc:
         state.metrics.rejected.labels("too_large").inc()
-        return _error(413, f"body over {state.max_body} bytes (raise --max-body)")
+        return _error(413, f"{exc} (raise --max-body)")
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
         return _error(400, f"bad batch of logs: {exc}")

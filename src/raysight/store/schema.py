@@ -482,7 +482,7 @@ RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
     *[
         # Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
-        # (``continued``), of a file (``file_key``: its device, inode and generation on ``host``) at ``byte_offset``.
+        # (``continued``), of a file (``file_key``: its device, inode, the agent's ID of its bytes) at ``byte_offset``.
         # ``seq`` orders the lines as they were stored (what `raysight logs --follow` reads on from). ``raw`` keeps
         # the bytes of a line that is not UTF-8 (``text`` shows them with replacement characters).
         """CREATE TABLE IF NOT EXISTS log_lines (

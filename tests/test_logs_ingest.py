@@ -1,0 +1,253 @@
+"""The logs write path: an agent's batches through /ingest/agent/logs, each line stored once however often sent, bad
+batches refused with a reason and nothing else lost; and a real agent through Ray-style rotation, copy-truncate, its
+own SIGKILL and a server outage, counted line by line."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from raysight.agent.log_agent import batch_body
+from raysight.agent.tailer import Tailer
+from raysight.client import Client
+from raysight.errors import NotFound
+from tests.ray_scenarios import ServerProcess
+
+WORKER = "worker-" + "cd" * 28 + "-01000000-777.out"
+ROTATE_EVERY_S = 0.6  # a file lives at least this long before Ray's rotation deletes it (the agent scans each 0.2 s)
+GZIP = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+
+def _session(tmp_path: Path) -> Path:
+    logs = tmp_path / "ray" / "session_2026-11-23_01-02-03_000000_9" / "logs"
+    logs.mkdir(parents=True)
+    return logs
+
+
+def _batch(tmp_path: Path, logs: Path) -> bytes:
+    tailer = Tailer(logs.parent.parent, tmp_path / "checkpoint.json")
+    tailer.scan()
+    return batch_body("node-1", tailer.read(1 << 20), [])
+
+
+def _lines(client: TestClient, **params: object) -> list[dict[str, object]]:
+    """The lines stored, once every batch acknowledged is folded."""
+    deadline = time.monotonic() + 10
+    while client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+        assert time.monotonic() < deadline, "the batches were not folded"
+        time.sleep(0.02)
+    return client.get("/api/raysight/logs", params={"limit": 100_000, **params}).json()["rows"]  # type: ignore[no-any-return]
+
+
+def test_a_batch_is_stored_once_however_often_sent_and_gzip_or_not(server: TestClient, tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    (logs / WORKER).write_bytes(b":job_id:01000000\n:task_name:f\nhello\nbad \xff byte\n")
+    body = _batch(tmp_path, logs)
+    for _ in range(2):
+        answer = server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 200 and answer.json() == {"ok": True, "lines": 4}
+    assert server.post("/ingest/agent/logs", content=gzip.compress(body), headers=GZIP).status_code == 200
+    rows = _lines(server)
+    assert [(r["text"], r["task_name"], r["job_id"], r["pid"]) for r in rows] == [
+        ("hello", "f", "01000000", 777),
+        ("bad \ufffd byte", "f", "01000000", 777),
+    ]
+    assert len(_lines(server, markers=True)) == 4
+    counters = server.get("/api/raysight/doctor").json()["counters"]
+    assert (counters["log_lines"], counters["log_lines_deduplicated"], counters["log_batches"]) == (4, 8, 3)
+
+
+def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: TestClient, tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    (logs / WORKER).write_text("kept\n")
+    good = orjson.loads(_batch(tmp_path, logs))
+    file = good["files"][0]
+    bad = {
+        b"not json": "body is not JSON",
+        orjson.dumps([]): "body must be a JSON object",
+        orjson.dumps({**good, "host": 7}): "host must be a string",
+        orjson.dumps({**good, "files": [{**file, "offsets": [5, 5]}]}): "texts must be a list as long as offsets",
+        orjson.dumps({**good, "files": [{**file, "offsets": [9], "end": 5}]}): "offsets must increase",
+        orjson.dumps({**good, "files": [{**file, "stream": "video"}]}): "stream must be one of",
+        orjson.dumps({**good, "files": [{**file, "texts": [7]}]}): "texts holds int",
+        orjson.dumps({**good, "gaps": [{"key": "k"}]}): "session must be a string",
+    }
+    for body, why in bad.items():
+        answer = server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400 and why in answer.json()["error"], (why, answer.json())
+    assert server.post("/ingest/agent/logs", content=b"not gzip", headers=GZIP).status_code == 400
+    bomb = gzip.compress(b"[" + b" " * (2 * 1024 * 1024) + b"]")  # 2 MiB inflated, over the fixture's 1 MiB
+    answer = server.post("/ingest/agent/logs", content=bomb, headers=GZIP)
+    assert answer.status_code == 413 and "decompressed" in answer.json()["error"]
+    assert (
+        server.post(
+            "/ingest/agent/logs", content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "identity"}
+        ).status_code
+        == 200
+    )
+    assert [r["text"] for r in _lines(server)] == ["kept"]
+
+
+def _agent(server: ServerProcess, tmp_path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raysight",
+            "agent",
+            "--server",
+            server.url,
+            "--ray-dir",
+            str(tmp_path / "ray"),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+class Writer:
+    """Writes numbered lines to a worker's file as Ray does, rotating it by rename (RAY_ROTATION_* style: NAME.1 …,
+    the oldest deleted), or as an outside logrotate's copy-truncate."""
+
+    def __init__(self, logs: Path) -> None:
+        self.path, self.next = logs / WORKER, 0
+
+    def write(self, count: int) -> None:
+        with self.path.open("a") as f:
+            for _ in range(count):
+                f.write(f"line {self.next}\n")
+                self.next += 1
+
+    def rotate(self, backups: int = 2) -> None:
+        for i in range(backups, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                if i == backups:
+                    older.unlink()
+                else:
+                    older.rename(self.path.with_name(f"{self.path.name}.{i + 1}"))
+        self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+
+    def copy_truncate(self) -> None:
+        shutil.copyfile(self.path, self.path.with_name(f"{self.path.name}-20261123"))
+        os.truncate(self.path, 0)
+
+
+def _stored(server: ServerProcess) -> list[int]:
+    with server.client() as client:
+        try:
+            rows = client.logs(session="session_2026-11-23_01-02-03_000000_9", limit=1_000_000, count=False)["rows"]
+        except NotFound:  # nothing of the session stored yet
+            return []
+    return [int(r["text"].split()[1]) for r in rows if r["text"].startswith("line ")]
+
+
+def _until_stored(server: ServerProcess, count: int, deadline_s: float = 30) -> list[int]:
+    deadline = time.monotonic() + deadline_s
+    while len(numbers := _stored(server)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return numbers
+
+
+def test_no_line_lost_or_twice_through_rotation_copy_truncate_agent_sigkill_and_server_outage(tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    server = ServerProcess(tmp_path / "data").start()
+    writer = Writer(logs)
+    agent = _agent(server, tmp_path)
+    try:
+        writer.write(10)
+        _until_stored(server, 10)  # the agent is up
+        for _ in range(3):  # Ray's own rotation, while the agent follows (each file lives a few of its scans)
+            writer.write(300)
+            writer.rotate()
+            time.sleep(ROTATE_EVERY_S)
+        writer.write(100)
+        assert len(_until_stored(server, writer.next)) >= writer.next
+        os.kill(agent.pid, signal.SIGKILL)  # mid-stream: its checkpoint may lag what the server has
+        agent.wait()
+        writer.write(200)
+        writer.copy_truncate()
+        writer.write(50)
+        agent = _agent(server, tmp_path)
+        writer.write(100)
+        writer.rotate()
+        assert len(_until_stored(server, writer.next)) >= writer.next
+        server.stop()  # the server away: the files are the buffer, the checkpoint does not move
+        for _ in range(3):  # and Ray rotates files away meanwhile (the agent holds them open)
+            writer.write(150)
+            writer.rotate()
+            time.sleep(ROTATE_EVERY_S)
+        writer.write(50)
+        server.start()
+        writer.write(25)
+        numbers = _until_stored(server, writer.next)
+        assert sorted(numbers) == list(range(writer.next))  # every line, once
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)
+        server.stop()
+
+
+def test_a_deleted_file_s_unread_end_is_read_and_the_agent_drains_on_sigterm(tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    server = ServerProcess(tmp_path / "data").start()
+    writer = Writer(logs)
+    agent = _agent(server, tmp_path)
+    try:
+        writer.write(10)
+        _until_stored(server, 10)
+        with writer.path.open("a") as f:
+            f.write("line 10\nline 11")  # the last without its newline: shipped when the agent drains
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 0
+        assert _until_stored(server, 12) == list(range(12))
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        server.stop()
+
+
+@pytest.mark.parametrize("lines", [1, 1000])
+def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> None:
+    logs = _session(tmp_path)
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        Writer(logs).write(lines)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "raysight",
+                "agent",
+                "--once",
+                "--server",
+                server.url,
+                "--ray-dir",
+                str(tmp_path / "ray"),
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0 and f"{lines} lines shipped" in done.stderr
+        with Client(server.url) as client:
+            deadline = time.monotonic() + 10
+            while client.ingest_backlog()["batches"] and time.monotonic() < deadline:  # acknowledged: folding
+                time.sleep(0.05)
+            assert client.logs(limit=10, count=True)["total"] == lines
+    finally:
+        server.stop()
