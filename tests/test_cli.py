@@ -263,7 +263,20 @@ def test_client_errors_say_what_to_do_and_exit_non_zero(url: str) -> None:
 
 
 def test_help_and_version_list_every_command(url: str) -> None:
-    commands = ["server", "env", "run", "demo", "list", "get", "summary", "sessions", "doctor", "reindex"]
+    commands = [
+        "server",
+        "env",
+        "run",
+        "agent",
+        "demo",
+        "list",
+        "get",
+        "summary",
+        "logs",
+        "sessions",
+        "doctor",
+        "reindex",
+    ]
     listed = ok(url, "--help").split("Commands:")[1].split()
     assert all(c in listed for c in commands)
     assert ok(url, "--version").startswith("raysight, version ")
@@ -286,6 +299,7 @@ def test_env_prints_the_export_lines_for_ray_start(url: str) -> None:
         '# on the head node: ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG" …  '
         "(drivers started elsewhere",
         "# then send their tasks' events too); on the other nodes: ray start --address=… (these exports, no config)",
+        "# and on every node, for its logs: raysight agent --server http://head:8271 --ingest-key K &",
     ]
     assert f"'{url}/ingest/ray-events'" in ok(url, "env")  # the server from RAYSIGHT_SERVER
 
@@ -308,3 +322,37 @@ def test_run_passes_the_programs_exit_code_through_and_reports_it(url: str) -> N
     nobody = f"http://127.0.0.1:{free_port()}"
     unreachable = run_cli("run", "--server", nobody, "--", sys.executable, "-c", "pass")
     assert unreachable.returncode == 1 and f"no raysight server answers at {nobody}" in unreachable.stderr
+
+
+# logs (the lines themselves come from a node agent: tests/test_logs_ingest.py, tests/test_ray_integration.py)
+
+
+def test_logs_refuses_bad_arguments_with_what_to_do(url: str) -> None:
+    for args, code, message in [
+        (("--regex", "(unclosed"), 2, "bad regex '(unclosed'"),
+        (("--level", "LOUD"), 2, "level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, FATAL"),
+        (("--since", "yesterday-ish"), 2, "neither a time ago (30s, 10m, 2h, 1d) nor an ISO 8601 time"),
+        (("--stream", "video"), 2, "'video' is not one of 'stdout', 'stderr', 'system'"),
+        (("--tail", "-1"), 2, "--tail must not be negative"),
+        (("--format", "xml"), 2, "'xml' is not one of 'text', 'json'"),
+        (("--session", "nope"), 1, "no session named 'nope'"),
+    ]:
+        result = raysight(url, "logs", *args)
+        assert result.exit_code == code and message in result.stderr, (args, result.output)
+
+
+def test_logs_of_a_session_without_any_print_nothing_and_succeed(url: str) -> None:
+    assert ok(url, "logs") == "" and ok(url, "logs", "--since", "10m", "--until", "2026-11-23T00:00:00") == ""
+    assert ok(url, "logs", "--task", FAILED_TASK, "--format", "json") == ""
+
+
+def test_logs_times_and_ray_s_prefixes() -> None:
+    from raysight.cli.logs import parse_time, prefix
+
+    now = 2_000_000_000 * 10**9
+    assert parse_time("30s", now) == now - 30 * 10**9 and parse_time("1.5h", now) == now - 5400 * 10**9
+    assert parse_time("2026-11-23T00:00:00", now) == parse_time("2026-11-23T01:00:00+01:00", now) == 1795392000 * 10**9
+    line = {"stream": "stdout", "pid": 7, "task_name": "f", "actor_name": None, "name": "worker-….out"}
+    assert prefix(line) == "(f pid=7)"
+    assert prefix({**line, "actor_name": "Counter(n=1)"}) == "(Counter pid=7)"
+    assert prefix({**line, "stream": "system", "name": "raylet.out"}) == "[raylet.out]"

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +67,22 @@ def test_a_batch_is_stored_once_however_often_sent_and_gzip_or_not(server: TestC
     assert len(_lines(server, markers=True)) == 4
     counters = server.get("/api/raysight/doctor").json()["counters"]
     assert (counters["log_lines"], counters["log_lines_deduplicated"], counters["log_batches"]) == (4, 8, 3)
+
+
+def test_what_an_agent_could_not_read_is_shown_by_the_doctor(server: TestClient, tmp_path: Path) -> None:
+    gap = {"session": "session_x", "key": "1-2-ab", "name": WORKER, "start": 100, "end": 400, "why": "deleted"}
+    body = orjson.dumps({"host": "node-1", "files": [], "gaps": [gap, gap]})
+    for _ in range(2):  # a resend counts once
+        assert (
+            server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).status_code
+            == 200
+        )
+    _lines(server)
+    report = server.get("/api/raysight/doctor").json()
+    assert [(g["name"], g["start_offset"], g["end_offset"], g["why"]) for g in report["log_gaps"]] == [
+        (WORKER, 100, 400, "deleted")
+    ]
+    assert report["counters"]["log_gaps"] == 1
 
 
 def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: TestClient, tmp_path: Path) -> None:
@@ -250,4 +268,34 @@ def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> No
                 time.sleep(0.05)
             assert client.logs(limit=10, count=True)["total"] == lines
     finally:
+        server.stop()
+
+
+def test_follow_prints_a_new_line_as_it_is_written(tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    server = ServerProcess(tmp_path / "data").start()
+    writer = Writer(logs)
+    writer.write(3)
+    agent = _agent(server, tmp_path)
+    _until_stored(server, 3)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "raysight", "logs", "--follow", "--tail", "2", "--server", server.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    printed: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [printed.put(line.rstrip("\n")) for line in follow.stdout or []], daemon=True
+    ).start()
+    try:
+        assert [printed.get(timeout=30) for _ in range(2)] == ["(worker pid=777) line 1", "(worker pid=777) line 2"]
+        started = time.monotonic()
+        writer.write(1)
+        assert printed.get(timeout=10) == "(worker pid=777) line 3"  # as it is written: within the 10 s deadline
+        print(f"written to printed by --follow: {time.monotonic() - started:.2f} s")
+    finally:
+        follow.kill()
+        follow.wait()
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)
         server.stop()

@@ -167,6 +167,7 @@ DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
     "inferred": "States raysight inferred (Ray never sent them)",
     "quarantine": "Quarantined events (malformed; kept with their reason)",
     "unsupported": "Event types raysight does not read yet (stored, counted)",
+    "log_gaps": "Log bytes no agent could read (a file gone before its end was read)",
 }
 
 

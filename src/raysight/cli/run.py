@@ -56,6 +56,9 @@ def env_lines(server: str, cluster: str | None, key: str | None) -> list[str]:
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
         f'# on the head node: ray start --head --system-config="${SYSTEM_CONFIG_VAR}" …  (drivers started elsewhere',
         "# then send their tasks' events too); on the other nodes: ray start --address=… (these exports, no config)",
+        f"# and on every node, for its logs: raysight agent --server {server}"
+        + (f" --ingest-key {key}" if key else "")
+        + " &",
     ]
 
 

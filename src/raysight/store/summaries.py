@@ -148,8 +148,15 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
         )
     )
+    log_gaps = _rows(
+        con.execute(
+            """SELECT session, host, name, start_offset, end_offset, why, epoch_ms(received_at) AS received_ms
+               FROM log_gaps ORDER BY received_at DESC LIMIT 20"""
+        )
+    )
     return {
         "counters": counters,
+        "log_gaps": log_gaps,
         "unsupported": unsupported,
         "quarantine": quarantine,
         "inferred": inferred,
