@@ -110,6 +110,7 @@ def main() -> None:
                 "regex": (["-E", "loss=0\\.1[0-9]5 "], {"regex": "loss=0\\.1[0-9]5 "}),
             }
             times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in [*searches, "worker"]}
+            one_worker = files[7].name.split("-")[1]
             with Client(server.url, timeout=600) as client:
                 for _ in range(args.rounds):
                     for name, (grep_args, params) in searches.items():
@@ -121,9 +122,7 @@ def main() -> None:
                     # one worker's lines (grep reads its file, which it must be told)
                     seconds, found = grep(["-c", ""], [files[7]])
                     times["worker"][1].append(seconds)
-                    ours, rows = timed(
-                        lambda w=files[7].name.split("-")[1]: len(client.logs(worker=w, limit=1_000_000)["rows"])
-                    )
+                    ours, rows = timed(lambda: len(client.logs(worker=one_worker, limit=1_000_000)["rows"]))
                     times["worker"][0].append(ours)
             for name, (ours_s, grep_s) in times.items():
                 a, b = statistics.median(ours_s), statistics.median(grep_s)
