@@ -27,8 +27,9 @@ def test_a_worker_file_name_says_its_worker_job_pid_and_stream() -> None:
     )
     prestarted = describe(WORKER.replace("01000000", "ffffffff").replace(".out", ".err"))
     assert prestarted is not None and (prestarted.job_id, prestarted.stream) == (None, "stderr")
-    assert describe("raylet.1.out").stream == "stdout"  # type: ignore[union-attr]
-    assert describe("gcs_server.err").stream == "stderr"  # type: ignore[union-attr]
+    assert describe("raylet.1.out").stream == "system"  # type: ignore[union-attr]
+    assert describe("gcs_server.err").stream == "system"  # type: ignore[union-attr]
+    assert describe("job-driver-raysubmit_1.log").stream == "stdout"  # type: ignore[union-attr]
     assert describe("dashboard.log").stream == "system"  # type: ignore[union-attr]
     assert describe("debug_state.txt") is None and describe("ports_by_node.json") is None
 

@@ -356,3 +356,12 @@ def test_logs_times_and_ray_s_prefixes() -> None:
     assert prefix(line) == "(f pid=7)"
     assert prefix({**line, "actor_name": "Counter(n=1)"}) == "(Counter pid=7)"
     assert prefix({**line, "stream": "system", "name": "raylet.out"}) == "[raylet.out]"
+
+
+def test_logs_colour_ray_s_prefix_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from raysight.cli.logs import _echo
+
+    line = {"stream": "stderr", "pid": 7, "task_name": "f", "actor_name": None, "name": "w", "continued": False}
+    _echo({**line, "text": "oops"}, "text", color=True)
+    _echo({**line, "text": "plain"}, "text", color=False)
+    assert capsys.readouterr().out.splitlines() == ["\x1b[31m(f pid=7)\x1b[0m oops", "(f pid=7) plain"]

@@ -69,6 +69,26 @@ def test_a_batch_is_stored_once_however_often_sent_and_gzip_or_not(server: TestC
     assert (counters["log_lines"], counters["log_lines_deduplicated"], counters["log_batches"]) == (4, 8, 3)
 
 
+def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    (logs / "raylet.out").write_text(
+        "[2026-11-21 19:14:33,944 W 6603 6603] (raylet) main.cc:283: low memory\n"
+        "2026-11-21 19:14:34,001\tERROR worker.py:12 -- it broke\n"
+        "INFO 2026-11-21 19:21:09,176 proxy 192.0.2.2 abc123 -- GET /hello 200 1.2ms\n"
+        '{"levelname": "WARNING", "message": "slow", "request_id": "r-9", "trace_id": "t-1", "span_id": "s-2"}\n'
+        "a plain line\n"
+    )
+    body = _batch(tmp_path, logs)
+    assert (
+        server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).status_code == 200
+    )
+    rows = _lines(server)
+    assert [r["level"] for r in rows] == ["WARNING", "ERROR", "INFO", "WARNING", None]
+    assert (rows[3]["request_id"], rows[3]["trace_id"], rows[3]["span_id"]) == ("r-9", "t-1", "s-2")
+    assert [r["text"][:6] for r in _lines(server, level="warning")] == ["[2026-", '{"leve']
+    assert [r["stream"] for r in rows] == ["system"] * 5 and rows[0]["name"] == "raylet.out"
+
+
 def test_what_an_agent_could_not_read_is_shown_by_the_doctor(server: TestClient, tmp_path: Path) -> None:
     gap = {"session": "session_x", "key": "1-2-ab", "name": WORKER, "start": 100, "end": 400, "why": "deleted"}
     body = orjson.dumps({"host": "node-1", "files": [], "gaps": [gap, gap]})

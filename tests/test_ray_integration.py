@@ -229,6 +229,11 @@ def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs
     assert all(line.startswith("(Counter pid=") for line in calls)
     actor = [line.split(") ", 1)[1] for line in _logs(recorded, "--actor", counter["actor_id"])]
     assert actor == ["count 1", "count 2", "count 3"]
+    raylet = _logs(recorded, "--file", "raylet.out", "--stream", "system", "--tail", "3")
+    assert len(raylet) == 3 and all(line.startswith("[raylet.out] [20") for line in raylet)  # Ray's own components
+    marked = [line.split(") ", 1)[1] for line in _logs(recorded, "--actor", counter["actor_id"], "--markers")]
+    assert {":job_id:01000000", ":actor_name:Counter"} <= set(marked)  # in its stdout and its stderr
+    assert [line for line in marked if not line.startswith(":")] == actor
     (found,) = _logs(recorded, "--grep", "child 2", "--format", "json")
     line = json.loads(found)
     assert (line["task_name"], line["stream"], line["job_id"]) == ("child", "stdout", by_name["child"][0]["job_id"])

@@ -30,7 +30,7 @@ class FileInfo:
     """What a log file's name says: its stream and the entities whose output it holds."""
 
     name: str  # its name when first seen, rotation suffix removed
-    stream: str  # stdout, stderr, or system (Ray's own components)
+    stream: str  # stdout or stderr (of workers and job drivers), or system (Ray's own components)
     worker_id: str | None = None
     job_id: str | None = None
     pid: int | None = None
@@ -50,9 +50,9 @@ def describe(name: str) -> FileInfo | None:
         return FileInfo(base, "system", m["worker"], None, int(m["pid"]))
     if m := _RUNTIME_ENV.fullmatch(base):
         return FileInfo(base, "system", job_id=m["job"])
-    if base.startswith("job-driver-"):
+    if base.startswith("job-driver-"):  # a submitted job's driver: its stdout and stderr together
         return FileInfo(base, "stdout")
-    return FileInfo(base, "stderr" if base.endswith(".err") else "stdout" if base.endswith(".out") else "system")
+    return FileInfo(base, "system")  # Ray's own components (raylet.out, gcs_server.err, dashboard.log, …)
 
 
 @dataclass(frozen=True)
