@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.ingest_http import wait_folded
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import ServerProcess, agent_command
 
 SESSION = "session_2026-11-23_00-00-00_000000_1"
 WORKERS = 50
@@ -75,19 +75,7 @@ def main() -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             shipped = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "raysight",
-                    "agent",
-                    "--once",
-                    "--server",
-                    server.url,
-                    "--ray-dir",
-                    str(Path(tmp) / "ray"),
-                    "--state-dir",
-                    str(Path(tmp) / "state"),
-                ],
+                agent_command(server.url, Path(tmp) / "ray", Path(tmp) / "state", "--once"),
                 capture_output=True,
                 text=True,
                 check=True,

@@ -71,6 +71,14 @@ class ServerProcess:
         return Client(self.url)
 
 
+def agent_command(server_url: str, ray_dir: Path, state_dir: Path, *options: str) -> list[str]:
+    """`raysight agent` for the Ray sessions under ``ray_dir``, its checkpoint in ``state_dir``."""
+    return [
+        *(sys.executable, "-m", "raysight", "agent", "--server", server_url),
+        *("--ray-dir", str(ray_dir), "--state-dir", str(state_dir), *options),
+    ]
+
+
 def peak_rss_mb(pid: int) -> float:
     """A process's peak resident memory so far (VmHWM), in MB."""
     status = Path(f"/proc/{pid}/status").read_text()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -23,7 +24,7 @@ from raysight.agent.log_agent import batch_body
 from raysight.agent.tailer import Tailer
 from raysight.client import Client
 from raysight.errors import NotFound
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import ServerProcess, agent_command
 
 WORKER = "worker-" + "cd" * 28 + "-01000000-777.out"
 ROTATE_EVERY_S = 0.6  # a file lives at least this long before Ray's rotation deletes it (the agent scans each 0.2 s)
@@ -137,22 +138,36 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
 
 
 def _agent(server: ServerProcess, tmp_path: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "raysight",
-            "agent",
-            "--server",
-            server.url,
-            "--ray-dir",
-            str(tmp_path / "ray"),
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = agent_command(server.url, tmp_path / "ray", tmp_path / "state")
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Following:
+    """A real server, a writer of numbered lines to a worker's file, and a real agent following it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.writer = Writer(_session(tmp_path))
+        self.server = ServerProcess(tmp_path / "data").start()
+        self.agent = _agent(self.server, tmp_path)
+
+    def restart_agent(self) -> None:
+        self.agent = _agent(self.server, self.tmp_path)
+
+    def stop(self) -> None:
+        if self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            self.agent.wait(timeout=30)
+        self.server.stop()
+
+
+@pytest.fixture
+def following(tmp_path: Path) -> Iterator[Following]:
+    running = Following(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 class Writer:
@@ -199,62 +214,47 @@ def _until_stored(server: ServerProcess, count: int, deadline_s: float = 30) -> 
     return numbers
 
 
-def test_no_line_lost_or_twice_through_rotation_copy_truncate_agent_sigkill_and_server_outage(tmp_path: Path) -> None:
-    logs = _session(tmp_path)
-    server = ServerProcess(tmp_path / "data").start()
-    writer = Writer(logs)
-    agent = _agent(server, tmp_path)
-    try:
-        writer.write(10)
-        _until_stored(server, 10)  # the agent is up
-        for _ in range(3):  # Ray's own rotation, while the agent follows (each file lives a few of its scans)
-            writer.write(300)
-            writer.rotate()
-            time.sleep(ROTATE_EVERY_S)
-        writer.write(100)
-        assert len(_until_stored(server, writer.next)) >= writer.next
-        os.kill(agent.pid, signal.SIGKILL)  # mid-stream: its checkpoint may lag what the server has
-        agent.wait()
-        writer.write(200)
-        writer.copy_truncate()
-        writer.write(50)
-        agent = _agent(server, tmp_path)
-        writer.write(100)
+def test_no_line_lost_or_twice_through_rotation_copy_truncate_agent_sigkill_and_server_outage(
+    following: Following,
+) -> None:
+    server, writer = following.server, following.writer
+    writer.write(10)
+    _until_stored(server, 10)  # the agent is up
+    for _ in range(3):  # Ray's own rotation, while the agent follows (each file lives a few of its scans)
+        writer.write(300)
         writer.rotate()
-        assert len(_until_stored(server, writer.next)) >= writer.next
-        server.stop()  # the server away: the files are the buffer, the checkpoint does not move
-        for _ in range(3):  # and Ray rotates files away meanwhile (the agent holds them open)
-            writer.write(150)
-            writer.rotate()
-            time.sleep(ROTATE_EVERY_S)
-        writer.write(50)
-        server.start()
-        writer.write(25)
-        numbers = _until_stored(server, writer.next)
-        assert sorted(numbers) == list(range(writer.next))  # every line, once
-    finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=30)
-        server.stop()
+        time.sleep(ROTATE_EVERY_S)
+    writer.write(100)
+    assert len(_until_stored(server, writer.next)) >= writer.next
+    following.agent.kill()  # SIGKILL mid-stream: its checkpoint may lag what the server has
+    following.agent.wait()
+    writer.write(200)
+    writer.copy_truncate()
+    writer.write(50)
+    following.restart_agent()
+    writer.write(100)
+    writer.rotate()
+    assert len(_until_stored(server, writer.next)) >= writer.next
+    server.stop()  # the server away: the files are the buffer, the checkpoint does not move
+    for _ in range(3):  # and Ray rotates files away meanwhile (the agent holds them open)
+        writer.write(150)
+        writer.rotate()
+        time.sleep(ROTATE_EVERY_S)
+    writer.write(50)
+    server.start()
+    writer.write(25)
+    assert sorted(_until_stored(server, writer.next)) == list(range(writer.next))  # every line, once
 
 
-def test_a_deleted_file_s_unread_end_is_read_and_the_agent_drains_on_sigterm(tmp_path: Path) -> None:
-    logs = _session(tmp_path)
-    server = ServerProcess(tmp_path / "data").start()
-    writer = Writer(logs)
-    agent = _agent(server, tmp_path)
-    try:
-        writer.write(10)
-        _until_stored(server, 10)
-        with writer.path.open("a") as f:
-            f.write("line 10\nline 11")  # the last without its newline: shipped when the agent drains
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(timeout=30) == 0
-        assert _until_stored(server, 12) == list(range(12))
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-        server.stop()
+def test_a_deleted_file_s_unread_end_is_read_and_the_agent_drains_on_sigterm(following: Following) -> None:
+    server, writer = following.server, following.writer
+    writer.write(10)
+    _until_stored(server, 10)
+    with writer.path.open("a") as f:
+        f.write("line 10\nline 11")  # the last without its newline: shipped when the agent drains
+    following.agent.send_signal(signal.SIGTERM)
+    assert following.agent.wait(timeout=30) == 0
+    assert _until_stored(server, 12) == list(range(12))
 
 
 @pytest.mark.parametrize("lines", [1, 1000])
@@ -264,19 +264,7 @@ def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> No
     try:
         Writer(logs).write(lines)
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "raysight",
-                "agent",
-                "--once",
-                "--server",
-                server.url,
-                "--ray-dir",
-                str(tmp_path / "ray"),
-                "--state-dir",
-                str(tmp_path / "state"),
-            ],
+            agent_command(server.url, tmp_path / "ray", tmp_path / "state", "--once"),
             capture_output=True,
             text=True,
             timeout=60,
@@ -291,12 +279,9 @@ def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> No
         server.stop()
 
 
-def test_follow_prints_a_new_line_as_it_is_written(tmp_path: Path) -> None:
-    logs = _session(tmp_path)
-    server = ServerProcess(tmp_path / "data").start()
-    writer = Writer(logs)
+def test_follow_prints_a_new_line_as_it_is_written(following: Following) -> None:
+    server, writer = following.server, following.writer
     writer.write(3)
-    agent = _agent(server, tmp_path)
     _until_stored(server, 3)
     follow = subprocess.Popen(
         [sys.executable, "-m", "raysight", "logs", "--follow", "--tail", "2", "--server", server.url],
@@ -316,6 +301,3 @@ def test_follow_prints_a_new_line_as_it_is_written(tmp_path: Path) -> None:
     finally:
         follow.kill()
         follow.wait()
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=30)
-        server.stop()

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -76,18 +76,24 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
 async def ray_events(request: Request) -> Response:
     """POST /ingest/ray-events?cluster=NAME: one JSON array of Ray events from a node's aggregator agent."""
     started = time.perf_counter()
-    state = app_state(request)
     if (refused := _key_refused(request)) is not None:
         return refused
+    return await _with_body(request, lambda body: _journal(request, body, started), "Ray")
+
+
+async def _with_body(request: Request, handle: Callable[[bytes], Awaitable[Response]], sender: str) -> Response:
+    """``handle``'s answer to the request's body, which is held against the server's body budget meanwhile; 413 for
+    a body over --max-body, 503 (``sender`` resends) when the budget is spent."""
+    state = app_state(request)
     try:
         async with held_body(request, state.max_body) as body:
-            return await _journal(request, body, started)
-    except BodyTooLarge:
+            return await handle(body)
+    except BodyTooLarge as exc:
         state.metrics.rejected.labels("too_large").inc()
-        return _error(413, f"body over {state.max_body} bytes (raise --max-body)")
+        return _error(413, f"{exc} (raise --max-body)")
     except Unavailable as exc:
         state.metrics.rejected.labels("bodies").inc()
-        return _error(503, f"{exc}; Ray will resend", **RETRY)
+        return _error(503, f"{exc}; {sender} will resend", **RETRY)
     except ClientDisconnect:
         return Response(status_code=499)
 
@@ -147,33 +153,28 @@ async def agent_logs(request: Request) -> Response:
     """POST /ingest/agent/logs: a node agent's batch of log lines (JSON, gzip-compressed or not), acknowledged once
     durable; a resent batch's lines are stored once."""
     started = time.perf_counter()
-    state = app_state(request)
     if (refused := _key_refused(request)) is not None:
         return refused
+    return await _with_body(request, lambda body: _journal_logs(request, body, started), "the agent")
+
+
+async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
+    state = app_state(request)
     try:
-        async with held_body(request, state.max_body) as body:
-            if request.headers.get("content-encoding", "identity") == "gzip":
-                body = _gunzip(body, state.max_body)
-            batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
-            try:
-                future = state.writer.submit(body, events=batch.line_count, kind=AGENT_LOGS)
-            except QueueFull as exc:
-                state.metrics.rejected.labels("busy").inc()
-                return _error(503, f"busy: {exc}; the agent will resend", **RETRY)
-            if (failed := await _until_durable(request, future, started, "the agent")) is not None:
-                return failed
-            return JSONResponse({"ok": True, "lines": batch.line_count})
-    except BodyTooLarge as exc:
-        state.metrics.rejected.labels("too_large").inc()
-        return _error(413, f"{exc} (raise --max-body)")
+        if request.headers.get("content-encoding", "identity") == "gzip":
+            body = _gunzip(body, state.max_body)
+        batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
         return _error(400, f"bad batch of logs: {exc}")
-    except Unavailable as exc:
-        state.metrics.rejected.labels("bodies").inc()
-        return _error(503, f"{exc}; the agent will resend", **RETRY)
-    except ClientDisconnect:
-        return Response(status_code=499)
+    try:
+        future = state.writer.submit(body, events=batch.line_count, kind=AGENT_LOGS)
+    except QueueFull as exc:
+        state.metrics.rejected.labels("busy").inc()
+        return _error(503, f"busy: {exc}; the agent will resend", **RETRY)
+    if (failed := await _until_durable(request, future, started, "the agent")) is not None:
+        return failed
+    return JSONResponse({"ok": True, "lines": batch.line_count})
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:
