@@ -6,6 +6,7 @@ import asyncio
 import os
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -157,7 +158,8 @@ async def logs(request: Request) -> Response:
     )
     count = bool_param(params, "count", True)
     result = await app_state(request).read(lambda con: log_lines(con, query, count=count))
-    return _json({"session": result.session, "total": result.total, "rows": result.rows, "last_seq": result.last_seq})
+    head = orjson.dumps({"session": result.session, "total": result.total, "last_seq": result.last_seq})
+    return Response(head[:-1] + b',"rows":' + result.rows.encode() + b"}", media_type="application/json")
 
 
 async def reindex(request: Request) -> Response:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
@@ -82,7 +81,7 @@ class LogQuery:
 class LogResult:
     session: str | None
     total: int | None  # every match (None when not counted)
-    rows: list[dict[str, Any]]
+    rows: str  # the lines, a JSON array of objects (made by DuckDB: a page of lines is never a Python object each)
     last_seq: int  # where to follow on from: the last line given, else the last line stored
 
 
@@ -174,7 +173,7 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     _check(query)
     session = resolve(con, query.session)
     if session is None:
-        return LogResult(None, 0, [], query.after_seq or 0)
+        return LogResult(None, 0, "[]", query.after_seq or 0)
     where, params, attempts = _conditions(query, session)
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
@@ -185,24 +184,21 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
         source = "log_lines l"
     condition = " AND ".join(where)
     order = "DESC" if query.newest else "ASC"
+    lines = f"SELECT {columns} FROM {source} WHERE {condition} ORDER BY l.seq {order} LIMIT {int(query.limit)}"
     try:
-        cursor = con.execute(
-            f"SELECT {columns} FROM {source} WHERE {condition} ORDER BY l.seq {order} LIMIT {int(query.limit)}", params
-        )
-        names = [d[0] for d in cursor.description]
-        rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+        rows, last = con.execute(
+            f"SELECT coalesce('[' || string_agg(to_json(r)::VARCHAR, ',' ORDER BY r.seq) || ']', '[]'), max(r.seq) "
+            f"FROM ({lines}) r",
+            params,
+        ).fetchall()[0]
         total = None
         if count:
             (total,) = con.execute(f"SELECT count(*) FROM {source} WHERE {condition}", params).fetchall()[0]
     except duckdb.InvalidInputException as exc:  # a regex RE2 refuses that Python's re took
         raise BadQuery(f"bad query: {exc}") from None
-    if query.newest:
-        rows.reverse()
-    if rows:
-        last = max(row["seq"] for row in rows)
-    elif query.after_seq is not None:
+    if last is None:
         last = query.after_seq
-    else:
+    if last is None:
         (last,) = con.execute(
             "SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'log_lines_seq'"
         ).fetchall()[0]
