@@ -365,3 +365,10 @@ def test_logs_colour_ray_s_prefix_on_a_terminal(capsys: pytest.CaptureFixture[st
     _echo({**line, "text": "oops"}, "text", color=True)
     _echo({**line, "text": "plain"}, "text", color=False)
     assert capsys.readouterr().out.splitlines() == ["\x1b[31m(f pid=7)\x1b[0m oops", "(f pid=7) plain"]
+
+
+def test_the_client_reads_answers_orjson_refuses_with_the_stdlib() -> None:
+    from raysight.client import _parse
+
+    assert _parse(httpx.Response(200, content=b'{"n": 18446744073709551616}')) == {"n": 2**64}  # past 64 bits
+    assert _parse(httpx.Response(200, content=b'{"rows": [1, null]}')) == {"rows": [1, None]}
