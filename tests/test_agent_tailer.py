@@ -180,3 +180,22 @@ def test_binary_and_invalid_utf8_files_are_read_without_loss(logs: Path, tmp_pat
     c.tailer.scan()
     chunks = c.tailer.read(1 << 20)
     assert b"\n".join(p.data for chunk in chunks for p, _, _ in chunk.pieces) + b"\n" == data
+
+
+def test_an_idle_file_s_descriptor_is_closed_and_reopened_once_it_grows(
+    logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("raysight.agent.tailer.IDLE_CLOSE_S", 0.0)
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    n = _write(logs / WORKER, 0, 5)
+    c.pump()
+    c.pump()  # read to its end, and idle: closed
+    assert [o.fd for o in c.tailer._open.values()] == [None]
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    c.pump()
+    assert opened == []  # not reopened while it does not grow
+    n = _write(logs / WORKER, n, 3)
+    c.pump()
+    assert sorted(_numbers(c.texts)) == list(range(n))

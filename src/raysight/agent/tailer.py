@@ -38,13 +38,13 @@ class Followed:
     dev: int
     ino: int
     name: str  # under the session's logs/, when first seen
+    path: str  # its name under logs/ when last seen (moved or rotated since it was first seen, perhaps)
     offset: int = 0  # bytes acknowledged
     mid_line: bool = False
     context: dict[str, str] = field(default_factory=dict)  # Ray's in-band markers so far: job_id, task_name, actor_name
     head: str = ""  # hash of its first head_len bytes
     head_len: int = 0
     size: int = 0  # its size when last seen
-    path: str = ""  # its name under logs/ when last seen (moved or rotated since it was first seen, perhaps)
     # These bytes, among all a host's files ever: a deleted file's inode is soon another's, and a truncated file's
     # bytes start again; the server keeps each offset of a key once.
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
@@ -86,8 +86,13 @@ class Gap:
 
     file: Followed
     start: int
-    end: int | None  # None: unknown
+    end: int  # its size when last seen
     why: str
+
+
+def _under_logs(path: Path) -> str:
+    """A path's name under its session's ``logs/``."""
+    return str(path).rsplit("/logs/", 1)[-1]
 
 
 def _head(path: Path | int, length: int = HEAD_BYTES) -> tuple[str, int]:
@@ -157,16 +162,16 @@ class Tailer:
             if ident in self.files:
                 self._open.setdefault(ident, _Open(path)).path = path
                 known.append((ident, name, path, st))
-                if not self.files[ident].path:
-                    self.files[ident].path = name  # (a checkpoint of before paths were kept)
             else:
                 found.append((session, name, path, st))
         for session, name, path, st in found:  # before restarts: a copy is matched against what it copied
             self._new(session, name, path, st)
         for ident, name, _, st in known:
-            followed = self.files[ident]
+            followed, opened = self.files[ident], self._open[ident]
             followed.path = name
-            fd = self._fd(ident, self._open[ident])  # its head read through the inode: the path may be another's now
+            if opened.fd is None and st.st_size == followed.size == followed.offset:
+                continue  # closed while idle, read to its end and grown no more: nothing to open it for
+            fd = self._fd(ident, opened)  # its head read through the inode: the path may be another's now
             if fd is None:
                 continue
             if st.st_size < followed.offset or _head(fd, followed.head_len)[0] != followed.head:
@@ -200,7 +205,7 @@ class Tailer:
         """The followed file that the new file ``name`` is a copy of: named after it (as it is named now, or was when
         last seen: it may have been rotated since), with the same first bytes."""
         for followed in self.files.values():
-            names = (self._name_now(followed), followed.path or followed.name)
+            names = (self._name_now(followed), followed.path)
             if followed.session != session or not followed.head_len or not name.startswith(names):
                 continue
             with contextlib.suppress(FileNotFoundError):
@@ -211,7 +216,7 @@ class Tailer:
     def _name_now(self, followed: Followed) -> str:
         """Its name under logs/ now (moved or rotated since it was first seen, perhaps)."""
         opened = self._open.get((followed.dev, followed.ino))
-        return followed.name if opened is None else str(opened.path).rsplit("/logs/", 1)[-1]
+        return followed.path if opened is None else _under_logs(opened.path)
 
     def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, fd: int) -> None:
         """The file's bytes start again (copy-truncate, or a new file on a reused inode): its copy, if it has one,
@@ -236,9 +241,14 @@ class Tailer:
         with contextlib.suppress(FileNotFoundError):
             size = path.stat().st_size
             offset = min(original.offset, size)
-            name = str(path).rsplit("/logs/", 1)[-1]
             self.files[ident] = replace(
-                original, dev=ident[0], ino=ident[1], offset=offset, size=size, path=name, uid=uuid.uuid4().hex[:16]
+                original,
+                dev=ident[0],
+                ino=ident[1],
+                offset=offset,
+                size=size,
+                path=_under_logs(path),
+                uid=uuid.uuid4().hex[:16],
             )
             self._open[ident] = _Open(path)
 
@@ -277,7 +287,9 @@ class Tailer:
         self._turn = (self._turn + 1) % max(len(idents), 1)
         for ident in idents[self._turn :] + idents[: self._turn]:
             followed, opened = self.files[ident], self._open.get(ident)
-            if budget <= 0 or opened is None or (fd := self._fd(ident, opened)) is None:
+            if budget <= 0 or opened is None or (opened.fd is None and followed.size <= followed.offset):
+                continue  # (closed while idle, and the last scan saw it grow no more)
+            if (fd := self._fd(ident, opened)) is None:
                 continue
             data = os.pread(fd, min(READ_BYTES, budget), followed.offset)
             if not data:
@@ -310,7 +322,7 @@ class Tailer:
         after.size = max(after.size, after.offset)
         if followed.head_len < HEAD_BYTES and after.offset > followed.head_len:
             after.head, after.head_len = _head(fd)
-        return Chunk(followed, after, str(path).rsplit("/logs/", 1)[-1], records)
+        return Chunk(followed, after, _under_logs(path), records)
 
     def _fd(self, ident: tuple[int, int], opened: _Open) -> int | None:
         if opened.fd is None:
