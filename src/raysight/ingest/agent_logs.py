@@ -93,13 +93,23 @@ class BadBatch(ValueError):
 
 @dataclass(frozen=True)
 class LogBatch:
-    lines: pa.Table  # LINES_SCHEMA
-    files: pa.Table  # FILES_SCHEMA: one row per file of the batch
-    gaps: pa.Table  # GAPS_SCHEMA
+    """A batch checked, as columns (lists): the ingest route only counts its lines, the store makes tables of them."""
+
+    lines: dict[str, list[Any]]  # LINES_SCHEMA
+    files: dict[str, list[Any]]  # FILES_SCHEMA: one row per file of the batch
+    gaps: dict[str, list[Any]]  # GAPS_SCHEMA
 
     @property
     def line_count(self) -> int:
-        return self.lines.num_rows
+        return len(self.lines["text"])
+
+    def tables(self) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """(lines, files, gaps) as Arrow tables."""
+        return (
+            pa.table(self.lines, schema=LINES_SCHEMA),
+            pa.table(self.files, schema=FILES_SCHEMA),
+            pa.table(self.gaps, schema=GAPS_SCHEMA),
+        )
 
 
 def _text(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) -> str | None:
@@ -187,12 +197,10 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
             ("actor_name", "actors"),
         ):
             lines[name].extend(columns[column])
-    return LogBatch(
-        pa.table(lines, schema=LINES_SCHEMA), pa.table(files, schema=FILES_SCHEMA), _gaps(batch.get("gaps"), host)
-    )
+    return LogBatch(lines, files, _gaps(batch.get("gaps"), host))
 
 
-def _gaps(gaps: Any, host: str | None) -> pa.Table:
+def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:
     rows: dict[str, list[Any]] = {name: [] for name in GAPS_SCHEMA.names}
     if gaps is None:
         gaps = []
@@ -209,7 +217,7 @@ def _gaps(gaps: Any, host: str | None) -> pa.Table:
         rows["start_offset"].append(_int(gap.get("start"), f"{where}: start"))
         rows["end_offset"].append(_int(gap.get("end"), f"{where}: end", optional=True))
         rows["why"].append(_text(gap.get("why"), f"{where}: why"))
-    return pa.table(rows, schema=GAPS_SCHEMA)
+    return rows
 
 
 # What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603

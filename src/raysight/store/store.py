@@ -315,8 +315,10 @@ class Store:
     def apply_logs(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
         """Store node agents' batches of log lines (``ingest/agent_logs.py``) in one transaction: each line once,
         however often its batch was sent (a file's lines before what is stored of it are skipped); the lines stored."""
-        batches = [agent_logs.parse(body, MAX_LOG_LINES) for body in bodies]
-        lines = pa.concat_tables([b.lines for b in batches])
+        lines, files, gaps = (
+            pa.concat_tables(tables)
+            for tables in zip(*(agent_logs.parse(body, MAX_LOG_LINES).tables() for body in bodies))
+        )
         lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
         fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
         with self._one_thread(self.con), self._transaction():
@@ -331,7 +333,7 @@ class Store:
                               QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset
                                                          ORDER BY ord) = 1)"""
                 )
-            with self._registered("staged_files", pa.concat_tables([b.files for b in batches])):
+            with self._registered("staged_files", files):
                 self._run(
                     """INSERT INTO log_files
                        SELECT session, host, file_key, arg_min(name, end_offset), arg_max(path, end_offset),
@@ -341,14 +343,14 @@ class Store:
                        ON CONFLICT DO UPDATE SET end_offset = greatest(end_offset, excluded.end_offset),
                            path = excluded.path, last_ns = greatest(last_ns, excluded.last_ns)"""
                 )
-            with self._registered("staged_gaps", pa.concat_tables([b.gaps for b in batches])):
-                (gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
+            with self._registered("staged_gaps", gaps):
+                (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
             self._run("INSERT OR REPLACE INTO meta VALUES ('log_lines_seq', ?)", [str(first + stored)])
             self.count(
                 log_lines=stored,
                 log_lines_deduplicated=lines.num_rows - stored,
-                log_batches=len(batches),
-                log_gaps=gaps,
+                log_batches=len(bodies),
+                log_gaps=new_gaps,
             )
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
