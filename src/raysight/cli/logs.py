@@ -13,6 +13,7 @@ import click
 import orjson
 
 from raysight.cli.common import make_client, server_option, session_option
+from raysight.ingest.agent_logs import STREAMS
 
 PAGE = 10_000  # lines per request while printing everything that matches
 FOLLOW_POLL_S = 0.25
@@ -63,7 +64,7 @@ def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
 @click.option("--worker", metavar="ID", help="A worker's lines.")
 @click.option("--pid", type=int, help="A process's lines.")
 @click.option("--file", "file_name", metavar="NAME", help="Files whose name holds NAME (raylet.out, worker-…).")
-@click.option("--stream", type=click.Choice(["stdout", "stderr", "system"]), help="One stream.")
+@click.option("--stream", type=click.Choice(STREAMS), help="One stream.")
 @click.option("--level", metavar="LEVEL", help="Lines of this level (INFO, WARNING, ERROR, …) where they say it.")
 @click.option("--grep", metavar="TEXT", help="Lines that contain TEXT.")
 @click.option("--regex", metavar="RE", help="Lines that match the regular expression RE.")

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import duckdb
 
 from raysight.errors import BadQuery, NotFound
-from raysight.store.queries import latest_session
+from raysight.ingest.agent_logs import STREAMS
+from raysight.store.queries import resolve_session
+from raysight.store.schema import LAST_LOG_SEQ_SQL
 
-STREAMS = ("stdout", "stderr", "system")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
 COLUMNS = (
@@ -86,21 +87,18 @@ class LogResult:
 
 
 def resolve(con: duckdb.DuckDBPyConnection, session: str | None) -> str | None:
-    """The session named (by name or label), else the latest: of Ray's events, or of the logs when none came."""
-    if session:
-        row = con.execute(
-            """SELECT session FROM sessions WHERE session = ? OR label = ?
-               UNION ALL SELECT session FROM log_files WHERE session = ? LIMIT 1""",
-            [session, session, session],
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"no session named {session!r}; `raysight sessions` lists them")
-        return str(row[0])
-    latest = latest_session(con)
-    if latest is None:
+    """The session named (by name or label, as the other queries take it), else the latest; a session whose logs came
+    but none of Ray's events is found by its name, and is the latest when none of Ray's came at all."""
+    try:
+        resolved = resolve_session(con, session)
+    except NotFound:
+        if con.execute("SELECT 1 FROM log_files WHERE session = ? LIMIT 1", [session]).fetchone() is None:
+            raise
+        return session
+    if resolved is None:
         row = con.execute("SELECT session FROM log_files ORDER BY last_ns DESC LIMIT 1").fetchone()
-        latest = row[0] if row else None
-    return latest
+        resolved = row[0] if row else None
+    return resolved
 
 
 def _check(query: LogQuery) -> None:
@@ -199,7 +197,5 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     if last is None:
         last = query.after_seq
     if last is None:
-        (last,) = con.execute(
-            "SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'log_lines_seq'"
-        ).fetchall()[0]
+        (last,) = con.execute(LAST_LOG_SEQ_SQL).fetchall()[0]
     return LogResult(session, total, rows, last)

@@ -503,6 +503,11 @@ RAW_DDL = [
 ]
 
 
+# The ``seq`` of the last log line stored (0 before any), kept in ``meta``
+LOG_SEQ_KEY = "log_lines_seq"
+LAST_LOG_SEQ_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{LOG_SEQ_KEY}'"
+
+
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
 MIGRATIONS = {
     3: [

@@ -322,7 +322,7 @@ class Store:
         lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
         fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
         with self._one_thread(self.con), self._transaction():
-            (first,) = self._one("SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'log_lines_seq'")
+            (first,) = self._one(schema.LAST_LOG_SEQ_SQL)
             with self._registered("staged_lines", lines):
                 (stored,) = self._one(
                     f"""INSERT INTO log_lines BY NAME
@@ -345,7 +345,7 @@ class Store:
                 )
             with self._registered("staged_gaps", gaps):
                 (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
-            self._run("INSERT OR REPLACE INTO meta VALUES ('log_lines_seq', ?)", [str(first + stored)])
+            self._run(f"INSERT OR REPLACE INTO meta VALUES ('{schema.LOG_SEQ_KEY}', ?)", [str(first + stored)])
             self.count(
                 log_lines=stored,
                 log_lines_deduplicated=lines.num_rows - stored,
