@@ -66,8 +66,14 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
             }
         )
     gap_rows = [
-        {"session": g.file.session, "key": g.file.key, "name": g.file.info.name, "start": g.start, "end": g.end}
-        | {"why": g.why}
+        {
+            "session": g.file.session,
+            "key": g.file.key,
+            "name": g.file.info.name,
+            "start": g.start,
+            "end": g.end,
+            "why": g.why,
+        }
         for g in gaps
     ]
     return orjson.dumps({"host": host, "files": files, "gaps": gap_rows})
@@ -104,10 +110,10 @@ class LogAgent:
         params = {"key": self.key} if self.key else {}
         headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
         response = self._http.post(f"{self.server}{ROUTE}", content=body, params=params, headers=headers)
-        if response.status_code >= 400 and response.status_code != 400:
-            response.raise_for_status()
         if response.status_code == 400:  # the server refused its content: a bug on one side; say so, move on
             log.error("the server refused a batch of logs: %s", response.text[:500])
+        else:
+            response.raise_for_status()
         self.tailer.commit(chunks, gaps)
         lines = sum(len(c.pieces) for c in chunks)
         self.sent_lines += lines
@@ -118,10 +124,10 @@ class LogAgent:
         backoff = POLL_S
         while not stop.is_set():
             try:
-                if self.cycle():
-                    backoff = POLL_S
-                    continue
+                sent = self.cycle()
                 backoff = POLL_S
+                if sent:
+                    continue  # more may be waiting
             except httpx.HTTPError as exc:
                 log.warning("could not send logs to %s (%s); the files keep them, retrying", self.server, exc)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
