@@ -16,6 +16,7 @@ import duckdb
 
 from raysight.errors import BadQuery, NotFound
 from raysight.ingest.agent_logs import STREAMS
+from raysight.store import log_index
 from raysight.store.queries import resolve_session
 from raysight.store.schema import LAST_LOG_SEQ_SQL
 
@@ -166,13 +167,34 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     return where, params, attempts
 
 
+def _text_ranges(con: duckdb.DuckDBPyConnection, query: LogQuery, stored: int) -> list[str]:
+    """The condition on ``l.seq`` that skips the blocks of lines (up to ``stored``) that cannot hold the text searched
+    for, if any. A block's trigrams are stored with its lines: those it had when ``stored`` was read are there."""
+    literals = [query.grep] if query.grep else []
+    if query.regex:
+        literals += log_index.required_literals(query.regex)
+    mask = log_index.needle_mask(literals)
+    if mask is None:
+        return []
+    excluded = con.execute(
+        "SELECT block FROM log_blocks WHERE (grams & $mask::BIT) <> $mask::BIT ORDER BY block", {"mask": mask}
+    ).fetchall()
+    ranges = log_index.seq_ranges([b for (b,) in excluded], stored)
+    if ranges is None:
+        return []
+    return ["(" + (" OR ".join(f"l.seq BETWEEN {lo} AND {hi}" for lo, hi in ranges) or "false") + ")"]
+
+
 def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogResult:
     """The lines ``query`` asks for, and how many match in all (when ``count``)."""
     _check(query)
     session = resolve(con, query.session)
     if session is None:
         return LogResult(None, 0, "[]", query.after_seq or 0)
+    # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile
+    (stored,) = con.execute(LAST_LOG_SEQ_SQL).fetchall()[0]
     where, params, attempts = _conditions(query, session)
+    where += [f"l.seq <= {int(stored)}", *_text_ranges(con, query, int(stored))]
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
         attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
@@ -194,8 +216,4 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
             (total,) = con.execute(f"SELECT count(*) FROM {source} WHERE {condition}", params).fetchall()[0]
     except duckdb.InvalidInputException as exc:  # a regex RE2 refuses that Python's re took
         raise BadQuery(f"bad query: {exc}") from None
-    if last is None:
-        last = query.after_seq
-    if last is None:
-        (last,) = con.execute(LAST_LOG_SEQ_SQL).fetchall()[0]
-    return LogResult(session, total, rows, last)
+    return LogResult(session, total, rows, stored if last is None else last)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -499,6 +499,8 @@ RAW_DDL = [
         """CREATE TABLE IF NOT EXISTS log_gaps (
             session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, start_offset BIGINT, end_offset BIGINT,
             why VARCHAR, received_at TIMESTAMPTZ, PRIMARY KEY (session, host, file_key, start_offset))""",
+        # Which trigrams each block of lines' text holds (``store/log_index.py``): what a text search may skip.
+        """CREATE TABLE IF NOT EXISTS log_blocks (block BIGINT PRIMARY KEY, grams BIT)""",
     ],
 ]
 
@@ -520,6 +522,7 @@ MIGRATIONS = {
     4: _copy_raw_events(RAW_EVENTS_V4_DDL, "raw_events_v4", f"md5_number(session || ' ' || event_id), {RAW_COLUMNS}"),
     6: _copy_raw_events(RAW_EVENTS_DDL.format(name="raw_events_v6"), "raw_events_v6", RAW_COLUMNS),
     7: [],  # the log tables, which all_ddl() makes
+    8: [],  # the index of the log lines' text (lines stored before it are always read)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

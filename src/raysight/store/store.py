@@ -30,7 +30,7 @@ from raysight.ingest import agent_logs, events_sql
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
-from raysight.store import pipeline, schema
+from raysight.store import log_index, pipeline, schema
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
 
@@ -345,6 +345,12 @@ class Store:
                 )
             with self._registered("staged_gaps", gaps):
                 (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
+            stored_lines = self.con.sql(f"SELECT seq, text FROM log_lines WHERE seq > {first} ORDER BY seq")
+            with self._registered("staged_blocks", log_index.block_grams(stored_lines.to_arrow_table())):
+                self._run(
+                    """INSERT INTO log_blocks SELECT block, grams::BIT FROM staged_blocks
+                       ON CONFLICT DO UPDATE SET grams = grams | excluded.grams"""
+                )
             self._run(f"INSERT OR REPLACE INTO meta VALUES ('{schema.LOG_SEQ_KEY}', ?)", [str(first + stored)])
             self.count(
                 log_lines=stored,

@@ -1,0 +1,127 @@
+"""A coarse index of the stored log lines' text, so that a search reads only the lines that may match.
+
+Lines are grouped in blocks of :data:`BLOCK_LINES` consecutive ``seq`` values; each block keeps a bitmap of the
+trigrams (three consecutive bytes) its text holds, each hashed to one of :data:`GRAM_BITS` bits. A search for a
+substring (or a regex, by the literals every match must contain) needs every trigram of the literal: the blocks
+missing one of them are skipped, and DuckDB reads only the row groups of the rest (``seq`` rises as lines are stored,
+so its zone maps prune). False positives only cost reading; a block is never wrongly skipped. Blocks not indexed
+(lines stored before the index existed) are always read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    import re._parser as sre_parse  # type: ignore[import-not-found]  # Python 3.11+
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse  # type: ignore[no-redef]
+
+BLOCK_LINES = 8192
+GRAM_BITS = 1 << 16
+MAX_RANGES = 64  # a search's seq ranges; more are merged across their smallest gaps (reading a little more)
+_MULTIPLIER = np.uint32(2654435761)  # Knuth's multiplicative hash: the top 16 of 32 bits
+
+
+def _gram_hashes(data: np.ndarray) -> np.ndarray:
+    """The hashed trigram of each position of ``data`` (bytes as uint8)."""
+    if len(data) < 3:
+        return np.empty(0, np.uint32)
+    grams = (data[:-2].astype(np.uint32) << 16) | (data[1:-1].astype(np.uint32) << 8) | data[2:].astype(np.uint32)
+    return (grams * _MULTIPLIER) >> np.uint32(16)
+
+
+def _bitmap(hashes: Iterable[np.ndarray]) -> bytes:
+    bits = np.zeros(GRAM_BITS, np.bool_)
+    for h in hashes:
+        bits[h] = True
+    return np.packbits(bits).tobytes()  # bit i is byte i // 8's (i % 8)th from the top, as DuckDB's get_bit counts
+
+
+def block_grams(lines: pa.Table) -> pa.Table:
+    """Each block's bitmap (``block``, ``grams``) of the trigrams in the ``text`` of ``lines`` (rising ``seq``)."""
+    if lines.num_rows == 0:
+        return pa.table({"block": pa.array([], pa.int64()), "grams": pa.array([], pa.binary())})
+    text = lines.column("text").combine_chunks().cast(pa.large_string())
+    offsets = np.frombuffer(text.buffers()[1], np.int64)[text.offset : text.offset + len(text) + 1]
+    data = np.frombuffer(text.buffers()[2], np.uint8)
+    blocks = lines.column("seq").to_numpy() // BLOCK_LINES
+    starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+    ends = [*starts[1:], len(blocks)]
+    # Trigrams spanning two lines are kept too: they cost a few bits and never hide a line
+    grams = [_bitmap([_gram_hashes(data[offsets[s] : offsets[e]])]) for s, e in zip(starts, ends)]
+    return pa.table({"block": pa.array(blocks[starts], pa.int64()), "grams": pa.array(grams, pa.binary())})
+
+
+def needle_mask(literals: Iterable[str]) -> bytes | None:
+    """The bitmap of the trigrams a block must hold to contain every one of ``literals`` (None: no trigram)."""
+    hashes = [_gram_hashes(np.frombuffer(s.encode(), np.uint8)) for s in literals]
+    if not any(len(h) for h in hashes):
+        return None
+    return _bitmap(hashes)
+
+
+def required_literals(pattern: str) -> list[str]:
+    """Strings every match of the regex ``pattern`` contains (conservatively: fewer, or none, when unsure)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except re.error:
+        return []
+    if parsed.state.flags & re.IGNORECASE:
+        return []
+    runs: list[str] = []
+    _collect(list(parsed), runs)
+    return [r for r in runs if r]
+
+
+def _collect(items: list, runs: list[str]) -> None:
+    """Append to ``runs`` the literal runs of a sequence of parsed regex items; a run ends wherever it is unsure."""
+    run: list[str] = []
+
+    def end() -> None:
+        runs.append("".join(run))
+        run.clear()
+
+    for op, arg in items:
+        if op is sre_parse.LITERAL:
+            run.append(chr(arg))
+        elif op is sre_parse.SUBPATTERN and not (arg[1] & re.IGNORECASE):
+            end()
+            _collect(list(arg[3]), runs)
+        elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT) and arg[0] >= 1:
+            end()  # present at least once: what it must contain is required, but not next to its neighbours
+            _collect(list(arg[2]), runs)
+        else:  # a class, any character, an alternation, an optional part, an anchor, a reference
+            end()
+    end()
+
+
+def seq_ranges(excluded: list[int], last_seq: int) -> list[tuple[int, int]] | None:
+    """The ``seq`` ranges left to read once the blocks ``excluded`` (ascending) are skipped, at most
+    :data:`MAX_RANGES` of them; None when nothing is skipped."""
+    if not excluded:
+        return None
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for block in excluded:
+        if block * BLOCK_LINES > start:
+            ranges.append((start, block * BLOCK_LINES - 1))
+        start = (block + 1) * BLOCK_LINES
+    if start <= last_seq:
+        ranges.append((start, last_seq))
+    if len(ranges) <= MAX_RANGES:
+        return ranges
+    # Too many: merged across the narrowest gaps, so that the fewest skippable lines are read
+    by_width = sorted(range(len(ranges) - 1), key=lambda i: ranges[i + 1][0] - ranges[i][1])
+    kept = set(by_width[len(ranges) - MAX_RANGES :])  # the widest gaps (gap i follows range i)
+    merged = [ranges[0]]
+    for i in range(1, len(ranges)):
+        if i - 1 in kept:
+            merged.append(ranges[i])
+        else:
+            merged[-1] = (merged[-1][0], ranges[i][1])
+    return merged
