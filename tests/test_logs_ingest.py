@@ -20,7 +20,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from raysight.agent.log_agent import batch_body
+from raysight.agent import log_agent
+from raysight.agent.log_agent import LogAgent, batch_body
 from raysight.agent.tailer import Tailer
 from raysight.client import Client
 from raysight.errors import NotFound
@@ -277,6 +278,32 @@ def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> No
             assert client.logs(limit=10, count=True)["total"] == lines
     finally:
         server.stop()
+
+
+def test_a_drain_goes_on_while_the_server_takes_batches_and_gives_up_once_it_takes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_agent, "BATCH_BYTES", 256)  # some forty batches
+    logs = _session(tmp_path)
+    Writer(logs).write(1000)
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        agent = LogAgent(server.url, tmp_path / "ray", tmp_path / "state")
+        try:
+            assert agent.drain(patience_s=0.05) and agent.sent_lines == 1000  # far longer than 0.05 s in all
+        finally:
+            agent.close()
+        assert _until_stored(server, 1000) == list(range(1000))
+    finally:
+        server.stop()
+    Writer(logs).write(1)
+    agent = LogAgent(server.url, tmp_path / "ray", tmp_path / "state")  # the server is gone
+    try:
+        started = time.monotonic()
+        assert not agent.drain(patience_s=0.5) and agent.sent_lines == 0
+        assert time.monotonic() - started < 5
+    finally:
+        agent.close()
 
 
 def test_follow_prints_a_new_line_as_it_is_written(following: Following) -> None:

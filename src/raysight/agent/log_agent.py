@@ -136,16 +136,19 @@ class LogAgent:
                 self.tailer.scan()  # while the server is away, files Ray rotates away are opened, so kept readable
         self.drain()
 
-    def drain(self, timeout_s: float = 30.0) -> None:
-        """Send everything the files hold now, partial last lines too, within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
+    def drain(self, patience_s: float = 30.0) -> bool:
+        """Send everything the files hold now, partial last lines too, however long that takes while the server takes
+        it; give up once it has taken nothing for ``patience_s``. Whether everything was sent."""
+        deadline = time.monotonic() + patience_s
         while time.monotonic() < deadline:
             try:
                 if not self.cycle(final=True):
-                    return
+                    return True
+                deadline = time.monotonic() + patience_s
             except httpx.HTTPError as exc:
                 log.warning("could not send logs to %s (%s)", self.server, exc)
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return False
 
     def close(self) -> None:
         self.tailer.close()

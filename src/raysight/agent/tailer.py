@@ -291,7 +291,8 @@ class Tailer:
                 continue  # (closed while idle, and the last scan saw it grow no more)
             if (fd := self._fd(ident, opened)) is None:
                 continue
-            data = os.pread(fd, min(READ_BYTES, budget), followed.offset)
+            wanted = min(READ_BYTES, budget)
+            data = os.pread(fd, wanted, followed.offset)
             if not data:
                 if opened.vanished:
                     self._drop(ident)
@@ -300,7 +301,9 @@ class Tailer:
                     opened.fd = None
                 continue
             opened.grown_at = now
-            pieces, used, mid_line = split(data, followed.offset, followed.mid_line, final or opened.vanished)
+            # A partial last line is whole only at the end of a file that grows no more, not where the budget ends
+            whole = len(data) < wanted and (final or opened.vanished)
+            pieces, used, mid_line = split(data, followed.offset, followed.mid_line, whole)
             if pieces:
                 budget -= used
                 chunks.append(self._chunk(followed, pieces, used, mid_line, fd, opened.path))

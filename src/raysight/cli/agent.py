@@ -52,12 +52,17 @@ def agent_cmd(
 
     signal.signal(signal.SIGTERM, stopping)
     signal.signal(signal.SIGINT, stopping)
+    caught_up = True
     try:
         if once:
-            agent.drain()
+            caught_up = agent.drain()
         else:
             click.echo(f"raysight agent: shipping the logs under {agent.tailer.ray_dir} to {agent.server}", err=True)
             agent.run(stop)
     finally:
         agent.close()
     click.echo(f"raysight agent: {agent.sent_lines} lines shipped", err=True)
+    if not caught_up:
+        raise click.ClickException(
+            f"{agent.server} took nothing for 30 s; what is left stays in the files: run the agent again to ship it"
+        )
