@@ -199,3 +199,41 @@ def test_an_idle_file_s_descriptor_is_closed_and_reopened_once_it_grows(
     n = _write(logs / WORKER, n, 3)
     c.pump()
     assert sorted(_numbers(c.texts)) == list(range(n))
+
+
+def test_a_task_s_markers_go_on_in_the_file_that_rotation_starts(logs: Path, tmp_path: Path) -> None:
+    """Ray writes a task's markers once, when it starts; its later output may be in the next file of a rotation."""
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    live = logs / WORKER
+    live.write_text(":job_id:01000000\n:task_name:f\nf 0\n")
+    c.pump()
+    live.rename(logs / f"{WORKER}.1")
+    live.write_text("f 1\n:task_name:g\ng 0\n")
+    c.pump()
+    # twice more before the agent looks again (and a restart meanwhile): the middle file's markers reach the last
+    (logs / f"{WORKER}.1").rename(logs / f"{WORKER}.2")
+    live.rename(logs / f"{WORKER}.1")
+    live.write_text("g 1\n")
+    c.tailer.scan()
+    c.restart()
+    c.pump()
+    tasks = {text: context.get("task_name") for text, (*_, context) in zip(c.texts, c.records)}
+    assert {t: tasks[t] for t in ("f 0", "f 1", "g 0", "g 1")} == {"f 0": "f", "f 1": "f", "g 0": "g", "g 1": "g"}
+    assert c.texts.count("g 1") == 1
+    # another worker's file rotated four times before the agent first looks: its first file's markers reach the last
+    other = logs / WORKER.replace("4242", "4343")
+    for i in range(5):
+        if i:
+            _rotate(other)
+        other.write_text(f":task_name:h\nh {i}\n" if i == 0 else f"h {i}\n")
+    c.pump()
+    tasks = [context.get("task_name") for text, (*_, context) in zip(c.texts, c.records) if text.startswith("h ")]
+    assert tasks == ["h"] * 5
+
+
+def _rotate(live: Path) -> None:
+    """As Ray rotates a file: NAME.k to NAME.k+1 (oldest first), NAME to NAME.1."""
+    rotated = sorted(live.parent.glob(live.name + ".*"), key=lambda p: int(p.suffix[1:]), reverse=True)
+    for older in rotated:
+        older.rename(live.with_name(f"{live.name}.{int(older.suffix[1:]) + 1}"))
+    live.rename(live.with_name(live.name + ".1"))

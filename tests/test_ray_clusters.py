@@ -4,6 +4,7 @@ driver fails under `raysight run`. Each workload runs once for this module."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from raysight.agent.scrape import ray_temp_dir
 from raysight.cli.run import wait_until_quiet
 from raysight.client import Client
+from tests.ray_programs.two_nodes import DOOMED_LINES
 from tests.ray_scenarios import (
     RayStartHead,
     ServerProcess,
@@ -143,6 +146,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
                 "doctor": client.doctor(),
                 "doctor_cli": doctor_cli,
                 "session": session,
+                "url": server.url,
             }
     finally:
         server.stop()
@@ -161,6 +165,46 @@ def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]
     assert "two_nodes.py" in jobs[0]["entrypoint"]
     assert two_nodes["session"]["end_reason"] == "the driver that started this local cluster exited"
     assert_nothing_alive_without_a_reason(data)
+
+
+def test_the_lines_of_a_task_on_a_removed_node_are_all_there_through_ray_s_rotation(two_nodes: dict[str, Any]) -> None:
+    session, data = two_nodes["session"]["session"], two_nodes["data"]
+    removed = next(n for n in data["nodes"] if not n["is_head_node"])
+    (lost,) = by_name(data["tasks"])["on_doomed_node"]
+    logs = ray_temp_dir(os.environ) / session / "logs"
+    assert list(logs.glob(f"worker-*{lost['worker_pid']}.out.4")), "Ray did not rotate the task's file"
+    with Client(two_nodes["url"]) as client:
+        by_task = client.logs(session=session, task=lost["task_id"])
+        by_node = client.logs(session=session, node=removed["node_id"], grep="doomed line")
+    numbers = [int(r["text"].split()[2]) for r in by_task["rows"] if r["text"].startswith("doomed line")]
+    assert numbers == list(range(DOOMED_LINES)), numbers  # each once, in order, across five files
+    # Ray gives no byte ranges under rotation: attributed by the task's marker, worker and time
+    assert {(r["task_id"], r["attribution"], r["pid"]) for r in by_task["rows"]} == {
+        (lost["task_id"], "inferred", lost["worker_pid"])
+    }
+    assert [r["text"] for r in by_node["rows"]] == [r["text"] for r in by_task["rows"] if "doomed line" in r["text"]]
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raysight",
+            "logs",
+            "--server",
+            two_nodes["url"],
+            "--session",
+            session,
+            "--task",
+            lost["task_id"],
+            "--grep",
+            "doomed line 0299",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    last = "doomed line 0299 of 300, padded to rotate Ray's files sooner .........."
+    assert printed == f"(on_doomed_node pid={lost['worker_pid']}) {last}\n"
 
 
 def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unknown(two_nodes: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
-"""Run under `raysight run`: a two-node `ray.cluster_utils.Cluster`; a task running on the second node when that node
-is removed; a driver started without raysight's variables (tests/ray_programs/plain_driver.py); then this driver
-fails (exit code 3)."""
+"""Run under `raysight run`: a two-node `ray.cluster_utils.Cluster` with Ray's log rotation on (small files, renamed
+away: RAY_ROTATION_*); a task printing numbered lines on the second node, running when that node is removed; a driver
+started without raysight's variables (tests/ray_programs/plain_driver.py); then this driver fails (exit code 3)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,14 @@ from raysight.cli.run import ray_env
 from raysight.client import Client
 
 PLAIN_DRIVER = Path(__file__).with_name("plain_driver.py")
+DOOMED_LINES = 300  # about 20 KB: its worker's file is rotated four times
+ROTATION = {"RAY_ROTATION_MAX_BYTES": "4096", "RAY_ROTATION_BACKUP_COUNT": "1000"}  # none deleted: every line kept
 
 
 @ray.remote(resources={"doomed": 1}, max_retries=0)
 def on_doomed_node(marker: str) -> None:
+    for i in range(DOOMED_LINES):
+        print(f"doomed line {i:04d} of {DOOMED_LINES}, padded to rotate Ray's files sooner ..........", flush=True)
     Path(marker).touch()
     time.sleep(120)
 
@@ -46,6 +50,7 @@ def wait_until_raysight_sees_running(task: str, timeout_s: float) -> None:
 
 
 def main(marker: Path) -> None:
+    os.environ.update(ROTATION)  # read by the nodes' processes as they start
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         doomed = cluster.add_node(num_cpus=1, resources={"doomed": 1})

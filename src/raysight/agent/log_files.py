@@ -36,6 +36,14 @@ class FileInfo:
     pid: int | None = None
 
 
+def rotated_predecessor(name: str) -> str:
+    """The name that the file written just before ``name`` has after a rename rotation (Ray's, RotatingFileHandler
+    style): ``NAME.1`` for the live ``NAME``, ``NAME.3`` for ``NAME.2``."""
+    if m := re.fullmatch(r"(.*)\.(\d+)", name):
+        return f"{m[1]}.{int(m[2]) + 1}"
+    return f"{name}.1"
+
+
 def describe(name: str) -> FileInfo | None:
     """What file ``name`` (a path under a session's ``logs/``, e.g. ``old/worker-….out.1``) holds; None for what is
     not a log."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from raysight.agent.log_files import FileInfo, Piece, describe, marker, split
+from raysight.agent.log_files import FileInfo, Piece, describe, marker, rotated_predecessor, split
 
 HEAD_BYTES = 256  # a file's first bytes: told apart from a reused inode, and matched by its copy
 COPY_WAIT_S = 30.0  # a copy whose original is not truncated meanwhile is read from the original's offset anyway
@@ -42,6 +42,8 @@ class Followed:
     offset: int = 0  # bytes acknowledged
     mid_line: bool = False
     context: dict[str, str] = field(default_factory=dict)  # Ray's in-band markers so far: job_id, task_name, actor_name
+    # The key of the file rotated away when this one took its name: its markers are in force here, once it is read
+    predecessor: str = ""
     head: str = ""  # hash of its first head_len bytes
     head_len: int = 0
     size: int = 0  # its size when last seen
@@ -166,6 +168,7 @@ class Tailer:
                 found.append((session, name, path, st))
         for session, name, path, st in found:  # before restarts: a copy is matched against what it copied
             self._new(session, name, path, st)
+        self._link_rotations([self.files[i] for *_, st in found if (i := (st.st_dev, st.st_ino)) in self.files])
         for ident, name, _, st in known:
             followed, opened = self.files[ident], self._open[ident]
             followed.path = name
@@ -200,6 +203,15 @@ class Tailer:
         head, head_len = _head(opened.fd)
         self.files[ident] = Followed(session, *ident, name, head=head, head_len=head_len, size=st.st_size, path=name)
         self._open[ident] = opened
+
+    def _link_rotations(self, new: list[Followed]) -> None:
+        """Each new file's predecessor: the file that a rename rotation moved away from its name (found in the same
+        scan, perhaps: Ray may rotate a file several times between two looks)."""
+        by_name = {(f.session, self._name_now(f)): f for f in self.files.values()}
+        for followed in new:
+            predecessor = by_name.get((followed.session, rotated_predecessor(followed.path)))
+            if predecessor is not None:
+                followed.predecessor = predecessor.key
 
     def _original_of(self, session: str, name: str, path: Path) -> Followed | None:
         """The followed file that the new file ``name`` is a copy of: named after it (as it is named now, or was when
@@ -274,7 +286,22 @@ class Tailer:
         opened = self._open.pop(ident, None)
         if opened is not None and opened.fd is not None:
             os.close(opened.fd)
-        self.files.pop(ident, None)
+        dropped = self.files.pop(ident, None)
+        for successor in self.files.values():  # read to its end: its markers go on in the file that followed it
+            if dropped is not None and successor.predecessor == dropped.key:
+                successor.context, successor.predecessor = dict(dropped.context), ""
+
+    def _after_predecessor(self, followed: Followed) -> bool:
+        """Whether the file rotated away before ``followed`` took its name is read to its end (then its markers are
+        in force in ``followed``); a file that follows none is."""
+        if not followed.predecessor:
+            return True
+        predecessor = next((f for f in self.files.values() if f.key == followed.predecessor), None)
+        if predecessor is not None and predecessor.offset < predecessor.size:
+            return False  # its bytes were written first: they are read, and their markers known, first
+        followed.context = {**(predecessor.context if predecessor else {}), **followed.context}
+        followed.predecessor = ""
+        return True
 
     # --- reading -------------------------------------------------------------------------------------------------
 
@@ -289,6 +316,8 @@ class Tailer:
             followed, opened = self.files[ident], self._open.get(ident)
             if budget <= 0 or opened is None or (opened.fd is None and followed.size <= followed.offset):
                 continue  # (closed while idle, and the last scan saw it grow no more)
+            if not self._after_predecessor(followed):
+                continue
             if (fd := self._fd(ident, opened)) is None:
                 continue
             wanted = min(READ_BYTES, budget)
