@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 BLOCK_LINES = 8192
 GRAM_BITS = 1 << 16
+MAX_GRAMS = 64  # bits tested by a search
 MAX_RANGES = 64  # a search's seq ranges; more are merged across their smallest gaps (reading a little more)
 _MULTIPLIER = np.uint32(2654435761)  # Knuth's multiplicative hash: the top 16 of 32 bits
 
@@ -57,12 +58,11 @@ def block_grams(lines: pa.Table) -> pa.Table:
     return pa.table({"block": pa.array(blocks[starts], pa.int64()), "grams": pa.array(grams, pa.binary())})
 
 
-def needle_mask(literals: Iterable[str]) -> bytes | None:
-    """The bitmap of the trigrams a block must hold to contain every one of ``literals`` (None: no trigram)."""
+def needle_grams(literals: Iterable[str]) -> list[int]:
+    """The bits a block's bitmap must have set to contain every one of ``literals``: at most :data:`MAX_GRAMS` of
+    them (a long needle's first are enough to skip nearly every block that lacks it), none for short literals."""
     hashes = [_gram_hashes(np.frombuffer(s.encode(), np.uint8)) for s in literals]
-    if not any(len(h) for h in hashes):
-        return None
-    return _bitmap(hashes)
+    return sorted({int(h) for h in (np.concatenate(hashes) if hashes else [])})[:MAX_GRAMS]
 
 
 def required_literals(pattern: str) -> list[str]:

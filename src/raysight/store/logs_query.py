@@ -173,12 +173,11 @@ def _text_ranges(con: duckdb.DuckDBPyConnection, query: LogQuery, stored: int) -
     literals = [query.grep] if query.grep else []
     if query.regex:
         literals += log_index.required_literals(query.regex)
-    mask = log_index.needle_mask(literals)
-    if mask is None:
+    grams = log_index.needle_grams(literals)
+    if not grams:
         return []
-    excluded = con.execute(
-        "SELECT block FROM log_blocks WHERE (grams & $mask::BIT) <> $mask::BIT ORDER BY block", {"mask": mask}
-    ).fetchall()
+    lacking = " OR ".join(f"get_bit(grams, {int(bit)}) = 0" for bit in grams)
+    excluded = con.execute(f"SELECT block FROM log_blocks WHERE {lacking} ORDER BY block").fetchall()
     ranges = log_index.seq_ranges([b for (b,) in excluded], stored)
     if ranges is None:
         return []
