@@ -1,17 +1,18 @@
-"""A coarse index of the stored log lines' text, so that a search reads only the lines that may match.
+"""Coarse indexes of the stored log lines, so that a query reads only the lines that may match.
 
-Lines are grouped in blocks of :data:`BLOCK_LINES` consecutive ``seq`` values; each block keeps a bitmap of the
-trigrams (three consecutive bytes) its text holds, each hashed to one of :data:`GRAM_BITS` bits. A search for a
-substring (or a regex, by the literals every match must contain) needs every trigram of the literal: the blocks
-missing one of them are skipped, and DuckDB reads only the row groups of the rest (``seq`` rises as lines are stored,
-so its zone maps prune). False positives only cost reading; a block is never wrongly skipped. Blocks not indexed
-(lines stored before the index existed) are always read.
+Lines are grouped in blocks of :data:`BLOCK_LINES` consecutive ``seq`` values. Each block keeps a bitmap of the
+trigrams (three consecutive bytes) its text holds, each hashed to one of :data:`GRAM_BITS` bits (``log_blocks``); a
+search for a substring (or a regex, by the literals every match must contain) needs every trigram of the literal.
+Each file keeps the blocks that hold its lines, with their byte offsets and times (``log_file_blocks``): a query by
+worker, pid, file, actor, node or task attempt needs its files' blocks. DuckDB then reads only the row groups of
+those blocks (``seq`` rises as lines are stored, so its zone maps prune). False positives only cost reading; a block
+is never wrongly skipped. Lines stored before the indexes existed are always read.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +25,8 @@ except ImportError:  # pragma: no cover - Python 3.10
 BLOCK_LINES = 8192
 GRAM_BITS = 1 << 16
 MAX_GRAMS = 64  # bits tested by a search
-MAX_RANGES = 64  # a search's seq ranges; more are merged across their smallest gaps (reading a little more)
+MAX_RANGES = 64  # a query's seq ranges; more are merged across their narrowest gaps (reading a little more)
+FIRST_WINDOW = 1 << 18  # lines (of seq) a query reads first; each next window is four times the one before
 _MULTIPLIER = np.uint32(2654435761)  # Knuth's multiplicative hash: the top 16 of 32 bits
 
 
@@ -100,22 +102,21 @@ def _collect(items: list, runs: list[str]) -> None:
     end()
 
 
-def seq_ranges(excluded: list[int], last_seq: int) -> list[tuple[int, int]] | None:
-    """The ``seq`` ranges left to read once the blocks ``excluded`` (ascending) are skipped, at most
-    :data:`MAX_RANGES` of them; None when nothing is skipped."""
-    if not excluded:
-        return None
-    ranges: list[tuple[int, int]] = []
-    start = 0
-    for block in excluded:
-        if block * BLOCK_LINES > start:
-            ranges.append((start, block * BLOCK_LINES - 1))
-        start = (block + 1) * BLOCK_LINES
-    if start <= last_seq:
-        ranges.append((start, last_seq))
+def seq_ranges(blocks: list[int], last_seq: int, indexed_from: int = 0) -> list[tuple[int, int]]:
+    """The ``seq`` ranges to read: those of ``blocks`` (ascending), and every line to ``indexed_from`` (stored before
+    the index was), up to ``last_seq``; at most :data:`MAX_RANGES` of them, merged across the narrowest gaps (the
+    fewest lines read that cannot match)."""
+    ranges: list[tuple[int, int]] = [(0, indexed_from)] if indexed_from > 0 else []
+    for block in blocks:
+        lo, hi = block * BLOCK_LINES, min(block * BLOCK_LINES + BLOCK_LINES - 1, last_seq)
+        if lo > last_seq:
+            break
+        if ranges and lo <= ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], max(hi, ranges[-1][1]))
+        else:
+            ranges.append((lo, hi))
     if len(ranges) <= MAX_RANGES:
         return ranges
-    # Too many: merged across the narrowest gaps, so that the fewest skippable lines are read
     by_width = sorted(range(len(ranges) - 1), key=lambda i: ranges[i + 1][0] - ranges[i][1])
     kept = set(by_width[len(ranges) - MAX_RANGES :])  # the widest gaps (gap i follows range i)
     merged = [ranges[0]]
@@ -125,3 +126,27 @@ def seq_ranges(excluded: list[int], last_seq: int) -> list[tuple[int, int]] | No
         else:
             merged[-1] = (merged[-1][0], ranges[i][1])
     return merged
+
+
+def clip(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``ranges`` within ``lo``…``hi``."""
+    return [(max(a, lo), min(b, hi)) for a, b in ranges if a <= hi and b >= lo]
+
+
+def windows(
+    ranges: list[tuple[int, int]], newest: bool = False, first: int | None = None
+) -> Iterator[list[tuple[int, int]]]:
+    """``ranges`` cut into consecutive windows of ``seq``, from the lowest (the highest, ``newest``), each four times
+    the span of the one before: a query that wants only the first (or last) matches reads little more than it must."""
+    if not ranges:
+        return
+    lo, hi, span = ranges[0][0], ranges[-1][1], first or FIRST_WINDOW
+    while lo <= hi:
+        window = clip(ranges, max(lo, hi - span + 1), hi) if newest else clip(ranges, lo, min(hi, lo + span - 1))
+        if newest:
+            hi -= span
+        else:
+            lo += span
+        span *= 4
+        if window:
+            yield window

@@ -18,7 +18,7 @@ from raysight.errors import BadQuery, NotFound
 from raysight.ingest.agent_logs import STREAMS
 from raysight.store import log_index
 from raysight.store.queries import resolve_session
-from raysight.store.schema import LAST_LOG_SEQ_SQL
+from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
@@ -54,6 +54,17 @@ _OF_ATTEMPT = f"""
         AND (a.type <> 'NORMAL_TASK' OR l.task_name = a.name)  -- Ray marks each task's output with its name
         AND l.ts_ns >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
         AND coalesce(l.ts_ns - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
+
+# The blocks of a task's attempts' lines (relation ``attempts``), as _OF_ATTEMPT over a file's blocks (b, f)
+_BLOCK_OF_ATTEMPT = f"""
+    (a.stdout_start IS NOT NULL AND f.name = {_BASENAME.format("a.stdout_file")}
+        AND b.last_offset >= a.stdout_start AND b.first_offset < a.stdout_end)
+    OR (a.stderr_start IS NOT NULL AND f.name = {_BASENAME.format("a.stderr_file")}
+        AND b.last_offset >= a.stderr_start AND b.first_offset < a.stderr_end)
+    OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND f.stream <> 'system'
+        AND f.worker_id = coalesce(a.worker_id, a.exec_worker_id)
+        AND b.last_ns >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
+        AND coalesce(b.first_ns - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
 
 @dataclass(frozen=True)
@@ -116,38 +127,43 @@ def _check(query: LogQuery) -> None:
         raise BadQuery("limit must not be negative")
 
 
+def _file_conditions(query: LogQuery, t: str) -> tuple[list[str], dict[str, object]]:
+    """Conditions on what a line's file says (worker, pid, name, stream), over the alias ``t`` (a line or a file)."""
+    tests: dict[str, tuple[str, object]] = {
+        "worker_id": ("{t}.worker_id = $worker_id", query.worker_id),
+        "pid": ("{t}.pid = $pid", query.pid),
+        "stream": ("{t}.stream = $stream", query.stream),
+        "file": ("contains({t}.name, $file)", query.file),
+        "actor": (
+            """{t}.worker_id IN (SELECT worker_id FROM actors WHERE session = $session AND actor_id = $actor
+                                 UNION SELECT coalesce(worker_id, exec_worker_id) FROM tasks
+                                 WHERE session = $session AND actor_id = $actor)""",
+            query.actor_id,
+        ),
+        "node": (
+            "{t}.worker_id IN (SELECT worker_id FROM workers WHERE session = $session AND node_id = $node)",
+            query.node_id,
+        ),
+    }
+    where = [condition.format(t=t) for condition, value in tests.values() if value is not None]
+    if query.actor_id is not None and query.stream is None:  # its output, as `ray logs actor`: not Ray's own log
+        where.append(f"{t}.stream <> 'system'")
+    return where, {name: value for name, (_, value) in tests.items() if value is not None}
+
+
 def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, object], str]:
     """WHERE conditions over ``l`` (log_lines), their named parameters, and the attempts of a task query (SQL)."""
-    params: dict[str, object] = {"session": session}
-    where = ["l.session = $session"]
-    equal = {
-        "job_id": query.job_id,
-        "worker_id": query.worker_id,
-        "pid": query.pid,
-        "stream": query.stream,
-        "level": query.level.upper() if query.level else None,
-    }
-    for column, value in equal.items():
-        if value is not None:
-            where.append(f"l.{column} = ${column}")
-            params[column] = value
+    where, params = _file_conditions(query, "l")
+    where.insert(0, "l.session = $session")
+    params["session"] = session
     tests = {
-        "file": ("contains(l.name, $file)", query.file),
+        "job_id": ("l.job_id = $job_id", query.job_id),
+        "level": ("l.level = $level", query.level.upper() if query.level else None),
         "grep": ("contains(l.text, $grep)", query.grep),
         "regex": ("regexp_matches(l.text, $regex)", query.regex),
         "since": ("l.ts_ns >= $since", query.since_ns),
         "until": ("l.ts_ns < $until", query.until_ns),
         "after": ("l.seq > $after", query.after_seq),
-        "actor": (
-            """l.worker_id IN (SELECT worker_id FROM actors WHERE session = $session AND actor_id = $actor
-                               UNION SELECT coalesce(worker_id, exec_worker_id) FROM tasks
-                               WHERE session = $session AND actor_id = $actor)""",
-            query.actor_id,
-        ),
-        "node": (
-            "l.worker_id IN (SELECT worker_id FROM workers WHERE session = $session AND node_id = $node)",
-            query.node_id,
-        ),
     }
     for name, (condition, value) in tests.items():
         if value is not None:
@@ -155,8 +171,6 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
             params[name] = value
     if not query.markers:
         where.append("NOT l.marker")
-    if query.actor_id is not None and query.stream is None:  # its output, as `ray logs actor`: not Ray's own log
-        where.append("l.stream <> 'system'")
     attempts = ""
     if query.task_id is not None:
         attempts = "SELECT * FROM tasks WHERE session = $session AND task_id = $task"
@@ -167,25 +181,42 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     return where, params, attempts
 
 
-def _text_ranges(con: duckdb.DuckDBPyConnection, query: LogQuery, stored: int) -> list[str]:
-    """The condition on ``l.seq`` that skips the blocks of lines (up to ``stored``) that cannot hold the text searched
-    for, if any. A block's trigrams are stored with its lines: those it had when ``stored`` was read are there."""
-    literals = [query.grep] if query.grep else []
-    if query.regex:
-        literals += log_index.required_literals(query.regex)
-    grams = log_index.needle_grams(literals)
-    if not grams:
-        return []
-    lacking = " OR ".join(f"get_bit(grams, {int(bit)}) = 0" for bit in grams)
-    excluded = con.execute(f"SELECT block FROM log_blocks WHERE {lacking} ORDER BY block").fetchall()
-    ranges = log_index.seq_ranges([b for (b,) in excluded], stored)
-    if ranges is None:
-        return []
-    return ["(" + (" OR ".join(f"l.seq BETWEEN {lo} AND {hi}" for lo, hi in ranges) or "false") + ")"]
+def _blocks(
+    con: duckdb.DuckDBPyConnection, query: LogQuery, params: dict[str, object], attempts: str
+) -> list[int] | None:
+    """The blocks of lines (``store/log_index.py``) that may hold what ``query`` asks for, ascending; None: any.
+    A block may hold the text searched for when it has every trigram of it, and lines of a file when it was stored
+    with some: of the files the query's worker, pid, name, stream, actor, node or task attempts point to."""
+    found: set[int] | None = None
+    grams = log_index.needle_grams(
+        ([query.grep] if query.grep else []) + log_index.required_literals(query.regex or "")
+    )
+    if grams:
+        has_all = " AND ".join(f"get_bit(grams, {int(bit)}) = 1" for bit in grams)
+        found = {b for (b,) in con.execute(f"SELECT block FROM log_blocks WHERE {has_all}").fetchall()}
+    files, _ = _file_conditions(query, "f")
+    if attempts:
+        files.append(f"EXISTS (SELECT 1 FROM ({attempts}) a WHERE {_BLOCK_OF_ATTEMPT})")
+    if files:
+        sql = f"""SELECT DISTINCT b.block FROM log_file_blocks b JOIN log_files f USING (session, host, file_key)
+                  WHERE b.session = $session AND {" AND ".join(files)}"""
+        used = set(re.findall(r"\$(\w+)", sql))  # DuckDB refuses parameters a statement does not name
+        by_file = {b for (b,) in con.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()}
+        found = by_file if found is None else found & by_file
+    return None if found is None else sorted(found)
+
+
+def _source(ranges: list[tuple[int, int]], attempts: str) -> str:
+    """The lines within ``ranges`` as ``l`` (each range scanned on its own: DuckDB skips the row groups outside it),
+    joined to a task query's attempts as ``a``."""
+    scans = " UNION ALL ".join(f"SELECT * FROM log_lines WHERE seq BETWEEN {lo} AND {hi}" for lo, hi in ranges)
+    lines = f"({scans or 'SELECT * FROM log_lines WHERE false'}) l"
+    return f"{lines} JOIN ({attempts}) a ON {_OF_ATTEMPT}" if attempts else lines
 
 
 def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogResult:
-    """The lines ``query`` asks for, and how many match in all (when ``count``)."""
+    """The lines ``query`` asks for, and how many match in all (when ``count``). Only the blocks that may hold them
+    are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found."""
     _check(query)
     session = resolve(con, query.session)
     if session is None:
@@ -193,26 +224,40 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile
     (stored,) = con.execute(LAST_LOG_SEQ_SQL).fetchall()[0]
     where, params, attempts = _conditions(query, session)
-    where += [f"l.seq <= {int(stored)}", *_text_ranges(con, query, int(stored))]
+    ranges = [(0, int(stored))]
+    if (blocks := _blocks(con, query, params, attempts)) is not None:
+        (indexed_from,) = con.execute(INDEXED_FROM_SQL).fetchall()[0]
+        ranges = log_index.seq_ranges(blocks, int(stored), int(indexed_from))
+    if query.after_seq is not None:
+        ranges = log_index.clip(ranges, query.after_seq + 1, int(stored))
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
         attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
-        source = f"log_lines l JOIN ({attempts}) a ON {_OF_ATTEMPT}"
         columns += f", a.task_id, a.attempt, {attribution} AS attribution"
-    else:
-        source = "log_lines l"
     condition = " AND ".join(where)
     order = "DESC" if query.newest else "ASC"
-    lines = f"SELECT {columns} FROM {source} WHERE {condition} ORDER BY l.seq {order} LIMIT {int(query.limit)}"
+    pages: list[str] = []
+    found, last = 0, None
     try:
-        rows, last = con.execute(
-            f"SELECT coalesce('[' || string_agg(to_json(r)::VARCHAR, ',' ORDER BY r.seq) || ']', '[]'), max(r.seq) "
-            f"FROM ({lines}) r",
-            params,
-        ).fetchall()[0]
+        for window in log_index.windows(ranges, query.newest) if query.limit else ():
+            page, rows, top = con.execute(
+                f"""SELECT string_agg(to_json(r)::VARCHAR, ',' ORDER BY r.seq), count(*), max(r.seq)
+                    FROM (SELECT {columns} FROM {_source(window, attempts)} WHERE {condition}
+                          ORDER BY l.seq {order} LIMIT {int(query.limit) - found}) r""",
+                params,
+            ).fetchall()[0]
+            if rows:
+                pages.append(page)
+                found += rows
+            if found >= query.limit:
+                last = None if query.newest else top  # the newest were found: nothing after them matches
+                break
         total = None
         if count:
-            (total,) = con.execute(f"SELECT count(*) FROM {source} WHERE {condition}", params).fetchall()[0]
+            (total,) = con.execute(
+                f"SELECT count(*) FROM {_source(ranges, attempts)} WHERE {condition}", params
+            ).fetchall()[0]
     except duckdb.InvalidInputException as exc:  # a regex RE2 refuses that Python's re took
         raise BadQuery(f"bad query: {exc}") from None
-    return LogResult(session, total, rows, stored if last is None else last)
+    rows_json = "[" + ",".join(reversed(pages) if query.newest else pages) + "]"
+    return LogResult(session, total, rows_json, stored if last is None else last)

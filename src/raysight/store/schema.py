@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -499,8 +499,12 @@ RAW_DDL = [
         """CREATE TABLE IF NOT EXISTS log_gaps (
             session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, start_offset BIGINT, end_offset BIGINT,
             why VARCHAR, received_at TIMESTAMPTZ, PRIMARY KEY (session, host, file_key, start_offset))""",
-        # Which trigrams each block of lines' text holds (``store/log_index.py``): what a text search may skip.
+        # Which trigrams each block of lines' text holds, and which blocks hold each file's lines (with their byte
+        # offsets and times): what a query may skip (``store/log_index.py``).
         """CREATE TABLE IF NOT EXISTS log_blocks (block BIGINT PRIMARY KEY, grams BIT)""",
+        """CREATE TABLE IF NOT EXISTS log_file_blocks (
+            session VARCHAR, host VARCHAR, file_key VARCHAR, block BIGINT, first_offset BIGINT, last_offset BIGINT,
+            first_ns BIGINT, last_ns BIGINT, PRIMARY KEY (session, host, file_key, block))""",
     ],
 ]
 
@@ -508,6 +512,9 @@ RAW_DDL = [
 # The ``seq`` of the last log line stored (0 before any), kept in ``meta``
 LOG_SEQ_KEY = "log_lines_seq"
 LAST_LOG_SEQ_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{LOG_SEQ_KEY}'"
+# The last line stored before the log indexes existed (0: none), kept in ``meta``: such lines are always read
+INDEXED_FROM_KEY = "log_indexed_from"
+INDEXED_FROM_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{INDEXED_FROM_KEY}'"
 
 
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
@@ -522,7 +529,10 @@ MIGRATIONS = {
     4: _copy_raw_events(RAW_EVENTS_V4_DDL, "raw_events_v4", f"md5_number(session || ' ' || event_id), {RAW_COLUMNS}"),
     6: _copy_raw_events(RAW_EVENTS_DDL.format(name="raw_events_v6"), "raw_events_v6", RAW_COLUMNS),
     7: [],  # the log tables, which all_ddl() makes
-    8: [],  # the index of the log lines' text (lines stored before it are always read)
+    8: [],  # a first index of the log lines, which 9 completes
+    9: [  # the log indexes (all_ddl() makes them): the lines stored before them are always read
+        f"INSERT OR REPLACE INTO meta SELECT '{INDEXED_FROM_KEY}', value FROM meta WHERE key = '{LOG_SEQ_KEY}'"
+    ],
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

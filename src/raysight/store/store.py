@@ -345,12 +345,7 @@ class Store:
                 )
             with self._registered("staged_gaps", gaps):
                 (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
-            stored_lines = self.con.sql(f"SELECT seq, text FROM log_lines WHERE seq > {first} ORDER BY seq")
-            with self._registered("staged_blocks", log_index.block_grams(stored_lines.to_arrow_table())):
-                self._run(
-                    """INSERT INTO log_blocks SELECT block, grams::BIT FROM staged_blocks
-                       ON CONFLICT DO UPDATE SET grams = grams | excluded.grams"""
-                )
+            self._index_lines(first)
             self._run(f"INSERT OR REPLACE INTO meta VALUES ('{schema.LOG_SEQ_KEY}', ?)", [str(first + stored)])
             self.count(
                 log_lines=stored,
@@ -361,6 +356,26 @@ class Store:
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
         return int(stored)
+
+    def _index_lines(self, first: int) -> None:
+        """Index the lines stored after ``first`` (``store/log_index.py``): their blocks' trigrams, and the blocks of
+        their files."""
+        block = log_index.BLOCK_LINES
+        new_lines = self.con.sql(f"SELECT seq, text FROM log_lines WHERE seq > {first} ORDER BY seq")
+        with self._registered("staged_blocks", log_index.block_grams(new_lines.to_arrow_table())):
+            self._run(
+                """INSERT INTO log_blocks SELECT block, grams::BIT FROM staged_blocks
+                   ON CONFLICT DO UPDATE SET grams = grams | excluded.grams"""
+            )
+        self._run(
+            f"""INSERT INTO log_file_blocks
+                SELECT session, host, file_key, seq // {block}, min(byte_offset), max(byte_offset), min(ts_ns),
+                       max(ts_ns)
+                FROM log_lines WHERE seq > {first} GROUP BY ALL
+                ON CONFLICT DO UPDATE SET first_offset = least(first_offset, excluded.first_offset),
+                    last_offset = greatest(last_offset, excluded.last_offset),
+                    first_ns = least(first_ns, excluded.first_ns), last_ns = greatest(last_ns, excluded.last_ns)"""
+        )
 
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""
