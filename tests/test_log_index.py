@@ -125,6 +125,17 @@ def _expected(lines: list[str], grep: str | None = None, regex: str | None = Non
     )
 
 
+def _with_context(lines: list[str], needle: str, n: int) -> list[tuple[int, str, bool]]:
+    """(pid, text, context) of the lines holding ``needle`` and the ``n`` before and after each in its file."""
+    out = set()
+    for pid in PIDS:
+        own = [line for i, line in enumerate(lines) if PIDS[i % 2] == pid]
+        found = [k for k, line in enumerate(own) if needle in line]
+        near = {j for k in found for j in range(max(0, k - n), min(len(own), k + n + 1))}
+        out |= {(pid, own[j], j not in found) for j in near}
+    return sorted(out)
+
+
 def test_queries_through_the_indexes_find_what_a_scan_of_every_line_finds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +170,10 @@ def test_queries_through_the_indexes_find_what_a_scan_of_every_line_finds(
             for newest in (False, True):
                 page = log_lines(con, LogQuery(limit=7, newest=newest, **search), count=False)  # type: ignore[arg-type]
                 assert orjson.loads(page.rows) == (every[-7:] if newest else every[:7]), (search, newest)
+        for needle, n in [("OOM1", 1), ("delta3", 3), ("the needle", 40)]:  # context across many blocks too
+            rows = orjson.loads(log_lines(con, LogQuery(grep=needle, context=n, limit=10_000), count=False).rows)
+            found = sorted((r["pid"], r["text"], bool(r.get("context"))) for r in rows)
+            assert found == _with_context(lines, needle, n), (needle, n)
         has_needle = " AND ".join(f"get_bit(grams, {b}) = 1" for b in log_index.needle_grams(["the needle"]))
         (maybe,) = con.execute(f"SELECT count(*) FROM log_blocks WHERE {has_needle}").fetchall()[0]
         assert maybe == 1  # the needle's block is all a search for it reads

@@ -16,13 +16,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from raysight.agent import log_agent
 from raysight.agent.log_agent import LogAgent, batch_body
 from raysight.agent.tailer import Tailer
+from raysight.cli import main
 from raysight.client import Client
 from raysight.errors import NotFound
 from tests.ray_scenarios import ServerProcess, agent_command
@@ -304,6 +307,31 @@ def test_a_drain_goes_on_while_the_server_takes_batches_and_gives_up_once_it_tak
         assert time.monotonic() - started < 5
     finally:
         agent.close()
+
+
+def test_context_prints_the_lines_of_the_file_around_each_found_as_grep_c(tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    lines = [f"line {i}" + (" needle" if i in (5, 6, 20) else "") for i in range(30)]
+    (logs / WORKER).write_text(":job_id:01000000\n:task_name:f\n" + "".join(line + "\n" for line in lines))
+    (logs / "raylet.out").write_text("".join(f"r{i}{' needle' if i == 1 else ''}\n" for i in range(5)))
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        body, json = _batch(tmp_path, logs), {"Content-Type": "application/json"}
+        assert httpx.post(f"{server.url}/ingest/agent/logs", content=body, headers=json).status_code == 200
+        _until_stored(server, 30)
+        result = CliRunner().invoke(main, ["logs", "--server", server.url, "--grep", "needle", "-C", "2"])
+        assert result.exit_code == 0, result.output
+        groups = set(result.stdout.split("--\n"))
+        worker = "(f pid=777) line {}"
+        assert groups == {
+            "".join(worker.format(i) + (" needle" if i in (5, 6) else "") + "\n" for i in range(3, 9)),
+            "".join(worker.format(i) + (" needle" if i == 20 else "") + "\n" for i in range(18, 23)),
+            "[raylet.out] r0\n[raylet.out] r1 needle\n[raylet.out] r2\n[raylet.out] r3\n",
+        }
+        bad = CliRunner().invoke(main, ["logs", "--server", server.url, "--grep", "needle", "-C", "101"])
+        assert bad.exit_code == 2 and "101 is not in the range 0<=x<=100" in bad.stderr
+    finally:
+        server.stop()
 
 
 def test_follow_prints_a_new_line_as_it_is_written(following: Following) -> None:

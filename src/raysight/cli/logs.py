@@ -44,6 +44,15 @@ def prefix(row: dict[str, Any]) -> str:
     return f"({who} pid={row['pid']})"
 
 
+def follows(before: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``row`` is the line of its file right after ``before``."""
+    size = len(before["text"].encode()) + (0 if before["continued"] else 1)  # (approximately, for a line not UTF-8)
+    return row["file_key"] == before["file_key"] and row["byte_offset"] in (
+        before["byte_offset"] + size,
+        before["byte_offset"] + size - 1,
+    )
+
+
 def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
     if fmt == "json":
         click.echo(orjson.dumps(row).decode())
@@ -53,6 +62,26 @@ def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
         head = click.style(head, fg="red" if row["stream"] == "stderr" else "cyan")
     continued = "… " if row["continued"] else ""
     click.echo(f"{head} {continued}{row['text']}", color=color)
+
+
+class _Printer:
+    """Prints lines once each, in order (a page's context lines may reach into the next page's), with grep's ``--``
+    between groups of lines apart when ``separate``."""
+
+    def __init__(self, fmt: str, color: bool, separate: bool) -> None:
+        self.fmt, self.color, self.separate = fmt, color, separate
+        self.last: dict[str, Any] | None = None
+
+    def print(self, rows: list[dict[str, Any]]) -> int:
+        """Print ``rows`` not printed yet; the lines found among them (not context)."""
+        for row in rows:
+            if self.last is not None and row["seq"] <= self.last["seq"]:
+                continue
+            if self.separate and self.fmt == "text" and self.last is not None and not follows(self.last, row):
+                click.echo("--")
+            _echo(row, self.fmt, self.color)
+            self.last = row
+        return sum(1 for row in rows if not row.get("context"))
 
 
 @click.command("logs")
@@ -72,6 +101,14 @@ def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
 @click.option("--until", metavar="WHEN", help="Before WHEN (as --since).")
 @click.option("--tail", type=int, metavar="N", help="Only the last N lines.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing lines as they come (Ctrl-C stops), as tail -f.")
+@click.option(
+    "--context",
+    "-C",
+    type=click.IntRange(0, 100),
+    default=0,
+    metavar="N",
+    help="N lines of the same file before and after each line found, as grep -C (groups apart are split by --).",
+)
 @click.option("--markers", is_flag=True, help="Also Ray's in-band lines (:task_name:, :actor_name:, :job_id:).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="json: one object a line.")
 @session_option
@@ -93,6 +130,7 @@ def logs_cmd(
     until: str | None,
     tail: int | None,
     follow: bool,
+    context: int,
     markers: bool,
     fmt: str,
     session: str | None,
@@ -119,23 +157,22 @@ def logs_cmd(
         "since": None if since is None else parse_time(since, now),
         "until": None if until is None else parse_time(until, now),
         "markers": markers or None,
+        "context": context or None,
     }
-    color = fmt == "text" and sys.stdout.isatty()
+    printer = _Printer(fmt, fmt == "text" and sys.stdout.isatty(), separate=context > 0)
     with make_client(server) as client:
         if tail is not None or follow:
             data = client.logs(**query, limit=10 if tail is None else tail, newest=True, count=False)
         else:
             data = client.logs(**query, limit=PAGE, count=False)
         query["session"] = data["session"]  # the one resolved: a later session must not take over while following
-        for row in data["rows"]:
-            _echo(row, fmt, color)
+        found = printer.print(data["rows"])
         last = data["last_seq"]
-        more = tail is None and not follow and len(data["rows"]) == PAGE
+        more = tail is None and not follow and found == PAGE
         while more or follow:
             data = client.logs(**query, after=last, limit=PAGE, count=False)
-            for row in data["rows"]:
-                _echo(row, fmt, color)
+            found = printer.print(data["rows"])
             last = data["last_seq"]
-            more = len(data["rows"]) == PAGE
+            more = found == PAGE
             if follow and not more:
                 time.sleep(FOLLOW_POLL_S)

@@ -120,8 +120,9 @@ async def ping(request: Request) -> Response:
 
 async def logs(request: Request) -> Response:
     """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
-    &regex=&since=&until=&after=&limit=&newest=&markers=&count=: log lines in the order stored (``since``/``until``
-    in epoch ns; ``after``: lines stored after this ``seq``, to follow); ``last_seq`` is where to follow on from."""
+    &regex=&since=&until=&after=&limit=&newest=&markers=&context=&count=: log lines in the order stored
+    (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``context``: lines of the
+    file around each match, flagged so); ``last_seq`` is where to follow on from."""
     params = request.query_params
 
     def text(name: str) -> str | None:
@@ -155,6 +156,7 @@ async def logs(request: Request) -> Response:
         limit=1000 if limit is None else limit,
         newest=bool_param(params, "newest"),
         markers=bool_param(params, "markers"),
+        context=int_param(params, "context", 0) or 0,
     )
     count = bool_param(params, "count", True)
     result = await app_state(request).read(lambda con: log_lines(con, query, count=count))

@@ -150,3 +150,18 @@ def windows(
         span *= 4
         if window:
             yield window
+
+
+def around(blocks: list[tuple[int, int]], seq: int, lines: int) -> tuple[int, int]:
+    """The ``seq`` span holding the ``lines`` lines before and after line ``seq`` of a file whose lines are in
+    ``blocks`` ((block, lines of the file in it), ascending): the line's block, and the file's blocks before and after
+    it until they hold that many of its lines."""
+    at = next(i for i, (block, _) in enumerate(blocks) if block == seq // BLOCK_LINES)
+    first, last, before, after = at, at, 0, 0
+    while first > 0 and before < lines:
+        first -= 1
+        before += blocks[first][1]
+    while last < len(blocks) - 1 and after < lines:
+        last += 1
+        after += blocks[last][1]
+    return blocks[first][0] * BLOCK_LINES, (blocks[last][0] + 1) * BLOCK_LINES - 1

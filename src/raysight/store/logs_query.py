@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 import duckdb
+import orjson
 
 from raysight.errors import BadQuery, NotFound
 from raysight.ingest.agent_logs import STREAMS
@@ -21,11 +22,14 @@ from raysight.store.queries import resolve_session
 from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
+MAX_CONTEXT = 100
+MAX_CONTEXT_MATCHES = 10_000
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
 COLUMNS = (
     "seq",
     "session",
     "host",
+    "file_key",
     "name",
     "stream",
     "worker_id",
@@ -88,6 +92,7 @@ class LogQuery:
     limit: int = 1000
     newest: bool = False  # the last ``limit`` matches (still printed oldest first), else the first
     markers: bool = False  # Ray's in-band marker lines too
+    context: int = 0  # lines of the same file before and after each match (flagged ``context``), as grep -C
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,10 @@ def _check(query: LogQuery) -> None:
             raise BadQuery(f"bad regex {query.regex!r}: {exc}") from None
     if query.limit < 0:
         raise BadQuery("limit must not be negative")
+    if not 0 <= query.context <= MAX_CONTEXT:
+        raise BadQuery(f"context must be 0 to {MAX_CONTEXT} lines")
+    if query.context and query.limit > MAX_CONTEXT_MATCHES:
+        raise BadQuery(f"with context, limit must be at most {MAX_CONTEXT_MATCHES}: page with after= instead")
 
 
 def _file_conditions(query: LogQuery, t: str) -> tuple[list[str], dict[str, object]]:
@@ -206,11 +215,11 @@ def _blocks(
     return None if found is None else sorted(found)
 
 
-def _source(ranges: list[tuple[int, int]], attempts: str) -> str:
-    """The lines within ``ranges`` as ``l`` (each range scanned on its own: DuckDB skips the row groups outside it),
-    joined to a task query's attempts as ``a``."""
+def _source(ranges: list[tuple[int, int]], attempts: str = "", alias: str = "l") -> str:
+    """The lines within ``ranges`` as ``alias`` (each range scanned on its own: DuckDB skips the row groups outside
+    it), joined to a task query's attempts as ``a``."""
     scans = " UNION ALL ".join(f"SELECT * FROM log_lines WHERE seq BETWEEN {lo} AND {hi}" for lo, hi in ranges)
-    lines = f"({scans or 'SELECT * FROM log_lines WHERE false'}) l"
+    lines = f"({scans or 'SELECT * FROM log_lines WHERE false'}) {alias}"
     return f"{lines} JOIN ({attempts}) a ON {_OF_ATTEMPT}" if attempts else lines
 
 
@@ -260,4 +269,47 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     except duckdb.InvalidInputException as exc:  # a regex RE2 refuses that Python's re took
         raise BadQuery(f"bad query: {exc}") from None
     rows_json = "[" + ",".join(reversed(pages) if query.newest else pages) + "]"
+    if query.context and found:
+        rows_json = _with_context(con, rows_json, query, int(stored))
     return LogResult(session, total, rows_json, stored if last is None else last)
+
+
+def _with_context(con: duckdb.DuckDBPyConnection, rows_json: str, query: LogQuery, stored: int) -> str:
+    """The matches ``rows_json`` with the ``query.context`` lines before and after each in its file (flagged
+    ``context``). Only the blocks that may hold them are read: the file's own around the match's, back and on until
+    they hold enough of its lines (``log_file_blocks``)."""
+    matches = orjson.loads(rows_json)
+    files = [
+        {"session": s, "host": h, "file_key": k}
+        for s, h, k in {(m["session"], m["host"], m["file_key"]) for m in matches}
+    ]
+    blocks: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for session, host, key, block, lines in con.execute(
+        """SELECT b.session, b.host, b.file_key, b.block, b.lines
+           FROM log_file_blocks b JOIN (SELECT unnest($files, recursive := true)) f USING (session, host, file_key)
+           ORDER BY b.block""",
+        {"files": files},
+    ).fetchall():
+        blocks.setdefault((session, host, key), []).append((block, lines))
+    around = []
+    for m in matches:
+        first, last = log_index.around(blocks[(m["session"], m["host"], m["file_key"])], m["seq"], query.context)
+        around.append({"seq": m["seq"], **{k: m[k] for k in ("session", "host", "file_key")}, "lo": first, "hi": last})
+    read = sorted(
+        {b for a in around for b in range(a["lo"] // log_index.BLOCK_LINES, a["hi"] // log_index.BLOCK_LINES + 1)}
+    )
+    markers = "" if query.markers else "AND NOT c.marker"
+    (context,) = con.execute(
+        f"""WITH m AS (SELECT unnest($around, recursive := true)),
+            near AS (SELECT c.seq FROM {_source(log_index.seq_ranges(read, stored), alias="c")} JOIN m
+                       ON c.session = m.session AND c.host = m.host AND c.file_key = m.file_key
+                          AND c.seq BETWEEN m.lo AND m.hi AND c.seq <> m.seq {markers}
+                     QUALIFY row_number() OVER (PARTITION BY m.seq, c.seq < m.seq ORDER BY abs(c.seq - m.seq))
+                             <= {int(query.context)})
+            SELECT coalesce('[' || string_agg(to_json(r)::VARCHAR, ',') || ']', '[]')
+            FROM (SELECT {", ".join(f"c.{c}" for c in COLUMNS)}, true AS context
+                  FROM {_source(log_index.seq_ranges(read, stored), alias="c")}
+                  WHERE c.seq IN (SELECT seq FROM near) AND c.seq NOT IN (SELECT seq FROM m)) r""",
+        {"around": around},
+    ).fetchall()[0]
+    return orjson.dumps(sorted([*matches, *orjson.loads(context)], key=lambda row: row["seq"])).decode()

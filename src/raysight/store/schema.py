@@ -503,8 +503,8 @@ RAW_DDL = [
         # offsets and times): what a query may skip (``store/log_index.py``).
         """CREATE TABLE IF NOT EXISTS log_blocks (block BIGINT PRIMARY KEY, grams BIT)""",
         """CREATE TABLE IF NOT EXISTS log_file_blocks (
-            session VARCHAR, host VARCHAR, file_key VARCHAR, block BIGINT, first_offset BIGINT, last_offset BIGINT,
-            first_ns BIGINT, last_ns BIGINT, PRIMARY KEY (session, host, file_key, block))""",
+            session VARCHAR, host VARCHAR, file_key VARCHAR, block BIGINT, lines BIGINT, first_offset BIGINT,
+            last_offset BIGINT, first_ns BIGINT, last_ns BIGINT, PRIMARY KEY (session, host, file_key, block))""",
     ],
 ]
 

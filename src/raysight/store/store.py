@@ -369,10 +369,11 @@ class Store:
             )
         self._run(
             f"""INSERT INTO log_file_blocks
-                SELECT session, host, file_key, seq // {block}, min(byte_offset), max(byte_offset), min(ts_ns),
-                       max(ts_ns)
+                SELECT session, host, file_key, seq // {block}, count(*), min(byte_offset), max(byte_offset),
+                       min(ts_ns), max(ts_ns)
                 FROM log_lines WHERE seq > {first} GROUP BY ALL
-                ON CONFLICT DO UPDATE SET first_offset = least(first_offset, excluded.first_offset),
+                ON CONFLICT DO UPDATE SET lines = lines + excluded.lines,
+                    first_offset = least(first_offset, excluded.first_offset),
                     last_offset = greatest(last_offset, excluded.last_offset),
                     first_ns = least(first_ns, excluded.first_ns), last_ns = greatest(last_ns, excluded.last_ns)"""
         )
