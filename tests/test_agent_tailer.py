@@ -237,3 +237,22 @@ def _rotate(live: Path) -> None:
     for older in rotated:
         older.rename(live.with_name(f"{live.name}.{int(older.suffix[1:]) + 1}"))
     live.rename(live.with_name(live.name + ".1"))
+
+
+def test_files_deleted_unread_are_held_up_to_the_spool_bound_and_the_oldest_past_it_are_gaps(
+    logs: Path, tmp_path: Path
+) -> None:
+    tailer = Tailer(logs.parent.parent, tmp_path / "checkpoint.json", spool_bytes=1500)
+    names = ("raylet.out.3", "raylet.out.2", "raylet.out.1")  # rotated away, oldest first
+    for name in names:
+        (logs / name).write_text("".join(f"{name} {i:03d}\n" for i in range(50)))  # 850 bytes each
+    tailer.scan()  # opened: their descriptors now hold them
+    for name in names:
+        (logs / name).unlink()
+        tailer.scan()  # (each gone after the one before)
+    # 2550 bytes unread in deleted files, 1500 allowed: the two oldest are dropped, each a gap from where it was read
+    assert [(g.file.path, g.start, g.end) for g in tailer.gaps] == [("raylet.out.3", 0, 850), ("raylet.out.2", 0, 850)]
+    assert "over the agent's spool of 1,500 bytes" in tailer.gaps[0].why
+    chunks = tailer.read(1 << 20)
+    assert {chunk.path for chunk in chunks} == {"raylet.out.1"}  # the newest is still read to its end
+    assert len(chunks[0].pieces) == 50

@@ -28,6 +28,7 @@ HEAD_BYTES = 256  # a file's first bytes: told apart from a reused inode, and ma
 COPY_WAIT_S = 30.0  # a copy whose original is not truncated meanwhile is read from the original's offset anyway
 IDLE_CLOSE_S = 30.0  # a descriptor of a file read to its end and not grown for this long is closed
 READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read
+SPOOL_BYTES = 1 << 30  # unread bytes held in deleted files at most (the server away): past it the oldest are dropped
 
 
 @dataclass
@@ -69,7 +70,7 @@ class _Open:
     path: Path
     fd: int | None = None
     grown_at: float = field(default_factory=time.monotonic)
-    vanished: bool = False  # no longer in the directory: read to its end through the descriptor, then dropped
+    vanished: float | None = None  # when it left the directory: read to its end through the descriptor, then dropped
 
 
 @dataclass(frozen=True)
@@ -110,9 +111,12 @@ def _head(path: Path | int, length: int = HEAD_BYTES) -> tuple[str, int]:
 class Tailer:
     """The log files under ``ray_dir``'s sessions (``session_*/logs``), followed from ``checkpoint``."""
 
-    def __init__(self, ray_dir: Path, checkpoint: Path, since: float | None = None) -> None:
-        """``since``: only sessions whose logs changed from then on (epoch seconds), else every session."""
-        self.ray_dir, self.checkpoint, self.since = ray_dir, checkpoint, since
+    def __init__(
+        self, ray_dir: Path, checkpoint: Path, since: float | None = None, spool_bytes: int = SPOOL_BYTES
+    ) -> None:
+        """``since``: only sessions whose logs changed from then on (epoch seconds), else every session;
+        ``spool_bytes``: the most held unread in deleted files (see :meth:`_bound_spool`)."""
+        self.ray_dir, self.checkpoint, self.since, self.spool_bytes = ray_dir, checkpoint, since, spool_bytes
         self._sessions: set[str] = set()  # the sessions followed
         self.files: dict[tuple[int, int], Followed] = {}
         self._open: dict[tuple[int, int], _Open] = {}
@@ -187,6 +191,22 @@ class Tailer:
             listed = followed.session in self._sessions or not (self.ray_dir / followed.session).exists()
             if ident not in seen and listed:  # (a session not followed now keeps its files' places)
                 self._vanished(ident)
+        self._bound_spool()
+
+    def _bound_spool(self) -> None:
+        """Files gone from the directory but held open until read are the spool (what Ray rotated away or deleted
+        while the server was away): past ``spool_bytes`` unread in them, the oldest are dropped, each a gap."""
+        held = sorted((opened.vanished, ident) for ident, opened in self._open.items() if opened.vanished is not None)
+        unread = sum(self.files[ident].size - self.files[ident].offset for _, ident in held)
+        for _, ident in held:
+            if unread <= self.spool_bytes:
+                break
+            followed = self.files[ident]
+            unread -= followed.size - followed.offset
+            if followed.size > followed.offset:
+                why = f"deleted, and dropped unread: over the agent's spool of {self.spool_bytes:,} bytes"
+                self.gaps.append(Gap(followed, followed.offset, followed.size, why))
+            self._drop(ident)
 
     def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> None:
         ident = (st.st_dev, st.st_ino)
@@ -276,7 +296,8 @@ class Tailer:
         without one, what was not read of it is a gap."""
         opened, followed = self._open.get(ident), self.files[ident]
         if opened is not None and opened.fd is not None:
-            opened.vanished = True  # read() drops it once its end is read
+            if opened.vanished is None:
+                opened.vanished = time.monotonic()  # read() drops it once its end is read
             return
         if followed.size > followed.offset:
             self.gaps.append(Gap(followed, followed.offset, followed.size, "deleted before it was read to its end"))
@@ -323,7 +344,7 @@ class Tailer:
             wanted = min(READ_BYTES, budget)
             data = os.pread(fd, wanted, followed.offset)
             if not data:
-                if opened.vanished:
+                if opened.vanished is not None:
                     self._drop(ident)
                 elif now - opened.grown_at > IDLE_CLOSE_S:
                     os.close(fd)
@@ -331,7 +352,7 @@ class Tailer:
                 continue
             opened.grown_at = now
             # A partial last line is whole only at the end of a file that grows no more, not where the budget ends
-            whole = len(data) < wanted and (final or opened.vanished)
+            whole = len(data) < wanted and (final or opened.vanished is not None)
             pieces, used, mid_line = split(data, followed.offset, followed.mid_line, whole)
             if pieces:
                 budget -= used
