@@ -7,7 +7,7 @@ reports lines/s until durable on the server and until queryable, with the agent'
 beside what a user would run instead over the files: a rare and a common substring and a regex (`grep -F`/`grep -E`
 over every file), the common substring within one worker and a time window (grep cannot narrow, so still every file),
 and one task's lines (`grep -A` after its name marker, over every file). Every line found is fetched, as grep prints
-every line it finds.
+every line it finds. Last, how soon `raysight logs --follow` prints a line written to a file a running agent follows.
 Run: .venv/bin/python benchmarks/logs.py [--lines 10000000] [--rounds 5]
 """
 
@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import queue
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.ingest_http import post_all, wait_folded
 from raysight.client import Client
+from raysight.errors import NotFound
 from tests.ray_scenarios import ServerProcess, agent_command
 
 SESSION = "session_2026-11-23_00-00-00_000000_1"
@@ -124,6 +127,57 @@ def grep(args: list[str], files: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - started, out.count(b"\n")
 
 
+def _has_lines(client: Client, session: str) -> bool:
+    try:
+        return bool(client.logs(session=session, limit=1, count=False)["rows"])
+    except NotFound:  # none stored yet
+        return False
+
+
+def follow_latency(server_url: str, tmp: Path, rounds: int) -> list[float]:
+    """Seconds from a line written to a worker's file to `raysight logs --follow` printing it, through a running
+    agent, for ``rounds`` lines one after another."""
+    session = "session_2026-11-23_00-00-01_000000_2"
+    logs = tmp / "ray_live" / session / "logs"
+    logs.mkdir(parents=True)
+    path = logs / f"worker-{'ef' * 28}-01000000-4242.out"
+    path.write_text(":job_id:01000000\n:task_name:live\nstarted\n")
+    agent = subprocess.Popen(
+        agent_command(server_url, logs.parent.parent, tmp / "state_live"), stderr=subprocess.DEVNULL
+    )
+    follower = None
+    try:
+        with Client(server_url) as client:
+            deadline = time.monotonic() + 60
+            while not _has_lines(client, session):
+                assert time.monotonic() < deadline, "the agent did not ship the first line"
+                time.sleep(0.05)
+        command = [sys.executable, "-m", "raysight", "logs", "--follow", "--server", server_url, "--session", session]
+        follower = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        printed: queue.Queue[tuple[float, str]] = queue.Queue()
+        assert follower.stdout is not None
+        threading.Thread(
+            target=lambda out: [printed.put((time.perf_counter(), line)) for line in out],
+            args=(follower.stdout,),
+            daemon=True,
+        ).start()
+        printed.get(timeout=60)  # the line before: following
+        latencies = []
+        for i in range(rounds):
+            with path.open("a") as f:
+                f.write(f"probe {i}\n")
+                written = time.perf_counter()
+            while not (got := printed.get(timeout=30))[1].rstrip().endswith(f"probe {i}"):
+                pass
+            latencies.append(got[0] - written)
+        return latencies
+    finally:
+        for process in (follower, agent):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+
+
 def timed(fn: Callable[[], int]) -> tuple[float, int]:
     started = time.perf_counter()
     rows = fn()
@@ -195,6 +249,11 @@ def main() -> None:
             for name, (ours_s, grep_s) in times.items():
                 a, b = statistics.median(ours_s), statistics.median(grep_s)
                 print(f"{name:>24}: raysight {a * 1000:8.1f} ms, grep {b * 1000:8.1f} ms  ({b / a:5.1f}x grep's speed)")
+            latencies = follow_latency(server.url, Path(tmp), 3 * args.rounds)
+            print(
+                f"--follow: a line written is printed after {statistics.median(latencies) * 1000:.0f} ms (median of "
+                f"{len(latencies)}; max {max(latencies) * 1000:.0f} ms)"
+            )
             print(
                 f"store: {sum(f.stat().st_size for f in (Path(tmp) / 'data').rglob('*') if f.is_file()) / 1e6:.0f} MB "
                 f"on disk for {size / 1e6:.0f} MB of log files ({os.cpu_count()} cores, {args.rounds} rounds)"

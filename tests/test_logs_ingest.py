@@ -283,6 +283,40 @@ def test_the_agent_s_once_mode_ships_and_exits(tmp_path: Path, lines: int) -> No
         server.stop()
 
 
+def test_a_50_mb_line_binary_bytes_and_invalid_utf8_reach_the_store_whole_beside_the_other_lines(
+    tmp_path: Path,
+) -> None:
+    logs = _session(tmp_path)
+    huge = b"x" * (50 * 1024 * 1024 - 3) + "é".encode() + b"y"  # 800 pieces of 64 KiB, the last not ASCII
+    (logs / WORKER).write_bytes(b"before\n" + huge + b"\nafter \xff\xfe\n")
+    binary = bytes(range(256)) * 64  # NULs and every byte, newlines here and there
+    (logs / "runtime_env_setup-01000000.log").write_bytes(binary)
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        done = subprocess.run(
+            agent_command(server.url, tmp_path / "ray", tmp_path / "state", "--once"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        with Client(server.url, timeout=120) as client:
+            deadline = time.monotonic() + 60
+            while client.ingest_backlog()["batches"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            rows = client.logs(file=WORKER, limit=10_000, count=False)["rows"]
+            setup = client.logs(file="runtime_env_setup", limit=10_000, count=False)["rows"]
+        assert rows[0]["text"] == "before" and rows[-1]["text"] == "after \ufffd\ufffd"
+        pieces = rows[1:-1]
+        assert len(pieces) == 800 and [p["continued"] for p in pieces] == [False] + [True] * 799
+        assert "".join(p["text"] for p in pieces).encode() == huge  # nothing lost, nothing mangled
+        assert [p["byte_offset"] for p in pieces] == [7 + i * 64 * 1024 for i in range(800)]
+        assert "\n".join(r["text"] for r in setup).encode() == binary.rstrip(b"\n").decode(errors="replace").encode()
+    finally:
+        server.stop()
+
+
 def test_a_drain_goes_on_while_the_server_takes_batches_and_gives_up_once_it_takes_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
