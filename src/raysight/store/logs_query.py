@@ -47,28 +47,28 @@ COLUMNS = (
     "text",
 )
 _BASENAME = "regexp_extract({}, '[^/]*$')"
-# The lines of a task's attempts (relation ``attempts``): exact within Ray's byte ranges, else inferred.
-_OF_ATTEMPT = f"""
-    (a.stdout_start IS NOT NULL AND l.name = {_BASENAME.format("a.stdout_file")}
-        AND l.byte_offset >= a.stdout_start AND l.byte_offset < a.stdout_end)
-    OR (a.stderr_start IS NOT NULL AND l.name = {_BASENAME.format("a.stderr_file")}
-        AND l.byte_offset >= a.stderr_start AND l.byte_offset < a.stderr_end)
-    OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND l.stream <> 'system'
-        AND l.worker_id = coalesce(a.worker_id, a.exec_worker_id)
-        AND (a.type <> 'NORMAL_TASK' OR l.task_name = a.name)  -- Ray marks each task's output with its name
-        AND l.ts_ns >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
-        AND coalesce(l.ts_ns - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
-# The blocks of a task's attempts' lines (relation ``attempts``), as _OF_ATTEMPT over a file's blocks (b, f)
-_BLOCK_OF_ATTEMPT = f"""
-    (a.stdout_start IS NOT NULL AND f.name = {_BASENAME.format("a.stdout_file")}
-        AND b.last_offset >= a.stdout_start AND b.first_offset < a.stdout_end)
-    OR (a.stderr_start IS NOT NULL AND f.name = {_BASENAME.format("a.stderr_file")}
-        AND b.last_offset >= a.stderr_start AND b.first_offset < a.stderr_end)
-    OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND f.stream <> 'system'
-        AND f.worker_id = coalesce(a.worker_id, a.exec_worker_id)
-        AND b.last_ns >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
-        AND coalesce(b.first_ns - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
+
+def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], marked: bool) -> str:
+    """Whether what spans ``offsets`` and ``times`` (first, last) of the file ``file`` (an alias with its name,
+    stream and worker) holds lines of an attempt ``a``: exact within Ray's byte ranges, else the output of its worker
+    while it ran (``marked``: and, for a plain task, under its name's marker)."""
+    (first_offset, last_offset), (first_ns, last_ns) = offsets, times
+    named = "AND (a.type <> 'NORMAL_TASK' OR l.task_name = a.name)" if marked else ""
+    return f"""
+    (a.stdout_start IS NOT NULL AND {file}.name = {_BASENAME.format("a.stdout_file")}
+        AND {last_offset} >= a.stdout_start AND {first_offset} < a.stdout_end)
+    OR (a.stderr_start IS NOT NULL AND {file}.name = {_BASENAME.format("a.stderr_file")}
+        AND {last_offset} >= a.stderr_start AND {first_offset} < a.stderr_end)
+    OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND {file}.stream <> 'system'
+        AND {file}.worker_id = coalesce(a.worker_id, a.exec_worker_id) {named}
+        AND {last_ns} >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
+        AND coalesce({first_ns} - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
+
+
+# The lines of a task's attempts (relation ``a``), and the blocks of a file (``b`` of ``f``) that may hold some
+_OF_ATTEMPT = _of_attempt("l", ("l.byte_offset",) * 2, ("l.ts_ns",) * 2, marked=True)  # Ray marks a task's output
+_BLOCK_OF_ATTEMPT = _of_attempt("f", ("b.first_offset", "b.last_offset"), ("b.first_ns", "b.last_ns"), marked=False)
 
 
 @dataclass(frozen=True)
