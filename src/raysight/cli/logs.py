@@ -45,12 +45,11 @@ def prefix(row: dict[str, Any]) -> str:
 
 
 def follows(before: dict[str, Any], row: dict[str, Any]) -> bool:
-    """Whether ``row`` is the line of its file right after ``before``."""
-    size = len(before["text"].encode()) + (0 if before["continued"] else 1)  # (approximately, for a line not UTF-8)
-    return row["file_key"] == before["file_key"] and row["byte_offset"] in (
-        before["byte_offset"] + size,
-        before["byte_offset"] + size - 1,
-    )
+    """Whether ``row`` is the record of its file right after ``before`` (by its text's length: approximately, for a
+    line that is not UTF-8)."""
+    newline = 0 if row["continued"] else 1  # a piece that a continuation follows ended without one
+    end = before["byte_offset"] + len(before["text"].encode()) + newline
+    return row["file_key"] == before["file_key"] and row["byte_offset"] == end
 
 
 def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
