@@ -308,9 +308,10 @@ class Tailer:
         if opened is not None and opened.fd is not None:
             os.close(opened.fd)
         dropped = self.files.pop(ident, None)
-        for successor in self.files.values():  # read to its end: its markers go on in the file that followed it
-            if dropped is not None and successor.predecessor == dropped.key:
-                successor.context, successor.predecessor = dict(dropped.context), ""
+        if dropped is not None:  # read to its end (or given up): its markers go on in the file that followed it
+            for successor in self.files.values():
+                if successor.predecessor == dropped.key:
+                    self._inherit(successor, dropped)
 
     def _after_predecessor(self, followed: Followed) -> bool:
         """Whether the file rotated away before ``followed`` took its name is read to its end (then its markers are
@@ -320,9 +321,14 @@ class Tailer:
         predecessor = next((f for f in self.files.values() if f.key == followed.predecessor), None)
         if predecessor is not None and predecessor.offset < predecessor.size:
             return False  # its bytes were written first: they are read, and their markers known, first
+        self._inherit(followed, predecessor)
+        return True
+
+    @staticmethod
+    def _inherit(followed: Followed, predecessor: Followed | None) -> None:
+        """``followed`` no longer waits for its predecessor: the markers in force at the predecessor's end are."""
         followed.context = {**(predecessor.context if predecessor else {}), **followed.context}
         followed.predecessor = ""
-        return True
 
     # --- reading -------------------------------------------------------------------------------------------------
 

@@ -38,10 +38,9 @@ def _gram_hashes(data: np.ndarray) -> np.ndarray:
     return (grams * _MULTIPLIER) >> np.uint32(16)
 
 
-def _bitmap(hashes: Iterable[np.ndarray]) -> bytes:
+def _bitmap(hashes: np.ndarray) -> bytes:
     bits = np.zeros(GRAM_BITS, np.bool_)
-    for h in hashes:
-        bits[h] = True
+    bits[hashes] = True
     return np.packbits(bits).tobytes()  # bit i is byte i // 8's (i % 8)th from the top, as DuckDB's get_bit counts
 
 
@@ -56,7 +55,7 @@ def block_grams(lines: pa.Table) -> pa.Table:
     starts = np.flatnonzero(np.diff(blocks, prepend=-1))
     ends = [*starts[1:], len(blocks)]
     # Trigrams spanning two lines are kept too: they cost a few bits and never hide a line
-    grams = [_bitmap([_gram_hashes(data[offsets[s] : offsets[e]])]) for s, e in zip(starts, ends)]
+    grams = [_bitmap(_gram_hashes(data[offsets[s] : offsets[e]])) for s, e in zip(starts, ends)]
     return pa.table({"block": pa.array(blocks[starts], pa.int64()), "grams": pa.array(grams, pa.binary())})
 
 
@@ -133,14 +132,12 @@ def clip(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int
     return [(max(a, lo), min(b, hi)) for a, b in ranges if a <= hi and b >= lo]
 
 
-def windows(
-    ranges: list[tuple[int, int]], newest: bool = False, first: int | None = None
-) -> Iterator[list[tuple[int, int]]]:
+def windows(ranges: list[tuple[int, int]], newest: bool = False) -> Iterator[list[tuple[int, int]]]:
     """``ranges`` cut into consecutive windows of ``seq``, from the lowest (the highest, ``newest``), each four times
     the span of the one before: a query that wants only the first (or last) matches reads little more than it must."""
     if not ranges:
         return
-    lo, hi, span = ranges[0][0], ranges[-1][1], first or FIRST_WINDOW
+    lo, hi, span = ranges[0][0], ranges[-1][1], FIRST_WINDOW
     while lo <= hi:
         window = clip(ranges, max(lo, hi - span + 1), hi) if newest else clip(ranges, lo, min(hi, lo + span - 1))
         if newest:
@@ -152,10 +149,10 @@ def windows(
             yield window
 
 
-def around(blocks: list[tuple[int, int]], seq: int, lines: int) -> tuple[int, int]:
-    """The ``seq`` span holding the ``lines`` lines before and after line ``seq`` of a file whose lines are in
-    ``blocks`` ((block, lines of the file in it), ascending): the line's block, and the file's blocks before and after
-    it until they hold that many of its lines."""
+def around(blocks: list[tuple[int, int]], seq: int, lines: int) -> list[int]:
+    """The blocks to read for the ``lines`` lines before and after line ``seq`` of a file whose lines are in
+    ``blocks`` ((block, lines of the file in it), ascending): the line's own, and the file's before and after it
+    until they hold that many of its lines."""
     at = next(i for i, (block, _) in enumerate(blocks) if block == seq // BLOCK_LINES)
     first, last, before, after = at, at, 0, 0
     while first > 0 and before < lines:
@@ -164,4 +161,4 @@ def around(blocks: list[tuple[int, int]], seq: int, lines: int) -> tuple[int, in
     while last < len(blocks) - 1 and after < lines:
         last += 1
         after += blocks[last][1]
-    return blocks[first][0] * BLOCK_LINES, (blocks[last][0] + 1) * BLOCK_LINES - 1
+    return [block for block, _ in blocks[first : last + 1]]

@@ -231,14 +231,14 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     if session is None:
         return LogResult(None, 0, "[]", query.after_seq or 0)
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile
-    (stored,) = con.execute(LAST_LOG_SEQ_SQL).fetchall()[0]
+    stored = int(con.execute(LAST_LOG_SEQ_SQL).fetchall()[0][0])
     where, params, attempts = _conditions(query, session)
-    ranges = [(0, int(stored))]
+    ranges = [(0, stored)]
     if (blocks := _blocks(con, query, params, attempts)) is not None:
         (indexed_from,) = con.execute(INDEXED_FROM_SQL).fetchall()[0]
-        ranges = log_index.seq_ranges(blocks, int(stored), int(indexed_from))
+        ranges = log_index.seq_ranges(blocks, stored, int(indexed_from))
     if query.after_seq is not None:
-        ranges = log_index.clip(ranges, query.after_seq + 1, int(stored))
+        ranges = log_index.clip(ranges, query.after_seq + 1, stored)
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
         attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
@@ -270,7 +270,7 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
         raise BadQuery(f"bad query: {exc}") from None
     rows_json = "[" + ",".join(reversed(pages) if query.newest else pages) + "]"
     if query.context and found:
-        rows_json = _with_context(con, rows_json, query, int(stored))
+        rows_json = _with_context(con, rows_json, query, stored)
     return LogResult(session, total, rows_json, stored if last is None else last)
 
 
@@ -291,25 +291,23 @@ def _with_context(con: duckdb.DuckDBPyConnection, rows_json: str, query: LogQuer
         {"files": files},
     ).fetchall():
         blocks.setdefault((session, host, key), []).append((block, lines))
-    around = []
+    around, read = [], set()
     for m in matches:
-        first, last = log_index.around(blocks[(m["session"], m["host"], m["file_key"])], m["seq"], query.context)
-        around.append({"seq": m["seq"], **{k: m[k] for k in ("session", "host", "file_key")}, "lo": first, "hi": last})
-    read = sorted(
-        {b for a in around for b in range(a["lo"] // log_index.BLOCK_LINES, a["hi"] // log_index.BLOCK_LINES + 1)}
-    )
+        own = log_index.around(blocks[(m["session"], m["host"], m["file_key"])], m["seq"], query.context)
+        read.update(own)
+        lo, hi = own[0] * log_index.BLOCK_LINES, (own[-1] + 1) * log_index.BLOCK_LINES - 1
+        around.append({"seq": m["seq"], **{k: m[k] for k in ("session", "host", "file_key")}, "lo": lo, "hi": hi})
     markers = "" if query.markers else "AND NOT c.marker"
     (context,) = con.execute(
         f"""WITH m AS (SELECT unnest($around, recursive := true)),
-            near AS (SELECT c.seq FROM {_source(log_index.seq_ranges(read, stored), alias="c")} JOIN m
+            near AS (SELECT {", ".join(f"c.{c}" for c in COLUMNS)}, true AS context
+                     FROM {_source(log_index.seq_ranges(sorted(read), stored), alias="c")} JOIN m
                        ON c.session = m.session AND c.host = m.host AND c.file_key = m.file_key
                           AND c.seq BETWEEN m.lo AND m.hi AND c.seq <> m.seq {markers}
                      QUALIFY row_number() OVER (PARTITION BY m.seq, c.seq < m.seq ORDER BY abs(c.seq - m.seq))
                              <= {int(query.context)})
             SELECT coalesce('[' || string_agg(to_json(r)::VARCHAR, ',') || ']', '[]')
-            FROM (SELECT {", ".join(f"c.{c}" for c in COLUMNS)}, true AS context
-                  FROM {_source(log_index.seq_ranges(read, stored), alias="c")}
-                  WHERE c.seq IN (SELECT seq FROM near) AND c.seq NOT IN (SELECT seq FROM m)) r""",
+            FROM (SELECT DISTINCT ON (seq) * FROM near WHERE seq NOT IN (SELECT seq FROM m)) r""",
         {"around": around},
     ).fetchall()[0]
     return orjson.dumps(sorted([*matches, *orjson.loads(context)], key=lambda row: row["seq"])).decode()
