@@ -372,3 +372,13 @@ def test_the_client_reads_answers_orjson_refuses_with_the_stdlib() -> None:
 
     assert _parse(httpx.Response(200, content=b'{"n": 18446744073709551616}')) == {"n": 2**64}  # past 64 bits
     assert _parse(httpx.Response(200, content=b'{"rows": [1, null]}')) == {"rows": [1, None]}
+
+
+def test_a_record_follows_the_one_before_only_where_that_one_ends() -> None:
+    from raysight.cli.logs import follows
+
+    line = {"file_key": "k", "byte_offset": 10, "text": "héllo", "continued": False}  # 6 bytes and a newline
+    assert follows(line, {**line, "byte_offset": 17})
+    assert not follows(line, {**line, "byte_offset": 16}) and not follows(line, {**line, "byte_offset": 18})
+    assert follows(line, {**line, "byte_offset": 16, "continued": True})  # a piece of the same line: no newline
+    assert not follows(line, {**line, "byte_offset": 17, "file_key": "other"})
