@@ -141,6 +141,23 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
     assert [r["text"] for r in _lines(server)] == ["kept"]
 
 
+def test_bad_log_queries_get_400_with_what_to_do(server: TestClient, tmp_path: Path) -> None:
+    logs = _session(tmp_path)
+    (logs / WORKER).write_text("hello\n")
+    json = {"Content-Type": "application/json"}
+    assert server.post("/ingest/agent/logs", content=_batch(tmp_path, logs), headers=json).status_code == 200
+    for params, why in [
+        ({"context": "101"}, "context must be 0 to 100 lines"),
+        ({"context": "-1"}, "context must be an integer from 0"),
+        ({"context": "two"}, "context must be an integer from 0"),
+        ({"context": "1", "limit": "10001"}, "with context, limit must be at most 10000"),
+        ({"regex": "(unclosed"}, "bad regex"),
+        ({"limit": "-1"}, "limit must be an integer from 0"),
+    ]:
+        answer = server.get("/api/raysight/logs", params=params)
+        assert answer.status_code == 400 and why in answer.json()["error"], (params, answer.text)
+
+
 def _agent(server: ServerProcess, tmp_path: Path) -> subprocess.Popen[bytes]:
     command = agent_command(server.url, tmp_path / "ray", tmp_path / "state")
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
