@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import orjson
 from starlette.testclient import TestClient
 
 from tests.test_server import post
@@ -199,3 +200,92 @@ def test_the_doctor_names_a_driver_that_sent_no_task_events(server: TestClient, 
     types = {t["name"]: t["type"] for t in rows(server, "tasks", "plain")}  # the IDs still tell the types
     assert types["Counter.inc"] == "ACTOR_TASK" and types["my_counter:Counter.__init__"] == "ACTOR_CREATION_TASK"
     assert types["child"] == "NORMAL_TASK"
+
+
+AGENT_SAW_NS = 1795290400000000000  # after the recording's last event
+
+
+def see(server: TestClient, *sightings: dict[str, Any], host: str = "node-1") -> int:
+    """Post what a node agent on ``host`` saw; how many sightings changed what the store kept."""
+    reply = server.post("/ingest/agent/node-life", json={"host": host, "sightings": list(sightings)})
+    assert reply.status_code == 200, reply.text
+    changed: int = reply.json()["changed"]
+    return changed
+
+
+def sighting(session: str, process: str, node_id: str, alive: bool, ns: int, last_alive_ns: int | None = None):
+    return {
+        "session": session,
+        "process": process,
+        "node_id": node_id,
+        "pid": 4242,
+        "alive": alive,
+        "ns": ns,
+        "last_alive_ns": last_alive_ns,
+    }
+
+
+def test_a_node_whose_raylet_an_agent_saw_gone_is_dead_and_so_is_all_on_it(server: TestClient, ray_batches) -> None:
+    """A `ray start` cluster killed whole: Ray's last events are lost, the node agent's sightings are the evidence."""
+    record(server, ray_batches, "?cluster=prod")
+    (session,) = sessions(server)
+    (node,) = rows(server, "nodes")
+    assert (node["state"], node["state_inferred"]) == ("ALIVE", False)
+    name, node_id, last_alive = session["session"], node["node_id"], AGENT_SAW_NS - 1_000_000_000
+    raylet = lambda alive, ns: sighting(name, "raylet", node_id, alive, ns, last_alive)  # noqa: E731
+    assert see(server, raylet(True, last_alive), raylet(False, AGENT_SAW_NS)) == 1  # the newest of one process
+    (node,) = rows(server, "nodes")
+    assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
+    assert node["inferred_reason"].startswith("its raylet (pid 4242) on node-1 was gone by 2026-11-21 19:46:40 UTC")
+    assert node["inferred_reason"].endswith("as raysight's node agent saw; Ray never sent its end")
+    assert node["end_time_ms"] == last_alive // 1_000_000
+    workers = rows(server, "workers")
+    assert not any(w["is_alive"] for w in workers)
+    for worker in (w for w in workers if w["state_inferred"]):
+        assert worker["inferred_reason"].startswith("its node died (its raylet (pid 4242) on node-1 was gone")
+    fragile = next(a for a in rows(server, "actors") if a["class_name"] == "Fragile")
+    assert (fragile["state"], fragile["reported_state"]) == ("DEAD", "ALIVE")
+    assert fragile["death_message"].startswith("its node died while it was ALIVE (its raylet (pid 4242)")
+    open_tasks = [t for t in rows(server, "tasks") if t["reported_state"] not in ("FINISHED", "FAILED")]
+    assert open_tasks and all(t["state_inferred"] and t["inferred_reason"] for t in open_tasks)
+    (ended,) = sessions(server)
+    assert (ended["end_reason"], ended["end_time_ms"]) == ("every node of the cluster died", last_alive // 1_000_000)
+    assert see(server, raylet(True, last_alive)) == 0  # a resent older sighting changes nothing
+    assert rows(server, "nodes")[0]["state"] == "DEAD"
+
+
+def test_a_session_whose_gcs_an_agent_saw_gone_has_ended_until_it_is_seen_again(
+    server: TestClient, ray_batches
+) -> None:
+    record(server, ray_batches, "?cluster=prod")
+    (session,) = sessions(server)
+    gcs = lambda alive, ns: sighting(session["session"], "gcs_server", "", alive, ns)  # noqa: E731
+    see(server, gcs(False, AGENT_SAW_NS))
+    (ended,) = sessions(server)
+    assert ended["end_reason"].startswith("its gcs_server (pid 4242) on node-1 was gone by 2026-11-21 19:46:40 UTC")
+    assert ended["end_time_ms"] == AGENT_SAW_NS // 1_000_000  # (no last_alive_ns: when it was seen gone)
+    (node,) = rows(server, "nodes")
+    assert node["state"] == "DEAD" and node["inferred_reason"].startswith("the cluster ended (its gcs_server")
+    see(server, gcs(True, AGENT_SAW_NS + 1))  # a GCS restarted (Ray's GCS fault tolerance): the session goes on
+    (going_on,) = sessions(server)
+    assert going_on["end_reason"] is None
+    assert (rows(server, "nodes")[0]["state"], rows(server, "nodes")[0]["state_inferred"]) == ("ALIVE", False)
+
+
+def test_bad_node_sightings_are_refused_saying_why_and_keep_nothing(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=prod")
+    (session,) = sessions(server)
+    good = sighting(session["session"], "gcs_server", "", False, AGENT_SAW_NS)
+    for body, says in [
+        (b"not json", "body is not JSON"),
+        (b"[]", "must be a JSON object"),
+        (orjson.dumps({"host": "h", "sightings": [{**good, "process": "dashboard"}]}), "process must be one of"),
+        (orjson.dumps({"host": "h", "sightings": [{**good, "process": "raylet"}]}), "node_id must be a raylet's"),
+        (orjson.dumps({"host": "h", "sightings": [{**good, "alive": 0}]}), "alive must be true or false"),
+        (orjson.dumps({"host": "h", "sightings": [{**good, "ns": -1}]}), "ns must be an integer"),
+        (orjson.dumps({"host": "", "sightings": [good]}), "host must be a string"),
+        (orjson.dumps({"host": "h", "sightings": [good] * 10_001}), "over 10000 sightings"),
+    ]:
+        reply = server.post("/ingest/agent/node-life", content=body, headers={"Content-Type": "application/json"})
+        assert reply.status_code == 400 and says in reply.json()["error"], (body[:80], reply.text)
+    assert sessions(server)[0]["end_reason"] is None

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raysight.agent.log_agent import batch_body
+from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Tailer
 from raysight.store import log_index
 from raysight.store.logs_query import LogQuery, log_lines

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from raysight.agent import log_agent
-from raysight.agent.log_agent import LogAgent, batch_body
+from raysight.agent import node_agent
+from raysight.agent.node_agent import NodeAgent, batch_body
 from raysight.agent.tailer import Tailer
 from raysight.cli import main
 from raysight.client import Client
@@ -72,6 +72,22 @@ def test_a_batch_is_stored_once_however_often_sent_and_gzip_or_not(server: TestC
     assert len(_lines(server, markers=True)) == 4
     counters = server.get("/api/raysight/doctor").json()["counters"]
     assert (counters["log_lines"], counters["log_lines_deduplicated"], counters["log_batches"]) == (4, 8, 3)
+
+
+def test_a_session_known_by_its_logs_alone_is_listed_and_deleting_it_deletes_its_lines_and_files(
+    server: TestClient, tmp_path: Path
+) -> None:
+    logs = _session(tmp_path)
+    (logs / WORKER).write_bytes(b"hello\n")
+    body = _batch(tmp_path, logs)
+    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    assert [r["text"] for r in _lines(server)] == ["hello"]
+    listed = server.get("/api/raysight/sessions").json()["sessions"]
+    assert [(s["session"], s["events"]) for s in listed] == [(logs.parent.name, 0)]  # known by its logs alone
+    assert server.delete(f"/api/raysight/sessions/{logs.parent.name}").is_success
+    assert server.get("/api/raysight/sessions").json()["sessions"] == [] and _lines(server) == []
+    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    assert [r["text"] for r in _lines(server)] == ["hello"]  # stored anew: nothing said it was there
 
 
 def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp_path: Path) -> None:
@@ -337,12 +353,12 @@ def test_a_50_mb_line_binary_bytes_and_invalid_utf8_reach_the_store_whole_beside
 def test_a_drain_goes_on_while_the_server_takes_batches_and_gives_up_once_it_takes_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_agent, "BATCH_BYTES", 256)  # some forty batches
+    monkeypatch.setattr(node_agent, "BATCH_BYTES", 256)  # some forty batches
     logs = _session(tmp_path)
     Writer(logs).write(1000)
     server = ServerProcess(tmp_path / "data").start()
     try:
-        agent = LogAgent(server.url, tmp_path / "ray", tmp_path / "state")
+        agent = NodeAgent(server.url, tmp_path / "ray", tmp_path / "state")
         try:
             assert agent.drain(patience_s=0.05) and agent.sent_lines == 1000  # far longer than 0.05 s in all
         finally:
@@ -351,7 +367,7 @@ def test_a_drain_goes_on_while_the_server_takes_batches_and_gives_up_once_it_tak
     finally:
         server.stop()
     Writer(logs).write(1)
-    agent = LogAgent(server.url, tmp_path / "ray", tmp_path / "state")  # the server is gone
+    agent = NodeAgent(server.url, tmp_path / "ray", tmp_path / "state")  # the server is gone
     try:
         started = time.monotonic()
         assert not agent.drain(patience_s=0.5) and agent.sent_lines == 0

@@ -21,6 +21,7 @@ from tests.ray_programs.two_nodes import DOOMED_LINES
 from tests.ray_scenarios import (
     RayStartHead,
     ServerProcess,
+    agent_command,
     assert_nothing_alive_without_a_reason,
     ray_run,
     without_ray_settings,
@@ -51,21 +52,17 @@ def driver_env() -> dict[str, str]:
     return {**without_ray_settings(), **({"RAY_AUTH_MODE": "token"} if token.exists() else {})}
 
 
-def wait_for_sessions(client: Client, count: int, timeout_s: float = 60) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while len(sessions := client.sessions()) < count:
-        assert time.monotonic() < deadline, f"{len(sessions)} session(s) after {timeout_s} s, not {count}"
-        time.sleep(0.5)
-    return sessions
-
-
 @pytest.fixture(scope="module")
 def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A `ray start` head and a plain driver; what raysight saw while it ran, then after it stopped and the same
-    cluster started its next session."""
+    """A `ray start` head with a node agent beside it, as the README says, and a plain driver; what raysight saw while
+    it ran, then after the head was killed whole (SIGKILL: Ray's last events are lost)."""
     server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    ray_dir = tmp_path_factory.mktemp("ray")
+    agent = subprocess.Popen(
+        agent_command(server.url, ray_dir, tmp_path_factory.mktemp("agent")), stderr=subprocess.DEVNULL
+    )
     try:
-        head = RayStartHead(server.url, "prodlike", tmp_path_factory.mktemp("ray"))
+        head = RayStartHead(server.url, "prodlike", ray_dir)
         try:
             address = head.start()
             driver = subprocess.run(
@@ -83,19 +80,17 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
                 doctor = client.doctor()
         finally:
             head.stop()
-        next_head = RayStartHead(server.url, "prodlike", tmp_path_factory.mktemp("ray"))
-        try:
-            next_head.start()
-            with server.client() as client:
-                wait_for_sessions(client, 2)
-        finally:
-            next_head.stop()
         with server.client() as client:
+            deadline = time.monotonic() + 30
+            while (ended := client.sessions()[0])["end_reason"] is None:
+                assert time.monotonic() < deadline, "the agent's sightings did not end the session within 30 s"
+                time.sleep(0.2)
             wait_until_quiet(client)
-            stopped = everything(client, session["session"])
-            sessions = {s["session"]: s for s in client.sessions()}
-        yield {"running": running, "doctor": doctor, "stopped": stopped, "session": sessions[session["session"]]}
+            killed = everything(client, session["session"])
+        yield {"running": running, "doctor": doctor, "killed": killed, "session": ended}
     finally:
+        agent.terminate()
+        agent.wait(timeout=60)
         server.stop()
 
 
@@ -116,14 +111,16 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
     assert ray_start["doctor"]["drivers_without_task_events"] == []
 
 
-def test_a_stopped_ray_start_cluster_ends_when_its_next_session_begins(ray_start: dict[str, Any]) -> None:
+def test_a_ray_start_cluster_killed_whole_ends_as_its_node_agent_saw(ray_start: dict[str, Any]) -> None:
     (node,) = ray_start["running"]["nodes"]
     assert (node["state"], node["state_inferred"]) == ("ALIVE", False)
     session = ray_start["session"]
-    assert session["end_time_ms"] and session["end_reason"].startswith("a later session of cluster prodlike began")
-    (node,) = ray_start["stopped"]["nodes"]
+    assert session["end_time_ms"] and session["end_reason"].startswith("its gcs_server (pid ")
+    assert session["end_reason"].endswith("as raysight's node agent saw")
+    (node,) = ray_start["killed"]["nodes"]
     assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
-    assert_nothing_alive_without_a_reason(ray_start["stopped"])
+    assert node["inferred_reason"].startswith("its raylet (pid ")
+    assert_nothing_alive_without_a_reason(ray_start["killed"])
 
 
 @pytest.fixture(scope="module")

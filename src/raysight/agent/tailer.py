@@ -130,6 +130,11 @@ class Tailer:
 
     # --- finding files -------------------------------------------------------------------------------------------
 
+    @property
+    def sessions(self) -> frozenset[str]:
+        """The sessions whose files are followed (as of the last scan)."""
+        return frozenset(self._sessions)
+
     def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
         """(session, name under logs/, path, stat) of every log file now."""
         for session in sorted(self.ray_dir.glob("session_*")):

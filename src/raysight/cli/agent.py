@@ -10,7 +10,7 @@ from types import FrameType
 
 import click
 
-from raysight.agent.log_agent import LogAgent, default_state_dir
+from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import ray_temp_dir
 from raysight.cli.common import server_option
 from raysight.config import ENV_INGEST_KEY, default_server
@@ -37,7 +37,7 @@ def agent_cmd(
     Ray's own components), following Ray's rotation and surviving restarts: run one on each node beside `ray start`.
     SIGTERM or Ctrl-C ships what is left, then exits."""
     try:
-        agent = LogAgent(
+        agent = NodeAgent(
             server or default_server(),
             ray_dir or ray_temp_dir(os.environ),
             state_dir or default_state_dir(),

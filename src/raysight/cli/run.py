@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import click
 
-from raysight.agent.log_agent import LogAgent, default_state_dir
+from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
 from raysight.cli.common import server_option
@@ -112,7 +112,7 @@ def _ship_logs(server: str, key: str | None, ray_dir: Path) -> Callable[[], None
     """Start shipping the logs of the sessions the program starts or joins (a node agent on a thread); returns what
     ships the rest once the program has ended, and stops. None when another agent already ships this node's logs."""
     try:
-        agent = LogAgent(server, ray_dir, default_state_dir(), key, since=time.time() - 1)
+        agent = NodeAgent(server, ray_dir, default_state_dir(), key, since=time.time() - 1)
     except RuntimeError as exc:
         click.echo(f"raysight: not shipping logs: {exc}", err=True)
         return None

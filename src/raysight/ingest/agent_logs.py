@@ -1,6 +1,6 @@
 """A node agent's batch of log lines (``POST /ingest/agent/logs``): checked, and turned into rows. Pure.
 
-The agent (``agent/log_agent.py``) sends JSON, columns per file::
+The agent (``agent/node_agent.py``) sends JSON, columns per file::
 
     {"host": "node-1",
      "files": [{"session": "session_…", "key": "2049-1234-0", "name": "worker-….out", "path": "old/worker-….out.1",
@@ -112,7 +112,7 @@ class LogBatch:
         )
 
 
-def _text(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) -> str | None:
+def text_field(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value or len(value) > limit:
@@ -120,7 +120,7 @@ def _text(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) 
     return value
 
 
-def _int(value: Any, what: str, optional: bool = False, low: int = 0, high: int = 2**63 - 1) -> int | None:
+def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high: int = 2**63 - 1) -> int | None:
     if value is None and optional:
         return None
     if type(value) is not int or not low <= value <= high:
@@ -149,7 +149,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         raise BadBatch(f"body is not JSON: {exc}") from None
     if not isinstance(batch, dict) or not isinstance(batch.get("files"), list):
         raise BadBatch('body must be a JSON object {"host", "files": [...], "gaps": [...]}')
-    host = _text(batch.get("host"), "host")
+    host = text_field(batch.get("host"), "host")
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
     for i, file in enumerate(batch["files"]):
@@ -163,7 +163,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         if len(lines["text"]) + count > max_lines:
             raise BadBatch(f"over {max_lines} lines in one batch")
         columns = {name: _column(file, name, count, where) for name in _COLUMNS}
-        end = _int(file.get("end"), f"{where}: end")
+        end = int_field(file.get("end"), f"{where}: end")
         assert end is not None
         if any(b <= a for a, b in zip(offsets, offsets[1:])) or (offsets and (offsets[0] < 0 or offsets[-1] >= end)):
             raise BadBatch(f"{where}: offsets must increase, from 0 and below end")
@@ -171,20 +171,20 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         if stream not in STREAMS:
             raise BadBatch(f"{where}: stream must be one of {', '.join(STREAMS)}")
         meta = {
-            "session": _text(file.get("session"), f"{where}: session"),
+            "session": text_field(file.get("session"), f"{where}: session"),
             "host": host,
-            "file_key": _text(file.get("key"), f"{where}: key"),
-            "name": _text(file.get("name"), f"{where}: name"),
+            "file_key": text_field(file.get("key"), f"{where}: key"),
+            "name": text_field(file.get("name"), f"{where}: name"),
             "stream": stream,
-            "worker_id": _text(file.get("worker_id"), f"{where}: worker_id", optional=True),
-            "pid": _int(file.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
-            "read_ns": _int(file.get("read_ns"), f"{where}: read_ns"),
+            "worker_id": text_field(file.get("worker_id"), f"{where}: worker_id", optional=True),
+            "pid": int_field(file.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
+            "read_ns": int_field(file.get("read_ns"), f"{where}: read_ns"),
         }
         for name, value in meta.items():
             lines[name].extend([value] * count)
             files[name].append(value)
-        files["path"].append(_text(file.get("path"), f"{where}: path"))
-        files["job_id"].append(_text(file.get("job_id"), f"{where}: job_id", optional=True))
+        files["path"].append(text_field(file.get("path"), f"{where}: path"))
+        files["job_id"].append(text_field(file.get("job_id"), f"{where}: job_id", optional=True))
         files["end_offset"].append(end)
         for name, column in (
             ("byte_offset", "offsets"),
@@ -210,13 +210,13 @@ def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:
         where = f"gaps[{i}]"
         if not isinstance(gap, dict):
             raise BadBatch(f"{where} must be an object")
-        rows["session"].append(_text(gap.get("session"), f"{where}: session"))
+        rows["session"].append(text_field(gap.get("session"), f"{where}: session"))
         rows["host"].append(host)
-        rows["file_key"].append(_text(gap.get("key"), f"{where}: key"))
-        rows["name"].append(_text(gap.get("name"), f"{where}: name"))
-        rows["start_offset"].append(_int(gap.get("start"), f"{where}: start"))
-        rows["end_offset"].append(_int(gap.get("end"), f"{where}: end", optional=True))
-        rows["why"].append(_text(gap.get("why"), f"{where}: why"))
+        rows["file_key"].append(text_field(gap.get("key"), f"{where}: key"))
+        rows["name"].append(text_field(gap.get("name"), f"{where}: name"))
+        rows["start_offset"].append(int_field(gap.get("start"), f"{where}: start"))
+        rows["end_offset"].append(int_field(gap.get("end"), f"{where}: end", optional=True))
+        rows["why"].append(text_field(gap.get("why"), f"{where}: why"))
     return rows
 
 

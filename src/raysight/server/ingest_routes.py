@@ -1,5 +1,5 @@
-"""Ingest: Ray's aggregator batches, and from `raysight run` its driver's exit and Ray's aggregator metrics.
-Acknowledged only once durable."""
+"""Ingest: Ray's aggregator batches; from node agents their logs and what they saw of their node's Ray processes;
+from `raysight run` its driver's exit and Ray's aggregator metrics. Acknowledged only once durable."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from starlette.routing import Route
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
 from raysight.ingest import agent_logs as agent_logs_batch
+from raysight.ingest import node_life
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
@@ -34,6 +35,7 @@ T = TypeVar("T")
 
 RAY_METRICS_MAX_BODY = 1024 * 1024
 RUN_EXIT_MAX_BODY = 64 * 1024
+NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
 RUN_ID_MAX = 128
 RETRY = {"Retry-After": "1"}
 
@@ -229,6 +231,20 @@ async def run_exit(request: Request) -> Response:
     return await _record(request, "the run exit", lambda s: s.record_run_exit(run_id, pid, code, ended), lambda _: {})
 
 
+async def node_life_sightings(request: Request) -> Response:
+    """POST /ingest/agent/node-life: what a node agent saw of its Ray processes (``ingest/node_life.py``)."""
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    try:
+        host, sightings = node_life.parse(await read_body(request, NODE_LIFE_MAX_BODY))
+    except agent_logs_batch.BadBatch as exc:
+        app_state(request).metrics.rejected.labels("bad_node_life").inc()
+        return _error(400, f"bad node sightings: {exc}")
+    return await _record(
+        request, "the node sightings", lambda s: s.record_node_life(host, sightings), lambda n: {"changed": n}
+    )
+
+
 async def _record(
     request: Request, what: str, write: Callable[[Store], T], answer: Callable[[T], dict[str, Any]]
 ) -> Response:
@@ -281,4 +297,5 @@ routes = [
     Route("/ingest/agent/logs", agent_logs, methods=["POST"]),
     Route("/ingest/agent/run-exit", run_exit, methods=["POST"]),
     Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
+    Route("/ingest/agent/node-life", node_life_sightings, methods=["POST"]),
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import orjson
 
-from raysight.errors import BadQuery, NotFound
+from raysight.errors import BadQuery
 from raysight.ingest.agent_logs import STREAMS
 from raysight.store import log_index
 from raysight.store.queries import resolve_session
@@ -101,21 +101,6 @@ class LogResult:
     total: int | None  # every match (None when not counted)
     rows: str  # the lines, a JSON array of objects (made by DuckDB: a page of lines is never a Python object each)
     last_seq: int  # where to follow on from: the last line given, else the last line stored
-
-
-def resolve(con: duckdb.DuckDBPyConnection, session: str | None) -> str | None:
-    """The session named (by name or label, as the other queries take it), else the latest; a session whose logs came
-    but none of Ray's events is found by its name, and is the latest when none of Ray's came at all."""
-    try:
-        resolved = resolve_session(con, session)
-    except NotFound:
-        if con.execute("SELECT 1 FROM log_files WHERE session = ? LIMIT 1", [session]).fetchone() is None:
-            raise
-        return session
-    if resolved is None:
-        row = con.execute("SELECT session FROM log_files ORDER BY last_ns DESC LIMIT 1").fetchone()
-        resolved = row[0] if row else None
-    return resolved
 
 
 def _check(query: LogQuery) -> None:
@@ -227,7 +212,7 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     """The lines ``query`` asks for, and how many match in all (when ``count``). Only the blocks that may hold them
     are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found."""
     _check(query)
-    session = resolve(con, query.session)
+    session = resolve_session(con, query.session)  # (sessions known by their logs alone too: Store.apply_logs)
     if session is None:
         return LogResult(None, 0, "[]", query.after_seq or 0)
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile

@@ -20,10 +20,34 @@ from raysight.store.schema import task_actor_id_sql, task_kind_sql
 # hold, not what the whole history does.
 _SESSIONS = "(SELECT unnest($1::VARCHAR[]))"
 
-# A session has ended when `raysight run` saw the driver that started its local cluster exit, or all its nodes died,
-# or (for a cluster raysight run did not start: `ray start`, whose stop Ray never reports) when its successor began:
-# the session of the same label that began first after this one's last event (one cluster runs one session at a time).
-# Sessions that overlap are different clusters under one label, and end none of each other.
+# What node agents saw gone, of the sessions meeting ``{scope}``: each process whose newest sighting (of any host)
+# says so, with when it was last known running (``dead_ns``) and the words for it.
+_GONE = """
+    SELECT session, process, node_id, coalesce(arg_max(last_alive_ns, ns), max(ns)) AS dead_ns,
+           printf('its %s (pid %s) on %s was gone by %s UTC, as raysight''s node agent saw', process,
+                  coalesce(arg_max(pid, ns)::VARCHAR, 'unknown'), arg_max(host, ns),
+                  strftime(make_timestamp(max(ns) // 1000), '%Y-%m-%d %H:%M:%S')) AS seen
+    FROM node_evidence WHERE {scope} GROUP BY session, process, node_id HAVING NOT arg_max(alive, ns)"""
+
+
+def _node_deaths(scope: str) -> str:
+    """The dead nodes of the sessions meeting ``scope``: as Ray reported (its end and death reason), else as a node
+    agent saw their raylet gone."""
+    return f"""
+    SELECT session, node_id, end_ns, coalesce(death_reason, 'unknown reason') AS why
+    FROM nodes WHERE {scope} AND state = 'DEAD'
+    UNION ALL
+    SELECT g.session, g.node_id, g.dead_ns, g.seen
+    FROM ({_GONE.format(scope=scope)}) g ANTI JOIN (SELECT session, node_id FROM nodes WHERE {scope} AND state = 'DEAD')
+        USING (session, node_id)
+    WHERE g.process = 'raylet'"""
+
+
+# A session has ended when `raysight run` saw the driver that started its local cluster exit, or a node agent saw
+# its GCS gone, or all its nodes died, or (for a cluster raysight run did not start: `ray start`, whose stop Ray
+# never reports, watched by no agent) when its successor began: the session of the same label that began first after
+# this one's last event (one cluster runs one session at a time). Sessions that overlap are different clusters
+# under one label, and end none of each other.
 _SUCCESSOR = """
     ASOF LEFT JOIN (SELECT session AS next_session, label, first_ns FROM sessions WHERE first_ns IS NOT NULL) l
     ON s.label = l.label AND s.last_ns < l.first_ns"""
@@ -33,9 +57,10 @@ def _session_ends(scope: str) -> str:
     """When each session whose ``session`` meets the condition ``scope`` ended (NULL while it runs), and why."""
     return f"""
     SELECT s.session,
-           coalesce(r.ended_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END,
+           coalesce(r.ended_ns, g.dead_ns, CASE WHEN n.alive = 0 AND n.total > 0 THEN n.last_dead END,
                     CASE WHEN s.run_id IS NULL AND l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
            CASE WHEN r.ended_ns IS NOT NULL THEN 'the driver that started this local cluster exited'
+                WHEN g.dead_ns IS NOT NULL THEN g.seen
                 WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died'
                 WHEN s.run_id IS NULL AND l.next_session IS NOT NULL
                 THEN printf('a later session of cluster %s began, %s; this one ended after its last event',
@@ -43,14 +68,17 @@ def _session_ends(scope: str) -> str:
     FROM (SELECT * FROM sessions WHERE {scope}) s
     {_SUCCESSOR}
     LEFT JOIN run_exits r ON r.run_id = s.run_id
-    LEFT JOIN (SELECT session, count(*) AS total, count(*) FILTER (state IS DISTINCT FROM 'DEAD') AS alive,
-                      max(end_ns) AS last_dead
-               FROM nodes WHERE {scope} GROUP BY session) n ON n.session = s.session
+    LEFT JOIN ({_GONE.format(scope=scope)}) g ON g.session = s.session AND g.process = 'gcs_server'
+    LEFT JOIN (SELECT n.session, count(*) AS total, count(*) FILTER (d.node_id IS NULL) AS alive,
+                      max(d.end_ns) AS last_dead
+               FROM (SELECT * FROM nodes WHERE {scope}) n LEFT JOIN ({_node_deaths(scope)}) d USING (session, node_id)
+               GROUP BY n.session) n ON n.session = s.session
 """
 
 
 SESSION_ENDS = _session_ends("true")
 _ENDS = _session_ends(f"session IN {_SESSIONS}")
+_DEATHS = _node_deaths(f"session IN {_SESSIONS}")
 # The sessions whose inferences a fold of ``$1`` may change: those, the sessions they succeed, and the sessions of
 # the same label they overlap (one of those may have had a successor here until this one's first event moved earlier).
 _AFFECTED = f"""
@@ -91,7 +119,7 @@ job_ends AS (
 evidence AS (
     SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, rt.next_attempt,
            w.worker_id AS dead_worker, w.exit_type, w.exit_detail,
-           n.node_id AS dead_node, n.death_reason,
+           n.node_id AS dead_node, n.why AS death_reason,
            je.ended_ns AS job_ended_ns, e.ended_ns AS session_ended_ns, e.end_reason,
            (w.worker_id IS NOT NULL OR n.node_id IS NOT NULL OR je.ended_ns IS NOT NULL
             OR e.ended_ns IS NOT NULL) AS ended
@@ -99,8 +127,7 @@ evidence AS (
     LEFT JOIN retried rt USING (session, task_id, attempt)
     LEFT JOIN (SELECT * FROM workers WHERE session IN {_SESSIONS} AND state = 'DEAD') w
         ON w.session = o.session AND w.worker_id = o.worker_id
-    LEFT JOIN (SELECT * FROM nodes WHERE session IN {_SESSIONS} AND state = 'DEAD') n
-        ON n.session = o.session AND n.node_id = o.node_id
+    LEFT JOIN ({_DEATHS}) n ON n.session = o.session AND n.node_id = o.node_id
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
 ),
@@ -174,10 +201,10 @@ WHERE tasks.session IN {_SESSIONS} AND tasks.defined IS NULL AND d.session IN {_
 
 def _inferred_end(table: str, key: str, evidence: str) -> str:
     """Set ``table``'s inferred end for the sessions in ``$1`` from ``evidence`` (a SELECT of session, ``key``,
-    state, reason and end_ns for the rows Ray still shows alive in an ended session; any other row's is cleared),
-    writing only the rows whose inference changed."""
+    state, reason and end_ns for the rows Ray still shows alive on a dead node or in an ended session, which may read
+    ``ends`` and ``deaths``; any other row's is cleared), writing only the rows whose inference changed."""
     return f"""
-WITH ends AS ({_ENDS}),
+WITH ends AS ({_ENDS}), deaths AS ({_DEATHS}),
 verdict AS (
     SELECT x.session, x.{key}, v.state, v.reason, v.end_ns
     FROM {table} x LEFT JOIN ({evidence}) v USING (session, {key})
@@ -191,38 +218,43 @@ WHERE {table}.session IN {_SESSIONS} AND {table}.session = v.session AND {table}
 """
 
 
-_CLUSTER_ENDED = "printf('the cluster ended (%s) while it was %s; Ray never sent its end', e.end_reason, {state})"
+def _ended(table: str, alias: str, state: str, node_died: str, on: str = "") -> str:
+    """The columns state, reason and end_ns of the rows of ``table`` (as ``alias``, in ``state``) that ``d``
+    (``deaths``, joined where their node is dead and ``on`` holds) or ``e`` (``ends``) end, and the clauses that keep
+    only those rows; ``node_died``: the reason's words when the node died, with a %s for how."""
+    return f"""'DEAD' AS state,
+        CASE WHEN d.node_id IS NOT NULL THEN printf('{node_died}; Ray never sent its end', d.why)
+             ELSE printf('the cluster ended (%s) while it was %s; Ray never sent its end', e.end_reason, {state})
+        END AS reason,
+        CASE WHEN d.node_id IS NOT NULL THEN d.end_ns ELSE e.ended_ns END AS end_ns
+    FROM {table} {alias} LEFT JOIN deaths d ON d.session = {alias}.session AND d.node_id = {alias}.node_id{on}
+    LEFT JOIN ends e ON e.session = {alias}.session
+    WHERE {alias}.session IN {_SESSIONS} AND {alias}.state IS DISTINCT FROM 'DEAD'
+      AND (d.node_id IS NOT NULL OR e.ended_ns IS NOT NULL)"""
+
+
 _END_NODES = _inferred_end(
     "nodes",
     "node_id",
-    f"""SELECT n.session, n.node_id, 'DEAD' AS state, {_CLUSTER_ENDED.format(state="coalesce(n.state, 'ALIVE')")}
-               AS reason, e.ended_ns AS end_ns
-        FROM nodes n JOIN ends e USING (session)
-        WHERE n.session IN {_SESSIONS} AND n.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+    "SELECT n.session, n.node_id, " + _ended("nodes", "n", "coalesce(n.state, 'ALIVE')", "%s"),
 )
 _END_WORKERS = _inferred_end(
     "workers",
     "worker_id",
-    f"""SELECT w.session, w.worker_id, 'DEAD' AS state,
-               CASE WHEN n.state = 'DEAD'
-                    THEN printf('its node died (%s); Ray never sent its end',
-                                coalesce(n.death_reason, 'unknown reason'))
-                    ELSE {_CLUSTER_ENDED.format(state="'alive'")} END AS reason,
-               CASE WHEN n.state = 'DEAD' THEN n.end_ns ELSE e.ended_ns END AS end_ns
-        FROM workers w LEFT JOIN (SELECT * FROM nodes WHERE session IN {_SESSIONS}) n
-            ON n.session = w.session AND n.node_id = w.node_id
-        LEFT JOIN ends e ON e.session = w.session
-        WHERE w.session IN {_SESSIONS} AND w.state IS DISTINCT FROM 'DEAD'
-          AND (n.state = 'DEAD' OR e.ended_ns IS NOT NULL)""",
+    "SELECT w.session, w.worker_id, " + _ended("workers", "w", "'alive'", "its node died (%s)"),
 )
+# An actor is ended by its node's death only while it is ALIVE there (else Ray may be restarting it elsewhere).
 _END_ACTORS = _inferred_end(
     "actors",
     "actor_id",
-    f"""SELECT a.session, a.actor_id, 'DEAD' AS state,
-               {_CLUSTER_ENDED.format(state="coalesce(a.state, 'DEPENDENCIES_UNREADY')")} AS reason,
-               e.ended_ns AS end_ns
-        FROM actors a JOIN ends e USING (session)
-        WHERE a.session IN {_SESSIONS} AND a.state IS DISTINCT FROM 'DEAD' AND e.ended_ns IS NOT NULL""",
+    "SELECT a.session, a.actor_id, "
+    + _ended(
+        "actors",
+        "a",
+        "coalesce(a.state, 'DEPENDENCIES_UNREADY')",
+        "its node died while it was ALIVE (%s)",
+        on=" AND a.state = 'ALIVE'",
+    ),
 )
 
 
@@ -231,6 +263,7 @@ _END_ACTORS = _inferred_end(
 _ENDS_AT_STAKE = f"""
 SELECT EXISTS (SELECT 1 FROM ({_ENDS}) WHERE ended_ns IS NOT NULL)
     OR EXISTS (SELECT 1 FROM nodes WHERE session IN {_SESSIONS} AND (state = 'DEAD' OR inferred_state IS NOT NULL))
+    OR EXISTS (SELECT 1 FROM node_evidence WHERE session IN {_SESSIONS} AND NOT alive)
     OR EXISTS (SELECT 1 FROM workers WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL)
     OR EXISTS (SELECT 1 FROM actors WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL)
 """

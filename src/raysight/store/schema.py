@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -480,6 +480,11 @@ RAW_DDL = [
         session VARCHAR, source VARCHAR, metric VARCHAR, event_type VARCHAR, kind VARCHAR, value DOUBLE,
         updated_at TIMESTAMPTZ, PRIMARY KEY (session, source, metric, event_type))""",
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
+    # What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host:
+    # running with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
+    """CREATE TABLE IF NOT EXISTS node_evidence (
+        session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
+        last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
     *[
         # Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
         # (``continued``), of a file (``file_key``: its device, inode, the agent's ID of its bytes) at ``byte_offset``.
@@ -532,6 +537,9 @@ MIGRATIONS = {
     8: [],  # a first index of the log lines, which 9 completes
     9: [  # the log indexes (all_ddl() makes them): the lines stored before them are always read
         f"INSERT OR REPLACE INTO meta SELECT '{INDEXED_FROM_KEY}', value FROM meta WHERE key = '{LOG_SEQ_KEY}'"
+    ],
+    10: [  # node_evidence (all_ddl() makes it); the sessions known by their logs alone are listed
+        "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING"
     ],
 }
 REFOLD_BELOW = 2

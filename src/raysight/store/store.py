@@ -51,6 +51,18 @@ COUNTERS = (
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
+# The tables of raw input kept per session (beside the folds): what deleting a session deletes
+SESSION_TABLES = (
+    "raw_events",
+    "quarantine",
+    "sessions",
+    "ray_reported",
+    "node_evidence",
+    "log_lines",
+    "log_files",
+    "log_gaps",
+    "log_file_blocks",
+)
 
 
 @dataclass(frozen=True)
@@ -343,6 +355,10 @@ class Store:
                        ON CONFLICT DO UPDATE SET end_offset = greatest(end_offset, excluded.end_offset),
                            path = excluded.path, last_ns = greatest(last_ns, excluded.last_ns)"""
                 )
+                # a session known by its logs alone (its events never sent, or yet to come) is still listed
+                self._run(
+                    "INSERT INTO sessions (session) SELECT DISTINCT session FROM staged_files ON CONFLICT DO NOTHING"
+                )
             with self._registered("staged_gaps", gaps):
                 (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
             self._index_lines(first)
@@ -603,6 +619,23 @@ class Store:
             sessions = [r[0] for r in self._run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
             reconcile(self._run, sessions)
 
+    def record_node_life(self, host: str, sightings: pa.Table) -> int:
+        """Keep what ``host``'s agent saw of its Ray processes (``ingest/node_life.py``: one row a process, each newer
+        than what is kept, or left out), and re-derive the sessions it concerns; returns the sightings that changed
+        what was kept."""
+        with self._transaction(), self._registered("staged_sightings", sightings):
+            changed = self._run(
+                """INSERT INTO node_evidence
+                   SELECT session, $1, process, node_id, pid, alive, ns, last_alive_ns FROM staged_sightings
+                   ON CONFLICT DO UPDATE SET pid = excluded.pid, alive = excluded.alive, ns = excluded.ns,
+                       last_alive_ns = excluded.last_alive_ns
+                   WHERE excluded.ns > node_evidence.ns
+                   RETURNING session""",
+                [host],
+            ).fetchall()
+            reconcile(self._run, sorted({row[0] for row in changed}))
+        return len(changed)
+
     def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
         """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.
 
@@ -649,7 +682,7 @@ class Store:
     def delete_session(self, session: str) -> bool:
         with self._transaction() as con:
             found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
-            for name in ["raw_events", "quarantine", "sessions", "ray_reported", *schema.FOLD_TABLE_NAMES]:
+            for name in [*SESSION_TABLES, *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
         return bool(found and found[0])
 

@@ -1,6 +1,9 @@
-"""The node agent's log shipping: what the tailer reads, sent to the server, and the checkpoint moved on only once the
-server has made it durable. The files themselves are the buffer while the server is away: nothing is held in memory
-but the batch in flight (one at a time)."""
+"""The node agent: ships the logs of its node's Ray sessions, and reports what it sees of their Ray processes.
+
+Logs: what the tailer reads is sent to the server, and the checkpoint moved on only once the server has made it
+durable. The files themselves are the buffer while the server is away: nothing is held in memory but the batch in
+flight (one at a time). Node life (``agent/node_life.py``): each change seen is sent, and kept until the server has
+taken it."""
 
 from __future__ import annotations
 
@@ -12,12 +15,14 @@ import os
 import socket
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 import orjson
 
+from raysight.agent import node_life
 from raysight.agent.tailer import Chunk, Gap, Tailer
 
 log = logging.getLogger("raysight.agent")
@@ -26,6 +31,8 @@ BATCH_BYTES = 4 * 1024 * 1024  # read per batch, at most (about)
 POLL_S = 0.2  # between looks at the files when there was nothing new
 MAX_BACKOFF_S = 5.0
 ROUTE = "/ingest/agent/logs"
+NODE_LIFE_ROUTE = "/ingest/agent/node-life"
+LOOK_S = 1.0  # between looks at the node's Ray processes
 
 
 def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
@@ -79,8 +86,9 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
     return orjson.dumps({"host": host, "files": files, "gaps": gap_rows})
 
 
-class LogAgent:
-    """Ships the logs of the Ray sessions under ``ray_dir`` to ``server``; its checkpoint lives in ``state_dir``."""
+class NodeAgent:
+    """Ships the logs of the Ray sessions under ``ray_dir`` to ``server``, and what it sees of their Ray processes on
+    this host; its checkpoint lives in ``state_dir``."""
 
     def __init__(
         self, server: str, ray_dir: Path, state_dir: Path, key: str | None = None, since: float | None = None
@@ -97,6 +105,35 @@ class LogAgent:
         self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
         self._http = httpx.Client(timeout=30)
         self.sent_lines = 0
+        self.watch = node_life.NodeWatch(ray_dir)
+        self._unsent: dict[node_life.Key, node_life.Sighting] = {}
+        self._next_look = 0.0
+
+    def _post(self, route: str, body: bytes, gzipped: bool = False) -> httpx.Response:
+        params = {"key": self.key} if self.key else {}
+        headers = {"Content-Type": "application/json", **({"Content-Encoding": "gzip"} if gzipped else {})}
+        return self._http.post(f"{self.server}{route}", content=body, params=params, headers=headers)
+
+    def report_node_life(self) -> None:
+        """Look at the node's Ray processes (at most every :data:`LOOK_S`) and send what changed; what the server did
+        not take goes again with the next look."""
+        if time.monotonic() < self._next_look:
+            return
+        self._next_look = time.monotonic() + LOOK_S
+        for sighting in self.watch.look(self.tailer.sessions, time.time_ns(), node_life.running()):
+            self._unsent[sighting.key] = sighting
+        if not self._unsent:
+            return
+        body = orjson.dumps({"host": self.host, "sightings": [asdict(s) for s in self._unsent.values()]})
+        try:
+            response = self._post(NODE_LIFE_ROUTE, body)
+            if response.status_code == 400:  # as for logs: a bug on one side; say so, move on
+                log.error("the server refused node sightings: %s", response.text[:500])
+            else:
+                response.raise_for_status()
+            self._unsent.clear()
+        except httpx.HTTPError as exc:
+            log.warning("could not report node sightings to %s (%s); retrying", self.server, exc)
 
     def cycle(self, final: bool = False) -> int:
         """Look at the files, send what is new (one batch), and move the checkpoint on; the lines sent (0 when there
@@ -106,10 +143,7 @@ class LogAgent:
         chunks, gaps = self.tailer.read(BATCH_BYTES, final=final), list(self.tailer.gaps)
         if not chunks and not gaps:
             return 0
-        body = gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1)
-        params = {"key": self.key} if self.key else {}
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        response = self._http.post(f"{self.server}{ROUTE}", content=body, params=params, headers=headers)
+        response = self._post(ROUTE, gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1), gzipped=True)
         if response.status_code == 400:  # the server refused its content: a bug on one side; say so, move on
             log.error("the server refused a batch of logs: %s", response.text[:500])
         else:
@@ -123,6 +157,7 @@ class LogAgent:
         """Ship until ``stop`` is set, then what is left (partial last lines too), and return."""
         backoff = POLL_S
         while not stop.is_set():
+            self.report_node_life()
             try:
                 sent = self.cycle()
                 backoff = POLL_S
@@ -134,6 +169,7 @@ class LogAgent:
             resume = time.monotonic() + backoff
             while not stop.wait(POLL_S) and time.monotonic() < resume:
                 self.tailer.scan()  # while the server is away, files Ray rotates away are opened, so kept readable
+                self.report_node_life()
         self.drain()
 
     def drain(self, patience_s: float = 30.0) -> bool:
@@ -143,6 +179,8 @@ class LogAgent:
         while time.monotonic() < deadline:
             try:
                 if not self.cycle(final=True):
+                    self._next_look = 0.0
+                    self.report_node_life()
                     return True
                 deadline = time.monotonic() + patience_s
             except httpx.HTTPError as exc:

@@ -1,0 +1,80 @@
+"""A node agent's sightings of its Ray processes (``POST /ingest/agent/node-life``): checked, and turned into rows.
+Pure.
+
+The agent (``agent/node_life.py``) sends JSON, one object a change it saw::
+
+    {"host": "node-1",
+     "sightings": [{"session": "session_…", "process": "raylet", "node_id": "<56 hex digits>", "pid": 997,
+                    "alive": false, "ns": 1795288476000000000, "last_alive_ns": 1795288475000000000}]}
+
+``process`` is ``raylet`` (of the node ``node_id``) or ``gcs_server`` (``node_id`` ""). Of several sightings of one
+process, the newest is kept; so is it in the store, which makes a resent batch harmless.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+
+PROCESSES = ("raylet", "gcs_server")
+MAX_SIGHTINGS = 10_000
+_NODE_ID = re.compile(r"[0-9a-f]{56}")
+SCHEMA = pa.schema(
+    [
+        ("session", pa.string()),
+        ("process", pa.string()),
+        ("node_id", pa.string()),
+        ("pid", pa.int64()),
+        ("alive", pa.bool_()),
+        ("ns", pa.int64()),
+        ("last_alive_ns", pa.int64()),
+    ]
+)
+
+
+def _sighting(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadBatch(f"{where} must be an object")
+    process, node_id, alive = value.get("process"), value.get("node_id"), value.get("alive")
+    if process not in PROCESSES:
+        raise BadBatch(f"{where}: process must be one of {', '.join(PROCESSES)}")
+    if not (node_id == "" if process == "gcs_server" else isinstance(node_id, str) and _NODE_ID.fullmatch(node_id)):
+        raise BadBatch(f'{where}: node_id must be a raylet\'s node ID (56 hex digits), or "" for the GCS')
+    if type(alive) is not bool:
+        raise BadBatch(f"{where}: alive must be true or false")
+    return {
+        "session": text_field(value.get("session"), f"{where}: session"),
+        "process": process,
+        "node_id": node_id,
+        "pid": int_field(value.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
+        "alive": alive,
+        "ns": int_field(value.get("ns"), f"{where}: ns"),
+        "last_alive_ns": int_field(value.get("last_alive_ns"), f"{where}: last_alive_ns", optional=True),
+    }
+
+
+def parse(body: bytes) -> tuple[str, pa.Table]:
+    """The host and its sightings (the newest of each process); BadBatch says what is wrong with a body that is not
+    well formed."""
+    try:
+        batch = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadBatch(f"body is not JSON: {exc}") from None
+    if not isinstance(batch, dict) or not isinstance(batch.get("sightings"), list):
+        raise BadBatch('body must be a JSON object {"host", "sightings": [...]}')
+    host = text_field(batch.get("host"), "host")
+    assert host is not None
+    if len(batch["sightings"]) > MAX_SIGHTINGS:
+        raise BadBatch(f"over {MAX_SIGHTINGS} sightings in one batch")
+    newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for i, value in enumerate(batch["sightings"]):
+        row = _sighting(value, f"sightings[{i}]")
+        key = (row["session"], row["process"], row["node_id"])
+        if key not in newest or row["ns"] > newest[key]["ns"]:
+            newest[key] = row
+    return host, pa.Table.from_pylist(list(newest.values()), schema=SCHEMA)
