@@ -41,7 +41,11 @@ def test_running_finds_a_raylet_by_its_command_line(tmp_path: Path) -> None:
     args = [str(program), "-c", "import time; time.sleep(60)", f"--node_id={NODE}", f"--session_dir=/x/{SESSION}"]
     proc = subprocess.Popen(args)
     try:
-        assert node_life.running().get((SESSION, RAYLET, NODE)) == proc.pid
+        deadline = time.monotonic() + 10
+        while node_life.running().get((SESSION, RAYLET, NODE)) != proc.pid:
+            assert proc.poll() is None, f"the stand-in raylet exited with {proc.returncode}"
+            assert time.monotonic() < deadline, Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            time.sleep(0.05)
     finally:
         proc.kill()
         proc.wait()
