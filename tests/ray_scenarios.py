@@ -118,6 +118,13 @@ def without_ray_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYSIGHT_"))}
 
 
+def driver_env() -> dict[str, str]:
+    """A clean shell's environment, plus what Ray itself asks of a driver joining a `ray start` cluster: `ray start`
+    turns token authentication on when a token exists (~/.ray/auth_token), a driver only when told to."""
+    token = Path.home() / ".ray" / "auth_token"
+    return {**without_ray_settings(), **({"RAY_AUTH_MODE": "token"} if token.exists() else {})}
+
+
 def session_pids(sid: int) -> list[int]:
     """The processes of session ``sid`` (a process started with ``start_new_session`` and all it started)."""
     pids = []
@@ -139,20 +146,24 @@ class RayStartHead:
         self.server_url, self.cluster, self.temp_dir = server_url, cluster, temp_dir
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 90) -> str:
-        """Start the head; its address once it is up."""
+    def _popen(self, ray_start: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         python = sys.executable
         script = (
             f'eval "$({python} -m raysight env --server {self.server_url} --cluster {self.cluster})" && '
-            f"exec {python} -m ray.scripts.scripts start --head --port=0 --num-cpus=1 --disable-usage-stats --block "
-            f'--temp-dir={self.temp_dir} --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"'
+            f"exec {python} -m ray.scripts.scripts start {ray_start} --num-cpus=1 --disable-usage-stats --block"
         )
-        self.proc = subprocess.Popen(
+        return subprocess.Popen(
             ["bash", "-c", script],
-            env=without_ray_settings(),
+            env=env or without_ray_settings(),
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+        )
+
+    def start(self, timeout_s: float = 90) -> str:
+        """Start the head; its address once it is up."""
+        self.proc = self._popen(
+            f'--head --port=0 --temp-dir={self.temp_dir} --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"'
         )
         address_file = self.temp_dir / "ray_current_cluster"
         deadline = time.monotonic() + timeout_s
@@ -162,6 +173,12 @@ class RayStartHead:
                 raise AssertionError(f"ray start exited or did not come up within {timeout_s} s")
             time.sleep(0.2)
         return address_file.read_text().strip()
+
+    def join(self, address: str) -> RayStartHead:
+        """Start, instead of a head, a node that joins the cluster at ``address`` (`ray start --address`); its
+        caller waits until it is up."""
+        self.proc = self._popen(f"--address={address}", driver_env())
+        return self
 
     def stop(self, timeout_s: float = 30) -> None:
         """Kill every process of the head's session (as `ray stop --force` would, but only these), and check that

@@ -260,6 +260,8 @@ def test_a_session_whose_gcs_an_agent_saw_gone_has_ended_until_it_is_seen_again(
     record(server, ray_batches, "?cluster=prod")
     (session,) = sessions(server)
     gcs = lambda alive, ns: sighting(session["session"], "gcs_server", "", alive, ns)  # noqa: E731
+    assert see(server, gcs(True, AGENT_SAW_NS - 1)) == 1  # running: a healthy session's sighting ends nothing
+    assert sessions(server)[0]["end_reason"] is None
     see(server, gcs(False, AGENT_SAW_NS))
     (ended,) = sessions(server)
     assert ended["end_reason"].startswith("its gcs_server (pid 4242) on node-1 was gone by 2026-11-21 19:46:40 UTC")

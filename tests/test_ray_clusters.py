@@ -5,6 +5,7 @@ driver fails under `raysight run`. Each workload runs once for this module."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,8 +24,8 @@ from tests.ray_scenarios import (
     ServerProcess,
     agent_command,
     assert_nothing_alive_without_a_reason,
+    driver_env,
     ray_run,
-    without_ray_settings,
 )
 
 pytestmark = pytest.mark.ray
@@ -43,13 +44,6 @@ def by_name(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     for task in tasks:
         out.setdefault(task["name"], []).append(task)
     return out
-
-
-def driver_env() -> dict[str, str]:
-    """A clean shell's environment, plus what Ray itself asks of a driver joining a `ray start` cluster: `ray start`
-    turns token authentication on when a token exists (~/.ray/auth_token), a driver only when told to."""
-    token = Path.home() / ".ray" / "auth_token"
-    return {**without_ray_settings(), **({"RAY_AUTH_MODE": "token"} if token.exists() else {})}
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +209,69 @@ def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unkn
     assert (raises["state"], raises["state_inferred"]) == ("NIL", True)
     assert raises["inferred_reason"].startswith("outcome unknown")
     assert {t["type"] for t in tasks["Accumulator.add"]} == {"ACTOR_TASK"}
+
+
+def raysight_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`raysight ARGS…` as a user runs it in a shell beside the cluster."""
+    command = [sys.executable, "-m", "raysight", *args]
+    return subprocess.run(command, env=driver_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def agents_on_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A `ray start` head whose agents run as Ray actors (`raysight agent --on-ray`), a driver that prints on it, then
+    a second node joining; what the commands said and raysight saw."""
+    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    ray_dir, state = tmp_path_factory.mktemp("ray"), tmp_path_factory.mktemp("agent-state")
+    head, joining = RayStartHead(server.url, "onray", ray_dir), RayStartHead(server.url, "onray", ray_dir)
+    out: dict[str, Any] = {"state": state}
+    try:
+        address = head.start()
+        on_ray = ("agent", "--server", server.url, "--address", address, "--state-dir", str(state))
+        out["started"] = raysight_cli(*on_ray, "--on-ray")
+        driver = subprocess.run(
+            [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
+            env=driver_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        grep = ("logs", "--server", server.url, "--grep", "add_one(2) ran")
+        deadline = time.monotonic() + 30
+        while not (found := raysight_cli(*grep)).stdout:
+            assert time.monotonic() < deadline, (found, out["started"])
+            time.sleep(0.5)
+        out["logs"] = found
+        joining.join(address)
+        deadline = time.monotonic() + 90
+        while len((listed := raysight_cli(*on_ray, "--on-ray")).stdout.splitlines()) < 2:
+            assert time.monotonic() < deadline, listed
+            time.sleep(1)
+        out["joined"] = listed
+        with server.client() as client:
+            out["nodes"] = client.list("nodes", limit=None)["rows"]
+        out["stopped"] = raysight_cli(*on_ray, "--stop-on-ray")
+        yield out
+    finally:
+        joining.stop()
+        head.stop()
+        server.stop()
+
+
+def test_agents_on_ray_ship_from_every_node_and_each_joining_node_gets_one(agents_on_ray: dict[str, Any]) -> None:
+    started, joined, stopped = (agents_on_ray[step] for step in ("started", "joined", "stopped"))
+    assert started.returncode == 0 and "an agent on each of 1 node(s), and on each that joins" in started.stderr
+    assert re.fullmatch(r"[0-9a-f]{56}  (starting|shipping)  \(0 lines shipped\)\n", started.stdout), started.stdout
+    assert re.fullmatch(
+        r"\(add_one pid=\d+\) add_one\(2\) ran on a node of the cluster\n", agents_on_ray["logs"].stdout
+    )
+    lines = dict(line.split("  ", 1) for line in joined.stdout.splitlines())
+    assert set(lines) == {node["node_id"] for node in agents_on_ray["nodes"]} and len(lines) == 2  # one on each
+    shipping = [status for status in lines.values() if status.startswith("shipping")]
+    waiting = [status for status in lines.values() if status.startswith("waiting")]
+    assert len(shipping) == 1 and int(re.search(r"\((\d+) lines", shipping[0])[1]) > 0  # type: ignore[index]
+    lock = f"another raysight agent uses {agents_on_ray['state']}; give this one its own --state-dir"
+    assert waiting == [f"waiting: {lock}  (0 lines shipped)"]  # the nodes of one host share its Ray temp dir
+    assert stopped.returncode == 0 and "2 agent(s) stopped" in stopped.stderr
+    assert [line.split("  ")[1] for line in stopped.stdout.splitlines()] == ["stopped", "stopped"]

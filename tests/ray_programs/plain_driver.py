@@ -16,6 +16,7 @@ def raises() -> None:
 
 @ray.remote
 def add_one(x: int) -> int:
+    print(f"add_one({x}) ran on a node of the cluster")
     return x + 1
 
 

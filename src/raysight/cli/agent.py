@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -30,12 +31,33 @@ from raysight.config import ENV_INGEST_KEY, default_server
     help="Where the agent keeps its checkpoint [default: ~/.local/state/raysight/agent]; one agent a directory.",
 )
 @click.option("--once", is_flag=True, help="Ship what the files hold now, partial last lines too, then exit.")
+@click.option(
+    "--on-ray",
+    "on_ray",
+    flag_value="start",
+    help="Run no agent here: start one as a Ray actor on every node of the cluster at --address, and on each node "
+    "that joins later; print what each does, and exit.",
+)
+@click.option("--stop-on-ray", "on_ray", flag_value="stop", help="Stop the agents --on-ray started, once they ship.")
+@click.option("--address", help="With --on-ray: the Ray cluster [default: RAY_ADDRESS, else the local one].")
 def agent_cmd(
-    server: str | None, ray_dir: Path | None, ingest_key: str | None, state_dir: Path | None, once: bool
+    server: str | None,
+    ray_dir: Path | None,
+    ingest_key: str | None,
+    state_dir: Path | None,
+    once: bool,
+    on_ray: str | None,
+    address: str | None,
 ) -> None:
     """Ship every log line of this node's Ray sessions to raysight (worker output, drivers of submitted jobs, Serve,
-    Ray's own components), following Ray's rotation and surviving restarts: run one on each node beside `ray start`.
+    Ray's own components), following Ray's rotation and surviving restarts, and report the node's raylets and GCS
+    starting and going: run one on each node beside `ray start`, or start them as Ray actors with --on-ray.
     SIGTERM or Ctrl-C ships what is left, then exits."""
+    if on_ray:
+        if once or ray_dir:
+            raise click.UsageError("--once and --ray-dir are for an agent run here, not with --on-ray/--stop-on-ray")
+        _on_ray(on_ray, server or default_server(), ingest_key, state_dir, address)
+        return
     try:
         agent = NodeAgent(
             server or default_server(),
@@ -66,3 +88,24 @@ def agent_cmd(
         raise click.ClickException(
             f"{agent.server} took nothing for 30 s; what is left stays in the files: run the agent again to ship it"
         )
+
+
+def _on_ray(what: str, server: str, key: str | None, state_dir: Path | None, address: str | None) -> None:
+    import ray  # (only here: the agent itself needs no Ray)
+
+    from raysight.agent import on_ray
+
+    ray.init(address=address or "auto", namespace=on_ray.NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        if what == "start":
+            agents = on_ray.deploy(server, key, str(state_dir) if state_dir else None)
+        else:
+            agents = on_ray.undeploy()
+    finally:
+        ray.shutdown()
+    for agent in agents:
+        click.echo(f"{agent['node_id']}  {agent['status']}  ({agent['sent_lines']} lines shipped)")
+    if what == "start":
+        click.echo(f"raysight agent: an agent on each of {len(agents)} node(s), and on each that joins", err=True)
+    else:
+        click.echo(f"raysight agent: {len(agents)} agent(s) stopped", err=True)

@@ -277,6 +277,6 @@ def reconcile(run: Callable[[str, list[list[str]]], duckdb.DuckDBPyConnection], 
     affected = [row[0] for row in run(_AFFECTED, [sessions]).fetchall()]
     for statement in (_BORROW_DEFINITION, _CLEAR, _INFER):
         run(statement, [affected])
-    if run(_ENDS_AT_STAKE, [affected]).fetchone() == (True,):
+    if run(_ENDS_AT_STAKE, [affected]).fetchall() == [(True,)]:
         for statement in (_END_NODES, _END_WORKERS, _END_ACTORS):
             run(statement, [affected])

@@ -623,16 +623,17 @@ class Store:
         """Keep what ``host``'s agent saw of its Ray processes (``ingest/node_life.py``: one row a process, each newer
         than what is kept, or left out), and re-derive the sessions it concerns; returns the sightings that changed
         what was kept."""
-        with self._transaction(), self._registered("staged_sightings", sightings):
-            changed = self._run(
-                """INSERT INTO node_evidence
-                   SELECT session, $1, process, node_id, pid, alive, ns, last_alive_ns FROM staged_sightings
-                   ON CONFLICT DO UPDATE SET pid = excluded.pid, alive = excluded.alive, ns = excluded.ns,
-                       last_alive_ns = excluded.last_alive_ns
-                   WHERE excluded.ns > node_evidence.ns
-                   RETURNING session""",
-                [host],
-            ).fetchall()
+        with self._transaction():
+            with self._registered("staged_sightings", sightings):
+                changed = self._run(
+                    """INSERT INTO node_evidence
+                       SELECT session, $1, process, node_id, pid, alive, ns, last_alive_ns FROM staged_sightings
+                       ON CONFLICT DO UPDATE SET pid = excluded.pid, alive = excluded.alive, ns = excluded.ns,
+                           last_alive_ns = excluded.last_alive_ns
+                       WHERE excluded.ns > node_evidence.ns
+                       RETURNING session""",
+                    [host],
+                ).fetchall()
             reconcile(self._run, sorted({row[0] for row in changed}))
         return len(changed)
 
