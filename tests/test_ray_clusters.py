@@ -1,6 +1,7 @@
-"""Real Ray beyond one local `ray.init()`: a `ray start` cluster set up as the README says, with a driver started
-outside it, and a two-node cluster that loses a node, hosts a driver without raysight's variables, and whose own
-driver fails under `raysight run`. Each workload runs once for this module."""
+"""Real Ray beyond one local `ray.init()`: a `ray start` cluster set up as the README says (a node agent beside it),
+with a driver started outside it, then killed whole; a two-node cluster that loses a node, hosts a driver without
+raysight's variables, and whose own driver fails under `raysight run`; and a `ray start` cluster whose agents run as
+Ray actors, joined by a second node. Each workload runs once for this module, one cluster at a time."""
 
 from __future__ import annotations
 
