@@ -132,7 +132,8 @@ class Client:
 
     def logs(self, **params: Any) -> dict[str, Any]:
         """Log lines: ``GET /api/raysight/logs`` with these parameters (``task``, ``actor``, ``grep``, ``after``, …;
-        None leaves one out). Returns ``session``, ``total``, ``rows`` and ``last_seq`` (to follow on from)."""
+        None leaves one out). Returns ``session``, ``total``, ``rows``, ``last_seq`` (to follow on from) and
+        ``dropped`` (what the server's log retention dropped of the session, or None)."""
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", "/api/raysight/logs", params=given)  # type: ignore[no-any-return]
 

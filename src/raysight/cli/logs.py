@@ -165,6 +165,14 @@ def logs_cmd(
         else:
             data = client.logs(**query, limit=PAGE, count=False)
         query["session"] = data["session"]  # the one resolved: a later session must not take over while following
+        if dropped := data.get("dropped"):
+            when = datetime.fromtimestamp(dropped["through_ms"] / 1000).isoformat(sep=" ", timespec="seconds")
+            click.secho(
+                f"[{dropped['lines']:,} earlier lines of this session were {dropped['why']}; the last "
+                f"of them was read at {when}]",
+                err=True,
+                fg="yellow",
+            )
         found = printer.print(data["rows"])
         last = data["last_seq"]
         more = tail is None and not follow and found == PAGE

@@ -168,6 +168,7 @@ DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
     "quarantine": "Quarantined events (malformed; kept with their reason)",
     "unsupported": "Event types raysight does not read yet (stored, counted)",
     "log_gaps": "Log bytes no agent could read (a file gone before its end was read)",
+    "log_dropped": "Log lines the server's log retention dropped",
 }
 
 
@@ -191,7 +192,7 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
         click.secho(f"Warning ({warning['session']}): {warning['message']}", fg="yellow")
     for key, title in DOCTOR_TABLES.items():
         click.echo()
-        _section(title, report[key])
+        _section(title, report.get(key, []))  # (an older server reports fewer)
     render.heading("\nWhat Ray's aggregators reported (scraped by `raysight run` while its driver ran)")
     for line in ray_reported_lines(report["ray_reported"]) or ["Nothing scraped yet."]:
         click.echo(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -24,8 +25,25 @@ from raysight.config import (
     is_loopback,
 )
 from raysight.server.auth import Secrets
+from raysight.store.log_retention import LogRetention, parse_duration, parse_size
 
 SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+class Checked(click.ParamType):
+    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it."""
+
+    name = "TEXT"
+
+    def __init__(self, check: Callable[[str], object]) -> None:
+        self.check = check
+
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            self.check(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value.strip()
 
 
 class MemorySize(click.ParamType):
@@ -50,6 +68,7 @@ def serve(
     given: Secrets,
     allowed_hosts: tuple[str, ...],
     limits: Limits,
+    retention: LogRetention,
 ) -> None:
     """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
@@ -85,6 +104,7 @@ def serve(
             max_body=max_body,
             max_events=max_events,
             memory_limit=memory_limit,
+            log_retention=retention,
         ),
         host=host,
         port=port,
@@ -168,6 +188,20 @@ def private_data_dir(data_dir: Path) -> None:
     show_default=True,
     help="Connections held at once; more are answered 503 and closed.",
 )
+@click.option(
+    "--log-retention",
+    type=Checked(parse_duration),
+    default=None,
+    metavar="AGE",
+    help="Drop log lines older than this (30d, 12h, 90m) [default: keep every line]; a marker says what went.",
+)
+@click.option(
+    "--log-max-size",
+    type=Checked(parse_size),
+    default=None,
+    metavar="SIZE",
+    help="Drop the oldest log lines past this much text (500MB, 50GB) [default: keep every line]; idem.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -185,6 +219,8 @@ def server_cmd(
     header_timeout: float,
     body_timeout: float,
     max_connections: int,
+    log_retention: str | None,
+    log_max_size: str | None,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -205,6 +241,7 @@ def server_cmd(
         given=Secrets(token, ingest_key, admin_token),
         allowed_hosts=allowed_hosts,
         limits=Limits(header_timeout, body_timeout, max_connections),
+        retention=LogRetention(log_retention, log_max_size),
     )
 
 

@@ -122,7 +122,8 @@ async def logs(request: Request) -> Response:
     """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
     &regex=&since=&until=&after=&limit=&newest=&markers=&context=&count=: log lines in the order stored
     (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``context``: lines of the
-    file around each match, flagged so); ``last_seq`` is where to follow on from."""
+    file around each match, flagged so); ``last_seq`` is where to follow on from; ``dropped`` what the log retention
+    dropped of the session."""
     params = request.query_params
 
     def text(name: str) -> str | None:
@@ -160,7 +161,9 @@ async def logs(request: Request) -> Response:
     )
     count = bool_param(params, "count", True)
     result = await app_state(request).read(lambda con: log_lines(con, query, count=count))
-    head = orjson.dumps({"session": result.session, "total": result.total, "last_seq": result.last_seq})
+    head = orjson.dumps(
+        {"session": result.session, "total": result.total, "last_seq": result.last_seq, "dropped": result.dropped}
+    )
     return Response(head[:-1] + b',"rows":' + result.rows.encode() + b"}", media_type="application/json")
 
 

@@ -22,6 +22,7 @@ from raysight.server.auth import Secrets
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
+from raysight.store.log_retention import KEEP_ALL, LogRetention
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, Writer
 
@@ -83,6 +84,7 @@ def create_app(
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     fold_linger_s: float = FOLD_LINGER_S,
     fold_rest: float = FOLD_REST,
+    log_retention: LogRetention = KEEP_ALL,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
@@ -94,7 +96,9 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = Store(data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit)
         metrics_ = Metrics(store)
-        writer = Writer(store, on_commit=metrics_.committed, fold_linger_s=fold_linger_s, fold_rest=fold_rest)
+        writer = Writer(
+            store, metrics_.committed, fold_linger_s=fold_linger_s, fold_rest=fold_rest, retention=log_retention
+        )
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
         app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events, bodies)

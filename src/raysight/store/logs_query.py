@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import orjson
@@ -101,6 +102,7 @@ class LogResult:
     total: int | None  # every match (None when not counted)
     rows: str  # the lines, a JSON array of objects (made by DuckDB: a page of lines is never a Python object each)
     last_seq: int  # where to follow on from: the last line given, else the last line stored
+    dropped: dict[str, Any] | None = None  # what the log retention dropped of the session: lines, through_ms, why
 
 
 def _check(query: LogQuery) -> None:
@@ -256,7 +258,15 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     rows_json = "[" + ",".join(reversed(pages) if query.newest else pages) + "]"
     if query.context and found:
         rows_json = _with_context(con, rows_json, query, stored)
-    return LogResult(session, total, rows_json, stored if last is None else last)
+    return LogResult(session, total, rows_json, stored if last is None else last, _dropped(con, session))
+
+
+def _dropped(con: duckdb.DuckDBPyConnection, session: str) -> dict[str, Any] | None:
+    """The marker of what the log retention dropped of ``session`` (``store/log_retention.py``), if anything."""
+    row = con.execute(
+        """SELECT sum(lines), max(through_ns) // 1000000, max(why) FROM log_dropped WHERE session = ?""", [session]
+    ).fetchall()[0]
+    return None if row[0] is None else {"lines": int(row[0]), "through_ms": row[1], "why": row[2]}
 
 
 def _with_context(con: duckdb.DuckDBPyConnection, rows_json: str, query: LogQuery, stored: int) -> str:

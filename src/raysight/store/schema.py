@@ -466,6 +466,12 @@ def _copy_raw_events(ddl: str, name: str, columns: str) -> list[str]:
     ]
 
 
+# Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
+LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
+    session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
+    job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
+    PRIMARY KEY (session, host, file_key))"""
+
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
     RAW_EVENTS_DDL.format(name="raw_events"),
@@ -495,11 +501,7 @@ RAW_DDL = [
             worker_id VARCHAR, pid INTEGER, job_id VARCHAR, task_name VARCHAR, actor_name VARCHAR, byte_offset BIGINT,
             ts_ns BIGINT, level VARCHAR, request_id VARCHAR, trace_id VARCHAR, span_id VARCHAR, continued BOOLEAN,
             marker BOOLEAN, text VARCHAR, raw BLOB)""",
-        # Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
-        """CREATE TABLE IF NOT EXISTS log_files (
-            session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR,
-            worker_id VARCHAR, job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
-            PRIMARY KEY (session, host, file_key))""",
+        LOG_FILES_DDL,
         # Bytes an agent could not read (a file deleted before its end was read): shown by `raysight doctor`.
         """CREATE TABLE IF NOT EXISTS log_gaps (
             session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, start_offset BIGINT, end_offset BIGINT,
@@ -509,7 +511,12 @@ RAW_DDL = [
         """CREATE TABLE IF NOT EXISTS log_blocks (block BIGINT PRIMARY KEY, grams BIT)""",
         """CREATE TABLE IF NOT EXISTS log_file_blocks (
             session VARCHAR, host VARCHAR, file_key VARCHAR, block BIGINT, lines BIGINT, first_offset BIGINT,
-            last_offset BIGINT, first_ns BIGINT, last_ns BIGINT, PRIMARY KEY (session, host, file_key, block))""",
+            last_offset BIGINT, first_ns BIGINT, last_ns BIGINT, bytes BIGINT,
+            PRIMARY KEY (session, host, file_key, block))""",
+        # What the server's log retention dropped of each file: its first ``lines``, through this offset and time.
+        """CREATE TABLE IF NOT EXISTS log_dropped (
+            session VARCHAR, host VARCHAR, file_key VARCHAR, lines BIGINT, through_offset BIGINT, through_ns BIGINT,
+            why VARCHAR, dropped_at TIMESTAMPTZ, PRIMARY KEY (session, host, file_key))""",
     ],
 ]
 
@@ -538,8 +545,9 @@ MIGRATIONS = {
     9: [  # the log indexes (all_ddl() makes them): the lines stored before them are always read
         f"INSERT OR REPLACE INTO meta SELECT '{INDEXED_FROM_KEY}', value FROM meta WHERE key = '{LOG_SEQ_KEY}'"
     ],
-    10: [  # node_evidence (all_ddl() makes it); the sessions known by their logs alone are listed
-        "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING"
+    10: [  # node_evidence and log_dropped (all_ddl() makes them); the sessions known by their logs alone are listed
+        LOG_FILES_DDL,  # (from below 7, not there yet)
+        "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING",
     ],
 }
 REFOLD_BELOW = 2
@@ -551,7 +559,8 @@ REWRITE_BELOW = 5
 def all_ddl() -> list[str]:
     """Every statement that creates the store from nothing (idempotent)."""
     tables: list[str] = [SESSIONS.ddl(), *(t.ddl() for t in ENTITY_TABLES), *(t.ddl() for t in APPEND_TABLES.values())]
+    added = ["ALTER TABLE log_file_blocks ADD COLUMN IF NOT EXISTS bytes BIGINT"]  # (schema 10)
     inference = [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE] + [
         f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c}" for t in INFERRED_ENDS for c in END_INFERENCE
     ]
-    return RAW_DDL + tables + inference
+    return RAW_DDL + added + tables + inference

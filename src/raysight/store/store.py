@@ -30,8 +30,9 @@ from raysight.ingest import agent_logs, events_sql
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
-from raysight.store import log_index, pipeline, schema
+from raysight.store import log_index, log_retention, pipeline, schema
 from raysight.store.fold import fold
+from raysight.store.log_retention import LogRetention
 from raysight.store.reconcile import reconcile
 
 sql_log = logging.getLogger("raysight.store.sql")
@@ -48,7 +49,7 @@ REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = (
     *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
-    *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps"),
+    *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
@@ -62,6 +63,7 @@ SESSION_TABLES = (
     "log_files",
     "log_gaps",
     "log_file_blocks",
+    "log_dropped",
 )
 
 
@@ -386,9 +388,9 @@ class Store:
         self._run(
             f"""INSERT INTO log_file_blocks
                 SELECT session, host, file_key, seq // {block}, count(*), min(byte_offset), max(byte_offset),
-                       min(ts_ns), max(ts_ns)
+                       min(ts_ns), max(ts_ns), sum(strlen(text))
                 FROM log_lines WHERE seq > {first} GROUP BY ALL
-                ON CONFLICT DO UPDATE SET lines = lines + excluded.lines,
+                ON CONFLICT DO UPDATE SET lines = lines + excluded.lines, bytes = bytes + excluded.bytes,
                     first_offset = least(first_offset, excluded.first_offset),
                     last_offset = greatest(last_offset, excluded.last_offset),
                     first_ns = least(first_ns, excluded.first_ns), last_ns = greatest(last_ns, excluded.last_ns)"""
@@ -636,6 +638,14 @@ class Store:
                 ).fetchall()
             reconcile(self._run, sorted({row[0] for row in changed}))
         return len(changed)
+
+    def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
+        """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
+        with self._one_thread(self.con), self._transaction():
+            dropped = log_retention.prune(self._run, retention, now_ns or time.time_ns())
+            if dropped:
+                self.count(log_lines_dropped=dropped)
+        return dropped
 
     def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
         """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.

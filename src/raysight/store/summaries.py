@@ -154,9 +154,16 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                FROM log_gaps ORDER BY received_at DESC LIMIT 20"""
         )
     )
+    log_dropped = _rows(
+        con.execute(
+            """SELECT session, sum(lines) AS lines, max(through_ns) // 1000000 AS through_ms, max(why) AS why
+               FROM log_dropped GROUP BY session ORDER BY through_ms DESC LIMIT 20"""
+        )
+    )
     return {
         "counters": counters,
         "log_gaps": log_gaps,
+        "log_dropped": log_dropped,
         "unsupported": unsupported,
         "quarantine": quarantine,
         "inferred": inferred,

@@ -37,6 +37,7 @@ import duckdb
 from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
+from raysight.store.log_retention import KEEP_ALL, LogRetention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
 
 log = logging.getLogger("raysight.writer")
@@ -60,6 +61,7 @@ FOLD_REST = 3.0
 MAX_REST_S = 4.0
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
+PRUNE_EVERY_S = 60.0  # between applications of the log retention, when there is one (the first at start)
 # What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
 # malformed input): retrying cannot help, so the batch is quarantined at once.
 CONTENT_ERRORS: tuple[type[Exception], ...] = (
@@ -112,8 +114,11 @@ class Writer:
         on_commit: Callable[[ApplyResult, float], None] | None = None,
         fold_linger_s: float = FOLD_LINGER_S,
         fold_rest: float = FOLD_REST,
+        retention: LogRetention = KEEP_ALL,
     ) -> None:
         self.store = store
+        self.retention = retention
+        self._prune_after = 0.0  # monotonic time of the next application of the retention
         self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
         folded = store.journal_folded()
         self.journal = Journal(store.data_dir / "journal", folded)
@@ -326,6 +331,7 @@ class Writer:
             except queue.Empty:
                 if self._stopping.is_set():
                     return
+                self._prune_if_due()
                 self._checkpoint_if_due()
                 continue
             if item is _STOP or self._stopping.is_set():
@@ -340,6 +346,18 @@ class Writer:
             with self._finished:
                 self._unfinished -= 1
                 self._finished.notify_all()
+            self._prune_if_due()  # (a server never idle prunes too)
+
+    def _prune_if_due(self) -> None:
+        """Apply the log retention, if there is one, at most every PRUNE_EVERY_S; a failure is tried again then."""
+        if not self.retention or time.monotonic() < self._prune_after:
+            return
+        self._prune_after = time.monotonic() + PRUNE_EVERY_S
+        try:
+            if dropped := self.store.prune_logs(self.retention):
+                log.info("log retention: dropped %d lines (%s)", dropped, self.retention.why())
+        except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; the lines stay until next time)
+            log.warning("log retention failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
 
     def _checkpoint_if_due(self) -> None:
         """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
