@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -88,6 +89,34 @@ def test_a_session_known_by_its_logs_alone_is_listed_and_deleting_it_deletes_its
     assert server.get("/api/raysight/sessions").json()["sessions"] == [] and _lines(server) == []
     assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
     assert [r["text"] for r in _lines(server)] == ["hello"]  # stored anew: nothing said it was there
+
+
+def test_a_line_s_time_is_its_own_stamp_else_when_its_file_was_last_written(
+    server: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "XST-5:30")  # the agent's local time, in which Ray stamps its lines: UTC+5:30
+    time.tzset()
+    try:
+        logs = _session(tmp_path)
+        stamped = datetime.now() - timedelta(hours=2)  # local time, as Ray writes it
+        stamp = stamped.strftime("%Y-%m-%d %H:%M:%S,") + f"{stamped.microsecond // 1000:03d}"
+        (logs / "raylet.out").write_text(
+            f"[{stamp} W 6603 6603] (raylet) main.cc:283: low memory\n"
+            f"{stamp}\tERROR worker.py:12 -- it broke\n"
+            f'{{"asctime": "{stamp}", "levelname": "INFO", "message": "json"}}\n'
+            "2001-01-01 00:00:00,000 a date printed, not this line's time\n"
+            "a print, with no stamp\n"
+        )
+        written = time.time_ns() - 3600 * 10**9  # last written an hour ago, and read only now
+        os.utime(logs / "raylet.out", ns=(written, written))
+        body = _batch(tmp_path, logs)
+        own = int(stamped.replace(microsecond=stamped.microsecond // 1000 * 1000).timestamp() * 10**6) * 1000
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    times = [row["ts_ns"] for row in _lines(server)]
+    assert times == [own, own, own, written, written]
 
 
 def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp_path: Path) -> None:

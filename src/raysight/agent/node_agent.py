@@ -61,7 +61,7 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
                 "job_id": info.job_id,
                 "pid": info.pid,
                 "end": chunk.after.offset,
-                "read_ns": now,
+                "read_ns": min(now, chunk.written_ns),  # the time of a line that shows none: by then it was written
                 "offsets": [piece.offset for piece, _, _ in chunk.pieces],
                 "texts": texts,
                 "raw": raw if any(raw) else None,
@@ -83,7 +83,8 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
         }
         for g in gaps
     ]
-    return orjson.dumps({"host": host, "files": files, "gaps": gap_rows})
+    offset = time.localtime().tm_gmtoff  # Ray stamps its lines in local time
+    return orjson.dumps({"host": host, "utc_offset_s": offset, "files": files, "gaps": gap_rows})
 
 
 class NodeAgent:

@@ -81,6 +81,7 @@ class Chunk:
     after: Followed  # as it will be
     path: str  # its name under the session's logs/ now
     pieces: list[tuple[Piece, dict[str, str], bool]]  # each record, the markers in force, whether it is a marker
+    written_ns: int  # when the file was last written, as it was read: its records were written by then
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,7 @@ class Tailer:
         after.size = max(after.size, after.offset)
         if followed.head_len < HEAD_BYTES and after.offset > followed.head_len:
             after.head, after.head_len = _head(fd)
-        return Chunk(followed, after, _under_logs(path), records)
+        return Chunk(followed, after, _under_logs(path), records, os.fstat(fd).st_mtime_ns)
 
     def _fd(self, ident: tuple[int, int], opened: _Open) -> int | None:
         if opened.fd is None:

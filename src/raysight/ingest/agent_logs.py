@@ -2,7 +2,7 @@
 
 The agent (``agent/node_agent.py``) sends JSON, columns per file::
 
-    {"host": "node-1",
+    {"host": "node-1", "utc_offset_s": 3600,
      "files": [{"session": "session_…", "key": "2049-1234-0", "name": "worker-….out", "path": "old/worker-….out.1",
                 "stream": "stdout", "worker_id": "…", "job_id": "01000000", "pid": 6767,
                 "end": 4096, "read_ns": 1795288476000000000,
@@ -16,7 +16,9 @@ where each record starts in them, increasing, and ``end`` is where the next batc
 record once however often a batch is resent. ``raw`` holds a record's bytes (base64) where they are not UTF-8 and
 ``texts`` shows them with replacement characters. ``continued`` flags the pieces of a line over 64 KiB after its
 first; ``markers`` Ray's in-band lines (``:job_id:``, ``:task_name:``, ``:actor_name:``), which give the job, task
-and actor in force (``jobs``, ``tasks``, ``actors``).
+and actor in force (``jobs``, ``tasks``, ``actors``). ``read_ns`` is when the agent read the records, or when their
+file was last written if earlier: the time of a line that shows none (``LINE_TIME``); ``utc_offset_s`` is the agent's,
+for the local time Ray stamps its lines in.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ LINES_SCHEMA = pa.schema(
         ("pid", pa.int32()),
         ("byte_offset", pa.int64()),
         ("read_ns", pa.int64()),
+        ("utc_offset_s", pa.int32()),
         ("job_id", pa.string()),
         ("task_name", pa.string()),
         ("actor_name", pa.string()),
@@ -150,6 +153,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
     if not isinstance(batch, dict) or not isinstance(batch.get("files"), list):
         raise BadBatch('body must be a JSON object {"host", "files": [...], "gaps": [...]}')
     host = text_field(batch.get("host"), "host")
+    utc_offset = int_field(batch.get("utc_offset_s"), "utc_offset_s", optional=True, low=-86400, high=86400)
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
     for i, file in enumerate(batch["files"]):
@@ -183,6 +187,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         for name, value in meta.items():
             lines[name].extend([value] * count)
             files[name].append(value)
+        lines["utc_offset_s"].extend([utc_offset] * count)
         files["path"].append(text_field(file.get("path"), f"{where}: path"))
         files["job_id"].append(text_field(file.get("job_id"), f"{where}: job_id", optional=True))
         files["end_offset"].append(end)
@@ -220,10 +225,22 @@ def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:
     return rows
 
 
+# When a line says it was written, in SQL over ``text`` and ``utc_offset_s`` (the agent's, for the local time Ray
+# writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
+# line has none (a task's prints) or the agent sent no offset.
+_JSON = "left(text, 1) = '{' AND json_valid(text)"
+_STAMP = r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+STAMPED_NS = (
+    f"epoch_ns(try_strptime(nullif(coalesce(CASE WHEN {_JSON} THEN json_extract_string(text, '$.asctime') END, "
+    f"regexp_extract(text, '{_STAMP}', 1)), ''), '%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
+)
+# A line's time: its stamp, unless that is more than a day before it was read or a minute after (not its own, then:
+# a date the program printed); else when the agent read it, or its file was last written if earlier (``read_ns``).
+LINE_TIME = "CASE WHEN stamped BETWEEN read_ns - 86400000000000 AND read_ns + 60000000000 THEN stamped ELSE read_ns END"
+
 # What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
 # 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's) and, for a JSON line (Ray's and Serve's
 # JSON logging), its level, request, trace and span IDs.
-_JSON = "left(text, 1) = '{' AND json_valid(text)"
 LINE_FIELDS = {
     "level": f"""CASE
         WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),

@@ -340,9 +340,11 @@ class Store:
             with self._registered("staged_lines", lines):
                 (stored,) = self._one(
                     f"""INSERT INTO log_lines BY NAME
-                        SELECT {first} + row_number() OVER (ORDER BY ord) AS seq, * EXCLUDE (ord, read_ns, raw),
-                               read_ns AS ts_ns, from_base64(raw) AS raw, {fields}
-                        FROM (SELECT l.* FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
+                        SELECT {first} + row_number() OVER (ORDER BY ord) AS seq,
+                               * EXCLUDE (ord, read_ns, utc_offset_s, stamped, raw),
+                               {agent_logs.LINE_TIME} AS ts_ns, from_base64(raw) AS raw, {fields}
+                        FROM (SELECT l.*, {agent_logs.STAMPED_NS} AS stamped
+                              FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
                               WHERE l.byte_offset >= coalesce(f.end_offset, 0)
                               QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset
                                                          ORDER BY ord) = 1)"""
