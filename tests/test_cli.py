@@ -275,6 +275,7 @@ def test_help_and_version_list_every_command(url: str) -> None:
         "get",
         "summary",
         "logs",
+        "errors",
         "sessions",
         "doctor",
         "reindex",
@@ -283,6 +284,21 @@ def test_help_and_version_list_every_command(url: str) -> None:
     assert all(c in listed for c in commands)
     assert ok(url, "--version").startswith("raysight, version ")
     assert "--detach" in ok(url, "server", "-h") and "delete" in ok(url, "sessions", "--help")
+
+
+def test_errors_lists_each_cause_once_as_a_table_or_json(url: str) -> None:
+    table = ok(url, "errors")
+    assert table.startswith(f"Session: {SESSION}\n") and "4 root failures in 3 groups" in table
+    assert on_one_line(table, "1", "task", "TASK_EXECUTION_EXCEPTION", "ValueError:")
+    assert on_one_line(table, "2", "worker", "SYSTEM_ERROR")
+    found = data(url, "errors", "--type", "ACTOR_DIED")
+    assert [(g["kind"], g["affected"]) for g in found["groups"]] == [("actor", ["Counter"])]
+    assert data(url, "errors", "--job", "01000000", "--since", "2026-11-21T19:00:00")["groups"]
+    assert ok(url, "errors", "--until", "2020-01-01").endswith("No failures.\n")
+    bad = raysight(url, "errors", "--since", "yesterday")
+    assert bad.exit_code == 2 and "is neither a time ago" in bad.stderr
+    unknown = raysight(url, "errors", "--session", "session_nope")
+    assert unknown.exit_code == 1 and "no session named 'session_nope'" in unknown.stderr
 
 
 # env and run (without Ray: a trivial program stands in for a Ray driver)

@@ -137,6 +137,12 @@ class Client:
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", "/api/raysight/logs", params=given)  # type: ignore[no-any-return]
 
+    def errors(self, **params: Any) -> dict[str, Any]:
+        """A session's failures grouped by cause: ``GET /api/raysight/errors`` with ``session``, ``job``, ``since``,
+        ``until`` (epoch ns) and ``type`` (None leaves one out). Returns ``session`` and ``groups``."""
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", "/api/raysight/errors", params=given)  # type: ignore[no-any-return]
+
     def sessions(self) -> builtins.list[dict[str, Any]]:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 

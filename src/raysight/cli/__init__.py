@@ -8,6 +8,7 @@ import click
 
 from raysight import __version__
 from raysight.cli.agent import agent_cmd
+from raysight.cli.errors import errors_cmd
 from raysight.cli.logs import logs_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
@@ -48,6 +49,7 @@ for command in (
     get_cmd,
     summary_cmd,
     logs_cmd,
+    errors_cmd,
     sessions_cmd,
     doctor_cmd,
     reindex_cmd,

@@ -16,6 +16,7 @@ from raysight.errors import BadQuery, Forbidden, NotFound
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
+from raysight.store.errors import ErrorQuery, error_groups
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
 
@@ -167,6 +168,27 @@ async def logs(request: Request) -> Response:
     return Response(head[:-1] + b',"rows":' + result.rows.encode() + b"}", media_type="application/json")
 
 
+async def errors(request: Request) -> Response:
+    """GET /api/raysight/errors?session=&job=&since=&until=&type=: the session's root failures grouped by cause (most
+    frequent first), each with its consequences (``store/errors.py``); ``since``/``until`` in epoch ns."""
+    params = request.query_params
+
+    def read(con: Any) -> dict[str, Any]:
+        session = queries.resolve_session(con, params.get("session"))
+        if session is None:
+            return {"session": None, "groups": []}
+        query = ErrorQuery(
+            session,
+            job_id=(params.get("job") or "").lower() or None,
+            since_ns=int_param(params, "since", None),
+            until_ns=int_param(params, "until", None),
+            error_type=params.get("type") or None,
+        )
+        return {"session": session, "groups": error_groups(con, query)}
+
+    return _json(await app_state(request).read(read))
+
+
 async def reindex(request: Request) -> Response:
     require_admin(request)
     state = app_state(request)
@@ -182,6 +204,7 @@ routes = [
     Route("/api/raysight/reindex", reindex, methods=["POST"]),
     Route("/api/raysight/summary/{resource}", summary),
     Route("/api/raysight/logs", logs),
+    Route("/api/raysight/errors", errors),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

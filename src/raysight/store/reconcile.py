@@ -53,6 +53,9 @@ _SUCCESSOR = """
     ON s.label = l.label AND s.last_ns < l.first_ns"""
 
 
+ALL_NODES_DIED = "every node of the cluster died"
+
+
 def _session_ends(scope: str) -> str:
     """When each session whose ``session`` meets the condition ``scope`` ended (NULL while it runs), and why."""
     return f"""
@@ -61,7 +64,7 @@ def _session_ends(scope: str) -> str:
                     CASE WHEN s.run_id IS NULL AND l.next_session IS NOT NULL THEN s.last_ns END) AS ended_ns,
            CASE WHEN r.ended_ns IS NOT NULL THEN 'the driver that started this local cluster exited'
                 WHEN g.dead_ns IS NOT NULL THEN g.seen
-                WHEN n.alive = 0 AND n.total > 0 THEN 'every node of the cluster died'
+                WHEN n.alive = 0 AND n.total > 0 THEN '{ALL_NODES_DIED}'
                 WHEN s.run_id IS NULL AND l.next_session IS NOT NULL
                 THEN printf('a later session of cluster %s began, %s; this one ended after its last event',
                             s.label, l.next_session) END AS end_reason

@@ -1,0 +1,242 @@
+"""A session's failures, grouped by cause, each consequence tied to its root (`raysight errors`).
+
+A failure is a task attempt that failed, an actor that restarted or died other than by its owner's exit or going out
+of scope, a worker that exited unintentionally, a node that died while its cluster went on, or a driver that exited
+with an error. What followed from another failure is a consequence, found along the chain things run on — node,
+worker, actor, task: a task whose actor or worker died (an OOM kill, say), an actor whose worker or node died, a
+worker whose node died. Only roots are grouped; each group counts the consequences of its failures.
+
+A group's cause is its failures' kind and Ray's error type, with the exception's type and message (the traceback's
+last line) or, for a death, its reason, in which numbers, hex IDs, addresses, quoted strings and paths are replaced
+by placeholders: the same fault raised with different values is one group, whose ID is a hash of its cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
+
+_ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
+_PLACEHOLDERS = [  # in this order: an address before its numbers, an ID before a number
+    (r'"[^"]*"', '"<str>"'),
+    (r"'[^']*'", "'<str>'"),
+    (r"\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b", "<addr>"),
+    (r"(/[\w.@+-]+)+/?", "<path>"),
+    (r"\b(0x[0-9a-fA-F]+|[0-9a-fA-F]{8,})\b", "<id>"),
+    (r"\b\d+(\.\d+)?\b", "<n>"),
+]
+# A node's death within this long before its session ended for another reason (its driver or GCS gone) is the
+# cluster's end, not a failure
+_ENDED_WITH_SESSION_NS = 10 * 10**9
+NORMAL_WORKER_EXITS = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT")
+NORMAL_NODE_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
+NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the driver that owned it ended, or let it go
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def template_sql(text: str) -> str:
+    """SQL: ``text`` without colours, with its variable parts replaced by placeholders."""
+    sql = f"regexp_replace({text}, {_quote(_ANSI)}, '', 'g')"
+    for pattern, placeholder in _PLACEHOLDERS:
+        sql = f"regexp_replace({sql}, {_quote(pattern)}, {_quote(placeholder)}, 'g')"
+    return sql
+
+
+# The last line of a traceback (`ValueError: boom`), its exception type, and the text a failure's cause is made of
+_LAST_LINE = r"regexp_extract(rtrim(regexp_replace(message, '\x1b\[[0-9;]*m', '', 'g'), chr(10) || ' '), '[^\n]*$')"
+_EXCEPTION = r"'^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Failure)): '"
+_EXC_TYPE = f"nullif(regexp_extract(last_line, {_EXCEPTION}, 1), '')"
+_CAUSE_TEXT = (
+    r"CASE WHEN exception_type IS NOT NULL THEN last_line ELSE left(regexp_replace(message, '\s+', ' ', 'g'), 300) END"
+)
+
+# A failure can have caused another only if it came first (give or take the clocks of Ray's components)
+_BEFORE = "({cause}.ts_ns IS NULL OR {effect}.ts_ns IS NULL OR {cause}.ts_ns <= {effect}.ts_ns + 5000000000)"
+
+# Every failure of session $session: kind, id, attempt, when, job, node, worker, name, Ray's error type, the
+# exception's type, the message, the traceback (or detail), and what it ran on whose failure may have caused it.
+_FAILURES = f"""
+WITH ends AS (SELECT * FROM ({SESSION_ENDS}) WHERE session = $session),
+tasks_ AS (
+    SELECT *, CASE WHEN reported_state IN ('FINISHED', 'FAILED') THEN reported_state
+                   ELSE coalesce(inferred_state, reported_state) END AS state_,
+           coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
+           coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
+    FROM tasks WHERE session = $session
+),
+actor_steps AS (
+    SELECT a.actor_id, a.job_id, a.class_name, h.*,
+           last_value(h.worker_id IGNORE NULLS) OVER w AS on_worker,
+           last_value(h.node_id IGNORE NULLS) OVER w AS on_node
+    FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
+    WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+failures AS (
+    SELECT 'task' AS kind, task_id AS id, attempt, coalesce(end_ns, exec_start_ns, first_ns) AS ts_ns, job_id, node_id,
+           coalesce(worker_id, exec_worker_id) AS worker_id, coalesce(name, profile_name, '') AS name,
+           type_ AS error_type, message_ AS message, coalesce(error_detail, '') AS detail,
+           CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN 'actor'
+                WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN 'worker'
+                WHEN type_ IN ('NODE_DIED', 'LOCAL_RAYLET_DIED') THEN 'node' END AS parent_kind,
+           CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN actor_id
+                WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN coalesce(worker_id, exec_worker_id)
+                WHEN type_ IN ('NODE_DIED', 'LOCAL_RAYLET_DIED') THEN node_id END AS parent_id
+    FROM tasks_ WHERE state_ = 'FAILED'
+    UNION ALL
+    SELECT 'actor', actor_id, NULL, ts, job_id, on_node, on_worker, class_name,
+           CASE WHEN state = 'RESTARTING' THEN 'ACTOR_RESTARTED'
+                WHEN death_cause LIKE '{{"runtimeEnvFailedContext%' THEN 'RUNTIME_ENV_SETUP_FAILED'
+                WHEN death_cause LIKE '{{"creationTaskFailureContext%' THEN 'ACTOR_CREATION_FAILED'
+                WHEN death_cause LIKE '{{"oomContext%' THEN 'OUT_OF_MEMORY'
+                WHEN death_cause LIKE '{{"actorUnschedulableContext%' THEN 'ACTOR_UNSCHEDULABLE_ERROR'
+                ELSE 'ACTOR_DIED' END,
+           coalesce(death_message, CASE WHEN state = 'RESTARTING'
+                                        THEN printf('restarting (%s)', coalesce(restart_reason, 'no reason given'))
+                                   END, ''),
+           coalesce(death_cause, ''),
+           CASE WHEN json_extract_string(death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
+                     OR restart_reason = 'NODE_PREEMPTION' THEN 'node' ELSE 'worker' END,
+           CASE WHEN json_extract_string(death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
+                     OR restart_reason = 'NODE_PREEMPTION' THEN on_node ELSE on_worker END
+    FROM actor_steps
+    WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
+       OR (state = 'DEAD' AND coalesce(json_extract_string(death_cause, '$.actorDiedErrorContext.reason'), '')
+                               NOT IN {NORMAL_ACTOR_DEATHS})
+    UNION ALL
+    SELECT 'worker', worker_id, NULL, coalesce(end_ns, end_ms * 1000000), job_id, node_id, worker_id,
+           lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?'),
+           coalesce(exit_type, 'SYSTEM_ERROR'),
+           coalesce(exit_detail, ''), '', 'node', node_id
+    FROM workers
+    WHERE session = $session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
+    UNION ALL  -- workers and actors Ray still shows alive on a node that died: consequences of that death
+    SELECT 'worker', worker_id, NULL, inferred_end_ns, job_id, node_id, worker_id,
+           lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?'), 'NODE_DIED',
+           inferred_reason, '', 'node', node_id
+    FROM workers
+    WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+    UNION ALL
+    SELECT 'actor', actor_id, NULL, inferred_end_ns, job_id, node_id, worker_id, class_name, 'NODE_DIED',
+           inferred_reason, '', 'node', node_id
+    FROM actors
+    WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+    UNION ALL
+    SELECT 'node', n.node_id, NULL, coalesce(n.end_ns, n.inferred_end_ns), NULL, n.node_id, NULL,
+           coalesce(n.node_name, n.node_ip, n.hostname, ''),
+           CASE WHEN n.state = 'DEAD' THEN coalesce(n.death_reason, 'UNEXPECTED_TERMINATION')
+                ELSE 'NODE_DIED' END,
+           coalesce(n.death_message, n.inferred_reason, ''), '', NULL, NULL
+    FROM nodes n LEFT JOIN ends e USING (session)
+    WHERE n.session = $session
+      AND ((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
+           OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_state = 'DEAD'
+               AND n.inferred_reason NOT LIKE 'the cluster ended%'))
+      AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
+           OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})
+    UNION ALL
+    SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
+           'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
+    FROM jobs j JOIN sessions s ON s.session = j.session
+    JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+    WHERE j.session = $session AND r.exit_code <> 0
+),
+-- each failure's cause: the exception's type and message where it raised one, else its message
+caused AS (SELECT *, {_LAST_LINE} AS last_line FROM failures),
+typed AS (SELECT *, {_EXC_TYPE} AS exception_type FROM caused),
+grouped AS (
+    SELECT *, left(md5(kind || ' ' || error_type || ' ' || cause), 12) AS group_id
+    FROM (SELECT *, {template_sql(_CAUSE_TEXT)} AS cause FROM typed)
+),
+-- one failure an entity: its first, which a consequence is tied to
+firsts AS (
+    SELECT kind, id, ts_ns, parent_kind, parent_id, group_id FROM grouped
+    QUALIFY row_number() OVER (PARTITION BY kind, id ORDER BY ts_ns NULLS LAST, attempt) = 1
+)
+SELECT g.*,
+       coalesce(p3.group_id, p2.group_id, p1.group_id) AS root_group,
+       coalesce(p3.kind, p2.kind, p1.kind) AS root_kind, coalesce(p3.id, p2.id, p1.id) AS root_id
+FROM grouped g
+LEFT JOIN firsts p1 ON p1.kind = g.parent_kind AND p1.id = g.parent_id AND NOT (p1.kind = g.kind AND p1.id = g.id)
+    AND {_BEFORE.format(cause="p1", effect="g")}
+LEFT JOIN firsts p2 ON p2.kind = p1.parent_kind AND p2.id = p1.parent_id AND NOT (p2.kind = p1.kind AND p2.id = p1.id)
+    AND {_BEFORE.format(cause="p2", effect="p1")}
+LEFT JOIN firsts p3 ON p3.kind = p2.parent_kind AND p3.id = p2.parent_id AND NOT (p3.kind = p2.kind AND p3.id = p2.id)
+    AND {_BEFORE.format(cause="p3", effect="p2")}
+"""
+
+
+@dataclass(frozen=True)
+class ErrorQuery:
+    session: str
+    job_id: str | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    error_type: str | None = None
+
+
+def _where(query: ErrorQuery) -> tuple[str, dict[str, object]]:
+    conditions: list[str] = ["true"]
+    params: dict[str, object] = {"session": query.session}
+    if query.job_id:
+        conditions.append("job_id = $job")
+        params["job"] = query.job_id
+    if query.since_ns is not None:
+        conditions.append("ts_ns >= $since")
+        params["since"] = query.since_ns
+    if query.until_ns is not None:
+        conditions.append("ts_ns < $until")
+        params["until"] = query.until_ns
+    if query.error_type:
+        conditions.append("upper(error_type) = upper($type)")
+        params["type"] = query.error_type
+    return " AND ".join(conditions), params
+
+
+_GROUPS = (
+    "WITH f AS ("
+    + _FAILURES
+    + """),
+chosen AS (SELECT * FROM f WHERE __WHERE__),
+consequences AS (
+    SELECT root_group AS group_id, kind, count(*) AS n, list(DISTINCT name) AS names
+    FROM chosen WHERE root_group IS NOT NULL GROUP BY ALL
+)
+SELECT r.group_id, any_value(r.kind) AS kind, any_value(r.error_type) AS error_type,
+       any_value(r.exception_type) AS exception_type, any_value(r.cause) AS error, count(*) AS count,
+       min(r.ts_ns) // 1000000 AS first_ms, max(r.ts_ns) // 1000000 AS last_ms,
+       list(DISTINCT r.name) AS names, list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
+       arg_min({'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'message': r.message}, r.ts_ns) AS example,
+       (SELECT list({'kind': c.kind, 'count': c.n, 'names': c.names}) FROM consequences c
+        WHERE c.group_id = r.group_id) AS consequences
+FROM chosen r WHERE r.root_group IS NULL
+GROUP BY r.group_id ORDER BY count DESC, first_ms, r.group_id
+"""
+)
+AFFECTED_SHOWN = 10
+
+
+def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict[str, Any]]:
+    """The root failures of ``query``'s session grouped by cause, most frequent first, each with its consequences."""
+    where, params = _where(query)
+    cursor = con.execute(_GROUPS.replace("__WHERE__", where), params)
+    names = [d[0] for d in cursor.description]
+    return [_group(dict(zip(names, row))) for row in cursor.fetchall()]
+
+
+def _group(row: dict[str, Any]) -> dict[str, Any]:
+    """A group as the API gives it: its consequences by kind, and the names of all it affected."""
+    consequences = row.pop("consequences") or []
+    names = set(row.pop("names")) | {name for c in consequences for name in c["names"]}
+    return {
+        **row,
+        "nodes": (row["nodes"] or [])[:AFFECTED_SHOWN],
+        "affected": sorted(n for n in names if n)[:AFFECTED_SHOWN],
+        "consequences": {f"{c['kind']}s": c["count"] for c in consequences},
+    }

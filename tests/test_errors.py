@@ -1,0 +1,82 @@
+"""`raysight errors` over the recorded Ray session (a task that raises, a worker crash whose task is retried, an
+actor whose worker crashes and which restarts, an actor killed with `ray.kill`): each root cause once, what
+followed from it counted under it, normal ends left out; and the placeholders that make one cause of many values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pytest
+from starlette.testclient import TestClient
+
+from raysight.store.errors import template_sql
+from tests.test_inference import AGENT_SAW_NS, end_run, record, rows, see, sessions, sighting
+
+
+def groups(server: TestClient, **params: Any) -> list[dict[str, Any]]:
+    answer = server.get("/api/raysight/errors", params=params)
+    assert answer.status_code == 200, answer.text
+    found: list[dict[str, Any]] = answer.json()["groups"]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("text", "template"),
+    [
+        ("ValueError: shard 42 failed after 3.5 s", "ValueError: shard <n> failed after <n> s"),
+        ("KeyError: 'user-17'", "KeyError: '<str>'"),
+        ('OSError: cannot open "/data/x.parquet" on 10.0.0.7:6379', 'OSError: cannot open "<str>" on <addr>'),
+        ("FileNotFoundError: [Errno 2] /tmp/ray/session_1/x.txt", "FileNotFoundError: [Errno <n>] <path>"),
+        ("actor b51ba3824720f51ba2ca95c401000000 at 0x7f3a2c", "actor <id> at <id>"),
+        ("\x1b[36mray::f()\x1b[39m died", "ray::f() died"),
+    ],
+)
+def test_a_cause_keeps_its_words_and_loses_its_values(text: str, template: str) -> None:
+    assert duckdb.execute(f"SELECT {template_sql('$1')}", [text]).fetchall()[0][0] == template
+
+
+def test_each_root_cause_once_with_what_followed_from_it(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec&run=run-1")
+    found = {g["kind"] + " " + g["error_type"]: g for g in groups(server)}
+    assert set(found) == {"worker SYSTEM_ERROR", "task TASK_EXECUTION_EXCEPTION", "actor ACTOR_DIED"}
+    crashes = found["worker SYSTEM_ERROR"]  # crash_once's first worker, and Fragile's: one cause, two workers
+    assert crashes["count"] == 2 and crashes["consequences"] == {"tasks": 2, "actors": 1}
+    assert {"crash_once", "Fragile", "Fragile.die"} <= set(crashes["affected"])
+    assert crashes["error"].startswith("Worker unexpectedly exits with a connection error code <n>. End of file.")
+    raised = found["task TASK_EXECUTION_EXCEPTION"]
+    assert (raised["exception_type"], raised["error"], raised["affected"]) == (
+        "ValueError",
+        "ValueError: boom",
+        ["fails"],
+    )
+    assert raised["example"]["message"].endswith('raise ValueError("boom")\nValueError: boom')
+    killed = found["actor ACTOR_DIED"]
+    assert killed["error"] == "The actor is dead because it was killed by `ray.kill`." and killed["affected"] == [
+        "Counter"
+    ]
+    assert len({g["group_id"] for g in found.values()}) == 3
+    end_run(server, "run-1")  # the cluster ends cleanly: its nodes, workers and actors read dead, none a failure
+    assert {g["group_id"]: g["count"] for g in groups(server)} == {g["group_id"]: g["count"] for g in found.values()}
+
+
+def test_a_node_that_died_under_a_running_cluster_is_the_root_of_all_on_it(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=prod")
+    (session,) = sessions(server)
+    (node,) = rows(server, "nodes")
+    see(server, sighting(session["session"], "raylet", node["node_id"], False, AGENT_SAW_NS))
+    (died,) = [g for g in groups(server) if g["kind"] == "node"]
+    assert died["error_type"] == "NODE_DIED" and died["error"].startswith("its raylet (pid <n>) on node-<n> was gone")
+    assert died["consequences"]["workers"] >= 1 and died["consequences"]["actors"] == 1  # Fragile, still ALIVE
+    assert "Fragile" in died["affected"]
+
+
+def test_errors_filter_by_type_job_and_time(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec")
+    assert [g["error_type"] for g in groups(server, type="task_execution_exception")] == ["TASK_EXECUTION_EXCEPTION"]
+    assert len(groups(server, job="01000000")) == 3 and groups(server, job="ff000000") == []
+    assert groups(server, since=2**62) == [] and len(groups(server, until=2**62)) == 3
+    bad = server.get("/api/raysight/errors", params={"since": "yesterday"})
+    assert bad.status_code == 400 and "since" in bad.json()["error"]
+    unknown = server.get("/api/raysight/errors", params={"session": "session_nope"})
+    assert unknown.status_code == 404 and "raysight sessions" in unknown.json()["error"]
