@@ -301,6 +301,25 @@ def test_errors_lists_each_cause_once_as_a_table_or_json(url: str) -> None:
     assert unknown.exit_code == 1 and "no session named 'session_nope'" in unknown.stderr
 
 
+def test_errors_show_prints_one_failure_whole(url: str) -> None:
+    (raised,) = data(url, "errors", "--type", "TASK_EXECUTION_EXCEPTION")["groups"]
+    shown = ok(url, "errors", "show", raised["example"]["id"]).splitlines()
+    assert f"Task fails (attempt 0): TASK_EXECUTION_EXCEPTION  [group {raised['group_id']}]" in shown
+    why = shown.index("Why")
+    assert shown[why + 1 : why + 6] == [  # the remote traceback, whole
+        "  User exception:",
+        "  ray::fails() (pid=2398, ip=192.0.2.2)",  # (colours only on a terminal)
+        '    File "/tmp/cap/work.py", line 11, in fails',
+        '      raise ValueError("boom")',
+        "  ValueError: boom",
+    ]
+    assert data(url, "errors", "show", raised["group_id"])["failures"][0]["id"] == raised["example"]["id"]
+    missing = raysight(url, "errors", "show", "ab" * 24)
+    assert missing.exit_code == 1 and "failed in" in missing.stderr
+    malformed = raysight(url, "errors", "show", "x!")
+    assert malformed.exit_code == 2 and "is no ID" in malformed.stderr
+
+
 # env and run (without Ray: a trivial program stands in for a Ray driver)
 
 

@@ -80,3 +80,21 @@ def test_errors_filter_by_type_job_and_time(server: TestClient, ray_batches) -> 
     assert bad.status_code == 400 and "since" in bad.json()["error"]
     unknown = server.get("/api/raysight/errors", params={"session": "session_nope"})
     assert unknown.status_code == 404 and "raysight sessions" in unknown.json()["error"]
+
+
+def test_show_gives_one_failure_whole_or_a_group_s_failures(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec")
+    tasks = {t["name"]: t for t in rows(server, "tasks") if t["attempt_number"] == 0}
+    crash = server.get(f"/api/raysight/errors/{tasks['crash_once']['task_id']}").json()
+    (first,) = crash["failures"]  # attempt 1 succeeded
+    assert (first["attempt"], first["error_type"], first["root_kind"]) == (0, "WORKER_DIED", "worker")
+    assert [(a["attempt"], a["state"]) for a in crash["attempts"]] == [(0, "FAILED"), (1, "FINISHED")]
+    assert {b["kind"] for b in first["beside"]} >= {"worker"}  # its worker's death, on the same worker
+    raised = server.get(f"/api/raysight/errors/{tasks['fails']['task_id']}").json()["failures"][0]
+    assert raised["message"].endswith('raise ValueError("boom")\nValueError: boom') and raised["root_kind"] is None
+    group = server.get(f"/api/raysight/errors/{first['group_id']}").json()
+    assert {f["kind"] for f in group["failures"]} == {"task"} and group["group_id"] == first["group_id"]
+    unknown = server.get("/api/raysight/errors/" + "ab" * 24)
+    assert unknown.status_code == 404 and "`raysight errors` lists what did" in unknown.json()["error"]
+    malformed = server.get("/api/raysight/errors/not-an-id")
+    assert malformed.status_code == 400 and "is no ID" in malformed.json()["error"]

@@ -294,3 +294,37 @@ def wait_for_log(ray_temp: Path, name: str, text: str, proc: subprocess.Popen[by
     while not any(text in log.read_text(errors="replace") for log in ray_temp.glob(f"session_*/logs/{name}")):
         assert proc.poll() is None and time.monotonic() < deadline, f"{name} never said {text!r}"
         time.sleep(0.2)
+
+
+def test_errors_of_a_real_run_each_lead_to_their_traceback_and_lines(recorded: ServerProcess) -> None:
+    """The demo's failures, as `raysight errors` and `raysight errors show` print them (after a server restart: the
+    store the demo wrote is read by this server)."""
+    cli = [sys.executable, "-m", "raysight"]
+    shown = subprocess.run(
+        [*cli, "errors", "--server", recorded.url, "--session", "second", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    found = {g["kind"] + " " + g["error_type"]: g for g in json.loads(shown.stdout)["groups"]}
+    raised = found["task TASK_EXECUTION_EXCEPTION"]
+    assert (raised["error"], raised["affected"]) == ("ValueError: boom: this task fails on purpose", ["fails"])
+    assert found["actor ACTOR_DIED"]["affected"] == ["Counter"]  # ray.kill
+    crashes = [g for g in found.values() if g["kind"] == "worker"]  # crash_once's and Fragile's os._exit(1)
+    assert sum(g["count"] for g in crashes) == 2 and sum(g["consequences"].get("tasks", 0) for g in crashes) >= 2
+    task_id = raised["example"]["id"]
+    show = [*cli, "errors", "show", task_id, "--server", recorded.url, "--session", "second"]
+    text = subprocess.run(show, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert f"Task fails (attempt 0): TASK_EXECUTION_EXCEPTION  [group {raised['group_id']}]" in lines
+    assert '    raise ValueError("boom: this task fails on purpose")' in lines  # the remote traceback, whole
+    assert any(re.fullmatch(r"  \(fails pid=\d+\) fails: about to raise", line) for line in lines)
+    with recorded.client() as client:
+        crash = next(t for t in client.list("tasks", session="second", limit=None)["rows"] if t["name"] == "crash_once")
+        detail = client.error(crash["task_id"], session="second")
+    (first,) = detail["failures"]
+    assert (first["attempt"], first["error_type"], first["root_kind"]) == (0, "WORKER_DIED", "worker")
+    assert [a["state"] for a in detail["attempts"]] == ["FAILED", "FINISHED"]
+    assert [row["text"] for row in first["logs"]["own"]] == ["crash_once: first attempt, exiting"]

@@ -143,6 +143,11 @@ class Client:
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", "/api/raysight/errors", params=given)  # type: ignore[no-any-return]
 
+    def error(self, failure_id: str, session: str | None = None) -> dict[str, Any]:
+        """One failure whole, or a group's failures: ``GET /api/raysight/errors/{id}``."""
+        params = {"session": session} if session else {}
+        return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
+
     def sessions(self) -> builtins.list[dict[str, Any]]:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
 

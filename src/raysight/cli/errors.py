@@ -9,19 +9,21 @@ import click
 
 from raysight.cli import render
 from raysight.cli.common import client_options, make_client, session_option
-from raysight.cli.logs import parse_time
+from raysight.cli.logs import parse_time, prefix
 
 COLUMNS = ["group_id", "count", "kind", "error_type", "error", "affected", "consequences", "first_ms", "last_ms"]
 
 
-@click.command("errors")
+@click.group("errors", invoke_without_command=True)
 @click.option("--job", metavar="ID", help="Only the failures of this job.")
 @click.option("--since", metavar="WHEN", help="Only failures from WHEN on: a time ago (30s, 10m, 2h, 1d) or ISO 8601.")
 @click.option("--until", metavar="WHEN", help="Only failures before WHEN (as --since).")
 @click.option("--type", "error_type", metavar="TYPE", help="Only this error type (Ray's: WORKER_DIED, ACTOR_DIED, …).")
 @session_option
 @client_options
+@click.pass_context
 def errors_cmd(
+    ctx: click.Context,
     job: str | None,
     since: str | None,
     until: str | None,
@@ -31,7 +33,10 @@ def errors_cmd(
     server: str | None,
 ) -> None:
     """What went wrong in a session: failed task attempts, actors that crashed or were killed, workers and nodes that
-    died, failed drivers — grouped by cause, each root cause once with what followed from it counted under it."""
+    died, failed drivers — grouped by cause, each root cause once with what followed from it counted under it.
+    `raysight errors show ID` gives one whole."""
+    if ctx.invoked_subcommand:
+        return
     now = time.time_ns()
     with make_client(server) as client:
         data = client.errors(
@@ -59,3 +64,67 @@ def errors_cmd(
 def _row(group: dict[str, Any]) -> dict[str, Any]:
     consequences = ", ".join(f"{n} {kind}" for kind, n in group["consequences"].items())
     return {**group, "affected": ", ".join(group["affected"]), "consequences": consequences}
+
+
+@errors_cmd.command("show")
+@click.argument("failure_id", metavar="ID")
+@session_option
+@client_options
+def show_cmd(failure_id: str, session: str | None, fmt: str | None, server: str | None) -> None:
+    """One failure whole — a task, actor, worker, node or job ID: what failed and where, why (the full traceback),
+    what it followed from, its attempts, the log lines before it and what failed beside it — or a group's failures
+    (its ID, from `raysight errors`)."""
+    with make_client(server) as client:
+        data = client.error(failure_id, session=session)
+    if fmt in ("json", "yaml"):
+        render.dump(data, fmt)
+        return
+    if "group_id" in data:
+        render.table(
+            data["failures"],
+            title=f"Failures of group {data['group_id']} in {data['session']}",
+            columns=["kind", "id", "attempt", "name", "time_ms", "error"],
+        )
+        return
+    if "attempts" in data:
+        render.table(data["attempts"], title=f"Attempts of task {failure_id}")
+    for one in data["failures"]:
+        _show(one)
+
+
+def _show(one: dict[str, Any]) -> None:
+    attempt = "" if one["attempt"] is None else f" (attempt {one['attempt']})"
+    click.echo()
+    render.heading(f"{one['kind'].capitalize()} {one['name']}{attempt}: {one['error_type']}  [group {one['group_id']}]")
+    where = {
+        "time": render.cell("time_ms", one["time_ms"]),
+        "job": one["job_id"],
+        "node": one["node_id"],
+        "worker": one["worker_id"],
+        "id": one["id"],
+    }
+    click.echo("  " + "  ".join(f"{k} {v}" for k, v in where.items() if v))
+    if one["root_kind"]:
+        click.secho(
+            f"  Followed from the failure of {one['root_kind']} {one['root_id']}: `raysight errors show "
+            f"{one['root_id']}`",
+            fg="yellow",
+        )
+    render.heading("Why")
+    for line in (one["message"] or one["error"] or "(Ray gave no message)").splitlines():
+        click.echo(f"  {line}")
+    for key, title in (
+        ("own", "What it printed"),
+        ("worker", "Its worker's last lines before it failed"),
+        ("node", "Its node's last lines before it failed"),
+    ):
+        if lines := one["logs"].get(key):
+            render.heading(title)
+            for row in lines:
+                click.echo(f"  {prefix(row)} {row['text']}")
+    if one["beside"]:
+        render.table(
+            one["beside"],
+            title="What failed beside it (same node or worker, within 5 s)",
+            columns=["kind", "id", "name", "time_ms", "error_type", "error"],
+        )

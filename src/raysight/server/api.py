@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from typing import Any
 
 import orjson
@@ -16,7 +17,7 @@ from raysight.errors import BadQuery, Forbidden, NotFound
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
-from raysight.store.errors import ErrorQuery, error_groups
+from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
 
@@ -189,6 +190,22 @@ async def errors(request: Request) -> Response:
     return _json(await app_state(request).read(read))
 
 
+async def error_detail(request: Request) -> Response:
+    """GET /api/raysight/errors/{id}?session=: one failure whole (a task, actor, worker, node or job ID), or a group's
+    failures (its ID)."""
+    failure_id = request.path_params["failure_id"].lower()
+    if not re.fullmatch(r"[0-9a-f]{8,56}", failure_id):
+        raise BadQuery(f"{failure_id!r} is no ID: a task, actor, worker, node or job ID, or a group's, in hex")
+
+    def read(con: Any) -> dict[str, Any]:
+        session = queries.resolve_session(con, request.query_params.get("session"))
+        if session is None:
+            raise NotFound("no session has been recorded yet")
+        return failure(con, session, failure_id)
+
+    return _json(await app_state(request).read(read))
+
+
 async def reindex(request: Request) -> Response:
     require_admin(request)
     state = app_state(request)
@@ -205,6 +222,7 @@ routes = [
     Route("/api/raysight/summary/{resource}", summary),
     Route("/api/raysight/logs", logs),
     Route("/api/raysight/errors", errors),
+    Route("/api/raysight/errors/{failure_id}", error_detail),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

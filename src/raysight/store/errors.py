@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import orjson
 
+from raysight.errors import NotFound
+from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
 
 _ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
@@ -240,3 +243,79 @@ def _group(row: dict[str, Any]) -> dict[str, Any]:
         "affected": sorted(n for n in names if n)[:AFFECTED_SHOWN],
         "consequences": {f"{c['kind']}s": c["count"] for c in consequences},
     }
+
+
+SHOWN_LINES = 20  # of a worker's output before it failed, and of a task attempt's own
+NEARBY_NS = 5 * 10**9  # failures this close in time on the same node or worker are shown beside one
+_FAILURE_COLUMNS = (
+    "kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type, exception_type, "
+    "cause AS error, message, detail, group_id, root_kind, root_id"
+)
+
+
+def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str) -> dict[str, Any]:
+    """One failure whole (a task's, actor's, worker's, node's or job's ID: each of its failures), or a group (its
+    ID: its failures): what failed and where, why, what it followed from, its attempts, the log lines before it, and
+    what failed beside it. NotFound when nothing of that ID failed in ``session``."""
+    found = _failures(con, session, "id = $id OR group_id = $id", {"id": failure_id})
+    if not found:
+        raise NotFound(f"nothing with ID {failure_id} failed in {session}; `raysight errors` lists what did")
+    if found[0]["group_id"] == failure_id and found[0]["id"] != failure_id:
+        return {"session": session, "group_id": failure_id, "failures": found}
+    for one in found:
+        one["logs"] = _logs_before(con, session, one)
+        one["beside"] = _failures(
+            con,
+            session,
+            "NOT (kind = $kind AND id = $id) AND abs(ts_ns // 1000000 - $ms) <= $near AND "
+            "(node_id = $node OR worker_id = $worker)",
+            {
+                "kind": one["kind"],
+                "id": one["id"],
+                "ms": one["time_ms"] or 0,
+                "near": NEARBY_NS // 10**6,
+                "node": one["node_id"],
+                "worker": one["worker_id"],
+            },
+        )[:SHOWN_LINES]
+    out: dict[str, Any] = {"session": session, "id": failure_id, "failures": found}
+    if found[0]["kind"] == "task":
+        out["attempts"] = _rows(
+            con.execute(
+                """SELECT attempt, CASE WHEN reported_state IN ('FINISHED', 'FAILED') THEN reported_state
+                                        ELSE coalesce(inferred_state, reported_state) END AS state,
+                          coalesce(error_type, inferred_error_type) AS error_type, end_ns // 1000000 AS end_time_ms
+                   FROM tasks WHERE session = ? AND task_id = ? ORDER BY attempt""",
+                [session, failure_id],
+            )
+        )
+    return out
+
+
+def _failures(
+    con: duckdb.DuckDBPyConnection, session: str, where: str, params: dict[str, object]
+) -> list[dict[str, Any]]:
+    sql = f"SELECT {_FAILURE_COLUMNS} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
+    return _rows(con.execute(sql, {"session": session, **params}))
+
+
+def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, Any]) -> dict[str, Any]:
+    """The lines a failure printed (a task attempt's own), and its worker's (or node's, for a node's death) last
+    lines before it."""
+    until = None if one["time_ms"] is None else (one["time_ms"] + 1000) * 10**6
+    logs: dict[str, Any] = {}
+    if one["kind"] == "task":
+        query = LogQuery(session, task_id=one["id"], attempt=one["attempt"], limit=SHOWN_LINES, newest=True)
+        logs["own"] = orjson.loads(log_lines(con, query, count=False).rows)
+    if one["worker_id"]:
+        query = LogQuery(session, worker_id=one["worker_id"], until_ns=until, limit=SHOWN_LINES, newest=True)
+        logs["worker"] = orjson.loads(log_lines(con, query, count=False).rows)
+    elif one["node_id"]:
+        query = LogQuery(session, node_id=one["node_id"], until_ns=until, limit=SHOWN_LINES, newest=True)
+        logs["node"] = orjson.loads(log_lines(con, query, count=False).rows)
+    return logs
