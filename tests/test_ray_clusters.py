@@ -47,6 +47,18 @@ def by_name(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def run_plain_driver(address: str) -> None:
+    """tests/ray_programs/plain_driver.py against the cluster at ``address``, from a user's shell; it must succeed."""
+    driver = subprocess.run(
+        [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert driver.returncode == 0, driver.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A `ray start` head with a node agent beside it, as the README says, and a plain driver; what raysight saw while
@@ -60,14 +72,7 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         head = RayStartHead(server.url, "prodlike", ray_dir)
         try:
             address = head.start()
-            driver = subprocess.run(
-                [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
-                env=driver_env(),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert driver.returncode == 0, driver.stderr[-3000:]
+            run_plain_driver(address)
             with server.client() as client:
                 wait_until_quiet(client)
                 (session,) = client.sessions()
@@ -230,14 +235,7 @@ def agents_on_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         address = head.start()
         on_ray = ("agent", "--server", server.url, "--address", address, "--state-dir", str(state))
         out["started"] = raysight_cli(*on_ray, "--on-ray")
-        driver = subprocess.run(
-            [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
-            env=driver_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert driver.returncode == 0, driver.stderr[-3000:]
+        run_plain_driver(address)
         grep = ("logs", "--server", server.url, "--grep", "add_one(2) ran")
         deadline = time.monotonic() + 30
         while not (found := raysight_cli(*grep)).stdout:
