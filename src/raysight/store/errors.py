@@ -20,6 +20,7 @@ import duckdb
 import orjson
 
 from raysight.errors import NotFound
+from raysight.ingest.events_sql import sql_str
 from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
 
@@ -40,20 +41,16 @@ NORMAL_NODE_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
 NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the driver that owned it ended, or let it go
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def template_sql(text: str) -> str:
     """SQL: ``text`` without colours, with its variable parts replaced by placeholders."""
-    sql = f"regexp_replace({text}, {_quote(_ANSI)}, '', 'g')"
+    sql = f"regexp_replace({text}, {sql_str(_ANSI)}, '', 'g')"
     for pattern, placeholder in _PLACEHOLDERS:
-        sql = f"regexp_replace({sql}, {_quote(pattern)}, {_quote(placeholder)}, 'g')"
+        sql = f"regexp_replace({sql}, {sql_str(pattern)}, {sql_str(placeholder)}, 'g')"
     return sql
 
 
 # The last line of a traceback (`ValueError: boom`), its exception type, and the text a failure's cause is made of
-_LAST_LINE = r"regexp_extract(rtrim(regexp_replace(message, '\x1b\[[0-9;]*m', '', 'g'), chr(10) || ' '), '[^\n]*$')"
+_LAST_LINE = f"regexp_extract(rtrim(regexp_replace(message, {sql_str(_ANSI)}, '', 'g'), chr(10) || ' '), '[^\\n]*$')"
 _EXCEPTION = r"'^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Failure)): '"
 _EXC_TYPE = f"nullif(regexp_extract(last_line, {_EXCEPTION}, 1), '')"
 _CAUSE_TEXT = (
