@@ -59,6 +59,11 @@ def test_demo_shows_what_raysight_saw_and_stops(demo: tuple[Path, int, str]) -> 
         assert title in lines
     failed = lines[lines.index("Failed attempts") + 1 : lines.index("Actors")]
     assert any(" fails " in f" {line} " and "TASK_EXECUTION_EXCEPTION" in line for line in failed)
+    causes = lines[lines.index("What went wrong, by cause") + 1 : lines.index("What went wrong, by cause") + 8]
+    assert any(
+        "TASK_EXECUTION_EXCEPTION" in line and "ValueError: boom: this task fails on purpose" in line for line in causes
+    )
+    assert f"      raysight errors --server http://127.0.0.1:{port}   (then: raysight errors show ID)" in lines
     assert f"Server: http://127.0.0.1:{port}   data: {data_dir}" in lines
     assert "Serving until Ctrl-C." not in lines  # --exit: the demo's server is gone
     with Client(f"http://127.0.0.1:{port}", timeout=2) as client:

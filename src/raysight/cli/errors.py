@@ -11,7 +11,7 @@ from raysight.cli import render
 from raysight.cli.common import client_options, make_client, session_option
 from raysight.cli.logs import parse_time, prefix
 
-COLUMNS = ["group_id", "count", "kind", "error_type", "error", "affected", "consequences", "first_ms", "last_ms"]
+ERRORS_COLUMNS = ["group_id", "count", "kind", "error_type", "error", "affected", "consequences", "first_ms", "last_ms"]
 
 
 @click.group("errors", invoke_without_command=True)
@@ -54,14 +54,15 @@ def errors_cmd(
     if not groups:
         click.echo("No failures.")
         return
-    render.table([_row(g) for g in groups], columns=COLUMNS)
+    render.table([errors_row(g) for g in groups], columns=ERRORS_COLUMNS)
     click.echo(
         f"\n{sum(g['count'] for g in groups)} root failures in {len(groups)} groups; `--format yaml` shows a "
         "traceback of each"
     )
 
 
-def _row(group: dict[str, Any]) -> dict[str, Any]:
+def errors_row(group: dict[str, Any]) -> dict[str, Any]:
+    """A group as a table row: what it affected and its consequences, each in one cell."""
     consequences = ", ".join(f"{n} {kind}" for kind, n in group["consequences"].items())
     return {**group, "affected": ", ".join(group["affected"]), "consequences": consequences}
 

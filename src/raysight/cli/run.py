@@ -22,6 +22,7 @@ from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.cli import render
 from raysight.cli.common import server_option
 from raysight.cli.detach import start_detached
+from raysight.cli.errors import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
 from raysight.errors import RaysightError
@@ -224,6 +225,7 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
         click.echo(f"\nServer: {url}   data: {data_dir}")
         click.echo(f"Try:  raysight list tasks --server {url} --filter state=FAILED")
         click.echo(f"      ray list actors --address {url}")
+        click.echo(f"      raysight errors --server {url}   (then: raysight errors show ID)")
         if not exit_after:
             click.echo("Serving until Ctrl-C.")
             server.wait()
@@ -258,3 +260,5 @@ def show_demo(client: Client) -> None:
         title="States raysight inferred (Ray never sent them)",
         columns=["task_id", "attempt_number", "name", "state", "inferred_reason"],
     )
+    groups = client.errors()["groups"]
+    render.table([errors_row(g) for g in groups], title="What went wrong, by cause", columns=ERRORS_COLUMNS)
