@@ -333,3 +333,8 @@ def test_errors_of_a_real_run_each_lead_to_their_traceback_and_lines(recorded: S
     assert (first["attempt"], first["error_type"], first["root_kind"]) == (0, "WORKER_DIED", "worker")
     assert [a["state"] for a in detail["attempts"]] == ["FAILED", "FINISHED"]
     assert [row["text"] for row in first["logs"]["own"]] == ["crash_once: first attempt, exiting"]
+    killed = found["actor ACTOR_DIED"]["example"]["id"]
+    with recorded.client() as client:
+        (counter,) = client.error(killed, session="second")["failures"]
+    said = [(row["name"], row["text"]) for row in counter["logs"]["system"]]
+    assert any(name == "raylet.out" and "KillLocalActor" in text and killed in text for name, text in said), said

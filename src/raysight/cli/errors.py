@@ -117,7 +117,7 @@ def _show(one: dict[str, Any]) -> None:
     for key, title in (
         ("own", "What it printed"),
         ("worker", "Its worker's last lines before it failed"),
-        ("node", "Its node's last lines before it failed"),
+        ("system", "What Ray's components said of it"),
     ):
         if lines := one["logs"].get(key):
             render.heading(title)

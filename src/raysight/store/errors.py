@@ -302,8 +302,8 @@ def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, Any]) -> dict[str, Any]:
-    """The lines a failure printed (a task attempt's own), and its worker's (or node's, for a node's death) last
-    lines before it."""
+    """The lines a failure printed (a task attempt's own), its worker's last lines before it, and what Ray's
+    components said of it."""
     until = None if one["time_ms"] is None else (one["time_ms"] + 1000) * 10**6
     logs: dict[str, Any] = {}
     if one["kind"] == "task":
@@ -312,7 +312,14 @@ def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, An
     if one["worker_id"]:
         query = LogQuery(session, worker_id=one["worker_id"], until_ns=until, limit=SHOWN_LINES, newest=True)
         logs["worker"] = orjson.loads(log_lines(con, query, count=False).rows)
-    elif one["node_id"]:
-        query = LogQuery(session, node_id=one["node_id"], until_ns=until, limit=SHOWN_LINES, newest=True)
-        logs["node"] = orjson.loads(log_lines(con, query, count=False).rows)
+    # What Ray's components (raylet, GCS, agents) said of it: their lines that name its worker, actor or node
+    named = {"worker": one["worker_id"], "actor": one["id"] if one["kind"] == "actor" else None}
+    if one["kind"] == "node":
+        named["node"] = one["id"]
+    system: list[dict[str, Any]] = []
+    for needle in filter(None, named.values()):
+        query = LogQuery(session, stream="system", grep=needle, limit=SHOWN_LINES, newest=True)
+        system += orjson.loads(log_lines(con, query, count=False).rows)
+    if system:
+        logs["system"] = sorted({row["seq"]: row for row in system}.values(), key=lambda r: r["seq"])[-SHOWN_LINES:]
     return logs
