@@ -57,6 +57,10 @@ def test_each_root_cause_once_with_what_followed_from_it(server: TestClient, ray
     ]
     assert len({g["group_id"] for g in found.values()}) == 3
     end_run(server, "run-1")  # the cluster ends cleanly: its nodes, workers and actors read dead, none a failure
+    (session,) = sessions(server)
+    (node,) = rows(server, "nodes")
+    see(server, sighting(session["session"], "raylet", node["node_id"], False, AGENT_SAW_NS))  # gone with it
+    assert not any(w["is_alive"] for w in rows(server, "workers", session["session"]))
     assert {g["group_id"]: g["count"] for g in groups(server)} == {g["group_id"]: g["count"] for g in found.values()}
 
 

@@ -78,6 +78,20 @@ actor_steps AS (
     FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
     WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
+node_failures AS (  -- nodes that died while their cluster went on
+    SELECT 'node' AS kind, n.node_id AS id, NULL, coalesce(n.end_ns, n.inferred_end_ns), NULL, n.node_id, NULL,
+           coalesce(n.node_name, n.node_ip, n.hostname, ''),
+           CASE WHEN n.state = 'DEAD' THEN coalesce(n.death_reason, 'UNEXPECTED_TERMINATION')
+                ELSE 'NODE_DIED' END,
+           coalesce(n.death_message, n.inferred_reason, ''), '', NULL, NULL
+    FROM nodes n LEFT JOIN ends e USING (session)
+    WHERE n.session = $session
+      AND ((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
+           OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_state = 'DEAD'
+               AND n.inferred_reason NOT LIKE 'the cluster ended%'))
+      AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
+           OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})
+),
 failures AS (
     SELECT 'task' AS kind, task_id AS id, attempt, coalesce(end_ns, exec_start_ns, first_ns) AS ts_ns, job_id, node_id,
            coalesce(worker_id, exec_worker_id) AS worker_id, coalesce(name, profile_name, '') AS name,
@@ -116,30 +130,21 @@ failures AS (
            coalesce(exit_detail, ''), '', 'node', node_id
     FROM workers
     WHERE session = $session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
-    UNION ALL  -- workers and actors Ray still shows alive on a node that died: consequences of that death
+    UNION ALL  -- workers and actors Ray still shows alive on a node that failed: consequences of its death
     SELECT 'worker', worker_id, NULL, inferred_end_ns, job_id, node_id, worker_id,
            lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?'), 'NODE_DIED',
            inferred_reason, '', 'node', node_id
     FROM workers
     WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+      AND node_id IN (SELECT id FROM node_failures)
     UNION ALL
     SELECT 'actor', actor_id, NULL, inferred_end_ns, job_id, node_id, worker_id, class_name, 'NODE_DIED',
            inferred_reason, '', 'node', node_id
     FROM actors
     WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+      AND node_id IN (SELECT id FROM node_failures)
     UNION ALL
-    SELECT 'node', n.node_id, NULL, coalesce(n.end_ns, n.inferred_end_ns), NULL, n.node_id, NULL,
-           coalesce(n.node_name, n.node_ip, n.hostname, ''),
-           CASE WHEN n.state = 'DEAD' THEN coalesce(n.death_reason, 'UNEXPECTED_TERMINATION')
-                ELSE 'NODE_DIED' END,
-           coalesce(n.death_message, n.inferred_reason, ''), '', NULL, NULL
-    FROM nodes n LEFT JOIN ends e USING (session)
-    WHERE n.session = $session
-      AND ((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
-           OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_state = 'DEAD'
-               AND n.inferred_reason NOT LIKE 'the cluster ended%'))
-      AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
-           OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})
+    SELECT * FROM node_failures
     UNION ALL
     SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
            'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
