@@ -314,9 +314,26 @@ def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, An
     if one["kind"] == "task":
         query = LogQuery(session, task_id=one["id"], attempt=one["attempt"], limit=SHOWN_LINES, newest=True)
         logs["own"] = orjson.loads(log_lines(con, query, count=False).rows)
-    if one["worker_id"]:
-        query = LogQuery(session, worker_id=one["worker_id"], until_ns=until, limit=SHOWN_LINES, newest=True)
-        logs["worker"] = orjson.loads(log_lines(con, query, count=False).rows)
+    if one["worker_id"]:  # its output (stdout and stderr), not its core worker's own log
+        printed = [
+            row
+            for stream in ("stdout", "stderr")
+            for row in orjson.loads(
+                log_lines(
+                    con,
+                    LogQuery(
+                        session,
+                        worker_id=one["worker_id"],
+                        stream=stream,
+                        until_ns=until,
+                        limit=SHOWN_LINES,
+                        newest=True,
+                    ),
+                    count=False,
+                ).rows
+            )
+        ]
+        logs["worker"] = _last(printed)
     # What Ray's components (raylet, GCS, agents) said of it: their lines that name its worker, actor or node
     named = {"worker": one["worker_id"], "actor": one["id"] if one["kind"] == "actor" else None}
     if one["kind"] == "node":
@@ -326,5 +343,10 @@ def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, An
         query = LogQuery(session, stream="system", grep=needle, limit=SHOWN_LINES, newest=True)
         system += orjson.loads(log_lines(con, query, count=False).rows)
     if system:
-        logs["system"] = sorted({row["seq"]: row for row in system}.values(), key=lambda r: r["seq"])[-SHOWN_LINES:]
+        logs["system"] = _last(system)
     return logs
+
+
+def _last(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last :data:`SHOWN_LINES` of lines found by several queries, each once, in the order stored."""
+    return sorted({row["seq"]: row for row in lines}.values(), key=lambda row: row["seq"])[-SHOWN_LINES:]
