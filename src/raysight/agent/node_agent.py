@@ -110,10 +110,17 @@ class NodeAgent:
         self._unsent: dict[node_life.Key, node_life.Sighting] = {}
         self._next_look = 0.0
 
-    def _post(self, route: str, body: bytes, gzipped: bool = False) -> httpx.Response:
+    def _send(self, route: str, body: bytes, what: str, gzipped: bool = False) -> None:
+        """POST ``body`` (``what`` it holds) to ``route``. Taken once the server made it durable, or refused its
+        content (400: a bug on one side, said in the log; sending it again cannot help); raises httpx.HTTPError
+        otherwise (to be sent again)."""
         params = {"key": self.key} if self.key else {}
         headers = {"Content-Type": "application/json", **({"Content-Encoding": "gzip"} if gzipped else {})}
-        return self._http.post(f"{self.server}{route}", content=body, params=params, headers=headers)
+        response = self._http.post(f"{self.server}{route}", content=body, params=params, headers=headers)
+        if response.status_code == 400:
+            log.error("the server refused %s: %s", what, response.text[:500])
+        else:
+            response.raise_for_status()
 
     def report_node_life(self) -> None:
         """Look at the node's Ray processes (at most every :data:`LOOK_S`) and send what changed; what the server did
@@ -127,11 +134,7 @@ class NodeAgent:
             return
         body = orjson.dumps({"host": self.host, "sightings": [asdict(s) for s in self._unsent.values()]})
         try:
-            response = self._post(NODE_LIFE_ROUTE, body)
-            if response.status_code == 400:  # as for logs: a bug on one side; say so, move on
-                log.error("the server refused node sightings: %s", response.text[:500])
-            else:
-                response.raise_for_status()
+            self._send(NODE_LIFE_ROUTE, body, "node sightings")
             self._unsent.clear()
         except httpx.HTTPError as exc:
             log.warning("could not report node sightings to %s (%s); retrying", self.server, exc)
@@ -144,11 +147,8 @@ class NodeAgent:
         chunks, gaps = self.tailer.read(BATCH_BYTES, final=final), list(self.tailer.gaps)
         if not chunks and not gaps:
             return 0
-        response = self._post(ROUTE, gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1), gzipped=True)
-        if response.status_code == 400:  # the server refused its content: a bug on one side; say so, move on
-            log.error("the server refused a batch of logs: %s", response.text[:500])
-        else:
-            response.raise_for_status()
+        body = gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1)
+        self._send(ROUTE, body, "a batch of logs", gzipped=True)
         self.tailer.commit(chunks, gaps)
         lines = sum(len(c.pieces) for c in chunks)
         self.sent_lines += lines
