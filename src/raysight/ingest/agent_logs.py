@@ -144,15 +144,23 @@ def _column(file: dict[str, Any], name: str, count: int, where: str) -> list[Any
     return values
 
 
-def parse(body: bytes, max_lines: int) -> LogBatch:
-    """The rows of an agent's batch; BadBatch says what is wrong with one that is not well formed."""
+def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], str]:
+    """A node agent's JSON body, an object of ``shape`` whose field ``listed`` is a list, and the host it names;
+    BadBatch otherwise."""
     try:
         batch = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadBatch(f"body is not JSON: {exc}") from None
-    if not isinstance(batch, dict) or not isinstance(batch.get("files"), list):
-        raise BadBatch('body must be a JSON object {"host", "files": [...], "gaps": [...]}')
+    if not isinstance(batch, dict) or not isinstance(batch.get(listed), list):
+        raise BadBatch(f"body must be a JSON object {shape}")
     host = text_field(batch.get("host"), "host")
+    assert host is not None
+    return batch, host
+
+
+def parse(body: bytes, max_lines: int) -> LogBatch:
+    """The rows of an agent's batch; BadBatch says what is wrong with one that is not well formed."""
+    batch, host = agent_batch(body, "files", '{"host", "files": [...], "gaps": [...]}')
     utc_offset = int_field(batch.get("utc_offset_s"), "utc_offset_s", optional=True, low=-86400, high=86400)
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}

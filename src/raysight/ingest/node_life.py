@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
-from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+from raysight.ingest.agent_logs import BadBatch, agent_batch, int_field, text_field
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
@@ -61,14 +60,7 @@ def _sighting(value: Any, where: str) -> dict[str, Any]:
 def parse(body: bytes) -> tuple[str, pa.Table]:
     """The host and its sightings (the newest of each process); BadBatch says what is wrong with a body that is not
     well formed."""
-    try:
-        batch = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadBatch(f"body is not JSON: {exc}") from None
-    if not isinstance(batch, dict) or not isinstance(batch.get("sightings"), list):
-        raise BadBatch('body must be a JSON object {"host", "sightings": [...]}')
-    host = text_field(batch.get("host"), "host")
-    assert host is not None
+    batch, host = agent_batch(body, "sightings", '{"host", "sightings": [...]}')
     if len(batch["sightings"]) > MAX_SIGHTINGS:
         raise BadBatch(f"over {MAX_SIGHTINGS} sightings in one batch")
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}
