@@ -22,7 +22,9 @@ import orjson
 from raysight.errors import NotFound
 from raysight.ingest.events_sql import sql_str
 from raysight.store.logs_query import LogQuery, log_lines
+from raysight.store.queries import TASK_STATE
 from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
+from raysight.store.summaries import dict_rows
 
 _ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
 _PLACEHOLDERS = [  # in this order: an address before its numbers, an ID before a number
@@ -57,6 +59,7 @@ _CAUSE_TEXT = (
     r"CASE WHEN exception_type IS NOT NULL THEN last_line ELSE left(regexp_replace(message, '\s+', ' ', 'g'), 300) END"
 )
 
+_WORKER_NAME = "lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?')"
 # A failure can have caused another only if it came first (give or take the clocks of Ray's components)
 _BEFORE = "({cause}.ts_ns IS NULL OR {effect}.ts_ns IS NULL OR {cause}.ts_ns <= {effect}.ts_ns + 5000000000)"
 
@@ -65,16 +68,17 @@ _BEFORE = "({cause}.ts_ns IS NULL OR {effect}.ts_ns IS NULL OR {cause}.ts_ns <= 
 _FAILURES = f"""
 WITH ends AS (SELECT * FROM ({SESSION_ENDS}) WHERE session = $session),
 tasks_ AS (
-    SELECT *, CASE WHEN reported_state IN ('FINISHED', 'FAILED') THEN reported_state
-                   ELSE coalesce(inferred_state, reported_state) END AS state_,
+    SELECT *, {TASK_STATE} AS state_,
            coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
            coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
-    FROM tasks WHERE session = $session
+    FROM tasks t WHERE session = $session
 ),
 actor_steps AS (
     SELECT a.actor_id, a.job_id, a.class_name, h.*,
            last_value(h.worker_id IGNORE NULLS) OVER w AS on_worker,
-           last_value(h.node_id IGNORE NULLS) OVER w AS on_node
+           last_value(h.node_id IGNORE NULLS) OVER w AS on_node,
+           json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
+               OR h.restart_reason = 'NODE_PREEMPTION' AS node_lost
     FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
     WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
@@ -115,24 +119,21 @@ failures AS (
                                         THEN printf('restarting (%s)', coalesce(restart_reason, 'no reason given'))
                                    END, ''),
            coalesce(death_cause, ''),
-           CASE WHEN json_extract_string(death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
-                     OR restart_reason = 'NODE_PREEMPTION' THEN 'node' ELSE 'worker' END,
-           CASE WHEN json_extract_string(death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
-                     OR restart_reason = 'NODE_PREEMPTION' THEN on_node ELSE on_worker END
+           CASE WHEN node_lost THEN 'node' ELSE 'worker' END, CASE WHEN node_lost THEN on_node ELSE on_worker END
     FROM actor_steps
     WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
        OR (state = 'DEAD' AND coalesce(json_extract_string(death_cause, '$.actorDiedErrorContext.reason'), '')
                                NOT IN {NORMAL_ACTOR_DEATHS})
     UNION ALL
     SELECT 'worker', worker_id, NULL, coalesce(end_ns, end_ms * 1000000), job_id, node_id, worker_id,
-           lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?'),
+           {_WORKER_NAME},
            coalesce(exit_type, 'SYSTEM_ERROR'),
            coalesce(exit_detail, ''), '', 'node', node_id
     FROM workers
     WHERE session = $session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
     UNION ALL  -- workers and actors Ray still shows alive on a node that failed: consequences of its death
     SELECT 'worker', worker_id, NULL, inferred_end_ns, job_id, node_id, worker_id,
-           lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?'), 'NODE_DIED',
+           {_WORKER_NAME}, 'NODE_DIED',
            inferred_reason, '', 'node', node_id
     FROM workers
     WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
@@ -230,9 +231,7 @@ AFFECTED_SHOWN = 10
 def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict[str, Any]]:
     """The root failures of ``query``'s session grouped by cause, most frequent first, each with its consequences."""
     where, params = _where(query)
-    cursor = con.execute(_GROUPS.replace("__WHERE__", where), params)
-    names = [d[0] for d in cursor.description]
-    return [_group(dict(zip(names, row))) for row in cursor.fetchall()]
+    return [_group(row) for row in dict_rows(con.execute(_GROUPS.replace("__WHERE__", where), params))]
 
 
 def _group(row: dict[str, Any]) -> dict[str, Any]:
@@ -282,12 +281,11 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str) -> di
         )[:SHOWN_LINES]
     out: dict[str, Any] = {"session": session, "id": failure_id, "failures": found}
     if found[0]["kind"] == "task":
-        out["attempts"] = _rows(
+        out["attempts"] = dict_rows(
             con.execute(
-                """SELECT attempt, CASE WHEN reported_state IN ('FINISHED', 'FAILED') THEN reported_state
-                                        ELSE coalesce(inferred_state, reported_state) END AS state,
+                f"""SELECT attempt, {TASK_STATE} AS state,
                           coalesce(error_type, inferred_error_type) AS error_type, end_ns // 1000000 AS end_time_ms
-                   FROM tasks WHERE session = ? AND task_id = ? ORDER BY attempt""",
+                   FROM tasks t WHERE session = ? AND task_id = ? ORDER BY attempt""",
                 [session, failure_id],
             )
         )
@@ -298,12 +296,7 @@ def _failures(
     con: duckdb.DuckDBPyConnection, session: str, where: str, params: dict[str, object]
 ) -> list[dict[str, Any]]:
     sql = f"SELECT {_FAILURE_COLUMNS} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
-    return _rows(con.execute(sql, {"session": session, **params}))
-
-
-def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+    return dict_rows(con.execute(sql, {"session": session, **params}))
 
 
 def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,8 @@ RAY_COUNTERS = {
 }
 
 
-def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def dict_rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """A query's rows, each a dict by column name."""
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, r)) for r in cursor.fetchall()]
 
@@ -35,7 +36,7 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
     name = TASKS.by_name["func_or_class_name"].sql
     kind = TASKS.by_name["type"].sql
     groups = (
-        _rows(
+        dict_rows(
             con.execute(
                 f"""WITH t AS (SELECT {name} AS fn, {kind} AS type, {TASK_STATE} AS state,
                                   (t.end_ns - {TASK_START}) / 1e6 AS dur
@@ -56,7 +57,7 @@ def summarize_tasks(con: duckdb.DuckDBPyConnection, session: str | None) -> dict
     for group in groups:
         group["state_counts"] = dict(sorted(group["state_counts"].items()))
     slowest = (
-        _rows(
+        dict_rows(
             con.execute(
                 f"""SELECT t.task_id, t.attempt AS attempt_number, {name} AS func_or_class_name, {TASK_STATE} AS state,
                        (t.end_ns - {TASK_START}) / 1e6 AS duration_ms
@@ -77,7 +78,7 @@ def summarize_actors(con: duckdb.DuckDBPyConnection, session: str | None) -> dic
     cls = ACTORS.by_name["class_name"].sql
     state = ACTORS.by_name["state"].sql
     groups = (
-        _rows(
+        dict_rows(
             con.execute(
                 f"""SELECT class_name, sum(n)::BIGINT AS actors, map_from_entries(list(row(state, n))) AS state_counts
                 FROM (SELECT {cls} AS class_name, {state} AS state, count(*) AS n FROM actors a
@@ -96,7 +97,7 @@ def summarize_actors(con: duckdb.DuckDBPyConnection, session: str | None) -> dic
 
 def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every session seen, newest first, with its size and outcome."""
-    return _rows(
+    return dict_rows(
         con.execute(
             f"""SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
                        e.ended_ns // 1000000 AS end_time_ms, e.end_reason,
@@ -120,24 +121,24 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """What raysight knows it is missing (quarantined and unfolded events, inferred states, ingest lag over the last
     :data:`LAG_WINDOW` of ingest), and what Ray reported losing."""
     counters = dict(con.execute("SELECT name, value FROM counters").fetchall())
-    unsupported = _rows(
+    unsupported = dict_rows(
         con.execute(
             "SELECT event_type, count(*) AS events FROM raw_events WHERE NOT supported GROUP BY 1 ORDER BY 2 DESC"
         )
     )
-    quarantine = _rows(
+    quarantine = dict_rows(
         con.execute(
             "SELECT reason, count(*) AS events, epoch_ms(max(received_at)) AS last_received_ms FROM quarantine "
             "GROUP BY 1 ORDER BY 2 DESC LIMIT 20"
         )
     )
-    inferred = _rows(
+    inferred = dict_rows(
         con.execute(
             "SELECT session, inferred_state, count(*) AS tasks FROM tasks WHERE inferred_state IS NOT NULL "
             "GROUP BY ALL ORDER BY session DESC, tasks DESC"
         )
     )
-    lag = _rows(
+    lag = dict_rows(
         con.execute(
             f"""SELECT session, epoch_ms(max(received_at)) AS last_received_ms,
                       quantile_cont(epoch_ms(received_at) - ts_ns / 1e6, 0.5) AS lag_p50_ms,
@@ -148,13 +149,13 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                GROUP BY 1 ORDER BY last_received_ms DESC LIMIT 5"""
         )
     )
-    log_gaps = _rows(
+    log_gaps = dict_rows(
         con.execute(
             """SELECT session, host, name, start_offset, end_offset, why, epoch_ms(received_at) AS received_ms
                FROM log_gaps ORDER BY received_at DESC LIMIT 20"""
         )
     )
-    log_dropped = _rows(
+    log_dropped = dict_rows(
         con.execute(
             """SELECT session, sum(lines) AS lines, max(through_ns) // 1000000 AS through_ms, max(why) AS why
                FROM log_dropped GROUP BY session ORDER BY through_ms DESC LIMIT 20"""
@@ -180,7 +181,7 @@ def ray_reported(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         f"coalesce(sum(value) FILTER (metric = '{PREFIX}{metric}'), 0)::BIGINT AS {field}"
         for field, metric in RAY_COUNTERS.items()
     )
-    rows = _rows(
+    rows = dict_rows(
         con.execute(
             f"""WITH totals AS (
                     SELECT session, count(DISTINCT source) AS agents, {sums},
@@ -212,7 +213,7 @@ def drivers_without_task_events(con: duckdb.DuckDBPyConnection) -> list[dict[str
     """Jobs whose driver sent none of its tasks' events while the workers that ran them did: their types, failures
     and durations are unknown to raysight (and to Ray's aggregator). A job whose driver reported itself is left out:
     a crashing owner losing its last second of events is not a misconfigured driver."""
-    rows = _rows(
+    rows = dict_rows(
         con.execute(
             f"""WITH executor_only AS (  -- only the owner sends definitions, pending and end states, the executor's ID
                    SELECT t.session, coalesce(t.job_id, {task_job_id_sql("t.task_id")}) AS job_id, count(*) AS tasks
