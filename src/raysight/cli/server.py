@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,30 +30,22 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 
 
 class Checked(click.ParamType):
-    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it."""
+    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it; ``says``,
+    when given, is what a refusal says after the value instead."""
 
-    name = "TEXT"
-
-    def __init__(self, check: Callable[[str], object]) -> None:
-        self.check = check
+    def __init__(self, check: Callable[[str], object], name: str, says: str | None = None) -> None:
+        self.check, self.name, self.says = check, name, says
 
     def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
         try:
             self.check(value)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            self.fail(f"{value!r} {self.says}" if self.says else str(exc), param, ctx)
         return value.strip()
 
 
-class MemorySize(click.ParamType):
-    """A size as DuckDB's memory_limit takes it (512MB, 2GB, 1.5GiB), checked here rather than failing at start."""
-
-    name = "SIZE"
-
-    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", value.strip(), re.IGNORECASE):
-            return value.strip()
-        self.fail(f"{value!r} is not a memory size such as 512MB or 2GB", param, ctx)
+# A size as DuckDB's memory_limit takes it (512MB, 2GB, 1.5GiB), checked here rather than failing at start
+MEMORY_SIZE = Checked(parse_size, "SIZE", "is not a memory size such as 512MB or 2GB")
 
 
 def serve(
@@ -150,7 +141,7 @@ def private_data_dir(data_dir: Path) -> None:
 )
 @click.option(
     "--memory-limit",
-    type=MemorySize(),
+    type=MEMORY_SIZE,
     default=DEFAULT_MEMORY_LIMIT,
     show_default=True,
     help="The store's (DuckDB's) memory limit, e.g. 512MB or 2GB.",
@@ -190,14 +181,14 @@ def private_data_dir(data_dir: Path) -> None:
 )
 @click.option(
     "--log-retention",
-    type=Checked(parse_duration),
+    type=Checked(parse_duration, "AGE"),
     default=None,
     metavar="AGE",
     help="Drop log lines older than this (30d, 12h, 90m) [default: keep every line]; a marker says what went.",
 )
 @click.option(
     "--log-max-size",
-    type=Checked(parse_size),
+    type=Checked(parse_size, "SIZE"),
     default=None,
     metavar="SIZE",
     help="Drop the oldest log lines past this much text (500MB, 50GB) [default: keep every line]; idem.",
