@@ -100,6 +100,8 @@ def main() -> None:
             f"{len(tasks)} of failed tasks, {min(g['count'] for g in tasks):,} to {max(g['count'] for g in tasks):,} "
             f"each, e.g. {tasks[0]['error']!r}"
         )
+        if len(tasks) != CAUSES:  # the figure means nothing if the causes are not told apart right
+            sys.exit(f"the failed tasks form {len(tasks)} groups, not the {CAUSES} causes they were given")
         e, r = statistics.median(errors), statistics.median(listed)
         print(f"  /api/raysight/errors (every failure read and grouped)  median {e * 1000:7.1f} ms")
         print(

@@ -71,6 +71,12 @@ class ServerProcess:
         return Client(self.url)
 
 
+def raysight_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`raysight ARGS…` as a user runs it in a shell beside the cluster."""
+    command = [sys.executable, "-m", "raysight", *args]
+    return subprocess.run(command, env=driver_env(), capture_output=True, text=True, timeout=timeout)
+
+
 def agent_command(server_url: str, ray_dir: Path, state_dir: Path, *options: str) -> list[str]:
     """`raysight agent` for the Ray sessions under ``ray_dir``, its checkpoint in ``state_dir``."""
     return [
@@ -105,6 +111,7 @@ def ray_run(url: str, cluster: str, *program: str, timeout: float = 240, expect_
         ],
         timeout=timeout,
         env=env,
+        cwd=Path(__file__).parent.parent,  # where `-m tests.ray_programs.…` finds its program
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -30,6 +30,9 @@ def groups(server: TestClient, **params: Any) -> list[dict[str, Any]]:
         ("FileNotFoundError: [Errno 2] /tmp/ray/session_1/x.txt", "FileNotFoundError: [Errno <n>] <path>"),
         ("actor b51ba3824720f51ba2ca95c401000000 at 0x7f3a2c", "actor <id> at <id>"),
         ("\x1b[36mray::f()\x1b[39m died", "ray::f() died"),
+        ("was 1.80GB used / 23.54GB limit; usage 1922826240B", "was <n> used / <n> limit; usage <n>"),
+        ("object 847261553091722a of 01000000 at 0a0b0c0d", "object <id> of <n> at <id>"),
+        ("OSError: Failed to download gcs://_ray_pkg_a1b2.zip from", "OSError: Failed to download <url> from"),
     ],
 )
 def test_a_cause_keeps_its_words_and_loses_its_values(text: str, template: str) -> None:
@@ -102,3 +105,13 @@ def test_show_gives_one_failure_whole_or_a_group_s_failures(server: TestClient, 
     assert unknown.status_code == 404 and "`raysight errors` lists what did" in unknown.json()["error"]
     malformed = server.get("/api/raysight/errors/not-an-id")
     assert malformed.status_code == 400 and "is no ID" in malformed.json()["error"]
+
+
+def test_activity_and_timeline_refuse_bad_parameters_with_a_400(server: TestClient, ray_batches) -> None:
+    record(server, ray_batches, "?cluster=rec")
+    for params in ({"buckets": "0"}, {"buckets": "10001"}, {"buckets": "many"}):
+        assert server.get("/api/raysight/activity", params=params).status_code == 400
+    bad = server.get("/api/raysight/timeline", params={"job": "../x"})
+    assert bad.status_code == 400 and "is no job ID" in bad.json()["error"]
+    assert server.get("/api/raysight/timeline", params={"session": "session_nope"}).status_code == 404
+    assert sum(server.get("/api/raysight/activity", params={"buckets": "7"}).json()["started"]) > 0

@@ -5,6 +5,7 @@ Ray actors, joined by a second node. Each workload runs once for this module, on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ from tests.ray_scenarios import (
     assert_nothing_alive_without_a_reason,
     driver_env,
     ray_run,
+    raysight_cli,
 )
 
 pytestmark = pytest.mark.ray
@@ -125,10 +127,17 @@ def test_a_ray_start_cluster_killed_whole_ends_as_its_node_agent_saw(ray_start: 
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    server = ServerProcess(tmp_path_factory.mktemp("store")).start()
+    """What raysight recorded of tests/ray_programs/two_nodes.py, read after the cluster is gone by a server started
+    after the run."""
+    data_dir = tmp_path_factory.mktemp("store")
+    recording = ServerProcess(data_dir).start()
     try:
         marker = tmp_path_factory.mktemp("marker") / "running"
-        ray_run(server.url, "two-nodes", str(PROGRAMS / "two_nodes.py"), str(marker), expect_code=3)
+        ray_run(recording.url, "two-nodes", "-m", "tests.ray_programs.two_nodes", str(marker), expect_code=3)
+    finally:
+        recording.stop()
+    server = ServerProcess(data_dir).start()
+    try:
         with server.client() as client:
             (session,) = client.sessions()
             doctor_cli = subprocess.run(
@@ -159,9 +168,38 @@ def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]
     assert lost["state"] == "FAILED" and lost["node_id"] == removed["node_id"], lost
     jobs = sorted(data["jobs"], key=lambda j: j["job_id"])
     assert (jobs[0]["status"], jobs[0]["driver_exit_code"]) == ("FAILED", 3)
-    assert "two_nodes.py" in jobs[0]["entrypoint"]
+    assert "tests.ray_programs.two_nodes" in jobs[0]["entrypoint"]
     assert two_nodes["session"]["end_reason"] == "the driver that started this local cluster exited"
     assert_nothing_alive_without_a_reason(data)
+
+
+def test_the_removed_node_is_the_one_root_of_all_that_was_lost_with_it(two_nodes: dict[str, Any]) -> None:
+    """A node stopped (SIGTERM: Ray calls it an expected termination) with two tasks and an actor's call running: one
+    group, the node's, with the tasks, the actor and the workers under it; and the failing driver."""
+    listed = raysight_cli("errors", "--server", two_nodes["url"], "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    groups = {g["kind"]: g for g in json.loads(listed.stdout)["groups"]}
+    assert set(groups) == {"node", "job"}
+    removed = next(n for n in two_nodes["data"]["nodes"] if not n["is_head_node"])
+    node = groups["node"]
+    assert (node["example"]["id"], node["error_type"], node["error"]) == (
+        removed["node_id"],
+        "EXPECTED_TERMINATION",
+        "received SIGTERM",
+    )
+    assert node["consequences"]["tasks"] == 3 and node["consequences"]["actors"] >= 1, node  # Keeper (by timing,
+    # Ray may report its death and raysight infer it as well: two failures of one actor)
+    assert node["consequences"]["workers"] >= 1  # the workers Ray never reported the end of, gone with it
+    assert {"on_doomed_node", "beside_it", "Keeper", "Keeper.hold"} <= set(node["affected"])
+    assert groups["job"]["error"] == "the driver exited with code <n>"
+    shown = raysight_cli("errors", "show", removed["node_id"], "--server", two_nodes["url"])
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    gcs = [line for line in lines if line.startswith("  [gcs_server.out]")]
+    assert any("death reason = EXPECTED_TERMINATION" in line for line in gcs), lines
+    assert any("Node died; reconstructing actors that were running on it" in line for line in gcs), lines
+    beside = {line.split()[2] for line in lines if re.match(r"(task|actor) +[0-9a-f]{32,48} ", line)}
+    assert beside == {"on_doomed_node", "beside_it", "Keeper", "Keeper.hold"}
 
 
 def test_the_lines_of_a_task_on_a_removed_node_are_all_there_through_ray_s_rotation(two_nodes: dict[str, Any]) -> None:
@@ -215,12 +253,6 @@ def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unkn
     assert (raises["state"], raises["state_inferred"]) == ("NIL", True)
     assert raises["inferred_reason"].startswith("outcome unknown")
     assert {t["type"] for t in tasks["Accumulator.add"]} == {"ACTOR_TASK"}
-
-
-def raysight_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`raysight ARGS…` as a user runs it in a shell beside the cluster."""
-    command = [sys.executable, "-m", "raysight", *args]
-    return subprocess.run(command, env=driver_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,21 @@
 """A session's failures, grouped by cause, each consequence tied to its root (`raysight errors`).
 
 A failure is a task attempt that failed, an actor that restarted or died other than by its owner's exit or going out
-of scope, a worker that exited unintentionally, a node that died while its cluster went on, or a driver that exited
-with an error. What followed from another failure is a consequence, found along the chain things run on — node,
+of scope, a worker that exited unintentionally, a node that died while its cluster went on or took running work with
+it (whatever Ray called its end: a node told to stop with tasks on it failed them), or a driver that exited with an
+error. What followed from another failure is a consequence, found along the chain things run on — node,
 worker, actor, task: a task whose actor or worker died (an OOM kill, say), an actor whose worker or node died, a
 worker whose node died. Only roots are grouped; each group counts the consequences of its failures.
 
 A group's cause is its failures' kind and Ray's error type, with the exception's type and message (the traceback's
-last line) or, for a death, its reason, in which numbers, hex IDs, addresses, quoted strings and paths are replaced
-by placeholders: the same fault raised with different values is one group, whose ID is a hash of its cause.
+last line naming an exception) or, for a death, the first line of its reason, in which numbers and quantities, hex
+IDs, addresses, URLs, quoted strings and paths are replaced by placeholders: the same fault raised with different
+values is one group, whose ID is a hash of its cause.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import duckdb
@@ -27,19 +29,23 @@ from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
 from raysight.store.summaries import dict_rows
 
 _ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
-_PLACEHOLDERS = [  # in this order: an address before its numbers, an ID before a number
+_PLACEHOLDERS = [  # in this order: a URL or an address before its path and numbers, an ID (Ray's are 16 hex digits
+    # or more) before a quantity that could end like one (1922826240B), a quantity before a short ID
     (r'"[^"]*"', '"<str>"'),
     (r"'[^']*'", "'<str>'"),
+    (r"\b[a-z][a-z0-9+.-]*://[^\s,;)\]]+", "<url>"),
     (r"\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b", "<addr>"),
     (r"(/[\w.@+-]+)+/?", "<path>"),
+    (r"\b[0-9a-fA-F]{16,}\b", "<id>"),
+    (r"\b\d+(\.\d+)?([A-Za-z]{1,3})?\b", "<n>"),  # 42, 3.5, 1.80GB, 1922826240B
     (r"\b(0x[0-9a-fA-F]+|[0-9a-fA-F]{8,})\b", "<id>"),
-    (r"\b\d+(\.\d+)?\b", "<n>"),
 ]
 # A node's death within this long before its session ended for another reason (its driver or GCS gone) is the
 # cluster's end, not a failure
 _ENDED_WITH_SESSION_NS = 10 * 10**9
 NORMAL_WORKER_EXITS = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT")
 NORMAL_NODE_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
+NODE_LOSSES = ("NODE_DIED", "LOCAL_RAYLET_DIED")  # a task's error types that say its node went
 NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the driver that owned it ended, or let it go
 
 
@@ -51,13 +57,13 @@ def template_sql(text: str) -> str:
     return sql
 
 
-# The last line of a traceback (`ValueError: boom`), its exception type, and the text a failure's cause is made of
-_LAST_LINE = f"regexp_extract(rtrim(regexp_replace(message, {sql_str(_ANSI)}, '', 'g'), chr(10) || ' '), '[^\\n]*$')"
-_EXCEPTION = r"'^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Failure)): '"
-_EXC_TYPE = f"nullif(regexp_extract(last_line, {_EXCEPTION}, 1), '')"
-_CAUSE_TEXT = (
-    r"CASE WHEN exception_type IS NOT NULL THEN last_line ELSE left(regexp_replace(message, '\s+', ' ', 'g'), 300) END"
-)
+# A traceback's exception (`ValueError: boom`: the last line that names one, for Ray may add lines after it), its
+# type, and the text a failure's cause is made of: that exception, else the first line of its message
+_EXCEPTION = r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)"
+_PLAIN = f"regexp_replace(message, {sql_str(_ANSI)}, '', 'g')"
+_EXCEPTION_LINE = f"list_last(regexp_extract_all({_PLAIN}, {sql_str(f'(?m)^{_EXCEPTION}(?::.*)?$')}))"
+_EXC_TYPE = f"nullif(regexp_extract(exception_line, {sql_str(f'^({_EXCEPTION})')}, 1), '')"
+_CAUSE_TEXT = "left(coalesce(exception_line, regexp_extract(" + _PLAIN + r", '(?m)^\s*(\S.*)$', 1)), 300)"
 
 _WORKER_NAME = "lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?')"
 # A failure can have caused another only if it came first (give or take the clocks of Ray's components)
@@ -82,19 +88,23 @@ actor_steps AS (
     FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
     WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
-node_failures AS (  -- nodes that died while their cluster went on
+lost_with_node AS (  -- nodes whose death took running work with it, whatever Ray called that death
+    SELECT node_id FROM tasks_ WHERE state_ = 'FAILED' AND type_ IN {NODE_LOSSES}
+    UNION SELECT on_node FROM actor_steps WHERE node_lost
+),
+node_failures AS (  -- nodes that died while their cluster went on, or took work with them
     SELECT 'node' AS kind, n.node_id AS id, NULL, coalesce(n.end_ns, n.inferred_end_ns), NULL, n.node_id, NULL,
            coalesce(n.node_name, n.node_ip, n.hostname, ''),
            CASE WHEN n.state = 'DEAD' THEN coalesce(n.death_reason, 'UNEXPECTED_TERMINATION')
                 ELSE 'NODE_DIED' END,
            coalesce(n.death_message, n.inferred_reason, ''), '', NULL, NULL
     FROM nodes n LEFT JOIN ends e USING (session)
-    WHERE n.session = $session
-      AND ((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
-           OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_state = 'DEAD'
-               AND n.inferred_reason NOT LIKE 'the cluster ended%'))
-      AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
-           OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})
+    WHERE n.session = $session AND (n.state = 'DEAD' OR n.inferred_state = 'DEAD')
+      AND (n.node_id IN (SELECT node_id FROM lost_with_node)
+           OR (((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
+                OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_reason NOT LIKE 'the cluster ended%'))
+               AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
+                    OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})))
 ),
 failures AS (
     SELECT 'task' AS kind, task_id AS id, attempt, coalesce(end_ns, exec_start_ns, first_ns) AS ts_ns, job_id, node_id,
@@ -102,10 +112,10 @@ failures AS (
            type_ AS error_type, message_ AS message, coalesce(error_detail, '') AS detail,
            CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN 'actor'
                 WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN 'worker'
-                WHEN type_ IN ('NODE_DIED', 'LOCAL_RAYLET_DIED') THEN 'node' END AS parent_kind,
+                WHEN type_ IN {NODE_LOSSES} THEN 'node' END AS parent_kind,
            CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN actor_id
                 WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN coalesce(worker_id, exec_worker_id)
-                WHEN type_ IN ('NODE_DIED', 'LOCAL_RAYLET_DIED') THEN node_id END AS parent_id
+                WHEN type_ IN {NODE_LOSSES} THEN node_id END AS parent_id
     FROM tasks_ WHERE state_ = 'FAILED'
     UNION ALL
     SELECT 'actor', actor_id, NULL, ts, job_id, on_node, on_worker, class_name,
@@ -154,7 +164,7 @@ failures AS (
     WHERE j.session = $session AND r.exit_code <> 0
 ),
 -- each failure's cause: the exception's type and message where it raised one, else its message
-caused AS (SELECT *, {_LAST_LINE} AS last_line FROM failures),
+caused AS (SELECT *, {_EXCEPTION_LINE} AS exception_line FROM failures),
 typed AS (SELECT *, {_EXC_TYPE} AS exception_type FROM caused),
 grouped AS (
     SELECT *, left(md5(kind || ' ' || error_type || ' ' || cause), 12) AS group_id
@@ -211,13 +221,15 @@ _GROUPS = (
     + """),
 chosen AS (SELECT * FROM f WHERE __WHERE__),
 consequences AS (
-    SELECT root_group AS group_id, kind, count(*) AS n, list(DISTINCT name) AS names
+    SELECT root_group AS group_id, kind, count(*) AS n,
+           list(DISTINCT name) FILTER (WHERE kind <> 'worker') AS names
     FROM chosen WHERE root_group IS NOT NULL GROUP BY ALL
 )
 SELECT r.group_id, any_value(r.kind) AS kind, any_value(r.error_type) AS error_type,
        any_value(r.exception_type) AS exception_type, any_value(r.cause) AS error, count(*) AS count,
        min(r.ts_ns) // 1000000 AS first_ms, max(r.ts_ns) // 1000000 AS last_ms,
-       list(DISTINCT r.name) AS names, list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
+       list(DISTINCT r.name) FILTER (WHERE r.kind <> 'worker') AS names,
+       list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
        arg_min({'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'message': r.message}, r.ts_ns) AS example,
        (SELECT list({'kind': c.kind, 'count': c.n, 'names': c.names}) FROM consequences c
         WHERE c.group_id = r.group_id) AS consequences
@@ -235,9 +247,10 @@ def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict
 
 
 def _group(row: dict[str, Any]) -> dict[str, Any]:
-    """A group as the API gives it: its consequences by kind, and the names of all it affected."""
+    """A group as the API gives it: its consequences by kind, and the names of the functions, classes, nodes and
+    jobs it affected (a worker's name is its PID: the functions it ran say more)."""
     consequences = row.pop("consequences") or []
-    names = set(row.pop("names")) | {name for c in consequences for name in c["names"]}
+    names = set(row.pop("names") or ()) | {name for c in consequences for name in c["names"] or ()}
     return {
         **row,
         "nodes": (row["nodes"] or [])[:AFFECTED_SHOWN],
@@ -246,7 +259,7 @@ def _group(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-SHOWN_LINES = 20  # of a worker's output before it failed, and of a task attempt's own
+SHOWN_LINES = 20  # of a worker's output before it failed, and of a task attempt's own (twice as many of Ray's own)
 NEARBY_NS = 5 * 10**9  # failures this close in time on the same node or worker are shown beside one
 _FAILURE_COLUMNS = (
     "kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type, exception_type, "
@@ -303,43 +316,40 @@ def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, An
     """The lines a failure printed (a task attempt's own), its worker's last lines before it, and what Ray's
     components said of it."""
     until = None if one["time_ms"] is None else (one["time_ms"] + 1000) * 10**6
+    last = LogQuery(session, limit=SHOWN_LINES, newest=True)  # the last lines of what each query finds
     logs: dict[str, Any] = {}
     if one["kind"] == "task":
-        query = LogQuery(session, task_id=one["id"], attempt=one["attempt"], limit=SHOWN_LINES, newest=True)
-        logs["own"] = orjson.loads(log_lines(con, query, count=False).rows)
+        logs["own"] = _lines(con, replace(last, task_id=one["id"], attempt=one["attempt"]))
     if one["worker_id"]:  # its output (stdout and stderr), not its core worker's own log
         printed = [
             row
             for stream in ("stdout", "stderr")
-            for row in orjson.loads(
-                log_lines(
-                    con,
-                    LogQuery(
-                        session,
-                        worker_id=one["worker_id"],
-                        stream=stream,
-                        until_ns=until,
-                        limit=SHOWN_LINES,
-                        newest=True,
-                    ),
-                    count=False,
-                ).rows
-            )
+            for row in _lines(con, replace(last, worker_id=one["worker_id"], stream=stream, until_ns=until))
         ]
         logs["worker"] = _last(printed)
-    # What Ray's components (raylet, GCS, agents) said of it: their lines that name its worker, actor or node
+    # What Ray's components (raylet, GCS, agents) said of it: their lines that name its worker, actor or node, and
+    # for a runtime env that could not be set up, the last lines of its job's set-up log and of the agent's own
     named = {"worker": one["worker_id"], "actor": one["id"] if one["kind"] == "actor" else None}
     if one["kind"] == "node":
         named["node"] = one["id"]
-    system: list[dict[str, Any]] = []
-    for needle in filter(None, named.values()):
-        query = LogQuery(session, stream="system", grep=needle, limit=SHOWN_LINES, newest=True)
-        system += orjson.loads(log_lines(con, query, count=False).rows)
+    system = [
+        row
+        for needle in filter(None, named.values())
+        for row in _lines(con, replace(last, stream="system", grep=needle))
+    ]
+    if one["error_type"] == "RUNTIME_ENV_SETUP_FAILED":
+        for name in (f"runtime_env_setup-{one['job_id']}.", "runtime_env_agent."):
+            system += _lines(con, replace(last, file=name, node_id=one["node_id"], until_ns=until))
     if system:
-        logs["system"] = _last(system)
+        logs["system"] = _last(system, 2 * SHOWN_LINES)
     return logs
 
 
-def _last(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last :data:`SHOWN_LINES` of lines found by several queries, each once, in the order stored."""
-    return sorted({row["seq"]: row for row in lines}.values(), key=lambda row: row["seq"])[-SHOWN_LINES:]
+def _lines(con: duckdb.DuckDBPyConnection, query: LogQuery) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = orjson.loads(log_lines(con, query, count=False).rows)
+    return lines
+
+
+def _last(lines: list[dict[str, Any]], shown: int = SHOWN_LINES) -> list[dict[str, Any]]:
+    """The last ``shown`` of lines found by several queries, each once, in the order stored."""
+    return sorted({row["seq"]: row for row in lines}.values(), key=lambda row: row["seq"])[-shown:]
