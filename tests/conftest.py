@@ -1,8 +1,13 @@
 """Shared fixtures: a recorded Ray 2.60 session (`fixtures/ray_batches.json`, the POST bodies of a real run of
-nested tasks, a failing task, a retried task, a killed actor and a restarted actor) and in-process servers."""
+nested tasks, a failing task, a retried task, a killed actor and a restarted actor), in-process servers, and the demo
+workload run for real once per test session (`raysight demo`, then `raysight run` into the same store), read by the
+integration and browser tests alike."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +16,9 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight.cli.run import free_port
 from raysight.server.app import create_app
+from tests.ray_scenarios import ServerProcess, ray_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -36,3 +43,38 @@ def server(tmp_path: Path) -> TestClient:
     """The real app over a fresh store, in-process, folding each batch at once (no linger, no rest)."""
     with TestClient(create_app(tmp_path / "data", max_body=1024 * 1024, fold_linger_s=0, fold_rest=0)) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """`raysight demo --exit` as a user runs it, on a data dir and port of the test's: (data dir, port, its output)."""
+    data_dir, port = tmp_path_factory.mktemp("store"), free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "raysight", "demo", "--exit", "--data-dir", str(data_dir), "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return data_dir, port, done.stdout
+
+
+@pytest.fixture(scope="session")
+def recorded(demo: tuple[Path, int, str]) -> Iterator[ServerProcess]:
+    """The demo workload recorded twice (two sessions with the same deterministic task IDs): first by
+    `raysight demo` (label "demo"), then by `raysight run` into the same store (label "second")."""
+    server = ServerProcess(demo[0]).start()
+    try:
+        ray_run(server.url, "second", "-m", "raysight.demo_workload")
+        yield server
+    finally:
+        server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the folder of the dashboard's screenshots (tests/test_ui.py writes one of each page it visits)."""
+    from tests.test_ui import SCREENSHOTS
+
+    if SCREENSHOTS.is_dir() and any(SCREENSHOTS.iterdir()):
+        terminalreporter.write_line(f"Screenshots of the dashboard's pages: {SCREENSHOTS}")

@@ -16,38 +16,11 @@ from typing import Any
 
 import pytest
 
-from raysight.cli.run import free_port, ray_env
+from raysight.cli.run import ray_env
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason, ray_run
+from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    """`raysight demo --exit` as a user runs it, on a data dir and port of the test's: (data dir, port, its output)."""
-    data_dir, port = tmp_path_factory.mktemp("store"), free_port()
-    done = subprocess.run(
-        [sys.executable, "-m", "raysight", "demo", "--exit", "--data-dir", str(data_dir), "--port", str(port)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return data_dir, port, done.stdout
-
-
-@pytest.fixture(scope="module")
-def recorded(demo: tuple[Path, int, str]) -> ServerProcess:
-    """The demo workload recorded twice (two sessions with the same deterministic task IDs): first by
-    `raysight demo` (label "demo"), then by `raysight run` into the same store (label "second")."""
-    server = ServerProcess(demo[0]).start()
-    try:
-        ray_run(server.url, "second", "-m", "raysight.demo_workload")
-        yield server
-    finally:
-        server.stop()
 
 
 def test_demo_shows_what_raysight_saw_and_stops(demo: tuple[Path, int, str]) -> None:
@@ -302,11 +275,11 @@ def wait_for_log(ray_temp: Path, name: str, text: str, proc: subprocess.Popen[by
 
 
 def test_errors_of_a_real_run_each_lead_to_their_traceback_and_lines(recorded: ServerProcess) -> None:
-    """The demo's failures, as `raysight errors` and `raysight errors show` print them (after a server restart: the
-    store the demo wrote is read by this server)."""
+    """The demo's failures, as `raysight errors` and `raysight errors show` print them, read after the cluster is gone
+    by a server other than the one that recorded them (`raysight demo`'s)."""
     cli = [sys.executable, "-m", "raysight"]
     shown = subprocess.run(
-        [*cli, "errors", "--server", recorded.url, "--session", "second", "--format", "json"],
+        [*cli, "errors", "--server", recorded.url, "--session", "demo", "--format", "json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -317,11 +290,15 @@ def test_errors_of_a_real_run_each_lead_to_their_traceback_and_lines(recorded: S
     raised = found["task TASK_EXECUTION_EXCEPTION"]
     assert (raised["error"], raised["affected"]) == ("ValueError: boom: this task fails on purpose", ["fails"])
     assert found["actor ACTOR_DIED"]["affected"] == ["Counter"]  # ray.kill
+    # a normal end is none: Fragile dying with its driver, idle workers reaped, the cluster shut down
+    assert [g["affected"] for g in every if g["kind"] == "actor"] == [["Counter"]]  # Fragile's end with its driver
+    # is none; a task that failed with its crashed actor may, by Ray's timing, be a cause of its own
+    assert {g["kind"] for g in every} <= {"task", "actor", "worker"}
     # crash_once's and Fragile's os._exit(1): one group or two (Ray words a worker's exit as its timing has it)
     crashes = [g for g in every if g["kind"] == "worker"]
     assert sum(g["count"] for g in crashes) == 2 and sum(g["consequences"].get("tasks", 0) for g in crashes) >= 2
     task_id = raised["example"]["id"]
-    show = [*cli, "errors", "show", task_id, "--server", recorded.url, "--session", "second"]
+    show = [*cli, "errors", "show", task_id, "--server", recorded.url, "--session", "demo"]
     text = subprocess.run(show, capture_output=True, text=True, timeout=60)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
@@ -331,14 +308,74 @@ def test_errors_of_a_real_run_each_lead_to_their_traceback_and_lines(recorded: S
     assert printed and all(re.match(r"  \(", line) for line in printed[:1])  # its output, not Ray's own log of it
     assert any(re.fullmatch(r"  \(fails pid=\d+\) fails: about to raise", line) for line in lines)
     with recorded.client() as client:
-        crash = next(t for t in client.list("tasks", session="second", limit=None)["rows"] if t["name"] == "crash_once")
-        detail = client.error(crash["task_id"], session="second")
+        crash = next(t for t in client.list("tasks", session="demo", limit=None)["rows"] if t["name"] == "crash_once")
+        detail = client.error(crash["task_id"], session="demo")
     (first,) = detail["failures"]
     assert (first["attempt"], first["error_type"], first["root_kind"]) == (0, "WORKER_DIED", "worker")
     assert [a["state"] for a in detail["attempts"]] == ["FAILED", "FINISHED"]
     assert [row["text"] for row in first["logs"]["own"]] == ["crash_once: first attempt, exiting"]
     killed = found["actor ACTOR_DIED"]["example"]["id"]
     with recorded.client() as client:
-        (counter,) = client.error(killed, session="second")["failures"]
+        (counter,) = client.error(killed, session="demo")["failures"]
     said = [(row["name"], row["text"]) for row in counter["logs"]["system"]]
     assert any(name == "raylet.out" and "KillLocalActor" in text and killed in text for name, text in said), said
+    with recorded.client() as client:
+        fragile = next(a for a in client.list("actors", session="demo")["rows"] if a["class_name"] == "Fragile")
+    restarted = subprocess.run([*show[:5], fragile["actor_id"], *show[6:]], capture_output=True, text=True, timeout=60)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "Actor Fragile: ACTOR_RESTARTED  [group " in restarted.stdout
+    assert "  restarting (ACTOR_FAILURE)" in restarted.stdout.splitlines()  # its worker's crash, then a new worker
+    assert re.search(r"^  Followed from the failure of worker [0-9a-f]{56}", restarted.stdout, re.MULTILINE)
+
+
+def trace_events(trace: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A Chrome trace's complete events in order, each with its lane's name in place of the trace's numbering; its
+    times (µs) last."""
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace if e["name"] == "thread_name"}
+    nodes = {e["pid"]: e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    return sorted(
+        (
+            nodes[e["pid"]],
+            lanes[e["pid"], e["tid"]],
+            e["cat"],
+            e["name"],
+            e["cname"],
+            e["args"]["task_id"],
+            e["args"]["attempt_number"],
+            e["ts"],
+            e["dur"],
+        )
+        for e in trace
+        if e["ph"] == "X"
+    )
+
+
+def same_events(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
+    """The same events, their times equal to a microsecond (Ray's pass through float milliseconds)."""
+    a, b = trace_events(ours), trace_events(theirs)
+    return len(a) == len(b) and all(
+        x[:-2] == y[:-2] and abs(x[-2] - y[-2]) < 1 and abs(x[-1] - y[-1]) < 1 for x, y in zip(a, b)
+    )
+
+
+def test_timeline_writes_what_ray_timeline_writes(recorded: ServerProcess, tmp_path: Path) -> None:
+    """`raysight timeline` beside Ray's own `ray timeline` code (its chrome_tracing_dump) over the same tasks, as
+    Ray's state API reads them from raysight: the same events, in the same lanes."""
+    from ray._private.profiling import chrome_tracing_dump
+    from ray.util.state.api import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
+
+    out = tmp_path / "trace.json"
+    cli = [sys.executable, "-m", "raysight", "timeline", "--server", recorded.url, "--session", "second"]
+    done = subprocess.run([*cli, "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and f"Trace written to {out}" in done.stderr, done.stderr
+    ours = json.loads(out.read_text())
+    everything = ListApiOptions(detail=True, limit=10_000, exclude_driver=False)  # the driver's events too
+    listed = StateApiClient(address=recorded.url).list(StateResource.TASKS, everything, raise_on_missing_output=True)
+    theirs = json.loads(chrome_tracing_dump([t.__dict__ for t in listed]))
+    assert same_events(ours, theirs) and len(trace_events(ours)) >= 16
+    assert {e["args"]["func_or_class_name"] for e in ours if e["ph"] == "X"} >= {"parent", "child", "Counter.inc"}
+    one_job = json.loads(subprocess.run([*cli, "--job", "01000000", "-o", "-"], capture_output=True, timeout=60).stdout)
+    assert {e["args"]["job_id"] for e in one_job if e["ph"] == "X"} == {"01000000"}
+    bad = subprocess.run([*cli, "--job", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "is no job ID" in bad.stderr

@@ -80,7 +80,8 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:
+        """The JSON an API path answers (its bytes when ``raw``); its error as one of raysight's exceptions."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -88,6 +89,8 @@ class Client:
                 f"no raysight server answers at {self.server} ({type(exc).__name__}); start one with "
                 "`raysight server`, or point --server / RAYSIGHT_SERVER at yours"
             ) from None
+        if raw and response.status_code < 400:
+            return response.content
         try:
             body = _parse(response)
         except ValueError:
@@ -147,6 +150,11 @@ class Client:
         """One failure whole, or a group's failures: ``GET /api/raysight/errors/{id}``."""
         params = {"session": session} if session else {}
         return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
+
+    def timeline(self, session: str | None = None, job: str | None = None) -> bytes:
+        """A session's task attempts as Chrome trace JSON (`ray timeline`'s format): ``GET /api/raysight/timeline``."""
+        given = {k: v for k, v in {"session": session, "job": job}.items() if v is not None}
+        return self._request("GET", "/api/raysight/timeline", raw=True, params=given)  # type: ignore[no-any-return]
 
     def sessions(self) -> builtins.list[dict[str, Any]]:
         return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]

@@ -17,6 +17,7 @@ from raysight.errors import BadQuery, Forbidden, NotFound
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
+from raysight.store import timeline as timeline_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
@@ -169,6 +170,14 @@ async def logs(request: Request) -> Response:
     return Response(head[:-1] + b',"rows":' + result.rows.encode() + b"}", media_type="application/json")
 
 
+def recorded_session(con: Any, request: Request) -> str:
+    """The session a request names (``?session=``, default the newest); NotFound when none is recorded yet."""
+    session = queries.resolve_session(con, request.query_params.get("session"))
+    if session is None:
+        raise NotFound("no session has been recorded yet")
+    return session
+
+
 async def errors(request: Request) -> Response:
     """GET /api/raysight/errors?session=&job=&since=&until=&type=: the session's root failures grouped by cause (most
     frequent first), each with its consequences (``store/errors.py``); ``since``/``until`` in epoch ns."""
@@ -198,12 +207,51 @@ async def error_detail(request: Request) -> Response:
         raise BadQuery(f"{failure_id!r} is no ID: a task, actor, worker, node or job ID, or a group's, in hex")
 
     def read(con: Any) -> dict[str, Any]:
-        session = queries.resolve_session(con, request.query_params.get("session"))
-        if session is None:
-            raise NotFound("no session has been recorded yet")
-        return failure(con, session, failure_id)
+        return failure(con, recorded_session(con, request), failure_id)
 
     return _json(await app_state(request).read(read))
+
+
+async def activity(request: Request) -> Response:
+    """GET /api/raysight/activity?session=&buckets=: task attempts started, finished and failed per interval."""
+    buckets = int_param(request.query_params, "buckets", summaries.ACTIVITY_BUCKETS) or 0
+    if not 1 <= buckets <= 10_000:
+        raise BadQuery(f"buckets must be 1 to 10000, not {buckets}")
+    session = request.query_params.get("session")
+    return _json(await app_state(request).read(lambda con: summaries.activity(con, session, buckets)))
+
+
+def job_param(request: Request) -> str | None:
+    """``?job=``: a job's ID (8 hex digits), or None."""
+    job = (request.query_params.get("job") or "").lower() or None
+    if job is not None and not re.fullmatch(r"[0-9a-f]{8}", job):
+        raise BadQuery(f"{job!r} is no job ID: 8 hex digits, as `raysight list jobs` shows")
+    return job
+
+
+async def timeline(request: Request) -> Response:
+    """GET /api/raysight/timeline?session=&job=: the session's task attempts as Chrome trace JSON (`ray timeline`'s
+    format), one job's where given."""
+    job = job_param(request)
+
+    def read(con: Any) -> bytes:
+        return timeline_sql.chrome_trace(con, recorded_session(con, request), job)
+
+    return Response(await app_state(request).read(read), media_type="application/json")
+
+
+async def task_stream(request: Request) -> Response:
+    """GET /api/raysight/task-stream?session=&job=&limit=: the dashboard's timeline, a lane per worker and a bar per
+    task attempt in columns (``store/timeline.py``), the first ``limit`` attempts by start."""
+    job = job_param(request)
+    limit = int_param(request.query_params, "limit", timeline_sql.STREAM_LIMIT) or 0
+    if not 1 <= limit <= 2_000_000:
+        raise BadQuery(f"limit must be 1 to 2000000, not {limit}")
+
+    def read(con: Any) -> bytes:
+        return timeline_sql.task_stream(con, recorded_session(con, request), job, limit)
+
+    return Response(await app_state(request).read(read), media_type="application/json")
 
 
 async def reindex(request: Request) -> Response:
@@ -223,6 +271,9 @@ routes = [
     Route("/api/raysight/logs", logs),
     Route("/api/raysight/errors", errors),
     Route("/api/raysight/errors/{failure_id}", error_detail),
+    Route("/api/raysight/activity", activity),
+    Route("/api/raysight/timeline", timeline),
+    Route("/api/raysight/task-stream", task_stream),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

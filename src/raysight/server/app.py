@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT
 from raysight.errors import RaysightError
-from raysight.server import api, ingest_routes, ray_compat
+from raysight.server import api, ingest_routes, ray_compat, ui_routes
 from raysight.server.auth import Secrets
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
@@ -108,7 +108,7 @@ def create_app(
             writer.close()
             store.close()
 
-    routes = [*ingest_routes.routes, *api.routes, *ray_compat.routes, Route("/metrics", metrics)]
+    routes = [*ingest_routes.routes, *api.routes, *ray_compat.routes, Route("/metrics", metrics), *ui_routes.routes]
     return Starlette(
         routes=routes,
         lifespan=lifespan,

@@ -9,7 +9,8 @@ On loopback the browser is the threat, beyond it the network:
   refused, but for a link followed (a GET navigation), so that shared URLs open.
 - Content type: a POST must carry one that a web page cannot send to another site without a CORS preflight (which
   this server never grants), so text and form posts from other sites change nothing.
-- The read token, on every path but ingest (which checks its own write-only key).
+- The read token, on every path but ingest (which checks its own write-only key) and the dashboard's files (which
+  hold no data: the page must load to ask for the token).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def from_other_site(headers: Headers, method: str) -> bool:
     return False
 
 
+def open_path(path: str) -> bool:
+    """Paths served without the read token: ingest (its own key) and the dashboard's files."""
+    return path.startswith(("/ingest/", "/ui/")) or path in ("/", "/ui")
+
+
 def media_type(content_type: str | None) -> str:
     """``application/json; charset=utf-8`` → ``application/json``."""
     return (content_type or "").partition(";")[0].strip().lower()
@@ -68,6 +74,6 @@ def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None
             f"POST bodies must be sent as {' or '.join(POST_TYPES)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"
         )
-    if not scope["path"].startswith("/ingest/") and not secrets.token_ok(headers.get("authorization")):
+    if not open_path(scope["path"]) and not secrets.token_ok(headers.get("authorization")):
         return 401, "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
     return None

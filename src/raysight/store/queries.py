@@ -24,7 +24,7 @@ MS = "// 1000000"
 class Field:
     name: str
     sql: str
-    kind: str = "str"  # str | id | int | float | bool | time_ms | json | list
+    kind: str = "str"  # str | id | int | float | bool | time_ms | json | list | profile
     base: bool = False
     late: bool = False  # costly (a subquery per row): computed for the page's rows only, after paging
 
@@ -115,7 +115,7 @@ TASKS = Resource(
         _f("runtime_env_info", "t.runtime_env", "runtime_env"),
         _f("placement_group_id", "t.placement_group_id", "id"),
         _f("events", TASK_EVENTS, "list", late=True),
-        _f("profiling_data", TASK_PROFILING, "list", late=True),
+        _f("profiling_data", TASK_PROFILING, "profile", late=True),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
         _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
@@ -400,6 +400,14 @@ def _order(res: Resource, sort: list[str]) -> str:
     return ", ".join(terms)
 
 
+def _json_object(text: str | None) -> Any:
+    """A profile event's extra data (JSON text, as a worker reported it); ``{}`` when none or not JSON."""
+    try:
+        return orjson.loads(text) if text else {}
+    except orjson.JSONDecodeError:
+        return {}
+
+
 def _decode(res: Resource, row: dict[str, Any]) -> dict[str, Any]:
     for name, value in row.items():
         kind = res.by_name[name].kind
@@ -407,4 +415,7 @@ def _decode(res: Resource, row: dict[str, Any]) -> dict[str, Any]:
             row[name] = orjson.loads(value)
         elif kind == "runtime_env" and isinstance(value, str):
             row[name] = {"serialized_runtime_env": value}
+        elif kind == "profile" and value:  # each event's extra data parsed, as Ray's state API gives it
+            for event in value["events"]:
+                event["extra_data"] = _json_object(event["extra_data"])
     return row

@@ -239,3 +239,32 @@ def drivers_without_task_events(con: duckdb.DuckDBPyConnection) -> list[dict[str
             "`raysight env` prints, or set the variable in the driver's environment."
         )
     return rows
+
+
+ACTIVITY_BUCKETS = 120
+
+
+def activity(con: duckdb.DuckDBPyConnection, session: str | None, buckets: int = ACTIVITY_BUCKETS) -> dict[str, Any]:
+    """Task attempts started, finished and failed per interval of the session: ``buckets`` equal intervals (of whole
+    milliseconds) from its first start to its last end, in one pass over the session's tasks."""
+    resolved = resolve_session(con, session)
+    rows = con.execute(
+        f"""WITH t AS (SELECT {TASK_START} // 1000000 AS s, t.end_ns // 1000000 AS e, {TASK_STATE} AS state
+                       FROM tasks t WHERE t.session = $session AND {TASK_TYPE} <> 'DRIVER_TASK'),
+            step AS (SELECT lo, (greatest(hi, lo) - lo) // $n + 1 AS width
+                     FROM (SELECT min(s) AS lo, greatest(max(e), max(s)) AS hi FROM t))
+            SELECT lo, width, least((ts - lo) // width, $n - 1) AS bucket,
+                   count(*) FILTER (kind = 's') AS started,
+                   count(*) FILTER (kind = 'e' AND state = 'FINISHED') AS finished,
+                   count(*) FILTER (kind = 'e' AND state = 'FAILED') AS failed
+            FROM (SELECT 's' AS kind, s AS ts, state FROM t WHERE s IS NOT NULL
+                  UNION ALL SELECT 'e', e, state FROM t WHERE e IS NOT NULL), step
+            WHERE ts >= lo GROUP BY ALL""",
+        {"session": resolved, "n": buckets},
+    ).fetchall()
+    series: dict[str, list[int]] = {"started": [0] * buckets, "finished": [0] * buckets, "failed": [0] * buckets}
+    for _, _, bucket, *counts in rows:
+        for name, n in zip(series, counts):
+            series[name][bucket] += n
+    start_ms, step_ms = rows[0][:2] if rows else (None, None)
+    return {"session": resolved, "start_ms": start_ms, "step_ms": step_ms, **series}

@@ -1,0 +1,79 @@
+"""The dashboard's files. `/` leads to `/ui/`; every page under `/ui/` is the one HTML shell (its scripts route in the
+browser, so each entity's URL is shareable and reload-safe); the scripts and styles are under `/ui/static/`, the
+libraries they use under `/ui/vendor/` (from the npm packages the set-up command installs, shipped in the wheel).
+
+None of these carries data — every figure comes from the API, with the token — so they are served without one: the
+page must load to ask for it. Nothing here is built from a request: files are looked up by name in fixed places.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+# The libraries the dashboard imports, by the name it asks for: ES modules and their styles
+VENDOR = {
+    "tabulator.mjs": "tabulator-tables/dist/js/tabulator_esm.min.mjs",
+    "tabulator.css": "tabulator-tables/dist/css/tabulator_simple.min.css",
+    "uplot.mjs": "uplot/dist/uPlot.esm.js",
+    "uplot.css": "uplot/dist/uPlot.min.css",
+    "d3.js": "d3/dist/d3.min.js",
+}
+# The page may run only its own scripts and talk only to this server; no page may frame it
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class _Static(StaticFiles):
+    """The dashboard's own scripts and styles, with the same headers as the page."""
+
+    def file_response(self, *args: object, **kwargs: object) -> Response:
+        response = super().file_response(*args, **kwargs)  # type: ignore[arg-type]
+        response.headers.update({**HEADERS, "Cache-Control": "no-cache"})
+        return response
+
+
+def vendor_missing() -> list[str]:
+    """The libraries the dashboard needs that are not installed (`npm ci` in the ui folder installs them)."""
+    return [name for name, path in VENDOR.items() if not (UI_DIR / "node_modules" / path).is_file()]
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+async def shell(request: Request) -> Response:
+    """Any page: the HTML shell, whose scripts read the URL."""
+    return FileResponse(UI_DIR / "index.html", headers={**HEADERS, "Cache-Control": "no-cache"})
+
+
+async def vendor(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in VENDOR:
+        raise HTTPException(404, f"no library named {name!r}")
+    path = UI_DIR / "node_modules" / VENDOR[name]
+    if not path.is_file():
+        raise HTTPException(404, f"{name} is not installed: run `npm ci` in {UI_DIR} (the set-up command does)")
+    media = "text/javascript" if name.endswith((".js", ".mjs")) else None
+    return FileResponse(path, media_type=media, headers={**HEADERS, "Cache-Control": "max-age=3600"})
+
+
+routes = [
+    Route("/", home),
+    Route("/ui/vendor/{name}", vendor),
+    Mount("/ui/static", _Static(directory=UI_DIR / "static", check_dir=False), name="ui-static"),
+    Route("/ui", shell),
+    Route("/ui/{page:path}", shell),
+]

@@ -1,0 +1,149 @@
+// The dashboard: a router over /ui/… URLs (each entity's page its own URL, the browser's history kept), the
+// session switcher, the error banner, and the refresh of a live session's page.
+
+import { api } from "./api.js";
+import { clearError, showError } from "./banner.js";
+import { h, sessionPath } from "./dom.js";
+import * as entities from "./pages/entities.js";
+import * as errors from "./pages/errors.js";
+import * as logs from "./pages/logs.js";
+import * as overview from "./pages/overview.js";
+import * as sessions from "./pages/sessions.js";
+import * as task from "./pages/task.js";
+import * as tasks from "./pages/tasks.js";
+
+const LIVE_EVERY_MS = 3000;
+const SECTIONS = [
+  ["", "Overview"],
+  ["jobs", "Jobs"],
+  ["tasks", "Tasks"],
+  ["actors", "Actors"],
+  ["nodes", "Nodes"],
+  ["workers", "Workers"],
+  ["logs", "Logs"],
+  ["errors", "Errors"],
+];
+const ID = "([^/]+)";
+// [pattern over the path after /ui, page module, what the captures name]
+const ROUTES = [
+  [/^\/?$/, sessions, []],
+  [new RegExp(`^/sessions/${ID}/?$`), overview, ["session"]],
+  [new RegExp(`^/sessions/${ID}/tasks/?$`), tasks, ["session"]],
+  [new RegExp(`^/sessions/${ID}/tasks/${ID}$`), task, ["session", "id"]],
+  [new RegExp(`^/sessions/${ID}/(jobs|actors|nodes|workers)/?$`), entities, ["session", "kind"]],
+  [new RegExp(`^/sessions/${ID}/(jobs|actors|nodes|workers)/${ID}$`), entities, ["session", "kind", "id"]],
+  [new RegExp(`^/sessions/${ID}/errors/?$`), errors, ["session"]],
+  [new RegExp(`^/sessions/${ID}/errors/${ID}$`), errors, ["session", "id"]],
+  [new RegExp(`^/sessions/${ID}/logs/?$`), logs, ["session"]],
+];
+
+let current = null; // the page shown: {refresh?, stop?}
+let liveTimer = null;
+let knownSessions = [];
+
+export function navigate(path) {
+  history.pushState({}, "", path);
+  render();
+}
+
+function route() {
+  const path = decodeURI(location.pathname).replace(/^\/ui/, "");
+  for (const [pattern, page, names] of ROUTES) {
+    const match = path.match(pattern);
+    if (match) return { page, params: Object.fromEntries(names.map((name, i) => [name, match[i + 1]])) };
+  }
+  return null;
+}
+
+function renderNav(session, params) {
+  const nav = document.getElementById("nav");
+  nav.replaceChildren(
+    h("a", { href: "/ui/", class: session ? "" : "active" }, "Sessions"),
+    ...(session
+      ? SECTIONS.map(([part, title]) => {
+          const href = part ? sessionPath(session, part) : sessionPath(session);
+          return h("a", { href, class: params.section === part ? "active" : "" }, title);
+        })
+      : []),
+  );
+}
+
+async function renderSwitcher(session) {
+  const select = document.getElementById("session-switcher");
+  try {
+    knownSessions = (await api("/api/raysight/sessions")).sessions;
+  } catch (error) {
+    showError(error);
+  }
+  select.replaceChildren(
+    h("option", { value: "" }, knownSessions.length ? "— pick a session —" : "no sessions yet"),
+    ...knownSessions.map((s) =>
+      h("option", { value: s.session, selected: s.session === session || s.label === session }, s.label ? `${s.label} · ${s.session}` : s.session),
+    ),
+  );
+  const live = knownSessions.find((s) => s.session === session || s.label === session);
+  select.value = live?.session ?? "";
+  document.getElementById("live").hidden = !(live && live.end_time_ms === null);
+  return live;
+}
+
+/** Show the page the URL names; `data-loading` is on #page until it is rendered (or failed). */
+async function render() {
+  const page = document.getElementById("page");
+  page.dataset.loading = "";
+  try {
+    await show(page);
+  } finally {
+    delete page.dataset.loading;
+  }
+}
+
+async function show(page) {
+  current?.stop?.();
+  clearInterval(liveTimer);
+  clearError();
+  const found = route();
+  if (!found) {
+    page.replaceChildren(h("h1", {}, "Not found"), h("p", {}, "No page here. ", h("a", { href: "/ui/" }, "See the sessions")));
+    return;
+  }
+  const { session } = found.params;
+  found.params.section = location.pathname.split("/")[4] ?? "";
+  renderNav(session, found.params);
+  const known = await renderSwitcher(session);
+  page.replaceChildren();
+  try {
+    current = (await found.page.render(page, found.params)) ?? null;
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  if (known && known.end_time_ms === null && current?.refresh) {
+    liveTimer = setInterval(async () => {
+      try {
+        await current.refresh();
+      } catch (error) {
+        showError(error);
+      }
+    }, LIVE_EVERY_MS);
+  }
+}
+
+document.addEventListener("click", (event) => {
+  const link = event.target.closest("a[href]");
+  if (!link || event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+  const href = link.getAttribute("href");
+  if (!href.startsWith("/ui/") || link.target) return;
+  event.preventDefault();
+  if (href !== location.pathname + location.search) navigate(href);
+});
+
+document.getElementById("session-switcher").addEventListener("change", (event) => {
+  const chosen = event.target.value;
+  if (!chosen) return;
+  const rest = location.pathname.split("/").slice(4, 5).join("/"); // keep the section, not an entity of another session
+  navigate(rest ? sessionPath(chosen, rest) : sessionPath(chosen));
+});
+
+window.addEventListener("popstate", render);
+render();

@@ -1,0 +1,115 @@
+// Building the page: elements from data (text is always text: nothing from the API becomes markup), links to each
+// entity's page, and the formats times and IDs are shown in.
+
+export function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs ?? {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
+    else if (key === "class") element.className = value;
+    else element.setAttribute(key, value === true ? "" : value);
+  }
+  append(element, children);
+  return element;
+}
+
+function append(element, children) {
+  for (const child of children) {
+    if (child === undefined || child === null || child === false) continue;
+    if (Array.isArray(child)) append(element, child);
+    else element.append(child instanceof Node ? child : String(child));
+  }
+}
+
+/** The URL of a page of a session: sessionPath("s", "tasks", id) → /ui/sessions/s/tasks/id */
+export function sessionPath(session, ...parts) {
+  return ["/ui/sessions", session, ...parts].map(encodeURIComponent).join("/").replace(/%2F/g, "/");
+}
+
+const SHORT = 12;
+
+/** A link to an entity's page, its ID shortened (the whole ID in its title). */
+export function idLink(session, kind, id, text) {
+  if (!id) return "";
+  const shown = text ?? (id.length > SHORT ? `${id.slice(0, SHORT)}…` : id);
+  return h("a", { href: sessionPath(session, kind, id), title: id, class: "id" }, shown);
+}
+
+export function time(ms) {
+  if (ms === null || ms === undefined) return "";
+  const d = new Date(ms);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+export function duration(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return "";
+  if (ms < 1) return `${(ms * 1000).toFixed(0)} µs`;
+  if (ms < 1000) return `${ms.toFixed(ms < 10 ? 2 : 0)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(2)} s`;
+  const s = Math.round(ms / 1000);
+  return s < 3600 ? `${Math.floor(s / 60)} m ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} m`;
+}
+
+export function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+/** A state, marked when raysight inferred it (Ray never sent it), the reason in its title. */
+export function stateBadge(state, inferred, reason) {
+  return h(
+    "span",
+    { class: `state state-${String(state ?? "").toLowerCase()}${inferred ? " inferred" : ""}`, title: reason ?? "" },
+    state ?? "",
+    inferred ? " *" : "",
+  );
+}
+
+export function section(title, ...children) {
+  return h("section", {}, h("h2", {}, title), ...children);
+}
+
+/** A definition list of an object's fields, the values made by `show` (text by default). */
+export function fields(object, show = {}) {
+  return h(
+    "dl",
+    { class: "fields" },
+    Object.entries(object).flatMap(([key, value]) => [
+      h("dt", {}, key),
+      h("dd", {}, show[key] ? show[key](value) : value === null || value === undefined ? "" : typeof value === "object" ? JSON.stringify(value) : String(value)),
+    ]),
+  );
+}
+
+export function empty(text) {
+  return h("p", { class: "empty" }, text);
+}
+
+/** Log lines as `raysight logs` prints them: each with its source, text kept as text. */
+export function logLines(rows) {
+  return h(
+    "pre",
+    { class: "log" },
+    rows.map((row) =>
+      h("div", { class: row.context ? "line context" : "line" }, h("span", { class: "src" }, linePrefix(row)), " ", row.text),
+    ),
+  );
+}
+
+/** Ray's prefix for a line, as `raysight logs` prints it: (task pid=N), (Class pid=N), or [file] for Ray's own. */
+export function linePrefix(row) {
+  if (row.stream === "system" || row.pid === null) return `[${row.name}]`;
+  const who = row.actor_name ? row.actor_name.split("(")[0] : row.task_name || "worker";
+  return `(${who} pid=${row.pid})`;
+}
+
+/** Render a page again off-screen and swap it in whole: a live page updates without flashing empty. */
+export async function rerender(page, render, params) {
+  const fresh = document.createElement("div");
+  await render(fresh, params);
+  page.replaceChildren(...fresh.childNodes);
+}

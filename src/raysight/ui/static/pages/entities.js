@@ -1,0 +1,132 @@
+// Jobs, actors, nodes and workers: a table of each, and a page for each one with what it ran and its logs.
+
+import { api } from "../api.js";
+import { empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
+import { cells, column, filterBy, resourceTable } from "../table.js";
+import { taskColumns } from "./tasks.js";
+
+const KINDS = {
+  jobs: {
+    title: "Jobs",
+    one: "Job",
+    id: "job_id",
+    logParam: "job",
+    columns: (s) => [
+      column("Job", "job_id", cells.id(s, "jobs", "job_id")),
+      column("Status", "status", cells.state("status"), { tabulator: filterBy(["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]) }),
+      column("Entrypoint", "entrypoint"),
+      column("Type", "type"),
+      column("Exit code", "driver_exit_code"),
+      column("Started", "start_time", cells.time("start_time")),
+      column("Ended", "end_time", cells.time("end_time")),
+    ],
+    related: (s, id) => [
+      ["Tasks", "tasks", taskColumns(s), [`job_id=${id}`]],
+      ["Actors", "actors", KINDS.actors.columns(s), [`job_id=${id}`]],
+    ],
+  },
+  actors: {
+    title: "Actors",
+    one: "Actor",
+    id: "actor_id",
+    logParam: "actor",
+    columns: (s) => [
+      column("Actor", "actor_id", cells.id(s, "actors", "actor_id")),
+      column("Class", "class_name", null, { tabulator: filterBy() }),
+      column("State", "state", cells.state(), { tabulator: filterBy(["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"]) }),
+      column("Name", "name"),
+      column("Restarts", "num_restarts"),
+      column("Job", "job_id", cells.id(s, "jobs", "job_id"), { tabulator: filterBy() }),
+      column("Node", "node_id", cells.id(s, "nodes", "node_id")),
+      column("PID", "pid"),
+      column("Death", "death_message"),
+    ],
+    related: (s, id) => [["Method calls", "tasks", taskColumns(s), [`actor_id=${id}`]]],
+  },
+  nodes: {
+    title: "Nodes",
+    one: "Node",
+    id: "node_id",
+    logParam: "node",
+    columns: (s) => [
+      column("Node", "node_id", cells.id(s, "nodes", "node_id")),
+      column("IP", "node_ip"),
+      column("Head", "is_head_node", (n) => (n.is_head_node ? "head" : "")),
+      column("State", "state", cells.state(), { tabulator: filterBy(["ALIVE", "DEAD"]) }),
+      column("Started", "start_time_ms", cells.time("start_time_ms")),
+      column("Ended", "end_time_ms", cells.time("end_time_ms")),
+      column("Why", "state_message"),
+    ],
+    related: (s, id) => [
+      ["Workers", "workers", KINDS.workers.columns(s), [`node_id=${id}`]],
+      ["Actors", "actors", KINDS.actors.columns(s), [`node_id=${id}`]],
+    ],
+  },
+  workers: {
+    title: "Workers",
+    one: "Worker",
+    id: "worker_id",
+    logParam: "worker",
+    columns: (s) => [
+      column("Worker", "worker_id", cells.id(s, "workers", "worker_id")),
+      column("Type", "worker_type", null, { tabulator: filterBy(["WORKER", "DRIVER", "SPILL_WORKER", "RESTORE_WORKER"]) }),
+      column("Alive", "is_alive", (w) => stateBadge(w.is_alive ? "ALIVE" : "DEAD", w.state_inferred, w.inferred_reason)),
+      column("Exit", "exit_type", null, { tabulator: filterBy() }),
+      column("Node", "node_id", cells.id(s, "nodes", "node_id")),
+      column("PID", "pid"),
+      column("Started", "start_time_ms", cells.time("start_time_ms")),
+      column("Ended", "end_time_ms", cells.time("end_time_ms")),
+    ],
+    related: (s, id) => [["Tasks it ran", "tasks", taskColumns(s), [`worker_id=${id}`]]],
+  },
+};
+
+const LINKED = { job_id: "jobs", actor_id: "actors", node_id: "nodes", worker_id: "workers", driver_node_id: "nodes" };
+const TIMES = /(_time|_time_ms)$/;
+
+async function list(page, session, kind) {
+  const spec = KINDS[kind];
+  const box = h("div", { id: `${kind}-table` });
+  page.append(h("h1", {}, spec.title), box);
+  const table = resourceTable(box, { resource: kind, session, columns: spec.columns(session), syncUrl: true });
+  return { refresh: table.refresh };
+}
+
+async function one(page, session, kind, id) {
+  const spec = KINDS[kind];
+  const { rows } = await api(`/api/raysight/${kind}/${encodeURIComponent(id)}`, { session });
+  if (!rows.length) throw new Error(`no ${spec.one.toLowerCase()} ${id} in this session`);
+  const [entity] = rows;
+  const show = {};
+  for (const key of Object.keys(entity)) {
+    if (LINKED[key] && key !== spec.id) show[key] = (v) => idLink(session, LINKED[key], v, v);
+    else if (TIMES.test(key)) show[key] = (v) => time(v);
+  }
+  const { events, ...rest } = entity;
+  const printed = await api("/api/raysight/logs", { session, [spec.logParam]: id, limit: 200, newest: "true" });
+  page.append(
+    h("h1", {}, `${spec.one} `, h("code", {}, id)),
+    entity.state_inferred ? h("p", { class: "inferred-reason" }, `State inferred by raysight: ${entity.inferred_reason}`) : "",
+    h("p", {}, h("a", { href: sessionPath(session, "errors", id), class: "to-failure" }, "Its failures, if any →")),
+    fields(rest, show),
+  );
+  if (events?.length) {
+    page.append(
+      section(
+        "State history",
+        h("table", { class: "plain transitions" }, events.map((e) => h("tr", {}, h("td", {}, time(e.created_ms)), h("td", {}, stateBadge(e.state))))),
+      ),
+    );
+  }
+  for (const [title, resource, columns, filters] of spec.related(session, id)) {
+    const box = h("div", { class: "related" });
+    page.append(section(title, box));
+    resourceTable(box, { resource, session, columns, filters, pageSize: 20 });
+  }
+  page.append(section("Logs (newest 200)", printed.rows.length ? logLines(printed.rows) : empty("No lines.")));
+  return null;
+}
+
+export function render(page, { session, kind, id }) {
+  return id ? one(page, session, kind, id) : list(page, session, kind);
+}

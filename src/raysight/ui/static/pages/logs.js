@@ -1,0 +1,77 @@
+// Log search: by text or regex and by entity, newest first; for a live session, follow new lines as they come.
+
+import { api } from "../api.js";
+import { showError } from "../banner.js";
+import { empty, h, logLines } from "../dom.js";
+
+const FOLLOW_EVERY_MS = 1000;
+const ENTITIES = ["task", "actor", "job", "worker", "node"];
+const SHOWN = 500;
+
+export async function render(page, { session }) {
+  const query = new URLSearchParams(location.search);
+  const input = (name, label, attrs = {}) =>
+    h("label", {}, `${label} `, h("input", { name, value: query.get(name) ?? "", ...attrs }));
+  const form = h(
+    "form",
+    { class: "log-search", id: "log-search" },
+    input("grep", "Text", { placeholder: "text in the line", size: 30 }),
+    h("label", {}, h("input", { type: "checkbox", name: "regex", checked: query.get("regex") === "1" }), " regex"),
+    ENTITIES.map((e) => input(e, e, { size: 14, placeholder: "ID" })),
+    h(
+      "label",
+      {},
+      "stream ",
+      h("select", { name: "stream" }, ["", "stdout", "stderr", "system"].map((s) => h("option", { value: s, selected: query.get("stream") === s }, s || "any"))),
+    ),
+    h("button", { type: "submit" }, "Search"),
+    h("label", {}, h("input", { type: "checkbox", name: "follow", checked: query.get("follow") === "1" }), " follow"),
+  );
+  const status = h("p", { class: "hint", id: "log-status" });
+  const out = h("div", { id: "log-lines" });
+  page.append(h("h1", {}, "Logs"), form, status, out);
+
+  const params = () => {
+    const data = new FormData(form);
+    const text = data.get("grep");
+    const p = { session, stream: data.get("stream") || undefined };
+    if (text) p[data.get("regex") ? "regex" : "grep"] = text;
+    for (const e of ENTITIES) if (data.get(e)) p[e] = data.get(e).trim();
+    return p;
+  };
+  let lastSeq = null;
+  let timer = null;
+
+  const search = async () => {
+    const answer = await api("/api/raysight/logs", { ...params(), limit: SHOWN, newest: "true" });
+    lastSeq = answer.last_seq;
+    status.textContent = `${answer.total} matching line(s)${answer.total > SHOWN ? `, the newest ${SHOWN} shown` : ""}`;
+    out.replaceChildren(answer.rows.length ? logLines([...answer.rows].reverse()) : empty("No lines match."));
+  };
+  const follow = async () => {
+    const answer = await api("/api/raysight/logs", { ...params(), after: lastSeq, limit: SHOWN, count: "false" });
+    if (!answer.rows.length) return;
+    lastSeq = answer.last_seq;
+    const pre = out.querySelector("pre") ?? out.appendChild(h("pre", { class: "log" }));
+    out.querySelector(".empty")?.remove();
+    pre.prepend(...logLines([...answer.rows].reverse()).childNodes); // newest first
+  };
+  const setFollow = (on) => {
+    clearInterval(timer);
+    timer = on ? setInterval(() => follow().catch(showError), FOLLOW_EVERY_MS) : null;
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const next = new URLSearchParams();
+    for (const [k, v] of data) if (v && k !== "regex" && k !== "follow") next.set(k, v);
+    if (data.get("regex")) next.set("regex", "1");
+    if (data.get("follow")) next.set("follow", "1");
+    history.replaceState(history.state, "", `${location.pathname}${next.toString() ? `?${next}` : ""}`);
+    search().catch(showError);
+  });
+  form.elements.follow.addEventListener("change", (event) => setFollow(event.target.checked));
+  await search();
+  setFollow(form.elements.follow.checked);
+  return { stop: () => setFollow(false) };
+}

@@ -1,0 +1,120 @@
+// A session at a glance: its nodes, jobs, actors and tasks by state, its failures by cause, and its activity over
+// time (task attempts started, finished and failed per interval).
+
+import uPlot from "/ui/vendor/uplot.mjs";
+import { api } from "../api.js";
+import { duration, empty, h, rerender, section, sessionPath, stateBadge, time } from "../dom.js";
+
+function counts(title, byState, href) {
+  const entries = Object.entries(byState).sort((a, b) => b[1] - a[1]);
+  return h(
+    "div",
+    { class: "card" },
+    h("h3", {}, h("a", { href }, title)),
+    entries.length ? h("ul", { class: "counts" }, entries.map(([state, n]) => h("li", {}, stateBadge(state), " ", String(n)))) : empty("none"),
+  );
+}
+
+function tally(rows, key = "state") {
+  const out = {};
+  for (const row of rows) out[row[key]] = (out[row[key]] ?? 0) + 1;
+  return out;
+}
+
+function activityChart(element, data) {
+  if (data.start_ms === null) return element.append(empty("No task has started yet."));
+  const xs = data.started.map((_, i) => (data.start_ms + i * data.step_ms) / 1000);
+  const width = Math.max(320, element.clientWidth || 800);
+  return new uPlot(
+    {
+      width,
+      height: 220,
+      series: [
+        {},
+        { label: "started", stroke: "#3b82f6", width: 1.5 },
+        { label: "finished", stroke: "#16a34a", width: 1.5 },
+        { label: "failed", stroke: "#dc2626", width: 1.5 },
+      ],
+      axes: [{}, { label: `attempts per ${duration(data.step_ms)}` }],
+    },
+    [xs, data.started, data.finished, data.failed],
+    element,
+  );
+}
+
+export async function render(page, { session }) {
+  const [info, summary, actors, nodes, jobs, failures, activity] = await Promise.all([
+    api("/api/raysight/sessions").then((r) => r.sessions.find((s) => s.session === session || s.label === session)),
+    api("/api/raysight/summary/tasks", { session }),
+    api("/api/raysight/actors", { session, limit: 10000 }),
+    api("/api/raysight/nodes", { session, limit: 10000 }),
+    api("/api/raysight/jobs", { session, limit: 10000 }),
+    api("/api/raysight/errors", { session }),
+    api("/api/raysight/activity", { session }),
+  ]);
+  if (!info) throw new Error(`no session named ${session}; see the sessions page for those recorded`);
+  const taskStates = {};
+  for (const fn of summary.summary) for (const [state, n] of Object.entries(fn.state_counts)) taskStates[state] = (taskStates[state] ?? 0) + n;
+  page.append(
+    h("h1", {}, info.label ? `${info.label} · ` : "", info.session),
+    h(
+      "p",
+      { class: "span" },
+      `${time(info.start_time_ms)} → `,
+      info.end_time_ms === null ? h("span", { class: "live" }, "live") : `${time(info.end_time_ms)} (${info.end_reason ?? "ended"})`,
+    ),
+    h(
+      "div",
+      { class: "cards" },
+      counts("Nodes", tally(nodes.rows), sessionPath(session, "nodes")),
+      counts("Jobs", tally(jobs.rows, "status"), sessionPath(session, "jobs")),
+      counts("Actors", tally(actors.rows), sessionPath(session, "actors")),
+      counts("Tasks", taskStates, sessionPath(session, "tasks")),
+    ),
+  );
+  const chart = h("div", { class: "chart", id: "activity" });
+  page.append(section("Activity", chart));
+  activityChart(chart, activity);
+  const groups = failures.groups;
+  page.append(
+    section(
+      "Failures by cause",
+      groups.length
+        ? h(
+            "ul",
+            { class: "groups" },
+            groups.slice(0, 10).map((g) =>
+              h(
+                "li",
+                {},
+                h("a", { href: sessionPath(session, "errors", g.group_id) }, `${g.count} × ${g.kind} ${g.error_type}`),
+                " ",
+                h("code", {}, g.error),
+              ),
+            ),
+          )
+        : empty("No failures."),
+      groups.length > 10 ? h("a", { href: sessionPath(session, "errors") }, `all ${groups.length} causes`) : "",
+    ),
+    section(
+      "Tasks by function",
+      h(
+        "table",
+        { class: "plain" },
+        h("tr", {}, ["Function", "Type", "Attempts", "States", "p50", "p95", "max"].map((t) => h("th", {}, t))),
+        summary.summary.map((fn) =>
+          h(
+            "tr",
+            {},
+            h("td", {}, h("a", { href: `${sessionPath(session, "tasks")}?func_or_class_name=${encodeURIComponent(fn.func_or_class_name)}` }, fn.func_or_class_name)),
+            h("td", {}, fn.type),
+            h("td", {}, String(fn.attempts)),
+            h("td", {}, Object.entries(fn.state_counts).map(([s, n]) => h("span", { class: "pair" }, stateBadge(s), ` ${n} `))),
+            [fn.p50_ms, fn.p95_ms, fn.max_ms].map((ms) => h("td", {}, duration(ms))),
+          ),
+        ),
+      ),
+    ),
+  );
+  return { refresh: () => rerender(page, render, { session }) };
+}

@@ -1,0 +1,89 @@
+// One task: each attempt with its state transitions and times, what it ran on, its parent and children, its error
+// with the whole traceback (leading to the failure's page), and the lines it printed.
+
+import { api } from "../api.js";
+import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
+import { resourceTable } from "../table.js";
+import { taskColumns } from "./tasks.js";
+
+const DRIVER_PARENT = /^f{40}/; // a driver's task: the task was submitted by the job's driver
+
+function attempt(session, t, printed) {
+  const links = (kind, id) => idLink(session, kind, id, id);
+  return h(
+    "article",
+    { class: "attempt", id: `attempt-${t.attempt_number}` },
+    h("h2", {}, `Attempt ${t.attempt_number} `, stateBadge(t.state, t.state_inferred, t.inferred_reason)),
+    t.state_inferred ? h("p", { class: "inferred-reason" }, `Inferred by raysight: ${t.inferred_reason}`) : "",
+    fields(
+      {
+        function: t.func_or_class_name,
+        type: t.type,
+        job: t.job_id,
+        actor: t.actor_id,
+        parent: t.parent_task_id,
+        node: t.node_id,
+        worker: t.worker_id,
+        pid: t.worker_pid,
+        created: t.creation_time_ms,
+        started: t.start_time_ms,
+        ended: t.end_time_ms,
+        duration: t.duration_ms,
+        resources: t.required_resources,
+        error_type: t.error_type,
+      },
+      {
+        job: (id) => links("jobs", id),
+        actor: (id) => links("actors", id),
+        parent: (id) => (id && !DRIVER_PARENT.test(id) ? links("tasks", id) : id ? "the job's driver" : ""),
+        node: (id) => links("nodes", id),
+        worker: (id) => links("workers", id),
+        created: time,
+        started: time,
+        ended: time,
+        duration,
+      },
+    ),
+    t.error_message
+      ? h(
+          "div",
+          { class: "error-box" },
+          h("h3", {}, "Error ", h("a", { href: sessionPath(session, "errors", t.task_id), class: "to-failure" }, "(cause, retries, what failed beside it →)")),
+          h("pre", { class: "traceback" }, stripColours(t.error_message)),
+        )
+      : "",
+    h(
+      "details",
+      { open: true },
+      h("summary", {}, "State transitions"),
+      h(
+        "table",
+        { class: "plain transitions" },
+        (t.events ?? []).map((e) => h("tr", {}, h("td", {}, time(e.created_ms)), h("td", {}, stateBadge(e.state)))),
+      ),
+    ),
+    section("What it printed", printed.rows.length ? logLines(printed.rows) : empty("No lines attributed to this attempt.")),
+  );
+}
+
+export function stripColours(text) {
+  return String(text).replace(/\u001b\[[0-9;]*m/g, "");
+}
+
+export async function render(page, { session, id }) {
+  const { rows } = await api(`/api/raysight/tasks/${encodeURIComponent(id)}`, { session });
+  if (!rows.length) throw new Error(`no task ${id} in this session`);
+  const printed = await Promise.all(
+    rows.map((t) => api("/api/raysight/logs", { session, task: id, attempt: t.attempt_number, limit: 200 })),
+  );
+  const first = rows[0];
+  page.append(
+    h("h1", {}, `Task ${first.func_or_class_name ?? first.name ?? ""}`),
+    h("p", { class: "id-line" }, h("code", {}, id), ` · ${rows.length} attempt${rows.length > 1 ? "s" : ""}`),
+    ...rows.map((t, i) => attempt(session, t, printed[i])),
+  );
+  const children = h("div", { id: "children" });
+  page.append(section("Children (tasks it submitted)", children));
+  resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
+  return null;
+}

@@ -1,0 +1,36 @@
+// Every task attempt of a session in one table, filtered, sorted and paged by the server; the filters, sort and
+// page live in the URL, so a view can be shared and survives a reload.
+
+import { h } from "../dom.js";
+import { cells, column, filterBy, resourceTable } from "../table.js";
+
+export const TASK_STATES = [
+  "NIL", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL", "PENDING_ARGS_FETCH",
+  "SUBMITTED_TO_WORKER", "PENDING_ACTOR_TASK_ARGS_FETCH", "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY", "RUNNING",
+  "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT", "FINISHED", "FAILED",
+];
+
+/** The columns of a table of task attempts in `session`. */
+export function taskColumns(session) {
+  return [
+    column("Task", "task_id", cells.id(session, "tasks", "task_id")),
+    column("Attempt", "attempt_number"),
+    column("Function", "func_or_class_name", null, { tabulator: filterBy() }),
+    column("State", "state", cells.state(), { tabulator: filterBy(TASK_STATES) }),
+    column("Type", "type", null, { tabulator: filterBy(["NORMAL_TASK", "ACTOR_TASK", "ACTOR_CREATION_TASK", "DRIVER_TASK"]) }),
+    column("Job", "job_id", cells.id(session, "jobs", "job_id"), { tabulator: filterBy() }),
+    column("Started", "start_time_ms", cells.time("start_time_ms")),
+    column("Duration", "duration_ms", cells.duration("duration_ms")),
+    column("Node", "node_id", cells.id(session, "nodes", "node_id"), { tabulator: filterBy() }),
+    column("Worker", "worker_id", cells.id(session, "workers", "worker_id"), { tabulator: filterBy() }),
+    column("Error", "error_type", (t) => (t.error_type ? h("a", { href: `/ui/sessions/${encodeURIComponent(session)}/errors/${t.task_id}`, class: "error" }, t.error_type) : ""), { tabulator: filterBy() }),
+  ];
+}
+
+export async function render(page, { session }) {
+  page.append(h("h1", {}, "Tasks"), h("p", { class: "hint" }, "* marks a state raysight inferred (Ray never sent it): hover for why."));
+  const box = h("div", { id: "tasks-table" });
+  page.append(box);
+  const table = resourceTable(box, { resource: "tasks", session, columns: taskColumns(session), syncUrl: true });
+  return { refresh: table.refresh };
+}

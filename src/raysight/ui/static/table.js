@@ -1,0 +1,126 @@
+// Tables of the API's resources (Tabulator): paged, sorted and filtered by the server, so a table of a million
+// tasks costs the browser one page. Cells are built as DOM nodes, never as markup from data.
+
+import { TabulatorFull as Tabulator } from "/ui/vendor/tabulator.mjs";
+import { api } from "./api.js";
+import { showError } from "./banner.js";
+import { duration, idLink, stateBadge, time } from "./dom.js";
+
+export const PAGE_SIZE = 50;
+
+/** A column whose cells are made by `make(row)` (a node or text). */
+export function column(title, field, make, options = {}) {
+  return {
+    title,
+    field,
+    headerSort: options.sort ?? true,
+    formatter: make ? (cell) => node(make(cell.getData())) : undefined,
+    ...options.tabulator,
+  };
+}
+
+function node(value) {
+  return value instanceof Node ? value : document.createTextNode(value ?? "");
+}
+
+export const cells = {
+  id: (session, kind, field) => (row) => idLink(session, kind, row[field]),
+  state: (field = "state") => (row) => stateBadge(row[field], row.state_inferred, row.inferred_reason),
+  time: (field) => (row) => time(row[field]),
+  duration: (field) => (row) => duration(row[field]),
+};
+
+/** A header filter that asks the server for `field=value` (a select of `values`, else free text). */
+export function filterBy(values) {
+  return values
+    ? { headerFilter: "list", headerFilterParams: { values: ["", ...values], clearable: true } }
+    : { headerFilter: "input", headerFilterLiveFilter: false };
+}
+
+/**
+ * A table of `/api/raysight/<resource>` in `session`: `filters` always applied (`key=value`), the header filters
+ * and sorts the user picks sent to the server, `PAGE_SIZE` rows a page. `refresh()` reloads the page shown (a live
+ * session's) keeping the user's page, sort, filters and scroll.
+ */
+export function resourceTable(element, { resource, session, columns, filters = [], initialSort, pageSize = PAGE_SIZE, syncUrl = false }) {
+  const fromUrl = syncUrl ? viewOf(location.search, columns) : {};
+  const table = new Tabulator(element, {
+    layout: "fitDataStretch",
+    pagination: true,
+    paginationMode: "remote",
+    paginationSize: fromUrl.size ?? pageSize,
+    paginationSizeSelector: [20, 50, 100, 500],
+    paginationCounter: "rows",
+    sortMode: "remote",
+    filterMode: "remote",
+    ajaxURL: `/api/raysight/${resource}`,
+    ajaxRequestFunc: async (_url, _config, params) => {
+      const query = {
+        session,
+        detail: "true",
+        limit: params.size,
+        offset: (params.page - 1) * params.size,
+        sort: (params.sort ?? []).map((s) => (s.dir === "desc" ? "-" : "") + s.field),
+        filter: [...filters, ...(params.filter ?? []).filter((f) => f.value !== "").map((f) => `${f.field}=${f.value}`)],
+      };
+      if (syncUrl) keepInUrl(params);
+      try {
+        const answer = await api(`/api/raysight/${resource}`, query);
+        element.dataset.total = answer.total;
+        return { last_page: Math.max(1, Math.ceil(answer.total / params.size)), last_row: answer.total, data: answer.rows };
+      } catch (error) {
+        showError(error);
+        return { last_page: 1, last_row: 0, data: [] };
+      }
+    },
+    columns: columns.map((c) => ({ headerSortStartingDir: "desc", ...c })),
+    initialSort: fromUrl.sort ?? initialSort,
+    initialHeaderFilter: fromUrl.filters,
+    paginationInitialPage: fromUrl.page ?? 1,
+    placeholder: "No rows match",
+  });
+  const built = new Promise((resolve) => table.on("tableBuilt", resolve));
+  return {
+    table,
+    async refresh() {
+      await built;
+      await table.setPage(table.getPage() || 1);
+    },
+  };
+}
+
+/** The filters, sort, page and page size a URL's query gives a table (`?state=FAILED&sort=-duration_ms&page=3`). */
+function viewOf(search, columns) {
+  const query = new URLSearchParams(search);
+  const fields = new Set(columns.map((c) => c.field));
+  const sort = query.get("sort");
+  return {
+    filters: [...query].filter(([key]) => fields.has(key)).map(([field, value]) => ({ field, value })),
+    sort: sort ? [{ column: sort.replace(/^-/, ""), dir: sort.startsWith("-") ? "desc" : "asc" }] : undefined,
+    page: Number(query.get("page")) || undefined,
+    size: Number(query.get("size")) || undefined,
+  };
+}
+
+/** Put a table's filters, sort and page in the URL (replacing the entry: paging is not a step back). */
+function keepInUrl(params) {
+  const query = new URLSearchParams();
+  for (const f of params.filter ?? []) if (f.value !== "") query.set(f.field, f.value);
+  const [sort] = params.sort ?? [];
+  if (sort) query.set("sort", (sort.dir === "desc" ? "-" : "") + sort.field);
+  if (params.page > 1) query.set("page", params.page);
+  if (params.size !== PAGE_SIZE) query.set("size", params.size);
+  const search = query.toString() ? `?${query}` : "";
+  if (search !== location.search) history.replaceState(history.state, "", location.pathname + search);
+}
+
+/** A small local table (rows already fetched): sortable, not paged. */
+export function localTable(element, rows, columns) {
+  return new Tabulator(element, {
+    layout: "fitDataStretch",
+    data: rows,
+    columns,
+    placeholder: "None",
+  });
+}
+

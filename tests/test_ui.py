@@ -1,0 +1,355 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real server: the demo
+workload's sessions (recorded by `raysight demo` and `raysight run`, the cluster long gone, read by a server started
+after the demo's), a live session fed by a real node agent, and a server that needs its token. Each test fails on any
+console error, uncaught exception, failed request or error response it did not expect; each page it visits is
+screenshotted into the folder the test run names at its end."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.ray_scenarios import ServerProcess, agent_command
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path("/tmp/raysight-ui-screenshots")
+WAIT_MS = 15_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's chromium is not installed: `./dev.sh test` installs it")
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)
+    SCREENSHOTS.mkdir()
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Watched:
+    """A page whose every console error, uncaught exception, failed request and error response is kept."""
+
+    def __init__(self, browser: Any, base: str, name: str) -> None:
+        self.base, self.name, self.shots = base, name, 0
+        self.context = browser.new_context(viewport={"width": 1400, "height": 900})
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.expected: list[str] = []  # patterns of problems a test provokes on purpose
+        page = self.page
+        page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
+        page.on("requestfailed", lambda r: self.problems.append(f"failed request: {r.url} {r.failure}"))
+        page.on("response", lambda r: self.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    def open(self, path: str) -> Any:
+        self.page.goto(self.base + path)
+        self.settle()
+        return self.page
+
+    def settle(self) -> None:
+        """Wait until the page shown is rendered (its data fetched), then screenshot it."""
+        self.page.locator("#page:not([data-loading])").wait_for(state="attached", timeout=WAIT_MS)
+        self.page.wait_for_load_state("networkidle")
+        self.shot()
+
+    def shot(self) -> None:
+        self.shots += 1
+        self.page.screenshot(path=str(SCREENSHOTS / f"{self.name}-{self.shots:02d}.png"), full_page=True)
+
+    def unexpected(self) -> list[str]:
+        return [p for p in self.problems if not any(re.search(e, p) for e in self.expected)]
+
+
+@pytest.fixture
+def watched(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A factory of watched pages (each test's base URL), all checked for problems when the test ends."""
+    made: list[Watched] = []
+
+    def make(base: str) -> Watched:
+        made.append(Watched(browser, base, f"{request.node.name}-{len(made)}"))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.context.close()
+    problems = [p for one in made for p in one.unexpected()]
+    assert not problems, problems
+
+
+def rows(page: Any, box: str) -> list[list[str]]:
+    """The cells of a table's rows, once it has some."""
+    page.locator(f"{box} .tabulator-row").first.wait_for(timeout=WAIT_MS)
+    return [r.locator(".tabulator-cell").all_inner_texts() for r in page.locator(f"{box} .tabulator-row").all()]
+
+
+def column(page: Any, box: str, title: str) -> int:
+    titles = page.locator(f"{box} .tabulator-col-title").all_inner_texts()
+    return titles.index(title)
+
+
+def wait_rows(page: Any, box: str, check: Any) -> list[list[str]]:
+    """Poll a table until its rows pass ``check`` (a server-side filter or page takes a request)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        found = rows(page, box)
+        if check(found):
+            return found
+        assert time.monotonic() < deadline, found
+        page.wait_for_timeout(100)
+
+
+@pytest.mark.ray
+def test_sessions_page_and_switcher(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/")
+    assert page.url.endswith("/ui/")
+    found = {r[1]: r[0] for r in rows(page, "#sessions")}
+    assert set(found) == {"demo", "second"}
+    page.get_by_role("link", name=found["demo"]).click()
+    page.wait_for_url(f"**/ui/sessions/{found['demo']}")
+    w.settle()
+    assert page.locator("h1").inner_text() == f"demo · {found['demo']}"
+    assert page.locator("#activity canvas").count() >= 1  # the activity chart drew
+    page.locator("#nav").get_by_role("link", name="Tasks").click()
+    page.wait_for_url("**/tasks")
+    page.locator("#session-switcher").select_option(found["second"])  # the same page of the other session
+    page.wait_for_url(f"**/ui/sessions/{found['second']}/tasks")
+    w.settle()
+    wait_rows(page, "#tasks-table", lambda r: len(r) == 16)
+    page.go_back()
+    page.wait_for_url(f"**/ui/sessions/{found['demo']}/tasks")
+    w.settle()
+    assert page.locator("#session-switcher").input_value() == found["demo"]
+
+
+@pytest.mark.ray
+def test_tasks_are_filtered_sorted_and_paged_by_the_server_and_the_view_is_in_the_url(
+    recorded: ServerProcess, watched: Any
+) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/tasks?size=5")
+    first = rows(page, "#tasks-table")
+    assert len(first) == 5 and "Showing 1-5 of 16 rows" in page.locator(".tabulator-page-counter").inner_text()
+    page.get_by_role("button", name="Next").click()
+    second = wait_rows(page, "#tasks-table", lambda r: r != first)
+    assert len(second) == 5 and "page=2" in page.url
+    state = column(page, "#tasks-table", "State")
+    page.goto(recorded.url + "/ui/sessions/demo/tasks?state=FAILED")
+    failed = wait_rows(page, "#tasks-table", lambda r: len(r) == 3)
+    assert {r[state] for r in failed} == {"FAILED"}
+    page.goto(recorded.url + "/ui/sessions/demo/tasks?sort=-duration_ms")
+    slowest = rows(page, "#tasks-table")
+    assert slowest[0][column(page, "#tasks-table", "Function")] == "parent"  # it waited for its children
+    page.reload()
+    w.settle()
+    assert rows(page, "#tasks-table")[0] == slowest[0]  # reload-safe
+    page.locator(".tabulator-col[tabulator-field='func_or_class_name'] input").fill("child")
+    page.keyboard.press("Enter")
+    children = wait_rows(page, "#tasks-table", lambda r: len(r) == 3)
+    assert {r[column(page, "#tasks-table", "Function")] for r in children} == {"child"} and "=child" in page.url
+
+
+@pytest.mark.ray
+def test_a_failed_task_leads_to_its_traceback_its_lines_and_its_failure(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/tasks?func_or_class_name=fails")
+    (row,) = wait_rows(page, "#tasks-table", lambda r: len(r) == 1)
+    page.locator("#tasks-table .tabulator-row a.id").first.click()
+    page.wait_for_url(re.compile(r".*/ui/sessions/demo/tasks/[0-9a-f]{48}$"))
+    w.settle()
+    traceback = page.locator("pre.traceback").inner_text()
+    assert 'raise ValueError("boom: this task fails on purpose")' in traceback and "\x1b" not in traceback
+    assert re.search(r"\(fails pid=\d+\) fails: about to raise", page.locator("pre.log").first.inner_text())
+    task_url = page.url
+    page.locator("a.to-failure").click()
+    page.wait_for_url(re.compile(r".*/errors/[0-9a-f]{48}$"))
+    w.settle()
+    text = page.locator("main").inner_text()
+    assert "task fails (attempt 0): TASK_EXECUTION_EXCEPTION" in text and "What it printed" in text
+    page.go_back()
+    page.wait_for_url(task_url)
+    w.settle()
+    assert page.locator("h1").inner_text() == "Task fails"
+
+
+@pytest.mark.ray
+def test_errors_grouped_by_cause_lead_to_each_failure(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/errors")
+    groups = rows(page, "#error-groups")
+    kind = column(page, "#error-groups", "Kind")
+    assert {g[kind] for g in groups} == {"actor", "task", "worker"}
+    crash = next(i for i, g in enumerate(groups) if g[kind] == "worker")
+    error_type = groups[crash][column(page, "#error-groups", "Error type")]
+    page.locator("#error-groups .tabulator-row").nth(crash).locator("a.group").click()
+    page.wait_for_url(re.compile(r".*/errors/[0-9a-f]{12}$"))
+    failures = rows(page, "#group-failures")
+    assert failures and all(f[0] == "worker" for f in failures)
+    page.locator("#group-failures a.failure-link").first.click()
+    page.wait_for_url(re.compile(r".*/errors/[0-9a-f]{56}$"))
+    w.settle()
+    assert re.fullmatch(rf"worker worker pid=\d+: {error_type}", page.locator("article.failure > h2").inner_text())
+    assert page.locator("pre.traceback").inner_text().strip()  # Ray's words for the crash (they vary by timing)
+
+
+@pytest.mark.ray
+def test_jobs_actors_nodes_and_workers_each_have_a_page(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/actors")
+    actors = rows(page, "#actors-table")
+    assert sorted(a[column(page, "#actors-table", "Class")] for a in actors) == ["Counter", "Fragile"]
+    counter = next(i for i, a in enumerate(actors) if "Counter" in a)
+    page.locator("#actors-table .tabulator-row").nth(counter).locator("a.id").first.click()
+    page.wait_for_url(re.compile(r".*/actors/[0-9a-f]{32}$"))
+    calls = rows(page, ".related")
+    assert sorted(c[2] for c in calls) == ["Counter.__init__"] + ["Counter.inc"] * 3  # its creation, its calls
+    assert "count 3" in page.locator("pre.log").inner_text()
+    w.shot()
+    for kind, box in (("jobs", "#jobs-table"), ("nodes", "#nodes-table"), ("workers", "#workers-table")):
+        page = w.open(f"/ui/sessions/demo/{kind}")
+        assert rows(page, box)
+        page.locator(f"{box} .tabulator-row a.id").first.click()
+        page.wait_for_url(re.compile(rf".*/{kind}/[0-9a-f]+$"))
+        w.settle()
+        assert page.locator("dl.fields").count() == 1
+    assert "Tasks it ran" in page.locator("main").inner_text()
+
+
+@pytest.mark.ray
+def test_log_search(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/logs")
+    page.locator("#log-search input[name=grep]").fill("count")
+    page.locator("#log-search select[name=stream]").select_option("stdout")
+    page.get_by_role("button", name="Search").click()
+    page.locator("#log-status", has_text=re.compile("^3 matching")).wait_for(timeout=WAIT_MS)
+    lines = page.locator("#log-lines .line").all_inner_texts()
+    assert [re.sub(r"pid=\d+", "pid=N", line) for line in lines] == [
+        f"(Counter pid=N) count {n}" for n in (3, 2, 1)
+    ]  # newest first
+    assert "grep=count" in page.url and "stream=stdout" in page.url
+    page.locator("#log-search input[name=regex]").check()
+    page.locator("#log-search input[name=grep]").fill("count [12]$")
+    page.get_by_role("button", name="Search").click()
+    page.locator("#log-status", has_text=re.compile("^2 matching")).wait_for(timeout=WAIT_MS)
+    w.shot()
+
+
+def test_a_live_sessions_logs_are_followed_as_they_come(tmp_path: Path, watched: Any) -> None:
+    """A session fed by a real node agent tailing a worker's file: the logs page, following, shows each new line
+    without a reload; the page marks the session live."""
+    logs = tmp_path / "ray" / "session_2026-11-23_10-00-00_000000_1" / "logs"
+    logs.mkdir(parents=True)
+    worker = logs / ("worker-" + "ab" * 28 + "-01000000-4242.out")
+    worker.write_text("first line\n")
+    server = ServerProcess(tmp_path / "data").start()
+    agent = subprocess.Popen(
+        agent_command(server.url, tmp_path / "ray", tmp_path / "state"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with server.client() as client:  # the agent's first batch is in
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while not client.sessions():
+                assert time.monotonic() < deadline, "the agent shipped nothing"
+                time.sleep(0.1)
+        w = watched(server.url)
+        page = w.open("/ui/sessions/session_2026-11-23_10-00-00_000000_1/logs?follow=1")
+        page.locator("#log-lines .line").first.wait_for(timeout=WAIT_MS)
+        assert not page.locator("#live").is_hidden()
+        with worker.open("a") as f:
+            f.write("second line, written while the page follows\n")
+        page.get_by_text("second line, written while the page follows").wait_for(timeout=WAIT_MS)
+        newest = page.locator("#log-lines .line").first.inner_text()
+        assert newest.endswith("second line, written while the page follows")
+        w.shot()
+    finally:
+        agent.kill()
+        agent.wait(timeout=30)
+        server.stop()
+
+
+def test_a_server_that_needs_its_token_asks_for_it_once(tmp_path: Path, watched: Any) -> None:
+    """Bound beyond loopback, reads need the token: the page asks once, keeps it for the tab (not in any URL), and
+    every page then loads; with no sessions, the sessions page says what to do."""
+    server = ServerProcess(
+        tmp_path / "data", options=["--host", "0.0.0.0", "--token", "read-secret", "--ingest-key", "w-key"]
+    ).start()
+    try:
+        w = watched(server.url)
+        w.expected = [r"^401 .*/api/raysight/", r"^console error: Failed to load resource: .* 401"]
+        page = w.page
+        page.goto(server.url + "/")  # the page waits for the token: not settled until it is given
+        page.locator("#token-input").fill("read-secret")
+        page.locator("#token-dialog button").click()
+        page.get_by_text("No sessions yet: run `raysight run -- python app.py`").wait_for(timeout=WAIT_MS)
+        refused = len(w.problems)
+        page.reload()
+        w.settle()
+        page.locator("p.empty").wait_for(timeout=WAIT_MS)
+        assert len(w.problems) == refused and page.locator("#token-dialog").is_hidden()  # kept for the tab
+        assert "read-secret" not in page.url
+        assert refused >= 1  # it was asked for, not open
+    finally:
+        server.stop()
+
+
+def test_an_unknown_page_or_session_says_so(tmp_path: Path, watched: Any) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        w = watched(server.url)
+        w.expected = [r"^404 .*/api/raysight/errors/", r"^console error: Failed to load resource: .* 404"]
+        page = w.open("/ui/nowhere")
+        assert page.locator("h1").inner_text() == "Not found"
+        page = w.open("/ui/sessions/session_nope/errors/" + "ab" * 24)
+        assert "no session named 'session_nope'" in page.locator("#banner").inner_text()
+    finally:
+        server.stop()
+
+
+def test_a_live_sessions_table_updates_itself_on_the_page_the_user_reads(
+    tmp_path: Path, watched: Any, ray_batches: list[list[dict[str, Any]]]
+) -> None:
+    """Ray's events arriving while the tasks table is open on its second page: the table's count grows by itself,
+    and it stays on the page, page size and URL the user chose."""
+    server = ServerProcess(tmp_path / "data").start()
+    half = len(ray_batches) // 2
+
+    def send(batches: list[list[dict[str, Any]]]) -> None:
+        with httpx.Client(base_url=server.url) as http:
+            for batch in batches:
+                http.post("/ingest/ray-events?cluster=live", json=batch).raise_for_status()
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while http.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+                assert time.monotonic() < deadline, "the batches were not folded"
+                time.sleep(0.05)
+
+    try:
+        send(ray_batches[:half])
+        w = watched(server.url)
+        page = w.open("/ui/sessions/live/tasks?size=3&page=2")
+        rows(page, "#tasks-table")
+        counter = page.locator(".tabulator-page-counter")
+        before = int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))
+        assert not page.locator("#live").is_hidden()
+        send(ray_batches[half:])
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while (after := int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))) == before:
+            assert time.monotonic() < deadline, "the table did not update"
+            page.wait_for_timeout(200)
+        assert after > before and page.url.endswith("/ui/sessions/live/tasks?page=2&size=3")
+        w.shot()
+    finally:
+        server.stop()
