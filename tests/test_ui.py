@@ -226,6 +226,66 @@ def test_jobs_actors_nodes_and_workers_each_have_a_page(recorded: ServerProcess,
     assert "Tasks it ran" in page.locator("main").inner_text()
 
 
+def visible_us(canvas: Any) -> tuple[int, int]:
+    """The time span the timeline shows (µs from its first start), as its last frame drew it."""
+    first, last = canvas.get_attribute("data-view").split(",")
+    return int(first), int(last)
+
+
+@pytest.mark.ray
+def test_the_timeline_zooms_pans_and_opens_the_task_of_a_bar(recorded: ServerProcess, watched: Any) -> None:
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/timeline")
+    canvas = page.locator("canvas.stream")
+    tasks = httpx.get(f"{recorded.url}/api/raysight/tasks", params={"session": "demo", "limit": 100}).json()["rows"]
+    started = [t for t in tasks if t["start_time_ms"] is not None and t["type"] != "DRIVER_TASK"]
+    assert int(canvas.get_attribute("data-bars")) == len(started) >= 12
+    assert int(canvas.get_attribute("data-lanes")) == len({t["worker_id"] for t in started})
+    assert {"parent", "child", "crash_once", "Counter.inc"} <= set(page.locator(".legend li").all_inner_texts())
+    box = canvas.bounding_box()
+    gutter, top, lane_height = (float(canvas.get_attribute(f"data-{a}")) for a in ("gutter", "top", "lane-height"))
+    middle = (box["x"] + (gutter + box["width"]) / 2, box["y"] + top + lane_height / 2)
+    whole = visible_us(canvas)
+    page.mouse.move(*middle)
+    for _ in range(5):
+        page.mouse.wheel(0, -200)  # zoom in about the pointer
+    page.locator(f"canvas.stream:not([data-view='{','.join(map(str, whole))}'])").wait_for(timeout=WAIT_MS)
+    page.wait_for_timeout(300)
+    zoomed = visible_us(canvas)
+    assert zoomed[1] - zoomed[0] < (whole[1] - whole[0]) / 2 and whole[0] <= zoomed[0] < zoomed[1] <= whole[1]
+    page.mouse.down()
+    page.mouse.move(middle[0] + 200, middle[1], steps=5)  # drag right: earlier times come into view
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    panned = visible_us(canvas)
+    per_px = (zoomed[1] - zoomed[0]) / (box["width"] - gutter)
+    assert abs((zoomed[0] - panned[0]) - 200 * per_px) < 3 * per_px + 1
+    page.reload()  # back to the whole session, then find a bar by hovering along each lane, as a user does
+    w.settle()
+    found = None
+    for lane in range(int(canvas.get_attribute("data-lanes"))):
+        y = box["y"] + top + lane * lane_height + lane_height / 2
+        for x in range(int(box["x"] + gutter) + 2, int(box["x"] + box["width"]), 3):
+            page.mouse.move(x, y)
+            if page.locator(".stream-tip").is_visible():
+                found = (x, y, page.locator(".stream-tip").inner_text().splitlines())
+                break
+        if found:
+            break
+    assert found, "no bar under the pointer in any lane"
+    x, y, (function, attempt_line, task_id, _lane) = found
+    attempt = re.search(r"attempt (\d+)", attempt_line).group(1)
+    w.shot()
+    page.mouse.click(x, y)
+    page.wait_for_url(re.compile(rf".*/ui/sessions/demo/tasks/{task_id}#attempt-{attempt}$"))
+    w.settle()
+    assert page.locator("h1").inner_text() == f"Task {function}"
+    page.go_back()
+    page.wait_for_url("**/ui/sessions/demo/timeline")
+    w.settle()
+    assert canvas.get_attribute("data-bars") == str(len(started))
+
+
 @pytest.mark.ray
 def test_log_search(recorded: ServerProcess, watched: Any) -> None:
     w = watched(recorded.url)
@@ -319,16 +379,16 @@ def test_an_unknown_page_or_session_says_so(tmp_path: Path, watched: Any) -> Non
         server.stop()
 
 
-def test_a_live_sessions_table_updates_itself_on_the_page_the_user_reads(
-    tmp_path: Path, watched: Any, ray_batches: list[list[dict[str, Any]]]
-) -> None:
-    """Ray's events arriving while the tasks table is open on its second page: the table's count grows by itself,
-    and it stays on the page, page size and URL the user chose."""
-    server = ServerProcess(tmp_path / "data").start()
-    half = len(ray_batches) // 2
+class LiveFeed:
+    """A server that Ray's recorded events reach in two halves while the pages are open: the session stays live."""
 
-    def send(batches: list[list[dict[str, Any]]]) -> None:
-        with httpx.Client(base_url=server.url) as http:
+    def __init__(self, data_dir: Path, ray_batches: list[list[dict[str, Any]]]) -> None:
+        self.server = ServerProcess(data_dir).start()
+        self.batches, self.half = ray_batches, len(ray_batches) // 2
+
+    def send(self, first_half: bool) -> None:
+        batches = self.batches[: self.half] if first_half else self.batches[self.half :]
+        with httpx.Client(base_url=self.server.url) as http:
             for batch in batches:
                 http.post("/ingest/ray-events?cluster=live", json=batch).raise_for_status()
             deadline = time.monotonic() + WAIT_MS / 1000
@@ -336,20 +396,63 @@ def test_a_live_sessions_table_updates_itself_on_the_page_the_user_reads(
                 assert time.monotonic() < deadline, "the batches were not folded"
                 time.sleep(0.05)
 
+
+@pytest.fixture
+def live_feed(tmp_path: Path, ray_batches: list[list[dict[str, Any]]]) -> Iterator[LiveFeed]:
+    feed = LiveFeed(tmp_path / "data", ray_batches)
     try:
-        send(ray_batches[:half])
-        w = watched(server.url)
-        page = w.open("/ui/sessions/live/tasks?size=3&page=2")
-        rows(page, "#tasks-table")
-        counter = page.locator(".tabulator-page-counter")
-        before = int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))
-        assert not page.locator("#live").is_hidden()
-        send(ray_batches[half:])
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while (after := int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))) == before:
-            assert time.monotonic() < deadline, "the table did not update"
-            page.wait_for_timeout(200)
-        assert after > before and page.url.endswith("/ui/sessions/live/tasks?page=2&size=3")
-        w.shot()
+        feed.send(first_half=True)
+        yield feed
     finally:
-        server.stop()
+        feed.server.stop()
+
+
+def test_a_live_sessions_table_updates_itself_on_the_page_the_user_reads(live_feed: LiveFeed, watched: Any) -> None:
+    """Ray's events arriving while the tasks table is open on its second page: the table's count grows by itself,
+    and it stays on the page, page size and URL the user chose."""
+    w = watched(live_feed.server.url)
+    page = w.open("/ui/sessions/live/tasks?size=3&page=2")
+    rows(page, "#tasks-table")
+    counter = page.locator(".tabulator-page-counter")
+    before = int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))
+    assert not page.locator("#live").is_hidden()
+    live_feed.send(first_half=False)
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (after := int(re.fullmatch(r"Showing 4-6 of (\d+) rows", counter.inner_text()).group(1))) == before:
+        assert time.monotonic() < deadline, "the table did not update"
+        page.wait_for_timeout(200)
+    assert after > before and page.url.endswith("/ui/sessions/live/tasks?page=2&size=3")
+    w.shot()
+
+
+RETRIED = "c2668a65bda616c1ffffffffffffffffffffffff01000000"  # crash_once: its retry pending in the first half
+COUNTER = "d5debab60e48106f980c782b01000000"  # alive in the first half, killed in the second
+
+
+def test_a_live_tasks_actors_and_timelines_pages_update_themselves(live_feed: LiveFeed, watched: Any) -> None:
+    """A task's page, an actor's, the timeline and the errors, each open in its own tab while the rest of the
+    session's events arrive: each shows them without a reload (the retry finished, the actor dead, more bars, more
+    failures)."""
+    tabs = [watched(live_feed.server.url) for _ in range(4)]
+    task = tabs[0].open(f"/ui/sessions/live/tasks/{RETRIED}")
+    assert task.locator("#attempt-1 h2 .state").inner_text() == "PENDING_NODE_ASSIGNMENT"
+    actor = tabs[1].open(f"/ui/sessions/live/actors/{COUNTER}")
+    state = actor.locator("dl.fields dt", has_text=re.compile("^state$")).locator("xpath=following-sibling::dd[1]")
+    assert state.inner_text() == "ALIVE"
+    timeline = tabs[2].open("/ui/sessions/live/timeline")
+    canvas = timeline.locator("canvas.stream")
+    bars = int(canvas.get_attribute("data-bars"))
+    errors = tabs[3].open("/ui/sessions/live/errors")
+    causes = len(rows(errors, "#error-groups"))
+    live_feed.send(first_half=False)
+    task.locator("#attempt-1 h2 .state", has_text=re.compile("^FINISHED$")).wait_for(timeout=WAIT_MS)
+    assert task.url.endswith(RETRIED) and task.locator("article.attempt").count() == 2
+    playwright_api.expect(state).to_have_text("DEAD", timeout=WAIT_MS)
+    timeline.locator(f"canvas.stream:not([data-bars='{bars}'])").wait_for(timeout=WAIT_MS)
+    assert int(canvas.get_attribute("data-bars")) > bars
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while len(rows(errors, "#error-groups")) == causes:
+        assert time.monotonic() < deadline, "the errors page did not update"
+        errors.wait_for_timeout(200)
+    for tab in tabs:
+        tab.shot()

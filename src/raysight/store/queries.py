@@ -60,6 +60,7 @@ TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
 TASK_TYPE = f"coalesce(t.type, {task_kind_sql('t.task_id')})"  # the ID tells it when the definition never came
 # When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
 TASK_NAME = "coalesce(t.name, t.profile_name)"
+TASK_FUNCTION = f"coalesce(t.func_or_class_name, {TASK_NAME}, '')"
 # When the executor's RUNNING event was lost, its profile still says when execution began.
 TASK_START = "coalesce(t.start_ns, t.exec_start_ns)"
 _OF_ATTEMPT = "x.session = t.session AND x.task_id = t.task_id AND x.attempt = t.attempt"
@@ -101,7 +102,7 @@ TASKS = Resource(
             True,
         ),
         _f("type", TASK_TYPE, base=True),
-        _f("func_or_class_name", f"coalesce(t.func_or_class_name, {TASK_NAME}, '')", base=True),
+        _f("func_or_class_name", TASK_FUNCTION, base=True),
         _f("parent_task_id", "coalesce(t.parent_task_id, '')", "id", True),
         _f("node_id", "t.node_id", "id", True),
         _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", "id", True),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 
 from raysight.ingest.events_sql import sql_str
-from raysight.store.queries import TASK_NAME, TASK_START, TASK_STATE, TASK_TYPE
+from raysight.store.queries import TASK_FUNCTION, TASK_NAME, TASK_START, TASK_STATE, TASK_TYPE
 
 # Ray's colours (ray/_private/profiling.py), names from catapult's colour scheme; any other event: generic_work
 COLORS = {
@@ -68,13 +68,13 @@ def chrome_trace(con: duckdb.DuckDBPyConnection, session: str, job_id: str | Non
     return ("[\n" + ",\n".join(row[0] for row in rows) + "\n]\n").encode()
 
 
-# The dashboard's task stream: a lane per worker, a bar per attempt that started, in columns (one JSON array per
-# field, bars ordered by lane then start) that a page draws without building an object per bar.
+# The dashboard's task stream: a lane per worker, a bar per attempt that started (named by its function), in
+# columns (one JSON array per field, bars ordered by lane then start) that a page draws without an object per bar.
 STREAM_LIMIT = 200_000
 _STREAM = f"""
 WITH a AS (
-    SELECT coalesce(t.node_id, '') AS node, coalesce(t.worker_id, t.exec_worker_id, '') AS worker, t.worker_pid AS pid,
-           {TASK_START} // 1000 AS s, t.end_ns // 1000 AS e, coalesce({TASK_NAME}, '') AS fn, t.task_id,
+    SELECT t.node_id AS node, coalesce(t.worker_id, t.exec_worker_id, '') AS worker, t.worker_pid AS pid,
+           {TASK_START} // 1000 AS s, t.end_ns // 1000 AS e, {TASK_FUNCTION} AS fn, t.task_id,
            t.attempt, {TASK_STATE} AS state
     FROM tasks t
     WHERE t.session = $session AND {TASK_START} IS NOT NULL AND {TASK_TYPE} <> 'DRIVER_TASK'
@@ -82,13 +82,14 @@ WITH a AS (
     ORDER BY s LIMIT $limit + 1
 ),
 kept AS (SELECT * FROM a ORDER BY s LIMIT $limit),
-lanes AS (
-    SELECT node, worker, max(pid) AS pid, row_number() OVER (ORDER BY node, worker) - 1 AS lane
-    FROM kept GROUP BY node, worker
+lanes AS (  -- a worker's lane, on the node any of its attempts names (one may not: its owner's event was lost)
+    SELECT worker, max(node) AS node, max(pid) AS pid,
+           row_number() OVER (ORDER BY max(node), worker) - 1 AS lane
+    FROM kept GROUP BY worker
 ),
 fns AS (SELECT fn, row_number() OVER (ORDER BY fn) - 1 AS f FROM (SELECT DISTINCT fn FROM kept)),
 bars AS (SELECT l.lane, k.s, k.e, f.f, k.task_id, k.attempt, k.state
-         FROM kept k JOIN lanes l USING (node, worker) JOIN fns f USING (fn))
+         FROM kept k JOIN lanes l USING (worker) JOIN fns f USING (fn))
 SELECT to_json({{
     session: $session, truncated: (SELECT count(*) FROM a) > $limit,
     lanes: coalesce((SELECT list({{node_id: node, worker_id: worker, pid: pid}} ORDER BY lane) FROM lanes), []),

@@ -11,12 +11,14 @@ import * as overview from "./pages/overview.js";
 import * as sessions from "./pages/sessions.js";
 import * as task from "./pages/task.js";
 import * as tasks from "./pages/tasks.js";
+import * as timeline from "./pages/timeline.js";
 
 const LIVE_EVERY_MS = 3000;
 const SECTIONS = [
   ["", "Overview"],
   ["jobs", "Jobs"],
   ["tasks", "Tasks"],
+  ["timeline", "Timeline"],
   ["actors", "Actors"],
   ["nodes", "Nodes"],
   ["workers", "Workers"],
@@ -35,6 +37,7 @@ const ROUTES = [
   [new RegExp(`^/sessions/${ID}/errors/?$`), errors, ["session"]],
   [new RegExp(`^/sessions/${ID}/errors/${ID}$`), errors, ["session", "id"]],
   [new RegExp(`^/sessions/${ID}/logs/?$`), logs, ["session"]],
+  [new RegExp(`^/sessions/${ID}/timeline/?$`), timeline, ["session"]],
 ];
 
 let current = null; // the page shown: {refresh?, stop?}

@@ -115,12 +115,15 @@ function keepInUrl(params) {
 }
 
 /** A small local table (rows already fetched): sortable, not paged. */
-export function localTable(element, rows, columns) {
-  return new Tabulator(element, {
-    layout: "fitDataStretch",
-    data: rows,
-    columns,
-    placeholder: "None",
-  });
+/** A table of rows already fetched, sorted in the page; `replace(rows)` swaps them keeping the sort and scroll. */
+export function localTable(element, rows, columns, placeholder = "None") {
+  const table = new Tabulator(element, { layout: "fitDataStretch", data: rows, columns, placeholder });
+  const built = new Promise((resolve) => table.on("tableBuilt", resolve));
+  return {
+    table,
+    async replace(fresh) {
+      await built;
+      await table.replaceData(fresh);
+    },
+  };
 }
-

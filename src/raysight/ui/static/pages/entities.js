@@ -92,9 +92,13 @@ async function list(page, session, kind) {
   return { refresh: table.refresh };
 }
 
-async function one(page, session, kind, id) {
+/** The entity's fields, state history and newest lines: what a live page redraws (its tables refresh themselves). */
+async function details(box, session, kind, id) {
   const spec = KINDS[kind];
-  const { rows } = await api(`/api/raysight/${kind}/${encodeURIComponent(id)}`, { session });
+  const [{ rows }, printed] = await Promise.all([
+    api(`/api/raysight/${kind}/${encodeURIComponent(id)}`, { session }),
+    api("/api/raysight/logs", { session, [spec.logParam]: id, limit: 200, newest: "true" }),
+  ]);
   if (!rows.length) throw new Error(`no ${spec.one.toLowerCase()} ${id} in this session`);
   const [entity] = rows;
   const show = {};
@@ -103,28 +107,47 @@ async function one(page, session, kind, id) {
     else if (TIMES.test(key)) show[key] = (v) => time(v);
   }
   const { events, ...rest } = entity;
-  const printed = await api("/api/raysight/logs", { session, [spec.logParam]: id, limit: 200, newest: "true" });
+  box.replaceChildren(
+    entity.state_inferred ? h("p", { class: "inferred-reason" }, `State inferred by raysight: ${entity.inferred_reason}`) : "",
+    fields(rest, show),
+    events?.length
+      ? section(
+          "State history",
+          h("table", { class: "plain transitions" }, events.map((e) => h("tr", {}, h("td", {}, time(e.created_ms)), h("td", {}, stateBadge(e.state))))),
+        )
+      : "",
+  );
+  return printed;
+}
+
+async function one(page, session, kind, id) {
+  const spec = KINDS[kind];
+  const head = h("div", { class: "details" });
+  const logs = h("div", { class: "entity-logs" });
+  const showLogs = (printed) => logs.replaceChildren(printed.rows.length ? logLines(printed.rows) : empty("No lines."));
+  showLogs(await details(head, session, kind, id));
   page.append(
     h("h1", {}, `${spec.one} `, h("code", {}, id)),
-    entity.state_inferred ? h("p", { class: "inferred-reason" }, `State inferred by raysight: ${entity.inferred_reason}`) : "",
-    h("p", {}, h("a", { href: sessionPath(session, "errors", id), class: "to-failure" }, "Its failures, if any →")),
-    fields(rest, show),
+    h(
+      "p",
+      {},
+      h("a", { href: sessionPath(session, "errors", id), class: "to-failure" }, "Its failures, if any →"),
+      kind === "jobs" ? [" · ", h("a", { href: `${sessionPath(session, "timeline")}?job=${encodeURIComponent(id)}` }, "its timeline →")] : "",
+    ),
+    head,
   );
-  if (events?.length) {
-    page.append(
-      section(
-        "State history",
-        h("table", { class: "plain transitions" }, events.map((e) => h("tr", {}, h("td", {}, time(e.created_ms)), h("td", {}, stateBadge(e.state))))),
-      ),
-    );
-  }
-  for (const [title, resource, columns, filters] of spec.related(session, id)) {
+  const tables = spec.related(session, id).map(([title, resource, columns, filters]) => {
     const box = h("div", { class: "related" });
     page.append(section(title, box));
-    resourceTable(box, { resource, session, columns, filters, pageSize: 20 });
-  }
-  page.append(section("Logs (newest 200)", printed.rows.length ? logLines(printed.rows) : empty("No lines.")));
-  return null;
+    return resourceTable(box, { resource, session, columns, filters, pageSize: 20 });
+  });
+  page.append(section("Logs (newest 200)", logs));
+  return {
+    refresh: async () => {
+      showLogs(await details(head, session, kind, id));
+      await Promise.all(tables.map((table) => table.refresh()));
+    },
+  };
 }
 
 export function render(page, { session, kind, id }) {

@@ -3,7 +3,7 @@
 // lines before it, and what failed beside it.
 
 import { api } from "../api.js";
-import { empty, h, idLink, logLines, section, sessionPath, time } from "../dom.js";
+import { h, idLink, logLines, section, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
 import { stripColours } from "./task.js";
 
@@ -14,28 +14,40 @@ function entityLink(session, kind, id) {
   return idLink(session, KIND_PAGES[kind], id);
 }
 
+function tally(groups) {
+  const roots = groups.reduce((n, g) => n + g.count, 0);
+  return `${roots} root failures in ${groups.length} causes; what followed from each is counted beside it.`;
+}
+
 async function groups(page, session) {
-  const { groups } = await api("/api/raysight/errors", { session });
-  page.append(h("h1", {}, "Errors"));
-  if (!groups.length) {
-    page.append(empty("No failures in this session."));
-    return null;
-  }
-  page.append(h("p", { class: "hint" }, `${groups.reduce((n, g) => n + g.count, 0)} root failures in ${groups.length} causes; what followed from each is counted beside it.`));
+  const load = async () => (await api("/api/raysight/errors", { session })).groups;
+  const found = await load();
+  const hint = h("p", { class: "hint" }, tally(found));
   const box = h("div", { id: "error-groups" });
-  page.append(box);
-  localTable(box, groups, [
-    column("Cause", "group_id", (g) => h("a", { href: sessionPath(session, "errors", g.group_id), class: "group" }, g.group_id)),
-    column("Count", "count"),
-    column("Kind", "kind"),
-    column("Error type", "error_type"),
-    column("Error", "error", (g) => h("code", { title: g.example?.message ? stripColours(g.example.message) : "" }, g.error)),
-    column("Affected", "affected", (g) => g.affected.join(", ")),
-    column("Followed from it", "consequences", (g) => Object.entries(g.consequences).map(([k, n]) => `${n} ${k}`).join(", ")),
-    column("First", "first_ms", (g) => time(g.first_ms)),
-    column("Last", "last_ms", (g) => time(g.last_ms)),
-  ]);
-  return null;
+  page.append(h("h1", {}, "Errors"), hint, box);
+  const table = localTable(
+    box,
+    found,
+    [
+      column("Cause", "group_id", (g) => h("a", { href: sessionPath(session, "errors", g.group_id), class: "group" }, g.group_id)),
+      column("Count", "count"),
+      column("Kind", "kind"),
+      column("Error type", "error_type"),
+      column("Error", "error", (g) => h("code", { title: g.example?.message ? stripColours(g.example.message) : "" }, g.error)),
+      column("Affected", "affected", (g) => g.affected.join(", ")),
+      column("Followed from it", "consequences", (g) => Object.entries(g.consequences).map(([k, n]) => `${n} ${k}`).join(", ")),
+      column("First", "first_ms", (g) => time(g.first_ms)),
+      column("Last", "last_ms", (g) => time(g.last_ms)),
+    ],
+    "No failures in this session.",
+  );
+  return {
+    refresh: async () => {
+      const fresh = await load();
+      hint.textContent = tally(fresh);
+      await table.replace(fresh);
+    },
+  };
 }
 
 function failureView(session, f, attempts) {

@@ -70,20 +70,32 @@ export function stripColours(text) {
   return String(text).replace(/\u001b\[[0-9;]*m/g, "");
 }
 
-export async function render(page, { session, id }) {
+/** The task's attempts, each with what it printed: what a live page redraws. */
+async function attempts(box, session, id) {
   const { rows } = await api(`/api/raysight/tasks/${encodeURIComponent(id)}`, { session });
   if (!rows.length) throw new Error(`no task ${id} in this session`);
   const printed = await Promise.all(
     rows.map((t) => api("/api/raysight/logs", { session, task: id, attempt: t.attempt_number, limit: 200 })),
   );
-  const first = rows[0];
-  page.append(
-    h("h1", {}, `Task ${first.func_or_class_name ?? first.name ?? ""}`),
-    h("p", { class: "id-line" }, h("code", {}, id), ` · ${rows.length} attempt${rows.length > 1 ? "s" : ""}`),
-    ...rows.map((t, i) => attempt(session, t, printed[i])),
-  );
+  box.replaceChildren(...rows.map((t, i) => attempt(session, t, printed[i])));
+  return rows;
+}
+
+export async function render(page, { session, id }) {
+  const box = h("div", { class: "attempts" });
+  const rows = await attempts(box, session, id);
+  const title = h("p", { class: "id-line" });
+  const count = (n) => title.replaceChildren(h("code", {}, id), ` · ${n} attempt${n > 1 ? "s" : ""}`);
+  count(rows.length);
+  page.append(h("h1", {}, `Task ${rows[0].func_or_class_name ?? rows[0].name ?? ""}`), title, box);
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
-  resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
-  return null;
+  const table = resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
+  document.getElementById(location.hash.slice(1))?.scrollIntoView();
+  return {
+    refresh: async () => {
+      count((await attempts(box, session, id)).length);
+      await table.refresh();
+    },
+  };
 }
