@@ -15,7 +15,6 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +24,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.list_latency import CACHE, RAY_QUERY, build, url_with  # noqa: E402 (after the sys.path line)
-from raysight.store import schema  # noqa: E402
-from raysight.store.store import DB_FILE, Store  # noqa: E402
+from benchmarks.list_latency import RAY_QUERY, session_copy, url_with  # noqa: E402 (after the sys.path line)
+from raysight.store.store import DB_FILE  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 CAUSES = 20
@@ -42,14 +40,7 @@ MESSAGE = """printf('User exception:\n\x1b[36mray::flaky()\x1b[39m (pid=%d, ip=1
 
 def prepare(n_tasks: int) -> Path:
     """A copy of the synthesised session with its failures rewritten (see the docstring)."""
-    built = sorted(CACHE.glob(f"tasks-{n_tasks}-schema*/built.json"), key=lambda p: p.stat().st_mtime)
-    source = built[-1].parent if built else CACHE / f"tasks-{n_tasks}-schema{schema.SCHEMA_VERSION}"
-    if not built:  # (an older schema's will do: the copy is upgraded)
-        print(f"building the synthesised session of {n_tasks:,} tasks into {source.relative_to(ROOT)} …")
-        build(source, n_tasks)
-    target = Path(tempfile.mkdtemp(prefix="raysight-errors-bench-"))
-    shutil.copy2(source / DB_FILE, target / DB_FILE)
-    Store(target).close()  # the current schema
+    target = session_copy(n_tasks, "raysight-errors-bench-")
     with duckdb.connect(str(target / DB_FILE)) as con:
         con.execute(
             """UPDATE tasks SET reported_state = 'FINISHED', error_type = NULL, error_message = NULL,

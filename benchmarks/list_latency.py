@@ -42,7 +42,7 @@ from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.store import schema  # noqa: E402
-from raysight.store.store import DB_FILE  # noqa: E402
+from raysight.store.store import DB_FILE, Store  # noqa: E402
 from raysight.store.writer import MAX_GROUP_BYTES  # noqa: E402
 from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb  # noqa: E402
 
@@ -263,6 +263,20 @@ def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
     }
     (data_dir / "built.json").write_bytes(orjson.dumps(stats))
     return stats
+
+
+def session_copy(n_tasks: int, prefix: str) -> Path:
+    """A data dir of its own holding the synthesised session of ``n_tasks`` (built into the cache the first time; an
+    older schema's will do), upgraded to the current schema: a benchmark may rewrite it."""
+    built = sorted(CACHE.glob(f"tasks-{n_tasks}-schema*/built.json"), key=lambda p: p.stat().st_mtime)
+    source = built[-1].parent if built else CACHE / f"tasks-{n_tasks}-schema{schema.SCHEMA_VERSION}"
+    if not built:
+        print(f"building the synthesised session of {n_tasks:,} tasks into {source.relative_to(ROOT)} …")
+        build(source, n_tasks)
+    target = Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.copy2(source / DB_FILE, target / DB_FILE)
+    Store(target).close()  # the current schema
+    return target
 
 
 def synth(n_tasks: int, n_requests: int) -> None:

@@ -114,7 +114,6 @@ function keepInUrl(params) {
   if (search !== location.search) history.replaceState(history.state, "", location.pathname + search);
 }
 
-/** A small local table (rows already fetched): sortable, not paged. */
 /** A table of rows already fetched, sorted in the page; `replace(rows)` swaps them keeping the sort and scroll. */
 export function localTable(element, rows, columns, placeholder = "None") {
   const table = new Tabulator(element, { layout: "fitDataStretch", data: rows, columns, placeholder });

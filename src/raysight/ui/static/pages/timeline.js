@@ -7,7 +7,7 @@ import { api } from "../api.js";
 import { duration, empty, h, sessionPath } from "../dom.js";
 
 const d3 = globalThis.d3;
-const GUTTER = 150; // px for the lanes' names
+const GUTTER = 180; // px for the lanes' names
 const AXIS = 22; // px for the time axis above the lanes
 const FAILED = "#dc2626";
 const TERMINAL = new Set(["FINISHED", "FAILED"]);
