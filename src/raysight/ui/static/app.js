@@ -4,14 +4,16 @@
 import { api } from "./api.js";
 import { clearError, showError } from "./banner.js";
 import { h, sessionPath } from "./dom.js";
-import * as entities from "./pages/entities.js";
-import * as errors from "./pages/errors.js";
-import * as logs from "./pages/logs.js";
-import * as overview from "./pages/overview.js";
-import * as sessions from "./pages/sessions.js";
-import * as task from "./pages/task.js";
-import * as tasks from "./pages/tasks.js";
-import * as timeline from "./pages/timeline.js";
+
+// Each page's module (and the libraries it needs) is fetched when a page of its kind is first shown
+const entities = () => import("./pages/entities.js");
+const errors = () => import("./pages/errors.js");
+const logs = () => import("./pages/logs.js");
+const overview = () => import("./pages/overview.js");
+const sessions = () => import("./pages/sessions.js");
+const task = () => import("./pages/task.js");
+const tasks = () => import("./pages/tasks.js");
+const timeline = () => import("./pages/timeline.js");
 
 const LIVE_EVERY_MS = 3000;
 const SECTIONS = [
@@ -26,7 +28,7 @@ const SECTIONS = [
   ["errors", "Errors"],
 ];
 const ID = "([^/]+)";
-// [pattern over the path after /ui, page module, what the captures name]
+// [pattern over the path after /ui, the page's module, what the captures name]
 const ROUTES = [
   [/^\/?$/, sessions, []],
   [new RegExp(`^/sessions/${ID}/?$`), overview, ["session"]],
@@ -53,7 +55,7 @@ function route() {
   const path = decodeURI(location.pathname).replace(/^\/ui/, "");
   for (const [pattern, page, names] of ROUTES) {
     const match = path.match(pattern);
-    if (match) return { page, params: Object.fromEntries(names.map((name, i) => [name, match[i + 1]])) };
+    if (match) return { load: page, params: Object.fromEntries(names.map((name, i) => [name, match[i + 1]])) };
   }
   return null;
 }
@@ -113,14 +115,15 @@ async function show(page) {
   const { session } = found.params;
   found.params.section = location.pathname.split("/")[4] ?? "";
   renderNav(session, found.params);
-  const known = await renderSwitcher(session);
+  const switcher = renderSwitcher(session); // beside the page's own requests, not before them
   page.replaceChildren();
   try {
-    current = (await found.page.render(page, found.params)) ?? null;
+    current = (await (await found.load()).render(page, found.params)) ?? null;
   } catch (error) {
     showError(error);
     return;
   }
+  const known = await switcher;
   if (known && known.end_time_ms === null && current?.refresh) {
     liveTimer = setInterval(async () => {
       try {

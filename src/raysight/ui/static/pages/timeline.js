@@ -6,7 +6,18 @@
 import { api } from "../api.js";
 import { duration, empty, h, sessionPath } from "../dom.js";
 
-const d3 = globalThis.d3;
+/** d3's bundle (a classic script, loaded once, by the first timeline shown). */
+function loadD3() {
+  if (globalThis.d3) return Promise.resolve(globalThis.d3);
+  return new Promise((resolve, reject) => {
+    const script = Object.assign(document.createElement("script"), { src: "/ui/vendor/d3.js" });
+    script.addEventListener("load", () => resolve(globalThis.d3));
+    script.addEventListener("error", () => reject(new Error("could not load /ui/vendor/d3.js")));
+    document.head.append(script);
+  });
+}
+
+const d3 = await loadD3();
 const GUTTER = 180; // px for the lanes' names
 const AXIS = 22; // px for the time axis above the lanes
 const FAILED = "#dc2626";
