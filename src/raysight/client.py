@@ -202,6 +202,11 @@ class Client:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def ray_state(self, poll: dict[str, Any], key: str | None) -> int:
+        """Send what a poll of a live cluster's dashboard found (``ingest/ray_state.py``); returns the rows kept."""
+        params = {"key": key} if key else {}
+        return self._request("POST", "/ingest/agent/ray-state", json=poll, params=params)["rows"]  # type: ignore[no-any-return]
+
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
         params = {"key": key} if key else {}

@@ -1,6 +1,6 @@
-"""Scraping what Ray's aggregators report of themselves (counters of events received, published, dropped) from
-the nodes of the session a driver joined, and sending it to the server. Best effort: a failure is skipped, never
-raised, so the user's program is never disturbed.
+"""Watching the Ray session a driver joined while `raysight run` runs it: scraping what Ray's aggregators report of
+themselves (counters of events received, published, dropped) from its nodes, and sending it to the server. Best
+effort: a failure is skipped, never raised, so the user's program is never disturbed.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -56,9 +57,12 @@ def aggregator_lines(text: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if PREFIX in line)
 
 
-class Scraper:
-    """A thread that scrapes the aggregators of ``driver_pid``'s Ray session every few seconds, and once more when
-    stopped (the cluster may be gone by then)."""
+class SessionWatcher:
+    """A thread that, every ``every_s`` and once more when stopped (the cluster may be gone by then), does its
+    :meth:`tick` on the Ray session ``driver_pid`` joined, once found. Best effort: a failure is skipped."""
+
+    every_s = SCRAPE_EVERY_S
+    name = "raysight-watch"
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         self.key, self.driver_pid, self.ray_dir = key, driver_pid, ray_dir
@@ -66,9 +70,9 @@ class Scraper:
         self.session: Path | None = None
         self._client = Client(server, timeout=5)
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="raysight-scrape", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def start(self) -> Scraper:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -80,16 +84,26 @@ class Scraper:
         os_thread.settle()
         with self._client:
             while True:
-                stopping = self._stopping.wait(SCRAPE_EVERY_S)
+                stopping = self._stopping.wait(self.every_s)
                 with suppress(Exception):  # never disturb the user's program
-                    self.scrape()
+                    self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
+                    if self.session:
+                        self.tick(self.session)
                 if stopping:
                     return
 
-    def scrape(self) -> None:
+    def tick(self, session: Path) -> None:
+        raise NotImplementedError
+
+
+class Scraper(SessionWatcher):
+    """Scrapes the aggregators of the session's nodes every few seconds."""
+
+    name = "raysight-scrape"
+
+    def tick(self, session: Path) -> None:
         """Send every node's aggregator lines to the server; a node or a server that fails is skipped."""
-        self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
-        for port in metrics_ports(self.session) if self.session else []:
+        for port in metrics_ports(session):
             with suppress(Exception):
                 page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False)
                 if lines := aggregator_lines(page.raise_for_status().text):

@@ -167,6 +167,8 @@ DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
     "inferred": "States raysight inferred (Ray never sent them)",
     "quarantine": "Quarantined events (malformed; kept with their reason)",
     "unsupported": "Event types raysight does not read yet (stored, counted)",
+    "polls": "What Ray never sends as events, polled from each live cluster's dashboard: the last poll that worked and "
+    "the last error, per resource",
     "log_gaps": "Log bytes no agent could read (a file gone before its end was read)",
     "log_dropped": "Log lines the server's log retention dropped",
 }

@@ -21,6 +21,7 @@ from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
 from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest import node_life
+from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
@@ -36,6 +37,7 @@ T = TypeVar("T")
 RAY_METRICS_MAX_BODY = 1024 * 1024
 RUN_EXIT_MAX_BODY = 64 * 1024
 NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
+RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 RUN_ID_MAX = 128
 RETRY = {"Retry-After": "1"}
 
@@ -268,6 +270,18 @@ async def _record(
     return JSONResponse({"ok": True, **answer(result)})
 
 
+async def ray_state(request: Request) -> Response:
+    """POST /ingest/agent/ray-state: what a poll of a live cluster's dashboard found (``ingest/ray_state.py``)."""
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    try:
+        poll = ray_state_poll.parse(await read_body(request, RAY_STATE_MAX_BODY))
+    except agent_logs_batch.BadBatch as exc:
+        app_state(request).metrics.rejected.labels("bad_ray_state").inc()
+        return _error(400, f"bad poll: {exc}")
+    return await _record(request, "the poll", lambda s: s.record_poll(poll), lambda n: {"rows": n})
+
+
 def parse_metrics_post(body: bytes) -> str:
     """The Prometheus text of a ``{"text": …}`` body (JSON: a content type no web page may send unasked)."""
     try:
@@ -298,4 +312,5 @@ routes = [
     Route("/ingest/agent/run-exit", run_exit, methods=["POST"]),
     Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
     Route("/ingest/agent/node-life", node_life_sightings, methods=["POST"]),
+    Route("/ingest/agent/ray-state", ray_state, methods=["POST"]),
 ]

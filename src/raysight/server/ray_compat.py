@@ -21,6 +21,7 @@ from raysight.store import queries, summaries
 from raysight.store.filters import Filter
 
 RAY_MAX_LIMIT = 10_000
+SAMPLED = "Objects are a sample: what raysight's poller saw last (every 5 s while the cluster lived)."
 API_VERSION = "4"
 
 
@@ -77,7 +78,7 @@ async def list_resource(request: Request) -> Response:
             "num_filtered": result.total,
             "result": result.rows,
             "partial_failure_warning": "",
-            "warnings": None,
+            "warnings": [SAMPLED] if res is queries.OBJECTS else None,
         }
     )
 

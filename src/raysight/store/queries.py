@@ -36,6 +36,8 @@ class Resource:
     id_field: str
     fields: list[Field]
     keys: tuple[str, ...] = ()  # SQL of the row's key (session first, ID second), needed by late fields
+    condition: str = ""  # SQL that every row of the source must meet too
+    order: tuple[str, ...] = ()  # the sort when none is asked for (else by ID)
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -222,7 +224,11 @@ WORKERS = Resource(
     ],
 )
 
-_JOB_STATUS = """CASE WHEN r.exit_code IS NOT NULL THEN (CASE WHEN r.exit_code = 0 THEN 'SUCCEEDED' ELSE 'FAILED' END)
+# A submitted job's status, message, exit code and times are its job manager's, as polled (``p``): the driver's
+# events cannot tell a failed entrypoint from a finished one
+_SUBMITTED = "p.row->>'$.{}'"
+_JOB_STATUS = """CASE WHEN p.row IS NOT NULL THEN p.state
+    WHEN r.exit_code IS NOT NULL THEN (CASE WHEN r.exit_code = 0 THEN 'SUCCEEDED' ELSE 'FAILED' END)
     WHEN j.state = 'FINISHED' THEN 'SUCCEEDED' WHEN e.ended_ns IS NOT NULL THEN 'FAILED' ELSE 'RUNNING' END"""
 
 JOBS = Resource(
@@ -230,22 +236,35 @@ JOBS = Resource(
     f"""jobs j JOIN sessions s ON s.session = j.session
         LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
         LEFT JOIN ({SESSION_ENDS}) e ON e.session = j.session
-        LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
+        LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id
+        LEFT JOIN polled p ON p.session = j.session AND p.resource = 'jobs' AND p.row->>'$.type' = 'SUBMISSION'
+                          AND p.row->>'$.job_id' = j.job_id""",
     "job_id",
     [
         _f("job_id", "j.job_id", "id", True),
-        _f("submission_id", "j.submission_id", base=True),
-        _f("entrypoint", "coalesce(j.entrypoint, '')", base=True),
-        _f("type", "CASE WHEN j.submission_id IS NULL THEN 'DRIVER' ELSE 'SUBMISSION' END", base=True),
+        _f("submission_id", f"coalesce(j.submission_id, {_SUBMITTED.format('submission_id')})", base=True),
+        _f("entrypoint", f"coalesce({_SUBMITTED.format('entrypoint')}, j.entrypoint, '')", base=True),
+        _f(
+            "type",
+            f"CASE WHEN coalesce(j.submission_id, {_SUBMITTED.format('submission_id')}) IS NULL THEN 'DRIVER' "
+            "ELSE 'SUBMISSION' END",
+            base=True,
+        ),
         _f("status", _JOB_STATUS, base=True),
         _f(
             "message",
-            "CASE WHEN r.exit_code IS NOT NULL THEN printf('driver exited with code %d', r.exit_code) "
+            f"CASE WHEN p.row IS NOT NULL THEN {_SUBMITTED.format('message')} "
+            "WHEN r.exit_code IS NOT NULL THEN printf('driver exited with code %d', r.exit_code) "
             "WHEN j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL "
             "THEN printf('the cluster ended (%s) before Ray reported the end of this job', e.end_reason) END",
             base=True,
         ),
-        _f("error_type", "CASE WHEN r.exit_code <> 0 THEN 'JOB_ENTRYPOINT_COMMAND_ERROR' END", base=True),
+        _f(
+            "error_type",
+            f"CASE WHEN p.row IS NOT NULL THEN {_SUBMITTED.format('error_type')} "
+            "WHEN r.exit_code <> 0 THEN 'JOB_ENTRYPOINT_COMMAND_ERROR' END",
+            base=True,
+        ),
         _f(
             "driver_info",
             "{'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''),"
@@ -265,15 +284,101 @@ JOBS = Resource(
             f"coalesce(j.end_ns, r.ended_ns, e.ended_ns) {MS}",
             "time_ms",
         ),
-        _f("metadata", "coalesce(j.metadata, '{}')", "json"),
+        _f("metadata", "coalesce(p.row->'$.metadata', j.metadata, '{}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
         _f("driver_node_id", "j.driver_node_id", "id"),
-        _f("driver_exit_code", "r.exit_code", "int", True),  # Ray's field; base here, as Ray reports no failed driver
+        _f(
+            "driver_exit_code",
+            f"coalesce(({_SUBMITTED.format('driver_exit_code')})::INTEGER, r.exit_code)",
+            "int",
+            True,
+        ),  # Ray's field; base here, as Ray reports no failed driver
         _f("session", "j.session"),
     ],
 )
 
-RESOURCES = {r.name: r for r in (TASKS, ACTORS, NODES, WORKERS, JOBS)}
+
+def _polled(path: str, cast: str = "") -> str:
+    """SQL: a field of a polled row as Ray gave it (text, or cast), by its JSON path."""
+    return f"(p.row->>'$.{path}'){cast}"
+
+
+def _polled_json(path: str) -> str:
+    return f"(p.row->'$.{path}')"
+
+
+# What Ray never sends as events, as the poller recorded it (``ingest/ray_state.py``): each row's fields as Ray's
+# state API gives them, and raysight's own: when the entity was first and last seen and its state's history.
+_POLLED_TIMES = [
+    _f("first_seen_ms", f"p.first_ns {MS}", "time_ms"),
+    _f("last_seen_ms", f"p.last_ns {MS}", "time_ms"),
+    _f("state_history", "list_transform(p.history, lambda x: {'state': x.state, 'ts_ms': x.ts // 1000000})", "list"),
+    _f("session", "p.session"),
+]
+
+
+def _polled_resource(name: str, id_field: str, fields: list[Field], order: tuple[str, ...] = ()) -> Resource:
+    return Resource(
+        name, "polled p", id_field, [*fields, *_POLLED_TIMES], condition=f"p.resource = '{name}'", order=order
+    )
+
+
+PLACEMENT_GROUPS = _polled_resource(
+    "placement_groups",
+    "placement_group_id",
+    [
+        _f("placement_group_id", _polled("placement_group_id"), "id", True),
+        _f("name", f"coalesce({_polled('name')}, '')", base=True),
+        _f("creator_job_id", _polled("creator_job_id"), "id", True),
+        _f("state", "p.state", base=True),
+        _f("bundles", _polled_json("bundles"), "json"),
+        _f("is_detached", _polled("is_detached", "::BOOLEAN"), "bool"),
+        _f("stats", _polled_json("stats"), "json"),
+    ],
+)
+OBJECTS = _polled_resource(
+    "objects",
+    "object_id",
+    [
+        _f("object_id", _polled("object_id"), "id", True),
+        _f("object_size", _polled("object_size", "::BIGINT"), "int", True),
+        _f("task_status", _polled("task_status"), base=True),
+        _f("attempt_number", _polled("attempt_number", "::INTEGER"), "int", True),
+        _f("reference_type", "p.state", base=True),
+        _f("call_site", _polled("call_site"), base=True),
+        _f("type", _polled("type"), base=True),
+        _f("pid", _polled("pid", "::BIGINT"), "int", True),
+        _f("ip", _polled("ip"), base=True),
+    ],
+)
+RUNTIME_ENVS = _polled_resource(
+    "runtime_envs",
+    "node_id",
+    [
+        _f("runtime_env", _polled_json("runtime_env"), "json", True),
+        _f("success", "p.state = 'success'", "bool", True),
+        _f("creation_time_ms", _polled("creation_time_ms", "::DOUBLE"), "float", True),
+        _f("node_id", _polled("node_id"), "id", True),
+        _f("ref_cnt", _polled("ref_cnt", "::INTEGER"), "int"),
+        _f("error", _polled("error")),
+    ],
+    order=("-creation_time_ms",),
+)
+CLUSTER_EVENTS = _polled_resource(
+    "cluster_events",
+    "event_id",
+    [
+        _f("severity", "p.state", base=True),
+        _f("time", _polled("time"), base=True),
+        _f("source_type", _polled("source_type"), base=True),
+        _f("message", _polled("message"), base=True),
+        _f("event_id", _polled("event_id"), base=True),
+        _f("custom_fields", _polled_json("custom_fields"), "json"),
+    ],
+    order=("time", "event_id"),
+)
+POLLED = (PLACEMENT_GROUPS, OBJECTS, RUNTIME_ENVS, CLUSTER_EVENTS)
+RESOURCES = {r.name: r for r in (TASKS, ACTORS, NODES, WORKERS, JOBS, *POLLED)}
 
 
 @dataclass
@@ -380,6 +485,8 @@ def _where(res: Resource, session: str | None, filters: list[Filter], exclude_dr
     if session is not None:
         conditions.append(f"{alias}.session = ?")
         params.append(session)
+    if res.condition:
+        conditions.append(res.condition)
     if exclude_driver and res is TASKS:
         conditions.append(f"{TASK_TYPE} <> 'DRIVER_TASK'")
     for f in filters:
@@ -392,7 +499,7 @@ def _where(res: Resource, session: str | None, filters: list[Filter], exclude_dr
 
 def _order(res: Resource, sort: list[str]) -> str:
     terms = []
-    for text in sort or [res.id_field]:
+    for text in sort or res.order or [res.id_field]:
         name, descending = parse_sort(text)
         column = res.field(name)
         terms.append(f"{column.sql} {'DESC' if descending else 'ASC'} NULLS LAST")

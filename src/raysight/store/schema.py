@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -488,6 +488,16 @@ RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
     # What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host:
     # running with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
+    # What a live cluster's dashboard answered for what Ray never sends as events (``ingest/ray_state.py``): each
+    # entity's last row as Ray gave it, when first and last polled, its state then and every change of it; a sampled
+    # resource (objects) holds the last poll's rows only. Raw input.
+    """CREATE TABLE IF NOT EXISTS polled (
+        session VARCHAR, resource VARCHAR, id VARCHAR, first_ns BIGINT, last_ns BIGINT, state VARCHAR, row JSON,
+        history STRUCT(ts BIGINT, state VARCHAR)[], PRIMARY KEY (session, resource, id))""",
+    # How each resource's polls went: the last that succeeded, with its rows, and the last error (`raysight doctor`).
+    """CREATE TABLE IF NOT EXISTS polls (
+        session VARCHAR, resource VARCHAR, last_ok_ns BIGINT, rows BIGINT, last_error VARCHAR, last_error_ns BIGINT,
+        PRIMARY KEY (session, resource))""",
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -549,6 +559,7 @@ MIGRATIONS = {
         LOG_FILES_DDL,  # (from below 7, not there yet)
         "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING",
     ],
+    11: [],  # polled and polls (all_ddl() makes them)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -30,6 +30,7 @@ from raysight.ingest import agent_logs, events_sql
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
+from raysight.ingest.ray_state import KINDS, Poll
 from raysight.store import log_index, log_retention, pipeline, schema
 from raysight.store.fold import fold
 from raysight.store.log_retention import LogRetention
@@ -59,6 +60,8 @@ SESSION_TABLES = (
     "sessions",
     "ray_reported",
     "node_evidence",
+    "polled",
+    "polls",
     "log_lines",
     "log_files",
     "log_gaps",
@@ -640,6 +643,59 @@ class Store:
                 ).fetchall()
             reconcile(self._run, sorted({row[0] for row in changed}))
         return len(changed)
+
+    def record_poll(self, poll: Poll) -> int:
+        """Keep what a poll of a live cluster's dashboard found (``ingest/ray_state.py``): each entity's newest row,
+        its state's changes appended to its history (a poll older than what is kept changes nothing), a sampled
+        resource's rows replaced by the newest poll's; and how each resource's poll went. Returns the rows kept."""
+        sampled = [r for r in poll.polled if KINDS[r].sample]
+        with self._transaction():
+            stale = [  # a sampled resource polled since: this poll's rows of it are out of date
+                row[0]
+                for row in self._run(
+                    """SELECT DISTINCT resource FROM polled
+                       WHERE session = $1 AND list_contains($2, resource) AND last_ns > $3""",
+                    [poll.session, sampled, poll.polled_ns],
+                ).fetchall()
+            ]
+            self._run(  # else only this poll's rows of it stand
+                "DELETE FROM polled WHERE session = $1 AND list_contains($2, resource)",
+                [poll.session, [r for r in sampled if r not in stale]],
+            )
+            with self._registered("staged_poll", poll.rows):
+                self._run(
+                    """INSERT INTO polled
+                       SELECT $1, resource, id, $2, $2, state, row, [{'ts': $2, 'state': state}] FROM staged_poll
+                       WHERE NOT list_contains($3, resource)
+                       ON CONFLICT DO UPDATE SET
+                           first_ns = least(polled.first_ns, excluded.first_ns),
+                           last_ns = greatest(polled.last_ns, excluded.last_ns),
+                           row = CASE WHEN excluded.last_ns >= polled.last_ns THEN excluded.row ELSE polled.row END,
+                           state = CASE WHEN excluded.last_ns >= polled.last_ns THEN excluded.state
+                                        ELSE polled.state END,
+                           history = CASE WHEN excluded.last_ns > polled.last_ns
+                                               AND excluded.state IS DISTINCT FROM polled.state
+                                          THEN list_append(polled.history, excluded.history[1])
+                                          ELSE polled.history END""",
+                    [poll.session, poll.polled_ns, stale],
+                )
+                self._run(
+                    """INSERT INTO polls
+                       SELECT $1, r.resource, CASE WHEN r.ok THEN $2 END, CASE WHEN r.ok THEN coalesce(c.n, 0) END,
+                              r.error, CASE WHEN r.ok THEN NULL ELSE $2 END
+                       FROM (SELECT unnest($3::VARCHAR[]) AS resource, true AS ok, NULL::VARCHAR AS error
+                             UNION ALL SELECT unnest($4::VARCHAR[]), false, unnest($5::VARCHAR[])) r
+                       LEFT JOIN (SELECT resource, count(*) AS n FROM staged_poll GROUP BY resource) c USING (resource)
+                       ON CONFLICT DO UPDATE SET
+                           last_ok_ns = coalesce(greatest(polls.last_ok_ns, excluded.last_ok_ns), polls.last_ok_ns),
+                           rows = CASE WHEN excluded.last_ok_ns >= coalesce(polls.last_ok_ns, 0) THEN excluded.rows
+                                       ELSE polls.rows END,
+                           last_error = coalesce(excluded.last_error, polls.last_error),
+                           last_error_ns = coalesce(excluded.last_error_ns, polls.last_error_ns)""",
+                    [poll.session, poll.polled_ns, poll.polled, list(poll.errors), list(poll.errors.values())],
+                )
+            self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
+        return poll.rows.num_rows
 
     def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""

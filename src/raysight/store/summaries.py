@@ -161,8 +161,16 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                FROM log_dropped GROUP BY session ORDER BY through_ms DESC LIMIT 20"""
         )
     )
+    polls = dict_rows(
+        con.execute(
+            """SELECT session, resource, last_ok_ns // 1000000 AS last_ok_ms, rows,
+                      last_error_ns // 1000000 AS last_error_ms, last_error
+               FROM polls ORDER BY greatest(last_ok_ns, last_error_ns) DESC, resource LIMIT 50"""
+        )
+    )
     return {
         "counters": counters,
+        "polls": polls,
         "log_gaps": log_gaps,
         "log_dropped": log_dropped,
         "unsupported": unsupported,

@@ -1,0 +1,92 @@
+"""Polling a live cluster's dashboard for what Ray never sends as events — placement groups, objects, runtime envs,
+cluster events, submitted jobs — and sending each poll to the server (``POST /ingest/agent/ray-state``), which keeps
+every change as history. One request per resource a poll (every 5 s), each within Ray's own list limit, so the
+cluster pays little. Inside `raysight run` it polls the session the driver joined, at the address its head logged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from raysight.agent.scrape import SessionWatcher
+
+POLL_EVERY_S = 5.0
+TIMEOUT_S = 10.0
+RAY_LIST_LIMIT = 10_000  # the most Ray's state API lists at once
+STATE_RESOURCES = ("placement_groups", "objects", "runtime_envs", "cluster_events")
+_DASHBOARD_LINE = re.compile(rb"Dashboard head http address: (\S+)")
+
+
+def dashboard_url(session: Path) -> str | None:
+    """The session's dashboard, as its head logged it in ``logs/dashboard.log`` (None until it has)."""
+    try:
+        found = _DASHBOARD_LINE.findall((session / "logs" / "dashboard.log").read_bytes())
+    except OSError:
+        return None
+    return f"http://{found[-1].decode()}" if found else None
+
+
+def ray_auth_headers(env: Mapping[str, str]) -> dict[str, str]:
+    """What Ray's own client sends a cluster that uses token auth (``RAY_AUTH_MODE=token``), else nothing."""
+    if env.get("RAY_AUTH_MODE") != "token":
+        return {}
+    token = env.get("RAY_AUTH_TOKEN")
+    path = Path(env.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not token and path.is_file():
+        token = path.read_text().strip()
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _state_rows(http: httpx.Client, dashboard: str, resource: str) -> list[Any]:
+    params: dict[str, str | int] = {"limit": RAY_LIST_LIMIT, "detail": "True", "timeout": int(TIMEOUT_S)}
+    body = http.get(f"{dashboard}/api/v0/{resource}", params=params).json()
+    if not (isinstance(body, dict) and body.get("result") is True):
+        raise ValueError(str(body.get("msg") if isinstance(body, dict) else body)[:500])
+    rows: list[Any] = body["data"]["result"]["result"]
+    return rows
+
+
+def poll(http: httpx.Client, dashboard: str) -> dict[str, Any]:
+    """One poll of the dashboard: ``resources`` (each one's rows as Ray lists them, detail included) and ``errors``
+    (why one could not be had: that resource is left out, the others stand)."""
+    resources: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for resource in (*STATE_RESOURCES, "jobs"):
+        try:
+            if resource == "jobs":
+                resources[resource] = http.get(f"{dashboard}/api/jobs/").raise_for_status().json()
+            else:
+                resources[resource] = _state_rows(http, dashboard, resource)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            errors[resource] = f"{type(exc).__name__}: {exc}"
+    return {"resources": resources, "errors": errors}
+
+
+class StatePoller(SessionWatcher):
+    """Polls the dashboard of the session `raysight run`'s driver joined, once its head has logged where it is."""
+
+    every_s = POLL_EVERY_S
+    name = "raysight-poll"
+
+    def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
+        super().__init__(server, key, driver_pid, ray_dir)
+        self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=ray_auth_headers(os.environ))
+
+    def tick(self, session: Path) -> None:
+        dashboard = dashboard_url(session)
+        if dashboard is None:
+            return
+        polled = {"session": session.name, "polled_ns": time.time_ns(), **poll(self._http, dashboard)}
+        if polled["resources"]:  # the cluster gone, nothing to say
+            self._client.ray_state(polled, self.key)
+
+    def stop(self, timeout: float = 5) -> None:
+        super().stop(timeout)
+        self._http.close()

@@ -1,0 +1,122 @@
+"""What a live cluster's dashboard answered for what Ray never sends as events (``POST /ingest/agent/ray-state``,
+from the poller: ``agent/state_poll.py``): checked, and turned into rows. Pure.
+
+The poller sends JSON, one object a poll of one session::
+
+    {"session": "session_…", "polled_ns": 1795288476000000000,
+     "resources": {"placement_groups": [<PlacementGroupState rows, detail>], "objects": [...], "runtime_envs": [...],
+                   "cluster_events": [...], "jobs": [<JobDetails, as /api/jobs/ lists them>]},
+     "errors": {"objects": "what went wrong fetching them"}}
+
+A resource left out was not polled this time. Each row is kept as Ray gave it, under an ID that names the entity
+from one poll to the next, with the state whose changes make its history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+
+
+def _text(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    return "" if value is None else str(value)
+
+
+def _digest(row: dict[str, Any], *keys: str) -> str:
+    """An ID for an entity Ray gives none: a digest of the fields that tell it apart."""
+    return hashlib.sha1(orjson.dumps([row.get(k) for k in keys], option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A polled resource: how a row's ID and its state are read (``None``: not a row of this resource)."""
+
+    id: Callable[[dict[str, Any]], str | None]
+    state: Callable[[dict[str, Any]], str]
+    sample: bool = False  # only the last poll's rows stand (they churn: objects)
+
+
+KINDS = {
+    "placement_groups": Kind(lambda r: r.get("placement_group_id") or None, lambda r: _text(r, "state")),
+    # One object is listed once per worker that holds a reference to it
+    "objects": Kind(
+        lambda r: f"{r['object_id']}:{_text(r, 'pid')}:{_text(r, 'reference_type')}" if r.get("object_id") else None,
+        lambda r: _text(r, "reference_type"),
+        sample=True,
+    ),
+    "runtime_envs": Kind(
+        lambda r: _digest(r, "runtime_env", "node_id") if "runtime_env" in r else None,
+        lambda r: "success" if r.get("success") else "failed",
+    ),
+    "cluster_events": Kind(lambda r: r.get("event_id") or None, lambda r: _text(r, "severity")),
+    "jobs": Kind(lambda r: r.get("submission_id") or r.get("job_id") or None, lambda r: _text(r, "status")),
+}
+MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
+SCHEMA = pa.schema(
+    [
+        ("resource", pa.string()),
+        ("id", pa.string()),
+        ("state", pa.string()),
+        ("row", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Poll:
+    session: str
+    polled_ns: int
+    rows: pa.Table  # one row an entity: resource, id, state, row (JSON)
+    polled: list[str]  # the resources this poll fetched (a sampled one's earlier rows are replaced)
+    errors: dict[str, str]  # resource → why it could not be fetched
+
+
+def _rows(resource: str, values: Any) -> list[dict[str, str]]:
+    if not isinstance(values, list):
+        raise BadBatch(f"resources.{resource} must be a list of rows")
+    if len(values) > MAX_ROWS:
+        raise BadBatch(f"resources.{resource}: over {MAX_ROWS} rows in one poll")
+    kind, out = KINDS[resource], {}
+    for i, row in enumerate(values):
+        entity = kind.id(row) if isinstance(row, dict) else None
+        if not isinstance(entity, str):
+            raise BadBatch(f"resources.{resource}[{i}] is not a row of {resource} (an object with its ID)")
+        out[entity] = {"resource": resource, "id": entity, "state": kind.state(row), "row": orjson.dumps(row).decode()}
+    return list(out.values())  # (a row listed twice is kept once: the last)
+
+
+def parse(body: bytes) -> Poll:
+    """The poll a body carries; BadBatch says what is wrong with one that is not well formed."""
+    try:
+        poll = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadBatch(f"body is not JSON: {exc}") from None
+    if not isinstance(poll, dict) or not isinstance(poll.get("resources"), dict):
+        raise BadBatch('body must be a JSON object {"session", "polled_ns", "resources": {...}, "errors": {...}}')
+    session = text_field(poll.get("session"), "session")
+    polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
+    assert session is not None and polled_ns is not None
+    unknown = set(poll["resources"]) - set(KINDS)
+    if unknown:
+        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
+    errors = poll.get("errors") or {}
+    if not (isinstance(errors, dict) and all(k in KINDS and isinstance(v, str) for k, v in errors.items())):
+        raise BadBatch("errors must map a resource to a message")
+    if both := set(errors) & set(poll["resources"]):
+        raise BadBatch(f"{sorted(both)} both polled and failed")
+    rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
+    return Poll(
+        session,
+        polled_ns,
+        pa.Table.from_pylist(rows, schema=SCHEMA),
+        sorted(poll["resources"]),
+        {k: v[:2000] for k, v in errors.items()},
+    )

@@ -1,0 +1,73 @@
+"""Run under `raysight run`: what Ray never sends as events, held while raysight's poller looks — a named placement
+group with a task in it (then removed), objects in the object store, and two submitted jobs, one exiting non-zero
+(the other with a runtime env of its own)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import ray
+from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raysight.client import Client
+from tests.ray_programs import wait_until_raysight, wait_until_raysight_sees
+
+PLACEMENT_GROUP = "pg-held"
+JOBS = {"job-ok": 0, "job-fails": 3}  # submission ID → the exit code of its entrypoint
+OBJECTS = 3
+OBJECT_BYTES = 1 << 20
+
+
+@ray.remote(num_cpus=1)
+def in_group() -> str:
+    return "placed"
+
+
+def wait_jobs(client: JobSubmissionClient, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(client.get_job_status(j) in (JobStatus.SUCCEEDED, JobStatus.FAILED) for j in JOBS):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the submitted jobs did not end within {timeout_s} s")
+        time.sleep(0.5)
+
+
+def polled_jobs_and_objects(client: Client) -> bool:
+    jobs = {j["submission_id"]: j["status"] for j in client.list("jobs", limit=None)["rows"]}
+    ended = all(jobs.get(j) == ("SUCCEEDED" if code == 0 else "FAILED") for j, code in JOBS.items())
+    return ended and client.list("objects", limit=0)["total"] >= OBJECTS
+
+
+def polled_group_removed(client: Client) -> bool:
+    return any(
+        g["state"] == "REMOVED" for g in client.list("placement_groups", filters=[f"name={PLACEMENT_GROUP}"])["rows"]
+    )
+
+
+def main() -> None:
+    context = ray.init(num_cpus=2)
+    group = placement_group([{"CPU": 1}], strategy="PACK", name=PLACEMENT_GROUP)
+    ray.get(group.ready(), timeout=60)
+    strategy = PlacementGroupSchedulingStrategy(placement_group=group)
+    print(ray.get(in_group.options(scheduling_strategy=strategy).remote()))
+    held = [ray.put(bytes(OBJECT_BYTES)) for _ in range(OBJECTS)]
+    client = JobSubmissionClient(f"http://{context.dashboard_url}")
+    for submission_id, code in JOBS.items():
+        client.submit_job(
+            submission_id=submission_id,
+            entrypoint=f"{sys.executable} -c \"print('{submission_id}'); raise SystemExit({code})\"",
+            runtime_env={"env_vars": {"RAYSIGHT_HELD": submission_id}} if code == 0 else None,
+        )
+    wait_jobs(client, 120)
+    wait_until_raysight_sees("FINISHED", {"in_group"}, 60)
+    wait_until_raysight(polled_jobs_and_objects, "the jobs' ends and the objects held, polled", 60)
+    remove_placement_group(group)
+    wait_until_raysight(polled_group_removed, "the placement group removed, polled", 60)
+    del held
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

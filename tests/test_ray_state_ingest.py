@@ -1,0 +1,119 @@
+"""What a poll of a live cluster's dashboard sends (``POST /ingest/agent/ray-state``): kept per entity with its
+state's history, a sampled resource replaced by the newest poll, each resource's last poll and error remembered,
+and answered by Ray's own state API shape; a body that is not a poll gets a 400 that says what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+SESSION = "session_2026-11-24_10-00-00_000000_1"
+PG = "0a" * 18
+NODE = "ab" * 28
+
+
+def group(state: str) -> dict[str, Any]:
+    return {
+        "placement_group_id": PG,
+        "name": "pg-a",
+        "creator_job_id": "01000000",
+        "state": state,
+        "bundles": [{"bundle_id": f"{PG}:0", "unit_resources": {"CPU": 1.0}}],
+        "is_detached": False,
+        "stats": None,
+    }
+
+
+def obj(n: int) -> dict[str, Any]:
+    return {
+        "object_id": f"{n:02x}" * 28,
+        "object_size": 1024 * n,
+        "task_status": "FINISHED",
+        "attempt_number": 0,
+        "reference_type": "LOCAL_REFERENCE",
+        "call_site": "disabled",
+        "type": "DRIVER",
+        "pid": 4242,
+        "ip": "10.0.0.1",
+    }
+
+
+def send(server: TestClient, ns: int, resources: dict[str, Any], errors: dict[str, str] | None = None) -> Any:
+    body = {"session": SESSION, "polled_ns": ns, "resources": resources, "errors": errors or {}}
+    return server.post("/ingest/agent/ray-state", json=body)
+
+
+def ray_list(server: TestClient, resource: str, **params: Any) -> dict[str, Any]:
+    answer = server.get(f"/api/v0/{resource}", params={"detail": "True", **params})
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()["data"]["result"]
+    return result
+
+
+def test_each_change_is_kept_as_history_and_a_late_poll_changes_nothing(server: TestClient) -> None:
+    assert send(server, 1_000, {"placement_groups": [group("PENDING")]}).json() == {"ok": True, "rows": 1}
+    send(server, 2_000, {"placement_groups": [group("CREATED")]})
+    send(server, 3_000, {"placement_groups": [group("CREATED")]})
+    send(server, 1_500, {"placement_groups": [group("RESCHEDULING")]})  # older than what is kept
+    send(server, 4_000, {"placement_groups": [group("REMOVED")]})
+    (row,) = ray_list(server, "placement_groups")["result"]
+    assert row["state"] == "REMOVED" and row["bundles"][0]["unit_resources"] == {"CPU": 1.0}
+    assert [h["state"] for h in row["state_history"]] == ["PENDING", "CREATED", "REMOVED"]
+    assert (
+        ray_list(server, "placement_groups", filter_keys="name", filter_predicates="=", filter_values="PG-A")["total"]
+        == 1
+    )  # matched as Ray matches: case-insensitively
+
+
+def test_objects_are_the_newest_sample_and_say_so(server: TestClient) -> None:
+    send(server, 1_000, {"objects": [obj(1), obj(2), obj(3)]})
+    send(server, 2_000, {"objects": [obj(3), obj(4)]})
+    send(server, 1_500, {"objects": [obj(5)]})  # late: the newer sample stands
+    answer = server.get("/api/v0/objects").json()["data"]["result"]
+    assert sorted(o["object_size"] for o in answer["result"]) == [3072, 4096]
+    assert answer["warnings"] and "sample" in answer["warnings"][0]
+
+
+def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient) -> None:
+    send(
+        server,
+        1_000,
+        {
+            "cluster_events": [
+                {
+                    "event_id": "e1",
+                    "severity": "INFO",
+                    "time": "2026-11-24 10:00:00",
+                    "source_type": "GCS",
+                    "message": "node added",
+                }
+            ]
+        },
+        {"objects": "ReadTimeout: the dashboard took too long"},
+    )
+    (event,) = ray_list(server, "cluster_events")["result"]
+    assert event["message"] == "node added" and event["severity"] == "INFO"
+    doctor = server.get("/api/raysight/doctor").json()
+    polls = {p["resource"]: p for p in doctor["polls"] if p["session"] == SESSION}
+    assert polls["cluster_events"]["rows"] == 1 and polls["cluster_events"]["last_ok_ms"] is not None
+    assert polls["objects"]["last_error"].startswith("ReadTimeout") and polls["objects"]["last_ok_ms"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"session": "s", "polled_ns": 1, "resources": {"secrets": []}}', "unknown resources"),
+        (b'{"session": "s", "polled_ns": 1, "resources": {"objects": {}}}', "must be a list"),
+        (b'{"session": "s", "polled_ns": 1, "resources": {"objects": [{"pid": 1}]}}', "not a row of objects"),
+        (b'{"session": "s", "polled_ns": "now", "resources": {}}', "polled_ns"),
+        (b'{"session": "s", "polled_ns": 1, "resources": {"jobs": []}, "errors": {"jobs": "x"}}', "both"),
+    ],
+)
+def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, body: bytes, says: str) -> None:
+    answer = server.post("/ingest/agent/ray-state", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and says in answer.json()["error"], answer.text
+    assert ray_list(server, "objects")["total"] == 0
