@@ -257,7 +257,7 @@ def test_client_errors_say_what_to_do_and_exit_non_zero(url: str) -> None:
         (("list", "tasks", "-s", "colour"), "no field 'colour'"),
         (("list", "tasks", "-f", "state"), "filter"),
         (("list", "tasks", "--format", "xml"), "'xml' is not one of 'table', 'json', 'yaml'"),
-        (("list", "objects"), "'objects' is not one of"),
+        (("list", "secrets"), "'secrets' is not one of"),
         (("summary", "nodes"), "'nodes' is not one of 'tasks', 'actors'"),
         (("agent", "--on-ray", "--once"), "--once and --ray-dir are for an agent run here"),
         (("agent", "--stop-on-ray", "--ray-dir", "/tmp/ray"), "--once and --ray-dir are for an agent run here"),

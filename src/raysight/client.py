@@ -28,7 +28,10 @@ from raysight.errors import (
 )
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
-RESOURCES = ("actors", "jobs", "nodes", "tasks", "workers")
+RESOURCES = (
+    *("actors", "jobs", "nodes", "tasks", "workers"),
+    *("placement_groups", "objects", "runtime_envs", "cluster_events"),  # (polled from a live cluster's dashboard)
+)
 
 _BY_STATUS: dict[int, type[RaysightError]] = {
     400: BadQuery,

@@ -34,8 +34,10 @@ def dashboard_url(session: Path) -> str | None:
 
 
 def ray_auth_headers(env: Mapping[str, str]) -> dict[str, str]:
-    """What Ray's own client sends a cluster that uses token auth (``RAY_AUTH_MODE=token``), else nothing."""
-    if env.get("RAY_AUTH_MODE") != "token":
+    """What Ray's own processes send a cluster with token auth: the token (``RAY_AUTH_TOKEN``, else the file at
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, which makes Ray 2.60 turn token auth on), unless
+    ``RAY_AUTH_MODE=disabled``. A dashboard without token auth ignores it."""
+    if env.get("RAY_AUTH_MODE") == "disabled":
         return {}
     token = env.get("RAY_AUTH_TOKEN")
     path = Path(env.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")

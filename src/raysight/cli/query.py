@@ -10,7 +10,7 @@ from raysight.cli import render
 from raysight.cli.common import client_options, make_client, server_option, session_option
 from raysight.client import RESOURCES
 
-LISTABLE = click.Choice(sorted(RESOURCES), case_sensitive=False)
+LISTABLE = click.Choice(sorted(r.replace("_", "-") for r in RESOURCES), case_sensitive=False)  # as Ray names them
 
 
 @click.command("list")

@@ -335,8 +335,10 @@ def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, An
     system = [
         row
         for needle in filter(None, named.values())
-        for row in _lines(con, replace(last, stream="system", grep=needle))
+        for row in _lines(con, replace(last, stream="system", grep=needle, until_ns=until))
     ]
+    if one["kind"] == "node":  # the GCS declares a node dead (and why): its lines, whatever the others said since
+        system += _lines(con, replace(last, file="gcs_server.", grep=one["id"]))
     if one["error_type"] == "RUNTIME_ENV_SETUP_FAILED":
         for name in (f"runtime_env_setup-{one['job_id']}.", "runtime_env_agent."):
             system += _lines(con, replace(last, file=name, node_id=one["node_id"], until_ns=until))

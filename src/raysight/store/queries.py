@@ -37,6 +37,7 @@ class Resource:
     fields: list[Field]
     keys: tuple[str, ...] = ()  # SQL of the row's key (session first, ID second), needed by late fields
     condition: str = ""  # SQL that every row of the source must meet too
+    session: str = ""  # SQL of a row's session, where it is not the first table's `session`
     order: tuple[str, ...] = ()  # the sort when none is asked for (else by ID)
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
@@ -231,17 +232,18 @@ _JOB_STATUS = """CASE WHEN p.row IS NOT NULL THEN p.state
     WHEN r.exit_code IS NOT NULL THEN (CASE WHEN r.exit_code = 0 THEN 'SUCCEEDED' ELSE 'FAILED' END)
     WHEN j.state = 'FINISHED' THEN 'SUCCEEDED' WHEN e.ended_ns IS NOT NULL THEN 'FAILED' ELSE 'RUNNING' END"""
 
+_SESSION_OF_JOB = "coalesce(j.session, p.session)"
 JOBS = Resource(
     "jobs",
-    f"""jobs j JOIN sessions s ON s.session = j.session
+    f"""(SELECT * FROM polled WHERE resource = 'jobs' AND row->>'$.type' = 'SUBMISSION') p
+        FULL OUTER JOIN jobs j ON j.session = p.session AND j.job_id = p.row->>'$.job_id'
+        JOIN sessions s ON s.session = {_SESSION_OF_JOB}
         LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
-        LEFT JOIN ({SESSION_ENDS}) e ON e.session = j.session
-        LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id
-        LEFT JOIN polled p ON p.session = j.session AND p.resource = 'jobs' AND p.row->>'$.type' = 'SUBMISSION'
-                          AND p.row->>'$.job_id' = j.job_id""",
+        LEFT JOIN ({SESSION_ENDS}) e ON e.session = {_SESSION_OF_JOB}
+        LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
     "job_id",
     [
-        _f("job_id", "j.job_id", "id", True),
+        _f("job_id", f"coalesce(j.job_id, {_SUBMITTED.format('job_id')})", "id", True),
         _f("submission_id", f"coalesce(j.submission_id, {_SUBMITTED.format('submission_id')})", base=True),
         _f("entrypoint", f"coalesce({_SUBMITTED.format('entrypoint')}, j.entrypoint, '')", base=True),
         _f(
@@ -267,34 +269,41 @@ JOBS = Resource(
         ),
         _f(
             "driver_info",
-            "{'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''),"
-            " 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}",
+            "CASE WHEN j.job_id IS NOT NULL THEN {'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''),"
+            " 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}"
+            " ELSE (p.row->'$.driver_info')::STRUCT(id VARCHAR, node_ip_address VARCHAR, pid VARCHAR) END",
             "list",
             True,
         ),
         _f(
             "state_inferred",
-            "r.exit_code IS NULL AND j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL",
+            "p.row IS NULL AND r.exit_code IS NULL AND j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL",
             "bool",
             True,
         ),
-        _f("start_time", f"j.start_ns {MS}", "time_ms"),
+        _f(
+            "start_time",
+            f"coalesce(nullif(({_SUBMITTED.format('start_time')})::BIGINT, 0), j.start_ns {MS})",
+            "time_ms",
+        ),
         _f(
             "end_time",
-            f"coalesce(j.end_ns, r.ended_ns, e.ended_ns) {MS}",
+            f"coalesce(nullif(({_SUBMITTED.format('end_time')})::BIGINT, 0), "
+            f"(coalesce(j.end_ns, r.ended_ns, e.ended_ns) {MS}))",
             "time_ms",
         ),
         _f("metadata", "coalesce(p.row->'$.metadata', j.metadata, '{}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
-        _f("driver_node_id", "j.driver_node_id", "id"),
+        _f("driver_node_id", f"coalesce(j.driver_node_id, {_SUBMITTED.format('driver_node_id')})", "id"),
         _f(
             "driver_exit_code",
             f"coalesce(({_SUBMITTED.format('driver_exit_code')})::INTEGER, r.exit_code)",
             "int",
             True,
         ),  # Ray's field; base here, as Ray reports no failed driver
-        _f("session", "j.session"),
+        _f("session", _SESSION_OF_JOB),
     ],
+    session=_SESSION_OF_JOB,
 )
 
 
@@ -479,11 +488,10 @@ def get_rows(con: duckdb.DuckDBPyConnection, res: Resource, entity_id: str, *, s
 
 def _where(res: Resource, session: str | None, filters: list[Filter], exclude_driver: bool) -> tuple[str, list[object]]:
     """The WHERE clause and its parameters: one session (None: every session), the filters."""
-    alias = res.source.split()[1]
     conditions: list[str] = []
     params: list[object] = []
     if session is not None:
-        conditions.append(f"{alias}.session = ?")
+        conditions.append(f"{res.session or res.source.split()[1] + '.session'} = ?")
         params.append(session)
     if res.condition:
         conditions.append(res.condition)

@@ -1,0 +1,102 @@
+"""What Ray never sends as events, recorded while a real cluster lived (tests/ray_programs/held_state.py under
+`raysight run`: a named placement group with a task in it, then removed; objects held; two submitted jobs, one
+exiting 3) and answered after the cluster is gone, by a restarted server, to Ray's own CLI and SDK."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.ray_programs.held_state import JOBS, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP
+from tests.ray_scenarios import ServerProcess, driver_env, ray_run, raysight_cli
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a server started after the run, on what the run's server recorded."""
+    data_dir = tmp_path_factory.mktemp("store")
+    recording = ServerProcess(data_dir).start()
+    try:
+        ray_run(recording.url, "held", "-m", "tests.ray_programs.held_state")
+    finally:
+        recording.stop()
+    server = ServerProcess(data_dir).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def ray_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Ray's own command, as a user runs it in a shell (no Ray of its own there); it must succeed."""
+    command = [sys.executable, "-m", "ray.scripts.scripts", *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=driver_env(), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_placement_group_its_bundles_and_its_history(held: str) -> None:
+    from ray.util.state import get_placement_group, list_placement_groups
+
+    (group,) = list_placement_groups(address=held, filters=[("name", "=", PLACEMENT_GROUP)], detail=True)
+    assert group.state == "REMOVED" and group.creator_job_id == "01000000"
+    assert [b["unit_resources"] for b in group.bundles] == [{"CPU": 1.0}]
+    assert get_placement_group(group.placement_group_id, address=held).name == PLACEMENT_GROUP
+    listed = ray_cli("list", "placement-groups", "--address", held).stdout
+    assert PLACEMENT_GROUP in listed and "REMOVED" in listed
+    ours = raysight_cli("list", "placement-groups", "--server", held, "--format", "json")
+    assert [g["name"] for g in json.loads(ours.stdout)] == [PLACEMENT_GROUP], ours.stderr
+    own = httpx.get(f"{held}/api/raysight/placement_groups", params={"detail": "true"}).json()["rows"][0]
+    states = [h["state"] for h in own["state_history"]]
+    assert states[-1] == "REMOVED" and "CREATED" in states and own["first_seen_ms"] < own["last_seen_ms"]
+
+
+def test_submitted_jobs_with_their_real_outcome(held: str) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(held)
+    for submission_id, code in JOBS.items():
+        info = client.get_job_info(submission_id)
+        assert info.type == "SUBMISSION" and info.driver_exit_code == code, info
+        assert info.status == ("SUCCEEDED" if code == 0 else "FAILED") and submission_id in info.entrypoint
+    assert "exit code 3" in client.get_job_info("job-fails").message
+    listed = ray_cli("job", "list", "--address", held).stdout
+    assert all(submission_id in listed for submission_id in JOBS)
+    assert "Job 'job-fails' failed" in ray_cli("job", "status", "job-fails", "--address", held).stdout
+
+
+def test_objects_held_as_last_sampled(held: str) -> None:
+    from ray.util.state import list_objects
+
+    objects = list_objects(address=held, detail=True)
+    big = [o for o in objects if o.object_size >= OBJECT_BYTES]
+    assert len(big) >= OBJECTS and {o.type for o in big} == {"DRIVER"}
+    assert "Objects are a sample" in ray_cli("list", "objects", "--address", held).stderr
+
+
+def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:
+    from ray.util.state import list_cluster_events, list_runtime_envs
+
+    polls = {p["resource"]: p for p in httpx.get(f"{held}/api/raysight/doctor").json()["polls"]}
+    assert set(polls) == {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}
+    assert all(p["last_ok_ms"] for p in polls.values()), polls
+    # what Ray listed at the last poll, whatever it was (its runtime envs: those its agent set up)
+    assert len(list_runtime_envs(address=held, detail=True)) == polls["runtime_envs"]["rows"]
+    events = list_cluster_events(address=held, detail=True)
+    assert len(events) == polls["cluster_events"]["rows"] and all(e.message for e in events)
+
+
+def test_answers_for_a_session_by_path(held: str) -> None:
+    from ray.util.state import list_placement_groups
+
+    (session,) = [s["session"] for s in httpx.get(f"{held}/api/raysight/sessions").json()["sessions"]]
+    groups = list_placement_groups(address=f"{held}/sessions/{session}")
+    assert [g.name for g in groups] == [PLACEMENT_GROUP]
+    assert list_placement_groups(address=f"{held}/sessions/held")[0].name == PLACEMENT_GROUP  # by its label too
