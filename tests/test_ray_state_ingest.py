@@ -74,6 +74,18 @@ def test_objects_are_the_newest_sample_and_say_so(server: TestClient) -> None:
     answer = server.get("/api/v0/objects").json()["data"]["result"]
     assert sorted(o["object_size"] for o in answer["result"]) == [3072, 4096]
     assert answer["warnings"] and "sample" in answer["warnings"][0]
+    summary = server.get("/api/v0/objects/summarize").json()["data"]["result"]
+    cluster = summary["result"]["node_id_to_summary"]["cluster"]
+    assert summary["total"] == 2 and cluster["summary_by"] == "callsite" and not cluster["callsite_enabled"]
+    assert cluster["summary"]["disabled"] == {
+        "total_objects": 2,
+        "total_size_mb": (3072 + 4096) / 2**20,
+        "total_num_workers": 1,
+        "total_num_nodes": 1,
+        "task_state_counts": {"FINISHED": 2},
+        "task_attempt_number_counts": {"0": 2},
+        "ref_type_counts": {"LOCAL_REFERENCE": 2},
+    }
 
 
 def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient) -> None:
@@ -111,6 +123,12 @@ def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient
         (b'{"session": "s", "polled_ns": 1, "resources": {"objects": [{"pid": 1}]}}', "not a row of objects"),
         (b'{"session": "s", "polled_ns": "now", "resources": {}}', "polled_ns"),
         (b'{"session": "s", "polled_ns": 1, "resources": {"jobs": []}, "errors": {"jobs": "x"}}', "both"),
+        (
+            b'{"session": "s", "polled_ns": 1, "resources": {"cluster_events": ['
+            + b",".join(b'{"event_id": "e%d"}' % i for i in range(20_001))
+            + b"]}}",
+            "over 20000 rows",
+        ),
     ],
 )
 def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, body: bytes, says: str) -> None:

@@ -70,15 +70,25 @@ def test_submitted_jobs_with_their_real_outcome(held: str) -> None:
     listed = ray_cli("job", "list", "--address", held).stdout
     assert all(submission_id in listed for submission_id in JOBS)
     assert "Job 'job-fails' failed" in ray_cli("job", "status", "job-fails", "--address", held).stdout
+    for write in (
+        lambda: client.submit_job(entrypoint="echo hi"),
+        lambda: client.stop_job("job-ok"),
+        lambda: client.delete_job("job-ok"),
+    ):
+        with pytest.raises(RuntimeError, match="status code 405: raysight records Ray clusters"):
+            write()
 
 
 def test_objects_held_as_last_sampled(held: str) -> None:
-    from ray.util.state import list_objects
+    from ray.util.state import list_objects, summarize_objects
 
     objects = list_objects(address=held, detail=True)
     big = [o for o in objects if o.object_size >= OBJECT_BYTES]
     assert len(big) >= OBJECTS and {o.type for o in big} == {"DRIVER"}
     assert "Objects are a sample" in ray_cli("list", "objects", "--address", held).stderr
+    (by_callsite,) = summarize_objects(address=held)["cluster"]["summary"].values()
+    assert by_callsite["total_objects"] == len(objects) and by_callsite["ref_type_counts"]
+    assert "total_objects" in ray_cli("summary", "objects", "--address", held).stdout
 
 
 def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:

@@ -15,6 +15,7 @@ On loopback the browser is the threat, beyond it the network:
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -49,6 +50,10 @@ def open_path(path: str) -> bool:
     return path.startswith(("/ingest/", "/ui/")) or path in ("/", "/ui")
 
 
+# Ray's job writes (submit, stop, delete, upload): raysight only refuses them (405), so no body can do harm there
+_REFUSED_WRITES = re.compile(r"(/sessions/[^/]+)?/api/(jobs|packages)/.*")
+
+
 def media_type(content_type: str | None) -> str:
     """``application/json; charset=utf-8`` → ``application/json``."""
     return (content_type or "").partition(";")[0].strip().lower()
@@ -69,7 +74,11 @@ def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None
         )
     if from_other_site(headers, method):
         return 403, "refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)"
-    if method == "POST" and media_type(headers.get("content-type")) not in POST_TYPES:
+    if (
+        method == "POST"
+        and media_type(headers.get("content-type")) not in POST_TYPES
+        and not _REFUSED_WRITES.fullmatch(scope["path"])
+    ):
         return 415, (
             f"POST bodies must be sent as {' or '.join(POST_TYPES)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"

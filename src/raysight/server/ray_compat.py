@@ -115,8 +115,18 @@ async def summarize(request: Request) -> Response:
             "summary_by": "class",
         }
         total = cluster["total_actors"]
+    elif what == "objects":
+        data = await state.read(lambda con: summaries.summarize_objects(con, _session(request)))
+        cluster = {
+            "summary": {g["call_site"]: {k: v for k, v in g.items() if k != "call_site"} for g in data["summary"]},
+            "total_objects": sum(g["total_objects"] for g in data["summary"]),
+            "total_size_mb": sum(g["total_size_mb"] for g in data["summary"]),
+            "callsite_enabled": any(g["call_site"] != "disabled" for g in data["summary"]),
+            "summary_by": "callsite",
+        }
+        total = cluster["total_objects"]
     else:
-        raise BadQuery(f"summaries exist for tasks and actors, not {what}")
+        raise BadQuery(f"summaries exist for tasks, actors and objects, not {what}")
     return envelope(
         {
             "total": total,
@@ -161,10 +171,25 @@ async def job(request: Request) -> Response:
     return PlainTextResponse(f"Job {job_id} does not exist", status_code=404)
 
 
+READ_ONLY = (
+    "raysight records Ray clusters and answers for them; it never submits, stops or deletes jobs. Send that to the "
+    "cluster's own dashboard (its address: `ray status`, or the head's logs/dashboard.log)."
+)
+
+
+async def read_only(request: Request) -> Response:
+    """Ray's job writes (submit, stop, delete, upload a package): refused, saying where they belong."""
+    return PlainTextResponse(READ_ONLY, status_code=405, headers={"Allow": "GET"})
+
+
 _routes = [
     Route("/api/version", version),
     Route("/api/jobs/", jobs),
+    Route("/api/jobs/", read_only, methods=["POST"]),
+    Route("/api/jobs/{job_id}/stop", read_only, methods=["POST"]),
     Route("/api/jobs/{job_id}", job),
+    Route("/api/jobs/{job_id}", read_only, methods=["DELETE"]),
+    Route("/api/packages/{package:path}", read_only, methods=["GET", "PUT"]),
     Route("/api/v0/{resource}/summarize", summarize),
     Route("/api/v0/{resource}", list_resource),
 ]

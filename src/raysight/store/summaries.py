@@ -7,7 +7,7 @@ from typing import Any
 import duckdb
 
 from raysight.ingest.ray_metrics import PREFIX
-from raysight.store.queries import ACTORS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
+from raysight.store.queries import ACTORS, OBJECTS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 from raysight.store.schema import driver_task_id_sql, task_job_id_sql
 
@@ -92,6 +92,35 @@ def summarize_actors(con: duckdb.DuckDBPyConnection, session: str | None) -> dic
     )
     for group in groups:
         group["state_counts"] = dict(sorted(group["state_counts"].items()))
+    return {"session": resolved, "summary": groups}
+
+
+def summarize_objects(con: duckdb.DuckDBPyConnection, session: str | None) -> dict[str, Any]:
+    """The last sample of objects (polled) by call site, as Ray's ``ObjectSummaries`` counts them: objects, size
+    (unknown sizes, -1, left out), workers and nodes holding them, and counts by task state, attempt and reference
+    type."""
+    resolved = resolve_session(con, session)
+    field = OBJECTS.by_name
+    groups = dict_rows(
+        con.execute(
+            f"""WITH o AS (SELECT {field["call_site"].sql} AS call_site, {field["object_size"].sql} AS size,
+                                  {field["pid"].sql} AS pid, {field["ip"].sql} AS ip,
+                                  {field["task_status"].sql} AS task_status,
+                                  CAST({field["attempt_number"].sql} AS VARCHAR) AS attempt,
+                                  {field["reference_type"].sql} AS ref_type
+                           FROM polled p WHERE p.session = $session AND {OBJECTS.condition})
+                SELECT call_site, count(*) AS total_objects,
+                       coalesce(sum(size) FILTER (size <> -1), 0) / 1048576 AS total_size_mb,
+                       count(DISTINCT pid) AS total_num_workers, count(DISTINCT ip) AS total_num_nodes,
+                       histogram(task_status) AS task_state_counts, histogram(attempt) AS task_attempt_number_counts,
+                       histogram(ref_type) AS ref_type_counts
+                FROM o GROUP BY call_site ORDER BY total_objects DESC, call_site""",
+            {"session": resolved},
+        )
+    )
+    for group in groups:
+        for key in ("task_state_counts", "task_attempt_number_counts", "ref_type_counts"):
+            group[key] = dict(sorted(group[key].items()))
     return {"session": resolved, "summary": groups}
 
 
