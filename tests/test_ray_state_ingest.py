@@ -40,8 +40,16 @@ def obj(n: int) -> dict[str, Any]:
     }
 
 
-def send(server: TestClient, ns: int, resources: dict[str, Any], errors: dict[str, str] | None = None) -> Any:
+def send(
+    server: TestClient,
+    ns: int,
+    resources: dict[str, Any],
+    errors: dict[str, str] | None = None,
+    cluster_status: dict[str, Any] | None = None,
+) -> Any:
     body = {"session": SESSION, "polled_ns": ns, "resources": resources, "errors": errors or {}}
+    if cluster_status is not None:
+        body["cluster_status"] = cluster_status
     return server.post("/ingest/agent/ray-state", json=body)
 
 
@@ -113,6 +121,30 @@ def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient
     assert polls["objects"]["last_error"].startswith("ReadTimeout") and polls["objects"]["last_ok_ms"] is None
 
 
+def sample(cpus_used: float, demand: list[Any]) -> dict[str, Any]:
+    usage = {"CPU": [cpus_used, 2.0], "objectStoreMemory": [0.0, 1e9]}
+    return {"time": 1.0, "loadMetricsReport": {"usage": usage, "usageByNode": {NODE: usage}, "resourceDemand": demand}}
+
+
+def test_status_at_a_moment_is_the_sample_at_or_before_it(server: TestClient) -> None:
+    base = 1_795_000_000_000_000_000
+    send(server, base, {}, cluster_status=sample(2.0, [[{"CPU": 4.0}, 1]]))
+    send(server, base + 5_000_000_000, {}, cluster_status=sample(0.0, []))
+
+    def status(**params: Any) -> dict[str, Any]:
+        answer = server.get("/api/raysight/status", params={"session": SESSION, **params})
+        assert answer.status_code == 200, answer.text
+        found: dict[str, Any] = answer.json()
+        return found
+
+    then = status(at=base + 4_999_999_999)
+    assert then["sampled_ms"] == base // 1_000_000 and then["demands"] == [{"shape": {"CPU": 4.0}, "count": 1}]
+    assert then["usage"]["object_store_memory"] == {"used": 0.0, "total": 1e9}  # Ray's name, not the dashboard's
+    assert status()["demands"] == [] and status()["usage"]["CPU"]["used"] == 0.0  # the last sample
+    assert status(at=base - 1)["sampled_ms"] is None  # before any sample
+    assert server.get("/api/raysight/status", params={"at": "yesterday"}).status_code == 400
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -129,6 +161,7 @@ def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient
             + b"]}}",
             "over 20000 rows",
         ),
+        (b'{"session": "s", "polled_ns": 1, "resources": {}, "cluster_status": {"time": 1}}', "loadMetricsReport"),
     ],
 )
 def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, body: bytes, says: str) -> None:

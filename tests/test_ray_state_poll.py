@@ -8,11 +8,12 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import httpx
 import pytest
 
-from tests.ray_programs.held_state import JOBS, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP
+from tests.ray_programs.held_state import JOBS, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP, WIDE_CPUS
 from tests.ray_scenarios import ServerProcess, driver_env, ray_run, raysight_cli
 
 pytestmark = pytest.mark.ray
@@ -95,7 +96,7 @@ def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:
     from ray.util.state import list_cluster_events, list_runtime_envs
 
     polls = {p["resource"]: p for p in httpx.get(f"{held}/api/raysight/doctor").json()["polls"]}
-    assert set(polls) == {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}
+    assert set(polls) == {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs", "cluster_status"}
     assert all(p["last_ok_ms"] for p in polls.values()), polls
     # what Ray listed at the last poll, whatever it was (its runtime envs: those its agent set up)
     assert len(list_runtime_envs(address=held, detail=True)) == polls["runtime_envs"]["rows"]
@@ -110,3 +111,20 @@ def test_answers_for_a_session_by_path(held: str) -> None:
     groups = list_placement_groups(address=f"{held}/sessions/{session}")
     assert [g.name for g in groups] == [PLACEMENT_GROUP]
     assert list_placement_groups(address=f"{held}/sessions/held")[0].name == PLACEMENT_GROUP  # by its label too
+
+
+def test_status_at_a_moment_names_what_waited(held: str) -> None:
+    """`raysight status --at` the moment the task that asked for more CPUs than the cluster had was cancelled: its
+    demand pending; the last sample: none left; both with the cluster's CPUs used of total."""
+    (wide,) = httpx.get(
+        f"{held}/api/raysight/tasks", params={"filter": "func_or_class_name=too_wide", "detail": "true"}
+    ).json()["rows"]
+    cancelled = datetime.fromtimestamp((wide["end_time_ms"] - 1) / 1000, tz=timezone.utc).isoformat()
+    then = raysight_cli("status", "--server", held, "--at", cancelled)
+    assert then.returncode == 0, then.stderr
+    assert f" {{'CPU': {float(WIDE_CPUS)}}}: 1+ pending tasks/actors" in then.stdout.splitlines(), then.stdout
+    assert any(line.endswith("/2 CPU") for line in then.stdout.splitlines()), then.stdout
+    last = json.loads(raysight_cli("status", "--server", held, "--format", "json").stdout)
+    assert last["demands"] == [] and last["usage"]["CPU"]["total"] == 2.0 and len(last["alive_nodes"]) == 1
+    before = raysight_cli("status", "--server", held, "--at", "2000-01-01T00:00:00")
+    assert "No sample of the cluster's resources" in before.stdout, before.stdout

@@ -154,6 +154,12 @@ class Client:
         params = {"session": session} if session else {}
         return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
 
+    def status(self, session: str | None = None, at: int | None = None) -> dict[str, Any]:
+        """What the cluster had and what waited for it at ``at`` (epoch ns; default its last sample):
+        ``GET /api/raysight/status``."""
+        given = {k: v for k, v in {"session": session, "at": at}.items() if v is not None}
+        return self._request("GET", "/api/raysight/status", params=given)  # type: ignore[no-any-return]
+
     def timeline(self, session: str | None = None, job: str | None = None) -> bytes:
         """A session's task attempts as Chrome trace JSON (`ray timeline`'s format): ``GET /api/raysight/timeline``."""
         given = {k: v for k, v in {"session": session, "job": job}.items() if v is not None}

@@ -1,6 +1,6 @@
 """Run under `raysight run`: what Ray never sends as events, held while raysight's poller looks — a named placement
-group with a task in it (then removed), objects in the object store, and two submitted jobs, one exiting non-zero
-(the other with a runtime env of its own)."""
+group with a task in it (then removed), objects in the object store, a task asking for more CPUs than the cluster has
+(pending until cancelled), and two submitted jobs, one exiting non-zero (the other with a runtime env of its own)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,17 @@ PLACEMENT_GROUP = "pg-held"
 JOBS = {"job-ok": 0, "job-fails": 3}  # submission ID → the exit code of its entrypoint
 OBJECTS = 3
 OBJECT_BYTES = 1 << 20
+WIDE_CPUS = 4
 
 
 @ray.remote(num_cpus=1)
 def in_group() -> str:
     return "placed"
+
+
+@ray.remote(num_cpus=WIDE_CPUS)
+def too_wide() -> None:
+    """Never runs: the cluster has 2 CPUs. It waits, a pending demand, until cancelled."""
 
 
 def wait_jobs(client: JobSubmissionClient, timeout_s: float) -> None:
@@ -40,6 +46,10 @@ def polled_jobs_and_objects(client: Client) -> bool:
     return ended and client.list("objects", limit=0)["total"] >= OBJECTS
 
 
+def polled_demand(client: Client) -> bool:
+    return {"CPU": float(WIDE_CPUS)} in [d["shape"] for d in client.status().get("demands", [])]
+
+
 def polled_group_removed(client: Client) -> bool:
     return any(
         g["state"] == "REMOVED" for g in client.list("placement_groups", filters=[f"name={PLACEMENT_GROUP}"])["rows"]
@@ -53,6 +63,9 @@ def main() -> None:
     strategy = PlacementGroupSchedulingStrategy(placement_group=group)
     print(ray.get(in_group.options(scheduling_strategy=strategy).remote()))
     held = [ray.put(bytes(OBJECT_BYTES)) for _ in range(OBJECTS)]
+    waiting = too_wide.remote()
+    wait_until_raysight(polled_demand, "the pending demand, sampled", 60)
+    ray.cancel(waiting)
     client = JobSubmissionClient(f"http://{context.dashboard_url}")
     for submission_id, code in JOBS.items():
         client.submit_job(

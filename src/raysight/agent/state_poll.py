@@ -56,19 +56,25 @@ def _state_rows(http: httpx.Client, dashboard: str, resource: str) -> list[Any]:
 
 
 def poll(http: httpx.Client, dashboard: str) -> dict[str, Any]:
-    """One poll of the dashboard: ``resources`` (each one's rows as Ray lists them, detail included) and ``errors``
-    (why one could not be had: that resource is left out, the others stand)."""
+    """One poll of the dashboard: ``resources`` (each one's rows as Ray lists them, detail included), its
+    ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and ``errors`` (why one
+    could not be had: that resource is left out, the others stand)."""
     resources: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for resource in (*STATE_RESOURCES, "jobs"):
+    status = None
+    for resource in (*STATE_RESOURCES, "jobs", "cluster_status"):
         try:
             if resource == "jobs":
                 resources[resource] = http.get(f"{dashboard}/api/jobs/").raise_for_status().json()
+            elif resource == "cluster_status":  # (None until the cluster's monitor has reported)
+                status = http.get(f"{dashboard}/api/cluster_status", params={"format": 0}).json()["data"][
+                    "clusterStatus"
+                ]
             else:
                 resources[resource] = _state_rows(http, dashboard, resource)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             errors[resource] = f"{type(exc).__name__}: {exc}"
-    return {"resources": resources, "errors": errors}
+    return {"resources": resources, "errors": errors, **({"cluster_status": status} if status else {})}
 
 
 class StatePoller(SessionWatcher):

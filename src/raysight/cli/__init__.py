@@ -13,6 +13,7 @@ from raysight.cli.logs import logs_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
 from raysight.cli.server import server_cmd
+from raysight.cli.status import status_cmd
 from raysight.cli.timeline import timeline_cmd
 from raysight.errors import BadQuery, RaysightError
 
@@ -52,6 +53,7 @@ for command in (
     logs_cmd,
     errors_cmd,
     timeline_cmd,
+    status_cmd,
     sessions_cmd,
     doctor_cmd,
     reindex_cmd,

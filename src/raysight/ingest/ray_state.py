@@ -6,9 +6,11 @@ The poller sends JSON, one object a poll of one session::
     {"session": "session_…", "polled_ns": 1795288476000000000,
      "resources": {"placement_groups": [<PlacementGroupState rows, detail>], "objects": [...], "runtime_envs": [...],
                    "cluster_events": [...], "jobs": [<JobDetails, as /api/jobs/ lists them>]},
+     "cluster_status": {<the dashboard's /api/cluster_status: loadMetricsReport (usage, resourceDemand, …) …>},
      "errors": {"objects": "what went wrong fetching them"}}
 
-A resource left out was not polled this time. Each row is kept as Ray gave it, under an ID that names the entity
+A resource left out was not polled this time; ``cluster_status`` (what the cluster had and what waited for it, then)
+is kept whole, a sample a poll. Each row is kept as Ray gave it, under an ID that names the entity
 from one poll to the next, with the state whose changes make its history.
 """
 
@@ -59,6 +61,7 @@ KINDS = {
     "cluster_events": Kind(lambda r: r.get("event_id") or None, lambda r: _text(r, "severity")),
     "jobs": Kind(lambda r: r.get("submission_id") or r.get("job_id") or None, lambda r: _text(r, "status")),
 }
+STATUS = "cluster_status"
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 SCHEMA = pa.schema(
     [
@@ -77,6 +80,7 @@ class Poll:
     rows: pa.Table  # one row an entity: resource, id, state, row (JSON)
     polled: list[str]  # the resources this poll fetched (a sampled one's earlier rows are replaced)
     errors: dict[str, str]  # resource → why it could not be fetched
+    cluster_status: str | None = None  # JSON: the autoscaler's view then (usage, demand), when polled
 
 
 def _rows(resource: str, values: Any) -> list[dict[str, str]]:
@@ -108,15 +112,22 @@ def parse(body: bytes) -> Poll:
     if unknown:
         raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
     errors = poll.get("errors") or {}
-    if not (isinstance(errors, dict) and all(k in KINDS and isinstance(v, str) for k, v in errors.items())):
+    polled = [*KINDS, STATUS]
+    if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadBatch("errors must map a resource to a message")
     if both := set(errors) & set(poll["resources"]):
         raise BadBatch(f"{sorted(both)} both polled and failed")
+    status = poll.get(STATUS)
+    if status is not None and not (isinstance(status, dict) and isinstance(status.get("loadMetricsReport"), dict)):
+        raise BadBatch(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
+    if status is not None and STATUS in errors:
+        raise BadBatch(f"['{STATUS}'] both polled and failed")
     rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
     return Poll(
         session,
         polled_ns,
         pa.Table.from_pylist(rows, schema=SCHEMA),
-        sorted(poll["resources"]),
+        sorted(poll["resources"]) + ([STATUS] if status is not None else []),
         {k: v[:2000] for k, v in errors.items()},
+        None if status is None else orjson.dumps(status).decode(),
     )

@@ -221,6 +221,17 @@ async def activity(request: Request) -> Response:
     return _json(await app_state(request).read(lambda con: summaries.activity(con, session, buckets)))
 
 
+async def status(request: Request) -> Response:
+    """GET /api/raysight/status?session=&at=: what the cluster had and what waited for it at ``at`` (epoch ns; default
+    the last sample the poller took), as `ray status` shows it (``store/summaries.py``)."""
+    at = int_param(request.query_params, "at", None)
+
+    def read(con: Any) -> dict[str, Any]:
+        return summaries.cluster_status(con, recorded_session(con, request), at)
+
+    return _json(await app_state(request).read(read))
+
+
 def job_param(request: Request) -> str | None:
     """``?job=``: a job's ID (8 hex digits), or None."""
     job = (request.query_params.get("job") or "").lower() or None
@@ -272,6 +283,7 @@ routes = [
     Route("/api/raysight/errors", errors),
     Route("/api/raysight/errors/{failure_id}", error_detail),
     Route("/api/raysight/activity", activity),
+    Route("/api/raysight/status", status),
     Route("/api/raysight/timeline", timeline),
     Route("/api/raysight/task-stream", task_stream),
     Route("/api/raysight/{resource}", list_resource),

@@ -494,6 +494,9 @@ RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS polled (
         session VARCHAR, resource VARCHAR, id VARCHAR, first_ns BIGINT, last_ns BIGINT, state VARCHAR, row JSON,
         history STRUCT(ts BIGINT, state VARCHAR)[], PRIMARY KEY (session, resource, id))""",
+    # What the cluster had and what waited for it (the dashboard's cluster status: usage and demand), each poll.
+    """CREATE TABLE IF NOT EXISTS cluster_status (
+        session VARCHAR, ns BIGINT, status JSON, PRIMARY KEY (session, ns))""",
     # How each resource's polls went: the last that succeeded, with its rows, and the last error (`raysight doctor`).
     """CREATE TABLE IF NOT EXISTS polls (
         session VARCHAR, resource VARCHAR, last_ok_ns BIGINT, rows BIGINT, last_error VARCHAR, last_error_ns BIGINT,
@@ -559,7 +562,7 @@ MIGRATIONS = {
         LOG_FILES_DDL,  # (from below 7, not there yet)
         "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING",
     ],
-    11: [],  # polled and polls (all_ddl() makes them)
+    11: [],  # polled, polls and cluster_status (all_ddl() makes them)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

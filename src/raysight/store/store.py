@@ -62,6 +62,7 @@ SESSION_TABLES = (
     "node_evidence",
     "polled",
     "polls",
+    "cluster_status",
     "log_lines",
     "log_files",
     "log_gaps",
@@ -648,7 +649,7 @@ class Store:
         """Keep what a poll of a live cluster's dashboard found (``ingest/ray_state.py``): each entity's newest row,
         its state's changes appended to its history (a poll older than what is kept changes nothing), a sampled
         resource's rows replaced by the newest poll's; and how each resource's poll went. Returns the rows kept."""
-        sampled = [r for r in poll.polled if KINDS[r].sample]
+        sampled = [r for r in poll.polled if r in KINDS and KINDS[r].sample]
         with self._transaction():
             stale = [  # a sampled resource polled since: this poll's rows of it are out of date
                 row[0]
@@ -693,6 +694,11 @@ class Store:
                            last_error = coalesce(excluded.last_error, polls.last_error),
                            last_error_ns = coalesce(excluded.last_error_ns, polls.last_error_ns)""",
                     [poll.session, poll.polled_ns, poll.polled, list(poll.errors), list(poll.errors.values())],
+                )
+            if poll.cluster_status is not None:
+                self._run(
+                    "INSERT OR REPLACE INTO cluster_status VALUES (?, ?, ?)",
+                    [poll.session, poll.polled_ns, poll.cluster_status],
                 )
             self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
         return poll.rows.num_rows

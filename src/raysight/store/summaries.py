@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+import orjson
 
 from raysight.ingest.ray_metrics import PREFIX
-from raysight.store.queries import ACTORS, OBJECTS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
+from raysight.store.queries import ACTORS, NODES, OBJECTS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 from raysight.store.schema import driver_task_id_sql, task_job_id_sql
 
@@ -122,6 +123,60 @@ def summarize_objects(con: duckdb.DuckDBPyConnection, session: str | None) -> di
         for key in ("task_state_counts", "task_attempt_number_counts", "ref_type_counts"):
             group[key] = dict(sorted(group[key].items()))
     return {"session": resolved, "summary": groups}
+
+
+# The dashboard gives resource names in camelCase; Ray's own output names them so
+_RESOURCE_NAMES = {"objectStoreMemory": "object_store_memory", "node:InternalHead": "node:__internal_head__"}
+
+
+def _usage(pairs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    return {_RESOURCE_NAMES.get(k, k): {"used": used, "total": total} for k, (used, total) in sorted(pairs.items())}
+
+
+def cluster_status(con: duckdb.DuckDBPyConnection, session: str | None, at_ns: int | None) -> dict[str, Any]:
+    """What the session's cluster had and what waited for it at ``at_ns`` (default: its last sample's moment), from
+    the poller's sample at or before then: resources used and total (all and per node), pending demand by shape
+    (tasks and actors, placement groups), the nodes alive then and those that had died (raysight's own record)."""
+    resolved = resolve_session(con, session)
+    row = con.execute(
+        """SELECT ns, status FROM cluster_status WHERE session = $session AND ($at IS NULL OR ns <= $at)
+           ORDER BY ns DESC LIMIT 1""",
+        {"session": resolved, "at": at_ns},
+    ).fetchone()
+    asked_ms = None if at_ns is None else at_ns // 1_000_000
+    if at_ns is None and row is not None:  # the last sample's moment
+        at_ns = row[0]
+    nodes = dict_rows(
+        con.execute(
+            f"""SELECT node_id, node_ip, is_head_node, state, state_message, start_time_ms, end_time_ms
+                FROM (SELECT {", ".join(f"{f.sql} AS {f.name}" for f in NODES.fields)} FROM {NODES.source}
+                      WHERE n.session = $session)
+                WHERE $at IS NULL OR start_time_ms IS NULL OR start_time_ms <= $at // 1000000
+                ORDER BY start_time_ms NULLS FIRST, node_id""",
+            {"session": resolved, "at": at_ns},
+        )
+    )
+    at_ms = None if at_ns is None else at_ns // 1_000_000
+    ended = [n for n in nodes if n["end_time_ms"] is not None and (at_ms is None or n["end_time_ms"] <= at_ms)]
+    out: dict[str, Any] = {
+        "session": resolved,
+        "at_ms": asked_ms,
+        "sampled_ms": None,
+        "alive_nodes": [n for n in nodes if n not in ended],
+        "dead_nodes": ended,
+    }
+    if row is None:
+        return out
+    report = orjson.loads(row[1])["loadMetricsReport"]
+    return {
+        **out,
+        "sampled_ms": row[0] // 1_000_000,
+        "usage": _usage(report.get("usage") or {}),
+        "usage_by_node": {node: _usage(pairs) for node, pairs in (report.get("usageByNode") or {}).items()},
+        "demands": [{"shape": shape, "count": n} for shape, n in report.get("resourceDemand") or []],
+        "placement_group_demands": report.get("pgDemand") or [],
+        "requested": report.get("requestDemand") or [],
+    }
 
 
 def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
