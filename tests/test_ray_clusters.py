@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from raysight.agent.scrape import ray_temp_dir
+from raysight.agent.state_poll import dashboard_url
 from raysight.cli.run import wait_until_quiet
 from raysight.client import Client
 from tests.ray_programs.two_nodes import DOOMED_LINES
@@ -61,6 +62,17 @@ def run_plain_driver(address: str) -> None:
     assert driver.returncode == 0, driver.stderr[-3000:]
 
 
+def poll_once(server_url: str, ray_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`raysight poll --once` at the dashboard the head logged, as the README says to run it beside a head."""
+    deadline = time.monotonic() + 30
+    while (dashboard := dashboard_url(ray_dir / "session_latest")) is None:
+        assert time.monotonic() < deadline, "the head logged no dashboard address within 30 s"
+        time.sleep(0.2)
+    polled = raysight_cli("poll", "--once", "--dashboard", dashboard, "--server", server_url)
+    assert polled.returncode == 0, polled.stderr
+    return polled
+
+
 @pytest.fixture(scope="module")
 def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A `ray start` head with a node agent beside it, as the README says, and a plain driver; what raysight saw while
@@ -75,6 +87,7 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         try:
             address = head.start()
             run_plain_driver(address)
+            polled = poll_once(server.url, ray_dir)
             with server.client() as client:
                 wait_until_quiet(client)
                 (session,) = client.sessions()
@@ -89,7 +102,7 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
                 time.sleep(0.2)
             wait_until_quiet(client)
             killed = everything(client, session["session"])
-        yield {"running": running, "doctor": doctor, "killed": killed, "session": ended}
+        yield {"running": running, "doctor": doctor, "killed": killed, "session": ended, "polled": polled}
     finally:
         agent.terminate()
         agent.wait(timeout=60)
@@ -113,12 +126,24 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
     assert ray_start["doctor"]["drivers_without_task_events"] == []
 
 
+def test_raysight_poll_records_what_a_ray_start_cluster_never_sends(ray_start: dict[str, Any]) -> None:
+    session = ray_start["session"]["session"]
+    assert ray_start["polled"].stdout.startswith(f"Polled {session}: ") and "1 jobs" in ray_start["polled"].stdout
+    polls = {p["resource"]: p for p in ray_start["doctor"]["polls"] if p["session"] == session}
+    assert polls["jobs"]["rows"] == 1 and all(p["last_ok_ms"] for p in polls.values()), polls
+    assert polls.keys() >= {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}
+
+
 def test_a_ray_start_cluster_killed_whole_ends_as_its_node_agent_saw(ray_start: dict[str, Any]) -> None:
     (node,) = ray_start["running"]["nodes"]
     assert (node["state"], node["state_inferred"]) == ("ALIVE", False)
     session = ray_start["session"]
-    assert session["end_time_ms"] and session["end_reason"].startswith("its gcs_server (pid ")
-    assert session["end_reason"].endswith("as raysight's node agent saw")
+    # The agent sees the raylet and the GCS go at once: whichever sighting is folded first ends the session
+    assert session["end_time_ms"] and (
+        session["end_reason"] == "every node of the cluster died"
+        or session["end_reason"].startswith("its gcs_server (pid ")
+        and session["end_reason"].endswith("as raysight's node agent saw")
+    ), session
     (node,) = ray_start["killed"]["nodes"]
     assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
     assert node["inferred_reason"].startswith("its raylet (pid ")

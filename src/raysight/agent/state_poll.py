@@ -1,7 +1,8 @@
 """Polling a live cluster's dashboard for what Ray never sends as events — placement groups, objects, runtime envs,
-cluster events, submitted jobs — and sending each poll to the server (``POST /ingest/agent/ray-state``), which keeps
-every change as history. One request per resource a poll (every 5 s), each within Ray's own list limit, so the
-cluster pays little. Inside `raysight run` it polls the session the driver joined, at the address its head logged.
+cluster events, submitted jobs, the cluster's usage and pending demand — and sending each poll to the server
+(``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource a poll (every
+5 s), each within Ray's own list limit, so the cluster pays little. Inside `raysight run` it polls the session the
+driver joined, at the address its head logged; `raysight poll --dashboard URL` polls a `ray start` cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 
 from raysight.agent.scrape import SessionWatcher
+from raysight.client import Client
 
 POLL_EVERY_S = 5.0
 TIMEOUT_S = 10.0
@@ -75,6 +77,22 @@ def poll(http: httpx.Client, dashboard: str) -> dict[str, Any]:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             errors[resource] = f"{type(exc).__name__}: {exc}"
     return {"resources": resources, "errors": errors, **({"cluster_status": status} if status else {})}
+
+
+def session_name(http: httpx.Client, dashboard: str) -> str:
+    """The name of the session the dashboard serves (its ``/api/version``, as Ray's job client reads it)."""
+    name = http.get(f"{dashboard}/api/version").raise_for_status().json().get("session_name")
+    if not isinstance(name, str) or not name.startswith("session_"):
+        raise ValueError(f"{dashboard} names no Ray session in /api/version")
+    return name
+
+
+def poll_dashboard(client: Client, key: str | None, dashboard: str, http: httpx.Client) -> dict[str, Any]:
+    """Poll a dashboard once and send what it found to the server, for the session it serves then; returns the poll.
+    A dashboard that cannot be reached, or a server that refuses, raises (httpx's error, or raysight's)."""
+    polled = {"session": session_name(http, dashboard), "polled_ns": time.time_ns(), **poll(http, dashboard)}
+    client.ray_state(polled, key)
+    return polled
 
 
 class StatePoller(SessionWatcher):
