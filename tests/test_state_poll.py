@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raysight.agent.state_poll import dashboard_url, ray_auth_headers
+from raysight.agent.state_poll import dashboard_url, due, ray_auth_headers
 
 
 def test_the_dashboard_is_where_the_head_last_said_it_listens(tmp_path: Path) -> None:
@@ -30,3 +30,8 @@ def test_the_token_is_the_one_rays_own_processes_send(tmp_path: Path) -> None:
     given = {"RAY_AUTH_TOKEN": "from-env", "RAY_AUTH_TOKEN_PATH": str(token_file)}
     assert ray_auth_headers(given) == {"authorization": "Bearer from-env"}
     assert ray_auth_headers({**given, "RAY_AUTH_MODE": "disabled"}) == {}
+
+
+def test_objects_are_sampled_every_sixth_poll_and_the_rest_every_poll() -> None:
+    assert [n for n in range(13) if "objects" in due(n)] == [0, 6, 12]
+    assert all(set(due(n)) | {"objects"} == set(due(0)) for n in range(13))

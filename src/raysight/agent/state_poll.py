@@ -1,7 +1,8 @@
 """Polling a live cluster's dashboard for what Ray never sends as events — placement groups, objects, runtime envs,
 cluster events, submitted jobs, the cluster's usage and pending demand — and sending each poll to the server
 (``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource a poll (every
-5 s), each within Ray's own list limit, so the cluster pays little. Inside `raysight run` it polls the session the
+5 s; objects, which every worker must be asked for, every 30 s), each within Ray's own list limit, so the cluster
+pays little. Inside `raysight run` it polls the session the
 driver joined, at the address its head logged; `raysight poll --dashboard URL` polls a `ray start` cluster.
 """
 
@@ -20,6 +21,8 @@ from raysight.agent.scrape import SessionWatcher
 from raysight.client import Client
 
 POLL_EVERY_S = 5.0
+# Listing objects asks every worker, the driver too, for its references: sampled less often than the rest
+SAMPLE_OBJECTS_EVERY = 6  # polls
 TIMEOUT_S = 10.0
 RAY_LIST_LIMIT = 10_000  # the most Ray's state API lists at once
 STATE_RESOURCES = ("placement_groups", "objects", "runtime_envs", "cluster_events")
@@ -57,14 +60,20 @@ def _state_rows(http: httpx.Client, dashboard: str, resource: str) -> list[Any]:
     return rows
 
 
-def poll(http: httpx.Client, dashboard: str) -> dict[str, Any]:
-    """One poll of the dashboard: ``resources`` (each one's rows as Ray lists them, detail included), its
-    ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and ``errors`` (why one
-    could not be had: that resource is left out, the others stand)."""
+def due(count: int) -> list[str]:
+    """What poll number ``count`` (from 0) asks for: everything, objects every :data:`SAMPLE_OBJECTS_EVERY` polls."""
+    sampled = count % SAMPLE_OBJECTS_EVERY == 0
+    return [r for r in (*STATE_RESOURCES, "jobs", "cluster_status") if r != "objects" or sampled]
+
+
+def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[str, Any]:
+    """One poll of the dashboard for ``resources_due``: ``resources`` (each one's rows as Ray lists them, detail
+    included), its ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and
+    ``errors`` (why one could not be had: that resource is left out, the others stand)."""
     resources: dict[str, Any] = {}
     errors: dict[str, str] = {}
     status = None
-    for resource in (*STATE_RESOURCES, "jobs", "cluster_status"):
+    for resource in resources_due:
         try:
             if resource == "jobs":
                 resources[resource] = http.get(f"{dashboard}/api/jobs/").raise_for_status().json()
@@ -87,10 +96,11 @@ def session_name(http: httpx.Client, dashboard: str) -> str:
     return name
 
 
-def poll_dashboard(client: Client, key: str | None, dashboard: str, http: httpx.Client) -> dict[str, Any]:
-    """Poll a dashboard once and send what it found to the server, for the session it serves then; returns the poll.
-    A dashboard that cannot be reached, or a server that refuses, raises (httpx's error, or raysight's)."""
-    polled = {"session": session_name(http, dashboard), "polled_ns": time.time_ns(), **poll(http, dashboard)}
+def poll_dashboard(client: Client, key: str | None, dashboard: str, http: httpx.Client, count: int) -> dict[str, Any]:
+    """Poll a dashboard (poll number ``count``) and send what it found to the server, for the session it serves then;
+    returns the poll. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
+    found = poll(http, dashboard, due(count))
+    polled = {"session": session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
     client.ray_state(polled, key)
     return polled
 
@@ -104,14 +114,16 @@ class StatePoller(SessionWatcher):
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         super().__init__(server, key, driver_pid, ray_dir)
         self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=ray_auth_headers(os.environ))
+        self._polls = 0
 
     def tick(self, session: Path) -> None:
         dashboard = dashboard_url(session)
         if dashboard is None:
             return
-        polled = {"session": session.name, "polled_ns": time.time_ns(), **poll(self._http, dashboard)}
-        if polled["resources"]:  # the cluster gone, nothing to say
-            self._client.ray_state(polled, self.key)
+        found = poll(self._http, dashboard, due(self._polls))
+        self._polls += 1
+        if found["resources"]:  # the cluster gone, nothing to say
+            self._client.ray_state({"session": session.name, "polled_ns": time.time_ns(), **found}, self.key)
 
     def stop(self, timeout: float = 5) -> None:
         super().stop(timeout)

@@ -39,16 +39,18 @@ def poll_cmd(dashboard: str, every: float, once: bool, server: str | None, inges
     headers = ray_auth_headers(os.environ)
     with make_client(server or default_server()) as client, httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
         try:
-            while not _poll_once(client, ingest_key, dashboard, http, once):
+            count = 0
+            while not _poll_once(client, ingest_key, dashboard, http, once, count):
                 time.sleep(every)
+                count += 1
         except KeyboardInterrupt:
             return
 
 
-def _poll_once(client: Client, key: str | None, dashboard: str, http: httpx.Client, once: bool) -> bool:
-    """One poll; whether to stop (``once``: after saying what was found, or failing with why)."""
+def _poll_once(client: Client, key: str | None, dashboard: str, http: httpx.Client, once: bool, count: int) -> bool:
+    """Poll number ``count``; whether to stop (``once``: after saying what was found, or failing with why)."""
     try:
-        polled = poll_dashboard(client, key, dashboard, http)
+        polled = poll_dashboard(client, key, dashboard, http, count)
     except (httpx.HTTPError, ValueError, RaysightError) as exc:
         if once:
             raise click.ClickException(f"could not poll {dashboard}: {exc}") from None
