@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,22 @@ def ray_run(url: str, cluster: str, *program: str, timeout: float = 240, expect_
 def without_ray_settings() -> dict[str, str]:
     """This environment without Ray's or raysight's variables: a shell a user opens beside the cluster."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYSIGHT_"))}
+
+
+@contextlib.contextmanager
+def replayed(data_dir: Path, cluster: str, *program: str, expect_code: int = 0) -> Iterator[ServerProcess]:
+    """A Ray program run under `raysight run` (as :func:`ray_run`) into a server on ``data_dir``, then a server
+    started anew on what that one recorded: what a user reads after the cluster is gone."""
+    recording = ServerProcess(data_dir).start()
+    try:
+        ray_run(recording.url, cluster, *program, expect_code=expect_code)
+    finally:
+        recording.stop()
+    server = ServerProcess(data_dir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def driver_env() -> dict[str, str]:

@@ -28,8 +28,8 @@ from tests.ray_scenarios import (
     agent_command,
     assert_nothing_alive_without_a_reason,
     driver_env,
-    ray_run,
     raysight_cli,
+    replayed,
 )
 
 pytestmark = pytest.mark.ray
@@ -154,33 +154,25 @@ def test_a_ray_start_cluster_killed_whole_ends_as_its_node_agent_saw(ray_start: 
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """What raysight recorded of tests/ray_programs/two_nodes.py, read after the cluster is gone by a server started
     after the run."""
-    data_dir = tmp_path_factory.mktemp("store")
-    recording = ServerProcess(data_dir).start()
-    try:
-        marker = tmp_path_factory.mktemp("marker") / "running"
-        ray_run(recording.url, "two-nodes", "-m", "tests.ray_programs.two_nodes", str(marker), expect_code=3)
-    finally:
-        recording.stop()
-    server = ServerProcess(data_dir).start()
-    try:
-        with server.client() as client:
-            (session,) = client.sessions()
-            doctor_cli = subprocess.run(
-                [sys.executable, "-m", "raysight", "doctor", "--server", server.url],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout
-            yield {
-                "data": everything(client, session["session"]),
-                "doctor": client.doctor(),
-                "doctor_cli": doctor_cli,
-                "session": session,
-                "url": server.url,
-            }
-    finally:
-        server.stop()
+    marker = tmp_path_factory.mktemp("marker") / "running"
+    program = ("-m", "tests.ray_programs.two_nodes", str(marker))
+    store = tmp_path_factory.mktemp("store")
+    with replayed(store, "two-nodes", *program, expect_code=3) as server, server.client() as client:
+        (session,) = client.sessions()
+        doctor_cli = subprocess.run(
+            [sys.executable, "-m", "raysight", "doctor", "--server", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        yield {
+            "data": everything(client, session["session"]),
+            "doctor": client.doctor(),
+            "doctor_cli": doctor_cli,
+            "session": session,
+            "url": server.url,
+        }
 
 
 def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.ray_programs.failures import BAD_RECORDS
-from tests.ray_scenarios import ServerProcess, ray_run, raysight_cli
+from tests.ray_scenarios import raysight_cli, replayed
 
 pytestmark = pytest.mark.ray
 
@@ -21,20 +21,11 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The run's groups as `raysight errors --format json` printed them, from a server started after the run."""
-    data_dir = tmp_path_factory.mktemp("store")
-    recording = ServerProcess(data_dir).start()
-    try:
-        ray_run(recording.url, "failures", "-m", "tests.ray_programs.failures")
-    finally:
-        recording.stop()
-    server = ServerProcess(data_dir).start()
-    try:
+    with replayed(tmp_path_factory.mktemp("store"), "failures", "-m", "tests.ray_programs.failures") as server:
         listed = raysight_cli("errors", "--server", server.url, "--format", "json")
         assert listed.returncode == 0, listed.stderr
         groups = json.loads(listed.stdout)["groups"]
         yield {"url": server.url, "groups": {g["kind"] + " " + g["error_type"]: g for g in groups}}
-    finally:
-        server.stop()
 
 
 def show(failures: dict[str, Any], failure_id: str, *options: str) -> str:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.ray_programs.held_state import JOBS, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP, WIDE_CPUS
-from tests.ray_scenarios import ServerProcess, driver_env, ray_run, raysight_cli
+from tests.ray_scenarios import driver_env, raysight_cli, replayed
 
 pytestmark = pytest.mark.ray
 
@@ -22,17 +22,8 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a server started after the run, on what the run's server recorded."""
-    data_dir = tmp_path_factory.mktemp("store")
-    recording = ServerProcess(data_dir).start()
-    try:
-        ray_run(recording.url, "held", "-m", "tests.ray_programs.held_state")
-    finally:
-        recording.stop()
-    server = ServerProcess(data_dir).start()
-    try:
+    with replayed(tmp_path_factory.mktemp("store"), "held", "-m", "tests.ray_programs.held_state") as server:
         yield server.url
-    finally:
-        server.stop()
 
 
 def ray_cli(*args: str) -> subprocess.CompletedProcess[str]:
