@@ -62,15 +62,29 @@ def run_plain_driver(address: str) -> None:
     assert driver.returncode == 0, driver.stderr[-3000:]
 
 
-def poll_once(server_url: str, ray_dir: Path) -> subprocess.CompletedProcess[str]:
-    """`raysight poll --once` at the dashboard the head logged, as the README says to run it beside a head."""
+def poll_beside_the_head(server_url: str, ray_dir: Path) -> dict[str, Any]:
+    """`raysight poll` at the dashboard the head logged, as the README says to run it beside a head: once, then
+    every second until it has polled twice more (each poll's time is the doctor's ``last_ok_ms``), then stopped."""
     deadline = time.monotonic() + 30
     while (dashboard := dashboard_url(ray_dir / "session_latest")) is None:
         assert time.monotonic() < deadline, "the head logged no dashboard address within 30 s"
         time.sleep(0.2)
-    polled = raysight_cli("poll", "--once", "--dashboard", dashboard, "--server", server_url)
-    assert polled.returncode == 0, polled.stderr
-    return polled
+    once = raysight_cli("poll", "--once", "--dashboard", dashboard, "--server", server_url)
+    assert once.returncode == 0, once.stderr
+    command = [sys.executable, "-m", "raysight", "poll", "--dashboard", dashboard, "--server", server_url]
+    looping = subprocess.Popen([*command, "--every", "1"], stderr=subprocess.DEVNULL)
+    seen: set[int] = set()
+    try:
+        with Client(server_url) as client:
+            deadline = time.monotonic() + 60
+            while len(seen) < 3:
+                assert time.monotonic() < deadline, f"raysight poll --every 1 polled {len(seen) - 1} times in 60 s"
+                seen |= {p["last_ok_ms"] for p in client.doctor()["polls"] if p["resource"] == "jobs"}
+                time.sleep(0.2)
+    finally:
+        looping.terminate()
+        looping.wait(timeout=30)
+    return {"once": once, "polls_seen": len(seen)}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +101,7 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         try:
             address = head.start()
             run_plain_driver(address)
-            polled = poll_once(server.url, ray_dir)
+            polled = poll_beside_the_head(server.url, ray_dir)
             with server.client() as client:
                 wait_until_quiet(client)
                 (session,) = client.sessions()
@@ -128,7 +142,8 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
 
 def test_raysight_poll_records_what_a_ray_start_cluster_never_sends(ray_start: dict[str, Any]) -> None:
     session = ray_start["session"]["session"]
-    assert ray_start["polled"].stdout.startswith(f"Polled {session}: ") and "1 jobs" in ray_start["polled"].stdout
+    once = ray_start["polled"]["once"].stdout
+    assert once.startswith(f"Polled {session}: ") and "1 jobs" in once and ray_start["polled"]["polls_seen"] >= 3
     polls = {p["resource"]: p for p in ray_start["doctor"]["polls"] if p["session"] == session}
     assert polls["jobs"]["rows"] == 1 and all(p["last_ok_ms"] for p in polls.values()), polls
     assert polls.keys() >= {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests.test_inference import record
+
 SESSION = "session_2026-11-24_10-00-00_000000_1"
 PG = "0a" * 18
 NODE = "ab" * 28
@@ -168,3 +170,33 @@ def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, 
     answer = server.post("/ingest/agent/ray-state", content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and says in answer.json()["error"], answer.text
     assert ray_list(server, "objects")["total"] == 0
+
+
+def test_a_task_that_waited_shows_what_the_cluster_had_then(server: TestClient, ray_batches: Any) -> None:
+    """`raysight get tasks ID` (the task's detail) for an attempt that was pending while the poller sampled the
+    cluster: how long it waited, and the last sample's usage and demand; an attempt no sample saw pending: none."""
+    record(server, ray_batches, "?cluster=rec")
+    tasks = server.get("/api/raysight/tasks", params={"detail": "true", "limit": 100}).json()["rows"]
+    waited = next(t for t in tasks if t["start_time_ms"] and t["start_time_ms"] - t["creation_time_ms"] >= 10)
+    session = server.get("/api/raysight/sessions").json()["sessions"][0]["session"]
+    pending_ns = (waited["creation_time_ms"] + 5) * 1_000_000
+    body = {
+        "session": session,
+        "polled_ns": pending_ns,
+        "resources": {},
+        "cluster_status": sample(2.0, [[{"CPU": 1.0}, 3]]),
+    }
+    assert server.post("/ingest/agent/ray-state", json=body).status_code == 200
+    (row,) = [
+        r
+        for r in server.get(f"/api/raysight/tasks/{waited['task_id']}", params={"detail": "true"}).json()["rows"]
+        if r["attempt_number"] == waited["attempt_number"]
+    ]
+    assert row["waited"] == {
+        "pending_ms": waited["start_time_ms"] - waited["creation_time_ms"],
+        "samples": 1,
+        "usage": {"CPU": {"used": 2.0, "total": 2.0}, "object_store_memory": {"used": 0.0, "total": 1e9}},
+        "demands": [{"shape": {"CPU": 1.0}, "count": 3}],
+    }
+    others = server.get("/api/v0/tasks", params={"detail": "True", "limit": 100}).json()["data"]["result"]["result"]
+    assert sum(t["waited"] is not None for t in others) >= 1 and any(t["waited"] is None for t in others)

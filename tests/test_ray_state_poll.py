@@ -117,5 +117,9 @@ def test_status_at_a_moment_names_what_waited(held: str) -> None:
     assert any(line.endswith("/2 CPU") for line in then.stdout.splitlines()), then.stdout
     last = json.loads(raysight_cli("status", "--server", held, "--format", "json").stdout)
     assert last["demands"] == [] and last["usage"]["CPU"]["total"] == 2.0 and len(last["alive_nodes"]) == 1
+    got = raysight_cli("get", "tasks", wide["task_id"], "--server", held, "--format", "json")
+    (why,) = [t["waited"] for t in json.loads(got.stdout)]  # why it waited: what it asked, what there was
+    assert {"shape": {"CPU": float(WIDE_CPUS)}, "count": 1} in why["demands"] and why["usage"]["CPU"]["total"] == 2.0
+    assert why["pending_ms"] == wide["end_time_ms"] - wide["creation_time_ms"] and why["samples"] >= 1
     before = raysight_cli("status", "--server", held, "--at", "2000-01-01T00:00:00")
     assert "No sample of the cluster's resources" in before.stdout, before.stdout

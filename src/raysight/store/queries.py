@@ -13,6 +13,7 @@ import duckdb
 import orjson
 
 from raysight.errors import BadQuery, NotFound
+from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
 from raysight.store.reconcile import SESSION_ENDS
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
@@ -24,7 +25,7 @@ MS = "// 1000000"
 class Field:
     name: str
     sql: str
-    kind: str = "str"  # str | id | int | float | bool | time_ms | json | list | profile
+    kind: str = "str"  # str | id | int | float | bool | time_ms | json | list | profile | waited
     base: bool = False
     late: bool = False  # costly (a subquery per row): computed for the page's rows only, after paging
 
@@ -71,6 +72,15 @@ _OF_ATTEMPT = "x.session = t.session AND x.task_id = t.task_id AND x.attempt = t
 TASK_EVENTS = f"""(SELECT list_transform(list_sort(list_distinct(list({{'ts': x.ts, 'state': x.state}}))),
                                    lambda e: {{'state': e.state, 'created_ms': e.ts / 1e6}})
                    FROM task_transitions x WHERE {_OF_ATTEMPT})"""
+# While an attempt was pending (created, not running yet): what the cluster had and what waited, as the poller last
+# sampled it then (``cluster_status``: `raysight run`, `raysight poll`), and how long it waited
+TASK_WAITED = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
+        'pending_ms': coalesce({TASK_START}, t.end_ns, max(c.ns)) // 1000000 - t.creation_ns // 1000000,
+        'samples': count(*),
+        'usage': arg_max(c.status->'$.loadMetricsReport.usage', c.ns)::VARCHAR,
+        'demands': arg_max(c.status->'$.loadMetricsReport.resourceDemand', c.ns)::VARCHAR}} END
+    FROM cluster_status c WHERE c.session = t.session AND c.ns >= t.creation_ns
+      AND c.ns < coalesce({TASK_START}, t.end_ns, 9223372036854775807))"""
 TASK_PROFILING = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
         'component_type': any_value(x.component), 'component_id': any_value(x.component_id),
         'node_ip_address': any_value(x.node_ip),
@@ -120,6 +130,7 @@ TASKS = Resource(
         _f("placement_group_id", "t.placement_group_id", "id"),
         _f("events", TASK_EVENTS, "list", late=True),
         _f("profiling_data", TASK_PROFILING, "profile", late=True),
+        _f("waited", TASK_WAITED, "waited", late=True),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
         _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
@@ -534,4 +545,7 @@ def _decode(res: Resource, row: dict[str, Any]) -> dict[str, Any]:
         elif kind == "profile" and value:  # each event's extra data parsed, as Ray's state API gives it
             for event in value["events"]:
                 event["extra_data"] = _json_object(event["extra_data"])
+        elif kind == "waited" and value:
+            value["usage"] = resources.usage(orjson.loads(value["usage"] or "{}"))
+            value["demands"] = resources.demands(orjson.loads(value["demands"] or "[]"))
     return row

@@ -8,6 +8,7 @@ import duckdb
 import orjson
 
 from raysight.ingest.ray_metrics import PREFIX
+from raysight.store import resources
 from raysight.store.queries import ACTORS, NODES, OBJECTS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
 from raysight.store.reconcile import SESSION_ENDS
 from raysight.store.schema import driver_task_id_sql, task_job_id_sql
@@ -125,14 +126,6 @@ def summarize_objects(con: duckdb.DuckDBPyConnection, session: str | None) -> di
     return {"session": resolved, "summary": groups}
 
 
-# The dashboard gives resource names in camelCase; Ray's own output names them so
-_RESOURCE_NAMES = {"objectStoreMemory": "object_store_memory", "node:InternalHead": "node:__internal_head__"}
-
-
-def _usage(pairs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    return {_RESOURCE_NAMES.get(k, k): {"used": used, "total": total} for k, (used, total) in sorted(pairs.items())}
-
-
 def cluster_status(con: duckdb.DuckDBPyConnection, session: str | None, at_ns: int | None) -> dict[str, Any]:
     """What the session's cluster had and what waited for it at ``at_ns`` (default: its last sample's moment), from
     the poller's sample at or before then: resources used and total (all and per node), pending demand by shape
@@ -171,9 +164,9 @@ def cluster_status(con: duckdb.DuckDBPyConnection, session: str | None, at_ns: i
     return {
         **out,
         "sampled_ms": row[0] // 1_000_000,
-        "usage": _usage(report.get("usage") or {}),
-        "usage_by_node": {node: _usage(pairs) for node, pairs in (report.get("usageByNode") or {}).items()},
-        "demands": [{"shape": shape, "count": n} for shape, n in report.get("resourceDemand") or []],
+        "usage": resources.usage(report.get("usage") or {}),
+        "usage_by_node": {node: resources.usage(pairs) for node, pairs in (report.get("usageByNode") or {}).items()},
+        "demands": resources.demands(report.get("resourceDemand") or []),
         "placement_group_demands": report.get("pgDemand") or [],
         "requested": report.get("requestDemand") or [],
     }
