@@ -4,14 +4,18 @@ group with a task in it (then removed), objects in the object store, a task aski
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
+import orjson
 import ray
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raysight.cli.run import wait_until_quiet
 from raysight.client import Client
 from tests.ray_programs import wait_until_raysight, wait_until_raysight_sees
 
@@ -56,6 +60,41 @@ def polled_group_removed(client: Client) -> bool:
     )
 
 
+NINE = ("actors", "tasks", "nodes", "jobs", "workers", "objects", "placement_groups", "runtime_envs", "cluster_events")
+
+
+def both_sides(dashboard: str, out: Path) -> None:
+    """Write what Ray's state API lists of the nine resources from the live cluster and from raysight, once raysight
+    has had no event for 10 s, has folded them all, and has polled since: for the test to compare."""
+    from ray.util import state
+
+    server = os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
+    with Client(server) as client:
+        wait_until_quiet(client, quiet_s=10, timeout_s=90)
+    settled = time.time_ns() // 1_000_000
+    wait_until_raysight(
+        lambda c: all(
+            p["last_ok_ms"] and p["last_ok_ms"] > settled for p in c.doctor()["polls"] if p["resource"] != "objects"
+        ),
+        "a poll after the cluster settled",
+        60,
+    )
+    sides = {"ray": dashboard, "raysight": server}
+    listed = {
+        resource: {
+            side: [
+                row.dict() if hasattr(row, "dict") else dict(vars(row))
+                for row in getattr(state, f"list_{resource}")(
+                    address=address, limit=10_000, detail=True, raise_on_missing_output=False
+                )
+            ]
+            for side, address in sides.items()
+        }
+        for resource in NINE
+    }
+    out.write_bytes(orjson.dumps(listed, default=str))
+
+
 def main() -> None:
     context = ray.init(num_cpus=2)
     group = placement_group([{"CPU": 1}], strategy="PACK", name=PLACEMENT_GROUP)
@@ -76,6 +115,8 @@ def main() -> None:
     wait_jobs(client, 120)
     wait_until_raysight_sees("FINISHED", {"in_group"}, 60)
     wait_until_raysight(polled_jobs_and_objects, "the jobs' ends and the objects held, polled", 60)
+    if len(sys.argv) > 1:
+        both_sides(f"http://{context.dashboard_url}", Path(sys.argv[1]))
     remove_placement_group(group)
     wait_until_raysight(polled_group_removed, "the placement group removed, polled", 60)
     del held
