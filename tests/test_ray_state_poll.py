@@ -164,7 +164,7 @@ def test_status_at_a_moment_names_what_waited(held: str) -> None:
     last = json.loads(raysight_cli("status", "--server", held, "--format", "json").stdout)
     assert last["demands"] == [] and last["usage"]["CPU"]["total"] == 2.0 and len(last["alive_nodes"]) == 1
     got = raysight_cli("get", "tasks", wide["task_id"], "--server", held, "--format", "json")
-    (why,) = [t["waited"] for t in json.loads(got.stdout)]  # why it waited: what it asked, what there was
+    why = json.loads(got.stdout)["waited"]  # why it waited: how long, what the cluster had and what waited then
     assert {"shape": {"CPU": float(WIDE_CPUS)}, "count": 1} in why["demands"] and why["usage"]["CPU"]["total"] == 2.0
     assert why["pending_ms"] == wide["end_time_ms"] - wide["creation_time_ms"] and why["samples"] >= 1
     before = raysight_cli("status", "--server", held, "--at", "2000-01-01T00:00:00")
@@ -184,6 +184,8 @@ def test_the_live_cluster_and_raysight_list_the_same_rows(sides: dict[str, Any],
         held = {k for k, o in ray_rows.items() if o["object_size"] >= OBJECT_BYTES}
         assert held and held <= set(ours), (sorted(ray_rows), sorted(ours))
         return
+    if resource == "workers":  # Ray's stream has no worker events of drivers (see the note): left out here
+        ray_rows = {k: w for k, w in ray_rows.items() if w["worker_type"] != "DRIVER"}
     assert set(ray_rows) == set(ours), (sorted(set(ray_rows) ^ set(ours)), resource)
     for key, theirs in ray_rows.items():
         differ = {f: (theirs.get(f), ours[key].get(f)) for f in LISTED[resource] if theirs.get(f) != ours[key].get(f)}

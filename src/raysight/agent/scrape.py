@@ -58,11 +58,13 @@ def aggregator_lines(text: str) -> str:
 
 
 class SessionWatcher:
-    """A thread that, every ``every_s`` and once more when stopped (the cluster may be gone by then), does its
-    :meth:`tick` on the Ray session ``driver_pid`` joined, once found. Best effort: a failure is skipped."""
+    """A thread that, every ``every_s`` and once more when stopped if ``tick_when_stopped`` (the cluster may be gone by
+    then), does its :meth:`tick` on the Ray session ``driver_pid`` joined, once found. Best effort: a failure is
+    skipped."""
 
     every_s = SCRAPE_EVERY_S
     name = "raysight-watch"
+    tick_when_stopped = True
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         self.key, self.driver_pid, self.ray_dir = key, driver_pid, ray_dir
@@ -85,6 +87,8 @@ class SessionWatcher:
         with self._client:
             while True:
                 stopping = self._stopping.wait(self.every_s)
+                if stopping and not self.tick_when_stopped:
+                    return
                 with suppress(Exception):  # never disturb the user's program
                     self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
                     if self.session:
