@@ -122,6 +122,9 @@ def test_beyond_loopback_reads_need_the_token_and_the_ingest_key_only_writes(tmp
         metrics = {"json": {"text": ""}}
         assert client.post("/ingest/agent/ray-metrics", **metrics).status_code == 401
         assert client.post("/ingest/agent/ray-metrics?key=write-secret", **metrics).status_code == 200
+        poll = {"json": {"session": "session_2026-11-21_19-46-15_579671_2021", "polled_ns": 1, "resources": {}}}
+        assert client.post("/ingest/agent/ray-state", **poll).status_code == 401  # the poller's, the same
+        assert client.post("/ingest/agent/ray-state?key=write-secret", **poll).status_code == 200
         assert client.get("/api/raysight/sessions?key=write-secret").status_code == 401
         assert client.get("/api/v0/actors").status_code == 401
         assert client.get("/metrics").status_code == 401
