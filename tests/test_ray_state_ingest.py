@@ -200,3 +200,18 @@ def test_a_task_that_waited_shows_what_the_cluster_had_then(server: TestClient, 
     }
     others = server.get("/api/v0/tasks", params={"detail": "True", "limit": 100}).json()["data"]["result"]["result"]
     assert sum(t["waited"] is not None for t in others) >= 1 and any(t["waited"] is None for t in others)
+
+
+def test_a_sample_taken_when_no_node_was_alive_is_not_shown(server: TestClient, ray_batches: Any) -> None:
+    """A cluster shutting down still answers its last cluster status for a moment: a sample from a time when no
+    node of the session was alive (raysight's own record) is stale, and the one before it stands."""
+    record(server, ray_batches, "?cluster=rec")
+    (node,) = server.get("/api/raysight/nodes", params={"detail": "true"}).json()["rows"]
+    session = node["session"]
+    alive_ns = (node["start_time_ms"] + 1000) * 1_000_000
+    for ns, used in ((alive_ns, 1.0), ((node["start_time_ms"] - 1000) * 1_000_000, 2.0)):
+        body = {"session": session, "polled_ns": ns, "resources": {}, "cluster_status": sample(used, [])}
+        assert server.post("/ingest/agent/ray-state", json=body).status_code == 200
+    before = server.get("/api/raysight/status", params={"at": alive_ns - 1}).json()
+    assert before["sampled_ms"] is None  # the one sample then came before the node: not shown
+    assert server.get("/api/raysight/status").json()["usage"]["CPU"]["used"] == 1.0

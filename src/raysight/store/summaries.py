@@ -131,9 +131,15 @@ def cluster_status(con: duckdb.DuckDBPyConnection, session: str | None, at_ns: i
     the poller's sample at or before then: resources used and total (all and per node), pending demand by shape
     (tasks and actors, placement groups), the nodes alive then and those that had died (raysight's own record)."""
     resolved = resolve_session(con, session)
-    row = con.execute(
-        """SELECT ns, status FROM cluster_status WHERE session = $session AND ($at IS NULL OR ns <= $at)
-           ORDER BY ns DESC LIMIT 1""",
+    start, end = NODES.by_name["start_time_ms"].sql, NODES.by_name["end_time_ms"].sql
+    row = con.execute(  # a sample taken when no node was alive any more (a cluster shutting down) is stale
+        f"""SELECT c.ns, c.status FROM cluster_status c
+            WHERE c.session = $session AND ($at IS NULL OR c.ns <= $at)
+              AND (NOT EXISTS (SELECT 1 FROM nodes n WHERE n.session = c.session)
+                   OR EXISTS (SELECT 1 FROM nodes n WHERE n.session = c.session
+                              AND coalesce({start}, 0) <= c.ns // 1000000
+                              AND ({end} IS NULL OR {end} > c.ns // 1000000)))
+            ORDER BY c.ns DESC LIMIT 1""",
         {"session": resolved, "at": at_ns},
     ).fetchone()
     asked_ms = None if at_ns is None else at_ns // 1_000_000
