@@ -96,12 +96,16 @@ def session_name(http: httpx.Client, dashboard: str) -> str:
     return name
 
 
-def poll_dashboard(client: Client, key: str | None, dashboard: str, http: httpx.Client, count: int) -> dict[str, Any]:
-    """Poll a dashboard (poll number ``count``) and send what it found to the server, for the session it serves then;
-    returns the poll. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
+def poll_dashboard(
+    client: Client, key: str | None, dashboard: str, http: httpx.Client, count: int, session: str | None = None
+) -> dict[str, Any]:
+    """Poll a dashboard (poll number ``count``) and send what it found to the server, for ``session`` (default: the
+    one the dashboard serves then); returns the poll. A poll that found nothing is not sent: the cluster is gone or
+    going. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
     found = poll(http, dashboard, due(count))
-    polled = {"session": session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
-    client.ray_state(polled, key)
+    polled = {"session": session or session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
+    if found["resources"]:
+        client.ray_state(polled, key)
     return polled
 
 
@@ -121,10 +125,8 @@ class StatePoller(SessionWatcher):
         dashboard = dashboard_url(session)
         if dashboard is None:
             return
-        found = poll(self._http, dashboard, due(self._polls))
-        self._polls += 1
-        if found["resources"]:  # the cluster gone, nothing to say
-            self._client.ray_state({"session": session.name, "polled_ns": time.time_ns(), **found}, self.key)
+        count, self._polls = self._polls, self._polls + 1
+        poll_dashboard(self._client, self.key, dashboard, self._http, count, session.name)
 
     def stop(self, timeout: float = 5) -> None:
         super().stop(timeout)

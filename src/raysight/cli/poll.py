@@ -12,7 +12,6 @@ from raysight.agent.state_poll import POLL_EVERY_S, TIMEOUT_S, poll_dashboard, r
 from raysight.cli.common import make_client, server_option
 from raysight.cli.run import key_option
 from raysight.client import Client
-from raysight.config import default_server
 from raysight.errors import RaysightError
 
 
@@ -37,7 +36,7 @@ def poll_cmd(dashboard: str, every: float, once: bool, server: str | None, inges
     ~/.ray/auth_token)."""
     dashboard = dashboard.rstrip("/")
     headers = ray_auth_headers(os.environ)
-    with make_client(server or default_server()) as client, httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
+    with make_client(server) as client, httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
         try:
             count = 0
             while not _poll_once(client, ingest_key, dashboard, http, once, count):

@@ -115,19 +115,18 @@ def parse(body: bytes) -> Poll:
     polled = [*KINDS, STATUS]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadBatch("errors must map a resource to a message")
-    if both := set(errors) & set(poll["resources"]):
-        raise BadBatch(f"{sorted(both)} both polled and failed")
     status = poll.get(STATUS)
     if status is not None and not (isinstance(status, dict) and isinstance(status.get("loadMetricsReport"), dict)):
         raise BadBatch(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
-    if status is not None and STATUS in errors:
-        raise BadBatch(f"['{STATUS}'] both polled and failed")
+    fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
+    if both := set(errors) & set(fetched):
+        raise BadBatch(f"{sorted(both)} both polled and failed")
     rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
     return Poll(
         session,
         polled_ns,
         pa.Table.from_pylist(rows, schema=SCHEMA),
-        sorted(poll["resources"]) + ([STATUS] if status is not None else []),
+        fetched,
         {k: v[:2000] for k, v in errors.items()},
         None if status is None else orjson.dumps(status).decode(),
     )

@@ -21,7 +21,7 @@ from raysight.store import queries, summaries
 from raysight.store.filters import Filter
 
 RAY_MAX_LIMIT = 10_000
-SAMPLED = "Objects are a sample: what raysight's poller saw last (every 5 s while the cluster lived)."
+SAMPLED = "Objects are a sample: what raysight's poller saw last (every 30 s while the cluster lived)."
 API_VERSION = "4"
 
 

@@ -236,9 +236,18 @@ WORKERS = Resource(
     ],
 )
 
+
+def _polled(path: str, cast: str = "") -> str:
+    """SQL: a field of a polled row as Ray gave it (text, or cast), by its JSON path."""
+    return f"(p.row->>'$.{path}'){cast}"
+
+
+def _polled_json(path: str) -> str:
+    return f"(p.row->'$.{path}')"
+
+
 # A submitted job's status, message, exit code and times are its job manager's, as polled (``p``): the driver's
 # events cannot tell a failed entrypoint from a finished one
-_SUBMITTED = "p.row->>'$.{}'"
 _JOB_STATUS = """CASE WHEN p.row IS NOT NULL THEN p.state
     WHEN r.exit_code IS NOT NULL THEN (CASE WHEN r.exit_code = 0 THEN 'SUCCEEDED' ELSE 'FAILED' END)
     WHEN j.state = 'FINISHED' THEN 'SUCCEEDED' WHEN e.ended_ns IS NOT NULL THEN 'FAILED' ELSE 'RUNNING' END"""
@@ -254,19 +263,19 @@ JOBS = Resource(
         LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
     "job_id",
     [
-        _f("job_id", f"coalesce(j.job_id, {_SUBMITTED.format('job_id')})", "id", True),
-        _f("submission_id", f"coalesce(j.submission_id, {_SUBMITTED.format('submission_id')})", base=True),
-        _f("entrypoint", f"coalesce({_SUBMITTED.format('entrypoint')}, j.entrypoint, '')", base=True),
+        _f("job_id", f"coalesce(j.job_id, {_polled('job_id')})", "id", True),
+        _f("submission_id", f"coalesce(j.submission_id, {_polled('submission_id')})", base=True),
+        _f("entrypoint", f"coalesce({_polled('entrypoint')}, j.entrypoint, '')", base=True),
         _f(
             "type",
-            f"CASE WHEN coalesce(j.submission_id, {_SUBMITTED.format('submission_id')}) IS NULL THEN 'DRIVER' "
+            f"CASE WHEN coalesce(j.submission_id, {_polled('submission_id')}) IS NULL THEN 'DRIVER' "
             "ELSE 'SUBMISSION' END",
             base=True,
         ),
         _f("status", _JOB_STATUS, base=True),
         _f(
             "message",
-            f"CASE WHEN p.row IS NOT NULL THEN {_SUBMITTED.format('message')} "
+            f"CASE WHEN p.row IS NOT NULL THEN {_polled('message')} "
             "WHEN r.exit_code IS NOT NULL THEN printf('driver exited with code %d', r.exit_code) "
             "WHEN j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL "
             "THEN printf('the cluster ended (%s) before Ray reported the end of this job', e.end_reason) END",
@@ -274,7 +283,7 @@ JOBS = Resource(
         ),
         _f(
             "error_type",
-            f"CASE WHEN p.row IS NOT NULL THEN {_SUBMITTED.format('error_type')} "
+            f"CASE WHEN p.row IS NOT NULL THEN {_polled('error_type')} "
             "WHEN r.exit_code <> 0 THEN 'JOB_ENTRYPOINT_COMMAND_ERROR' END",
             base=True,
         ),
@@ -282,7 +291,7 @@ JOBS = Resource(
             "driver_info",
             "CASE WHEN j.job_id IS NOT NULL THEN {'id': j.job_id, 'node_ip_address': coalesce(n.node_ip, ''),"
             " 'pid': coalesce(CAST(j.driver_pid AS VARCHAR), '')}"
-            " ELSE (p.row->'$.driver_info')::STRUCT(id VARCHAR, node_ip_address VARCHAR, pid VARCHAR) END",
+            f" ELSE {_polled_json('driver_info')}::STRUCT(id VARCHAR, node_ip_address VARCHAR, pid VARCHAR) END",
             "list",
             True,
         ),
@@ -294,21 +303,21 @@ JOBS = Resource(
         ),
         _f(
             "start_time",
-            f"coalesce(nullif(({_SUBMITTED.format('start_time')})::BIGINT, 0), j.start_ns {MS})",
+            f"coalesce(nullif({_polled('start_time', '::BIGINT')}, 0), j.start_ns {MS})",
             "time_ms",
         ),
         _f(
             "end_time",
-            f"coalesce(nullif(({_SUBMITTED.format('end_time')})::BIGINT, 0), "
+            f"coalesce(nullif({_polled('end_time', '::BIGINT')}, 0), "
             f"(coalesce(j.end_ns, r.ended_ns, e.ended_ns) {MS}))",
             "time_ms",
         ),
-        _f("metadata", "coalesce(p.row->'$.metadata', j.metadata, '{}')", "json"),
+        _f("metadata", f"coalesce({_polled_json('metadata')}, j.metadata, '{{}}')", "json"),
         _f("runtime_env", "j.runtime_env", "runtime_env"),
-        _f("driver_node_id", f"coalesce(j.driver_node_id, {_SUBMITTED.format('driver_node_id')})", "id"),
+        _f("driver_node_id", f"coalesce(j.driver_node_id, {_polled('driver_node_id')})", "id"),
         _f(
             "driver_exit_code",
-            f"coalesce(({_SUBMITTED.format('driver_exit_code')})::INTEGER, r.exit_code)",
+            f"coalesce({_polled('driver_exit_code', '::INTEGER')}, r.exit_code)",
             "int",
             True,
         ),  # Ray's field; base here, as Ray reports no failed driver
@@ -316,15 +325,6 @@ JOBS = Resource(
     ],
     session=_SESSION_OF_JOB,
 )
-
-
-def _polled(path: str, cast: str = "") -> str:
-    """SQL: a field of a polled row as Ray gave it (text, or cast), by its JSON path."""
-    return f"(p.row->>'$.{path}'){cast}"
-
-
-def _polled_json(path: str) -> str:
-    return f"(p.row->'$.{path}')"
 
 
 # What Ray never sends as events, as the poller recorded it (``ingest/ray_state.py``): each row's fields as Ray's
