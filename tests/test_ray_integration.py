@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,34 @@ def test_rays_own_cli_and_sdk_answer_from_raysight(recorded: ServerProcess) -> N
     assert attempts is not None
     summary = summarize_tasks(address=recorded.url)
     assert "fails" in summary["cluster"]["summary"]
+
+
+def test_an_older_session_by_its_path_answers_rays_cli(recorded: ServerProcess) -> None:
+    """`ray list tasks --address URL/sessions/demo` (in this process: click's runner): the first session's tasks,
+    not the latest's, though Ray gave both the same task IDs (told apart by their start, as Ray's CLI prints it)."""
+    from click.testing import CliRunner
+    from ray.scripts.scripts import cli
+
+    def ray_listed(address: str) -> set[tuple[str, int, str | None]]:
+        args = ["list", "tasks", "--address", address, "--format", "json", "--detail", "--limit", "10000"]
+        done = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert done.exit_code == 0, done.output[-3000:]
+        return {(t["task_id"], t["attempt_number"], t["start_time_ms"]) for t in json.loads(done.stdout)}
+
+    def as_ray_prints(ms: int | None) -> str | None:
+        return None if ms is None else str(datetime.fromtimestamp(ms / 1000))
+
+    with recorded.client() as client:
+        own = {
+            session: {
+                (t["task_id"], t["attempt_number"], as_ray_prints(t["start_time_ms"]))
+                for t in everything(client, session)["tasks"]
+                if t["type"] != "DRIVER_TASK"  # (Ray's CLI leaves the drivers' out)
+            }
+            for session in ("demo", "second")
+        }
+    assert ray_listed(f"{recorded.url}/sessions/demo") == own["demo"] != own["second"]
+    assert ray_listed(recorded.url) == own["second"]  # the latest, when no session is named
 
 
 def test_same_answers_after_restart_and_reindex(recorded: ServerProcess) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.test_inference import record
+from tests.test_inference import end_run, record, rows
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
 PG = "0a" * 18
@@ -42,14 +42,34 @@ def obj(n: int) -> dict[str, Any]:
     }
 
 
+def driver(job_id: str, **fields: Any) -> dict[str, Any]:
+    """A driver's row as Ray's workers list it (its launch times unset: 2**64 - 1)."""
+    return {
+        "worker_id": job_id + "f" * 48,
+        "is_alive": True,
+        "worker_type": "DRIVER",
+        "exit_type": None,
+        "node_id": NODE,
+        "ip": "10.0.0.1",
+        "pid": 4242,
+        "exit_detail": None,
+        "worker_launch_time_ms": 2**64 - 1,
+        "worker_launched_time_ms": 2**64 - 1,
+        "start_time_ms": 1_795_000_000_000,
+        "end_time_ms": 0,
+        **fields,
+    }
+
+
 def send(
     server: TestClient,
     ns: int,
     resources: dict[str, Any],
     errors: dict[str, str] | None = None,
     cluster_status: dict[str, Any] | None = None,
+    session: str = SESSION,
 ) -> Any:
-    body = {"session": SESSION, "polled_ns": ns, "resources": resources, "errors": errors or {}}
+    body = {"session": session, "polled_ns": ns, "resources": resources, "errors": errors or {}}
     if cluster_status is not None:
         body["cluster_status"] = cluster_status
     return server.post("/ingest/agent/ray-state", json=body)
@@ -123,6 +143,47 @@ def test_a_failed_resource_is_remembered_and_the_others_stand(server: TestClient
     assert polls["objects"]["last_error"].startswith("ReadTimeout") and polls["objects"]["last_ok_ms"] is None
 
 
+def test_drivers_polled_are_workers_with_their_lives(server: TestClient) -> None:
+    """Ray's stream reports no driver's worker: the polled drivers are listed among the workers, as Ray lists them,
+    each polled again adding nothing, and a driver's end polled kept with its exit."""
+    for ns in (1_000, 2_000):
+        send(server, ns, {"drivers": [driver("01000000"), driver("02000000", pid=4343)]})
+    ended = driver("02000000", pid=4343, is_alive=False, end_time_ms=1_795_000_060_000, exit_type="INTENDED_USER_EXIT")
+    send(server, 3_000, {"drivers": [driver("01000000"), ended]})
+    workers = {w["worker_id"][:8]: w for w in ray_list(server, "workers")["result"]}
+    alive, dead = workers["01000000"], workers["02000000"]
+    assert (alive["worker_type"], alive["is_alive"], alive["pid"], alive["node_id"]) == ("DRIVER", True, 4242, NODE)
+    assert alive["start_time_ms"] == 1_795_000_000_000 and alive["worker_launch_time_ms"] is None  # (Ray's unset)
+    assert (dead["is_alive"], dead["exit_type"], dead["end_time_ms"]) == (
+        False,
+        "INTENDED_USER_EXIT",
+        1_795_000_060_000,
+    )
+    (own,) = server.get("/api/raysight/workers/" + alive["worker_id"], params={"detail": "true"}).json()["rows"]
+    assert own["job_id"] == "01000000"
+    histories = server.app.state.raysight.writer.call(  # type: ignore[attr-defined]
+        lambda store: store._run("SELECT worker_id[:8], len(history) FROM workers ORDER BY 1").fetchall()
+    ).result(10)
+    assert histories == [("01000000", 1), ("02000000", 2)]  # alive; alive then dead: each poll again added nothing
+    assert (
+        ray_list(server, "workers", filter_keys="worker_type", filter_predicates="=", filter_values="DRIVER")["total"]
+        == 2
+    )
+
+
+def test_a_driver_alive_when_its_session_ended_is_inferred_dead(server: TestClient, ray_batches: Any) -> None:
+    record(server, ray_batches, "?cluster=rec&run=run-1")
+    (job,) = rows(server, "jobs")
+    session = job["session"]
+    send(server, 1_000, {"drivers": [driver(job["job_id"], pid=int(job["driver_info"]["pid"]))]}, session=session)
+    (polled,) = [w for w in rows(server, "workers") if w["worker_type"] == "DRIVER"]
+    assert polled["is_alive"] and not polled["state_inferred"]
+    end_run(server, "run-1")
+    (polled,) = [w for w in rows(server, "workers") if w["worker_type"] == "DRIVER"]
+    assert (polled["is_alive"], polled["state_inferred"]) == (False, True), polled
+    assert "the driver that started this local cluster exited" in polled["inferred_reason"]
+
+
 def sample(cpus_used: float, demand: list[Any]) -> dict[str, Any]:
     usage = {"CPU": [cpus_used, 2.0], "objectStoreMemory": [0.0, 1e9]}
     return {"time": 1.0, "loadMetricsReport": {"usage": usage, "usageByNode": {NODE: usage}, "resourceDemand": demand}}
@@ -155,6 +216,7 @@ def test_status_at_a_moment_is_the_sample_at_or_before_it(server: TestClient) ->
         (b'{"session": "s", "polled_ns": 1, "resources": {"secrets": []}}', "unknown resources"),
         (b'{"session": "s", "polled_ns": 1, "resources": {"objects": {}}}', "must be a list"),
         (b'{"session": "s", "polled_ns": 1, "resources": {"objects": [{"pid": 1}]}}', "not a row of objects"),
+        (b'{"session": "s", "polled_ns": 1, "resources": {"drivers": [{"worker_id": "x"}]}}', "not a driver's row"),
         (b'{"session": "s", "polled_ns": "now", "resources": {}}', "polled_ns"),
         (b'{"session": "s", "polled_ns": 1, "resources": {"jobs": []}, "errors": {"jobs": "x"}}', "both"),
         (

@@ -1,10 +1,13 @@
 """What Ray never sends as events, recorded while a real cluster lived (tests/ray_programs/held_state.py under
 `raysight run`: a named placement group with a task in it, then removed; objects held; two submitted jobs, one
-exiting 3) and answered after the cluster is gone, by a restarted server, to Ray's own CLI and SDK."""
+exiting 3; a driver joining under a `raysight run` of its own, exiting 4) and answered after the cluster is gone, by a
+restarted server, to Ray's own CLI (in this process, by click's runner, and one command of each family as a user
+runs it) and SDK."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,8 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
+from click.testing import CliRunner, Result
 
-from tests.ray_programs.held_state import JOBS, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP, WIDE_CPUS
+from tests.ray_programs.held_state import JOBS, JOINED_EXIT, OBJECT_BYTES, OBJECTS, PLACEMENT_GROUP, WIDE_CPUS
 from tests.ray_scenarios import driver_env, raysight_cli, replayed
 
 pytestmark = pytest.mark.ray
@@ -80,6 +85,93 @@ def ray_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def ray_here(*args: str) -> Result:
+    """Ray's own CLI in this process (click's runner); it must succeed."""
+    from ray.scripts.scripts import cli
+
+    done = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert done.exit_code == 0, done.output[-3000:]
+    return done
+
+
+def listed(held: str, resource: str, *options: str) -> list[dict[str, Any]]:
+    """`ray list RESOURCE --format json …` against raysight: its rows."""
+    rows: list[dict[str, Any]] = json.loads(
+        ray_here("list", resource, "--address", held, "--format", "json", *options).stdout
+    )
+    return rows
+
+
+def test_ray_list_of_all_nine_resources_is_the_workloads_truth(held: str) -> None:
+    """`ray list` of each resource, long after the cluster is gone, against what the workload did."""
+    actors = listed(held, "actors")  # the submitted jobs' supervisors, Ray's own actors
+    assert sorted(a["name"] for a in actors) == sorted(f"_ray_internal_job_actor_{j}" for j in JOBS)
+    assert {(a["class_name"], a["state"]) for a in actors} == {("JobSupervisor", "DEAD")}
+    tasks = {t["name"]: t for t in listed(held, "tasks")}
+    assert set(tasks) == {"in_group", "too_wide"} and tasks["in_group"]["state"] == "FINISHED"
+    assert (tasks["too_wide"]["state"], tasks["too_wide"]["error_type"]) == ("FAILED", "TASK_CANCELLED")
+    (node,) = listed(held, "nodes")
+    assert node["is_head_node"] and node["state"] == "DEAD" and node["resources_total"]["CPU"] == 2.0
+    jobs = {j["submission_id"] or j["job_id"]: j for j in listed(held, "jobs")}
+    joined = next(j for j in jobs.values() if j["driver_exit_code"] == JOINED_EXIT)
+    assert (joined["type"], joined["status"]) == ("DRIVER", "FAILED")  # Ray said SUCCEEDED; `raysight run` knew
+    assert {k: jobs[k]["status"] for k in JOBS} == {"job-ok": "SUCCEEDED", "job-fails": "FAILED"}
+    assert jobs["01000000"]["status"] == "SUCCEEDED" and len(jobs) == 4
+    drivers = {w["worker_id"][:8]: w for w in listed(held, "workers", "--filter", "worker_type=DRIVER")}
+    assert {"01000000", joined["job_id"]} < set(drivers) and not any(w["is_alive"] for w in drivers.values())
+    assert drivers[joined["job_id"]]["pid"] == int(joined["driver_info"]["pid"])
+    held_objects = [o for o in listed(held, "objects") if o["object_size"] == "1.000 MiB"]  # (as Ray's CLI prints)
+    assert len(held_objects) >= OBJECTS and {o["reference_type"] for o in held_objects} >= {"LOCAL_REFERENCE"}
+    (group,) = listed(held, "placement-groups")
+    assert (group["name"], group["state"]) == (PLACEMENT_GROUP, "REMOVED")
+    none = ray_here("list", "runtime-envs", "--address", held).stdout  # env vars alone need no set-up by Ray's agent
+    assert none.strip() == "No resource in the cluster"
+    messages = [e["message"] for e in listed(held, "cluster-events")]
+    assert "Completed a ray job job-fails with a status FAILED." in messages
+    assert any(f"fulfill resource request {{'CPU': {float(WIDE_CPUS)}}}" in m for m in messages), messages
+
+
+def test_ray_list_filters_detail_and_limit(held: str) -> None:
+    assert [t["name"] for t in listed(held, "tasks", "--filter", "state!=FINISHED")] == ["too_wide"]
+    (placed,) = listed(held, "tasks", "--filter", "name=in_group", "--detail")
+    (group,) = listed(held, "placement-groups", "--detail")
+    assert placed["placement_group_id"] == group["placement_group_id"]  # the task in its group, and the group's
+    assert group["bundles"][0]["unit_resources"] == {"CPU": 1.0}
+    (brief,) = listed(held, "tasks", "--filter", "name=in_group")  # without --detail: Ray's base fields alone
+    assert placed["required_resources"] and brief.get("required_resources") is None
+    with pytest.warns(UserWarning, match=r"Limit last 1 entries \(Total 2\)"):
+        assert "Total: 1" in ray_here("list", "tasks", "--limit", "1", "--address", held).stdout
+    own = httpx.get(f"{held}/api/raysight/placement_groups", params={"detail": "true"}).json()["rows"][0]
+    assert own["placed"] == {"tasks": [placed["task_id"]], "actors": []}
+
+
+def test_ray_get_by_id_and_a_missing_id(held: str) -> None:
+    """`ray get` for each resource with IDs (YAML, all fields), one as a user runs it; a missing ID is said so."""
+    ids = {
+        "actors": listed(held, "actors")[0]["actor_id"],
+        "placement-groups": listed(held, "placement-groups")[0]["placement_group_id"],
+        "nodes": listed(held, "nodes")[0]["node_id"],
+        "workers": listed(held, "workers")[0]["worker_id"],
+        "tasks": listed(held, "tasks")[0]["task_id"],
+        "objects": listed(held, "objects")[0]["object_id"],
+    }
+    for resource, entity in ids.items():
+        got = ray_here("get", resource, entity, "--address", held).stdout
+        assert entity in got and "not found" not in got, (resource, got)
+    (group,) = yaml.safe_load(ray_cli("get", "placement-groups", ids["placement-groups"], "--address", held).stdout)
+    assert group["name"] == PLACEMENT_GROUP and group["bundles"]
+    missing = ray_here("get", "actors", "0" * 32, "--address", held).stdout
+    assert missing.strip() == f"Resource with id={'0' * 32} not found in the cluster."
+
+
+def test_ray_summaries(held: str) -> None:
+    tasks = ray_here("summary", "tasks", "--address", held).stdout
+    assert "total_tasks: 2" in tasks and re.search(r"in_group +FINISHED: 1 +NORMAL_TASK", tasks), tasks
+    actors = ray_here("summary", "actors", "--address", held).stdout
+    assert re.search(r"JobSupervisor +DEAD: 2", actors), actors
+    assert f"total_objects: {len(listed(held, 'objects'))}" in ray_here("summary", "objects", "--address", held).stdout
+
+
 def test_the_placement_group_its_bundles_and_its_history(held: str) -> None:
     from ray.util.state import get_placement_group, list_placement_groups
 
@@ -105,6 +197,11 @@ def test_submitted_jobs_with_their_real_outcome(held: str) -> None:
         assert info.type == "SUBMISSION" and info.driver_exit_code == code, info
         assert info.status == ("SUCCEEDED" if code == 0 else "FAILED") and submission_id in info.entrypoint
     assert "exit code 3" in client.get_job_info("job-fails").message
+    assert client.get_job_info("job-ok").runtime_env == {"env_vars": {"RAYSIGHT_HELD": "job-ok"}}
+    (joined,) = [j for j in client.list_jobs() if j.driver_exit_code == JOINED_EXIT]
+    assert client.get_job_status(joined.job_id) == "FAILED" and len(client.list_jobs()) == 4
+    status = ray_here("job", "status", joined.job_id, "--address", held).stdout
+    assert f"Job '{joined.job_id}' failed" in status and f"driver exited with code {JOINED_EXIT}" in status
     listed = ray_cli("job", "list", "--address", held).stdout
     assert all(submission_id in listed for submission_id in JOBS)
     assert "Job 'job-fails' failed" in ray_cli("job", "status", "job-fails", "--address", held).stdout
@@ -133,7 +230,15 @@ def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:
     from ray.util.state import list_cluster_events, list_runtime_envs
 
     polls = {p["resource"]: p for p in httpx.get(f"{held}/api/raysight/doctor").json()["polls"]}
-    assert set(polls) == {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs", "cluster_status"}
+    assert set(polls) == {
+        "placement_groups",
+        "objects",
+        "runtime_envs",
+        "cluster_events",
+        "jobs",
+        "drivers",
+        "cluster_status",
+    }
     assert all(p["last_ok_ms"] for p in polls.values()), polls
     # what Ray listed at the last poll, whatever it was (its runtime envs: those its agent set up)
     assert len(list_runtime_envs(address=held, detail=True)) == polls["runtime_envs"]["rows"]
@@ -184,11 +289,19 @@ def test_the_live_cluster_and_raysight_list_the_same_rows(sides: dict[str, Any],
         held = {k for k, o in ray_rows.items() if o["object_size"] >= OBJECT_BYTES}
         assert held and held <= set(ours), (sorted(ray_rows), sorted(ours))
         return
-    if resource == "workers":  # Ray's stream has no worker events of drivers (see the issue's note): left out here
-        ray_rows = {k: w for k, w in ray_rows.items() if w["worker_type"] != "DRIVER"}
+    if resource == "workers":  # drivers too (polled: Ray's stream reports no driver's worker), its hidden one too
+        assert sum(w["worker_type"] == "DRIVER" for w in ours.values()) >= 2
     assert set(ray_rows) == set(ours), (sorted(set(ray_rows) ^ set(ours)), resource)
+    failed_drivers = 0
     for key, theirs in ray_rows.items():
         differ = {f: (theirs.get(f), ours[key].get(f)) for f in LISTED[resource] if theirs.get(f) != ours[key].get(f)}
         if resource == "tasks" and differ.get("state", ("",))[0] == "RUNNING":
             differ.pop("state")  # Ray leaves some finished tasks RUNNING
+        if resource == "jobs" and differ.get("status") == ("SUCCEEDED", "FAILED"):
+            # Ray reports a failed driver of `ray.init()` as SUCCEEDED: `raysight run` saw it exit non-zero
+            assert (ours[key]["type"], ours[key]["driver_exit_code"]) == ("DRIVER", JOINED_EXIT), ours[key]
+            assert differ.pop("message") == (None, f"driver exited with code {JOINED_EXIT}")
+            assert differ.pop("error_type") == (None, "JOB_ENTRYPOINT_COMMAND_ERROR")
+            failed_drivers += differ.pop("status") is not None
         assert not differ, (resource, key, differ)
+    assert failed_drivers == (resource == "jobs")

@@ -195,11 +195,14 @@ class Client:
         ended_ns: int,
         key: str | None,
         deadline_s: float = RUN_EXIT_DEADLINE_S,
+        session: str | None = None,
     ) -> None:
-        """Report how a driver ended, retried with back-off while the server is unreachable or answers 503, for up to
-        ``deadline_s`` (recording the same exit twice, after a timed-out try that went through, is harmless)."""
+        """Report how a driver ended (in ``session``, the one it joined, when known), retried with back-off while the
+        server is unreachable or answers 503, for up to ``deadline_s`` (recording the same exit twice, after a
+        timed-out try that went through, is harmless)."""
         params = {"key": key} if key else {}
         body = {"run_id": run_id, "driver_pid": driver_pid, "exit_code": exit_code, "ended_ns": ended_ns}
+        body["session"] = session
         deadline, delay = time.monotonic() + deadline_s, 0.5
         while True:
             try:

@@ -9,11 +9,15 @@ from collections.abc import Callable
 from raysight.client import Client
 
 
+def raysight_server() -> str:
+    """The server `raysight run` pointed Ray at."""
+    return os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
+
+
 def wait_until_raysight(holds: Callable[[Client], bool], what: str, timeout_s: float) -> None:
     """Poll the server `raysight run` pointed Ray at until ``holds`` of it (bounded by ``timeout_s``)."""
-    server = os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
     deadline = time.monotonic() + timeout_s
-    with Client(server) as client:
+    with Client(raysight_server()) as client:
         while not holds(client):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"raysight did not show {what} within {timeout_s} s")

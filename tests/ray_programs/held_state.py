@@ -1,10 +1,12 @@
 """Run under `raysight run`: what Ray never sends as events, held while raysight's poller looks — a named placement
 group with a task in it (then removed), objects in the object store, a task asking for more CPUs than the cluster has
-(pending until cancelled), and two submitted jobs, one exiting non-zero (the other with a runtime env of its own)."""
+(pending until cancelled), two submitted jobs, one exiting non-zero (the other with a runtime env of its own), and a
+driver of `ray.init()` joining the cluster under a `raysight run` of its own, exiting non-zero."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,13 +19,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysight.cli.run import wait_until_quiet
 from raysight.client import Client
-from tests.ray_programs import wait_until_raysight, wait_until_raysight_sees
+from tests.ray_programs import raysight_server, wait_until_raysight, wait_until_raysight_sees
 
 PLACEMENT_GROUP = "pg-held"
 JOBS = {"job-ok": 0, "job-fails": 3}  # submission ID → the exit code of its entrypoint
 OBJECTS = 3
 OBJECT_BYTES = 1 << 20
 WIDE_CPUS = 4
+JOINED_EXIT = 4  # the exit code of the driver that joins the cluster
 
 
 @ray.remote(num_cpus=1)
@@ -80,7 +83,7 @@ def both_sides(dashboard: str, out: Path) -> None:
     has had no event for 10 s, has folded them all, and has polled since: for the test to compare."""
     from ray.util import state
 
-    server = os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
+    server = raysight_server()
     with Client(server) as client:
         quiet_since(client, 10, 90)  # Ray's events (the node agent ships log lines all the while)
         wait_until_quiet(client, quiet_s=0.5)  # and all folded
@@ -108,6 +111,16 @@ def both_sides(dashboard: str, out: Path) -> None:
     out.write_bytes(orjson.dumps(listed, default=str))
 
 
+def joined_driver(server: str, gcs_address: str) -> None:
+    """A driver that joins this cluster under a `raysight run` of its own, and exits ``JOINED_EXIT``: Ray calls its job
+    SUCCEEDED; `raysight run` reports its exit."""
+    program = f"import ray; ray.init(); raise SystemExit({JOINED_EXIT})"
+    command = [sys.executable, "-m", "raysight", "run", "--server", server, "--", sys.executable, "-c", program]
+    done = subprocess.run(command, env={**os.environ, "RAY_ADDRESS": gcs_address}, timeout=120, capture_output=True)
+    if done.returncode != JOINED_EXIT:
+        raise RuntimeError(f"the joined driver exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+
+
 def main() -> None:
     context = ray.init(num_cpus=2)
     group = placement_group([{"CPU": 1}], strategy="PACK", name=PLACEMENT_GROUP)
@@ -126,6 +139,7 @@ def main() -> None:
             runtime_env={"env_vars": {"RAYSIGHT_HELD": submission_id}} if code == 0 else None,
         )
     wait_jobs(client, 120)
+    joined_driver(raysight_server(), context.address_info["gcs_address"])
     wait_until_raysight_sees("FINISHED", {"in_group"}, 60)
     wait_until_raysight(polled_jobs_and_objects, "the jobs' ends and the objects held, polled", 60)
     if len(sys.argv) > 1:

@@ -1,5 +1,5 @@
 """Polling a live cluster's dashboard for what Ray never sends as events — placement groups, objects, runtime envs,
-cluster events, submitted jobs, the cluster's usage and pending demand — and sending each poll to the server
+cluster events, submitted jobs, drivers, the cluster's usage and pending demand — and sending each poll to the server
 (``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource a poll (every
 5 s; objects, which every worker must be asked for, every 30 s), each within Ray's own list limit, so the cluster
 pays little. Inside `raysight run` it polls the session the
@@ -51,8 +51,12 @@ def ray_auth_headers(env: Mapping[str, str]) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
-def _state_rows(http: httpx.Client, dashboard: str, resource: str) -> list[Any]:
-    params: dict[str, str | int] = {"limit": RAY_LIST_LIMIT, "detail": "True", "timeout": int(TIMEOUT_S)}
+# Ray's event stream reports no driver's worker: the drivers' rows of Ray's workers, asked for by that filter
+DRIVERS = {"filter_keys": "worker_type", "filter_predicates": "=", "filter_values": "DRIVER"}
+
+
+def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapping[str, str] = {}) -> list[Any]:
+    params: dict[str, str | int] = {"limit": RAY_LIST_LIMIT, "detail": "True", "timeout": int(TIMEOUT_S), **filters}
     body = http.get(f"{dashboard}/api/v0/{resource}", params=params).json()
     if not (isinstance(body, dict) and body.get("result") is True):
         raise ValueError(str(body.get("msg") if isinstance(body, dict) else body)[:500])
@@ -63,7 +67,7 @@ def _state_rows(http: httpx.Client, dashboard: str, resource: str) -> list[Any]:
 def due(count: int) -> list[str]:
     """What poll number ``count`` (from 0) asks for: everything, objects every :data:`SAMPLE_OBJECTS_EVERY` polls."""
     sampled = count % SAMPLE_OBJECTS_EVERY == 0
-    return [r for r in (*STATE_RESOURCES, "jobs", "cluster_status") if r != "objects" or sampled]
+    return [r for r in (*STATE_RESOURCES, "jobs", "drivers", "cluster_status") if r != "objects" or sampled]
 
 
 def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[str, Any]:
@@ -81,6 +85,8 @@ def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[s
                 status = http.get(f"{dashboard}/api/cluster_status", params={"format": 0}).json()["data"][
                     "clusterStatus"
                 ]
+            elif resource == "drivers":
+                resources[resource] = _state_rows(http, dashboard, "workers", DRIVERS)
             else:
                 resources[resource] = _state_rows(http, dashboard, resource)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

@@ -104,9 +104,10 @@ def run_program(command: list[str], server: str, cluster: str | None, key: str |
         watcher.stop()
     if shipping is not None:
         shipping()
+    joined = next((w.session.name for w in watchers if w.session), None)  # (a cluster it started, or one it joined)
     try:
         with Client(server) as client:
-            client.run_exit(run_id, proc.pid, code, time.time_ns(), key)
+            client.run_exit(run_id, proc.pid, code, time.time_ns(), key, session=joined)
     except RaysightError as exc:  # the program's exit code stands whatever raysight says
         click.echo(f"raysight: could not report the driver's exit code to {server}: {exc}", err=True)
     return code

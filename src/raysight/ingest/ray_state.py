@@ -5,26 +5,29 @@ The poller sends JSON, one object a poll of one session::
 
     {"session": "session_…", "polled_ns": 1795288476000000000,
      "resources": {"placement_groups": [<PlacementGroupState rows, detail>], "objects": [...], "runtime_envs": [...],
-                   "cluster_events": [...], "jobs": [<JobDetails, as /api/jobs/ lists them>]},
+                   "cluster_events": [...], "jobs": [<JobDetails, as /api/jobs/ lists them>],
+                   "drivers": [<WorkerState rows of worker_type DRIVER, detail>]},
      "cluster_status": {<the dashboard's /api/cluster_status: loadMetricsReport (usage, resourceDemand, …) …>},
      "errors": {"objects": "what went wrong fetching them"}}
 
 A resource left out was not polled this time; ``cluster_status`` (what the cluster had and what waited for it, then)
 is kept whole, a sample a poll. Each row is kept as Ray gave it, under an ID that names the entity
-from one poll to the next, with the state whose changes make its history.
+from one poll to the next, with the state whose changes make its history. Drivers, whose workers Ray's event stream
+never reports, become patches of the ``workers`` table, folded as its events are.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+from raysight.ingest.ray_events import Key, Patch
 
 
 def _text(row: dict[str, Any], key: str) -> str:
@@ -62,6 +65,7 @@ KINDS = {
     "jobs": Kind(lambda r: r.get("submission_id") or r.get("job_id") or None, lambda r: _text(r, "status")),
 }
 STATUS = "cluster_status"
+DRIVERS = "drivers"
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 SCHEMA = pa.schema(
     [
@@ -81,6 +85,7 @@ class Poll:
     polled: list[str]  # the resources this poll fetched (a sampled one's earlier rows are replaced)
     errors: dict[str, str]  # resource → why it could not be fetched
     cluster_status: str | None = None  # JSON: the autoscaler's view then (usage, demand), when polled
+    drivers: list[tuple[str, Key, Patch]] = field(default_factory=list)  # patches of the workers table
 
 
 def _rows(resource: str, values: Any) -> list[dict[str, str]]:
@@ -97,6 +102,47 @@ def _rows(resource: str, values: Any) -> list[dict[str, str]]:
     return list(out.values())  # (a row listed twice is kept once: the last)
 
 
+def _ms(row: dict[str, Any], key: str) -> int | None:
+    value = row.get(key)
+    return value if isinstance(value, int) and 0 < value < 1 << 62 else None  # (Ray's "unset": 0 or 2**64 - 1)
+
+
+def driver_patches(session: str, polled_ns: int, values: Any) -> list[tuple[str, Key, Patch]]:
+    """The ``workers`` patches of the drivers a poll listed (``resources.drivers``). A driver's history is read from
+    its row — alive since its start, dead at its end — so the same row polled again adds nothing to it."""
+    if not isinstance(values, list) or len(values) > MAX_ROWS:
+        raise BadBatch(f"resources.{DRIVERS} must be a list of at most {MAX_ROWS} rows")
+    patches: list[tuple[str, Key, Patch]] = []
+    for i, row in enumerate(values):
+        if not (isinstance(row, dict) and isinstance(row.get("worker_id"), str) and row.get("worker_type") == "DRIVER"):
+            raise BadBatch(f"resources.{DRIVERS}[{i}] is not a driver's row of workers (worker_id, worker_type DRIVER)")
+        start, end = _ms(row, "start_time_ms"), _ms(row, "end_time_ms")
+        history: list[Patch] = [{"ts": start * 1_000_000, "state": "ALIVE", "start_ms": start}] if start else []
+        if row.get("is_alive") is False:
+            exit_type, exit_detail = row.get("exit_type"), row.get("exit_detail")
+            history.append(
+                {
+                    "ts": end * 1_000_000 if end else polled_ns,
+                    "state": "DEAD",
+                    "end_ms": end,
+                    "exit_type": exit_type if isinstance(exit_type, str) else None,
+                    "exit_detail": exit_detail if isinstance(exit_detail, str) else None,
+                }
+            )
+        pid, node_id = row.get("pid"), row.get("node_id")
+        worker_id: str = row["worker_id"]
+        patch: Patch = {
+            "node_id": node_id if isinstance(node_id, str) else None,
+            "worker_type": "DRIVER",
+            "pid": pid if isinstance(pid, int) else None,
+            "job_id": worker_id[:8],  # a driver's worker ID is its job's ID, then f's
+            "defined": True,
+            "history": history or None,
+        }
+        patches.append(("workers", (session, worker_id), patch))
+    return patches
+
+
 def parse(body: bytes) -> Poll:
     """The poll a body carries; BadBatch says what is wrong with one that is not well formed."""
     try:
@@ -108,11 +154,11 @@ def parse(body: bytes) -> Poll:
     session = text_field(poll.get("session"), "session")
     polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
     assert session is not None and polled_ns is not None
-    unknown = set(poll["resources"]) - set(KINDS)
+    unknown = set(poll["resources"]) - {*KINDS, DRIVERS}
     if unknown:
-        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
+        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join([*KINDS, DRIVERS])}")
     errors = poll.get("errors") or {}
-    polled = [*KINDS, STATUS]
+    polled = [*KINDS, DRIVERS, STATUS]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadBatch("errors must map a resource to a message")
     status = poll.get(STATUS)
@@ -121,7 +167,10 @@ def parse(body: bytes) -> Poll:
     fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
     if both := set(errors) & set(fetched):
         raise BadBatch(f"{sorted(both)} both polled and failed")
-    rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
+    rows = [
+        row for resource, values in poll["resources"].items() if resource in KINDS for row in _rows(resource, values)
+    ]
+    drivers = driver_patches(session, polled_ns, poll["resources"].get(DRIVERS, []))
     return Poll(
         session,
         polled_ns,
@@ -129,4 +178,5 @@ def parse(body: bytes) -> Poll:
         fetched,
         {k: v[:2000] for k, v in errors.items()},
         None if status is None else orjson.dumps(status).decode(),
+        drivers,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -200,8 +201,12 @@ def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:
     return value
 
 
-def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int]:
-    """A run exit's run_id, driver_pid, exit_code and ended_ns, in the ranges the store keeps (INTEGER, BIGINT)."""
+SESSION_NAME = re.compile(r"session_[\w.-]{1,200}", re.ASCII)  # as Ray names a session's directory
+
+
+def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
+    """A run exit's run_id, driver_pid, exit_code, ended_ns (in the ranges the store keeps: INTEGER, BIGINT) and the
+    session its driver joined (optional: one `raysight run` did not start)."""
     try:
         fields = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -213,7 +218,10 @@ def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int]:
         raise BadQuery(f"bad run exit: run_id must be a string of 1 to {RUN_ID_MAX} characters")
     pid = None if fields.get("driver_pid") is None else _int_field(fields, "driver_pid", 0, INT64_MAX)
     code = _int_field(fields, "exit_code", -(2**31), 2**31 - 1)
-    return run_id, pid, code, _int_field(fields, "ended_ns", 0, INT64_MAX)
+    session = fields.get("session")
+    if session is not None and not (isinstance(session, str) and SESSION_NAME.fullmatch(session)):
+        raise BadQuery("bad run exit: session must be the name of a Ray session (session_…), or null")
+    return run_id, pid, code, _int_field(fields, "ended_ns", 0, INT64_MAX), session
 
 
 def _key_refused(request: Request) -> Response | None:
@@ -226,11 +234,11 @@ def _key_refused(request: Request) -> Response | None:
 
 
 async def run_exit(request: Request) -> Response:
-    """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns"} from `raysight run`."""
+    """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns", "session"} from `raysight run`."""
     if (refused := _key_refused(request)) is not None:
         return refused
-    run_id, pid, code, ended = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
-    return await _record(request, "the run exit", lambda s: s.record_run_exit(run_id, pid, code, ended), lambda _: {})
+    exit_ = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
+    return await _record(request, "the run exit", lambda s: s.record_run_exit(*exit_), lambda _: {})
 
 
 async def node_life_sightings(request: Request) -> Response:

@@ -25,7 +25,7 @@ from raysight.errors import NotFound
 from raysight.ingest.events_sql import sql_str
 from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.queries import TASK_STATE
-from raysight.store.reconcile import ALL_NODES_DIED, SESSION_ENDS
+from raysight.store.reconcile import ALL_NODES_DIED, RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.summaries import dict_rows
 
 _ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
@@ -160,7 +160,7 @@ failures AS (
     SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
            'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
     FROM jobs j JOIN sessions s ON s.session = j.session
-    JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+    JOIN run_exits r ON {RUN_EXIT_OF_JOB}
     WHERE j.session = $session AND r.exit_code <> 0
 ),
 -- each failure's cause: the exception's type and message where it raised one, else its message

@@ -15,7 +15,7 @@ import orjson
 from raysight.errors import BadQuery, NotFound
 from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
-from raysight.store.reconcile import SESSION_ENDS
+from raysight.store.reconcile import RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 MS = "// 1000000"
@@ -258,7 +258,7 @@ JOBS = Resource(
     f"""(SELECT * FROM polled WHERE resource = 'jobs' AND row->>'$.type' = 'SUBMISSION') p
         FULL OUTER JOIN jobs j ON j.session = p.session AND j.job_id = p.row->>'$.job_id'
         JOIN sessions s ON s.session = {_SESSION_OF_JOB}
-        LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+        LEFT JOIN run_exits r ON {RUN_EXIT_OF_JOB}
         LEFT JOIN ({SESSION_ENDS}) e ON e.session = {_SESSION_OF_JOB}
         LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
     "job_id",
@@ -313,7 +313,12 @@ JOBS = Resource(
             "time_ms",
         ),
         _f("metadata", f"coalesce({_polled_json('metadata')}, j.metadata, '{{}}')", "json"),
-        _f("runtime_env", "j.runtime_env", "runtime_env"),
+        _f(
+            "runtime_env",  # as it was submitted, or as the driver's job config serialized it
+            f"coalesce({_polled_json('runtime_env')}, "
+            "CASE WHEN json_valid(j.runtime_env) THEN j.runtime_env::JSON END)",
+            "json",
+        ),
         _f("driver_node_id", f"coalesce(j.driver_node_id, {_polled('driver_node_id')})", "id"),
         _f(
             "driver_exit_code",
@@ -339,8 +344,22 @@ _POLLED_TIMES = [
 
 def _polled_resource(name: str, id_field: str, fields: list[Field], order: tuple[str, ...] = ()) -> Resource:
     return Resource(
-        name, "polled p", id_field, [*fields, *_POLLED_TIMES], condition=f"p.resource = '{name}'", order=order
+        name,
+        "polled p",
+        id_field,
+        [*fields, *_POLLED_TIMES],
+        keys=("p.session", "p.id"),
+        condition=f"p.resource = '{name}'",
+        order=order,
     )
+
+
+# The tasks and actors placed in a placement group (``p``), as Ray's events name their group
+_PLACED = """{
+    'tasks': coalesce((SELECT list(DISTINCT t.task_id ORDER BY t.task_id) FROM tasks t
+                       WHERE t.session = p.session AND t.placement_group_id = p.id), []),
+    'actors': coalesce((SELECT list(a.actor_id ORDER BY a.actor_id) FROM actors a
+                        WHERE a.session = p.session AND a.placement_group_id = p.id), [])}"""
 
 
 PLACEMENT_GROUPS = _polled_resource(
@@ -354,6 +373,7 @@ PLACEMENT_GROUPS = _polled_resource(
         _f("bundles", _polled_json("bundles"), "json"),
         _f("is_detached", _polled("is_detached", "::BOOLEAN"), "bool"),
         _f("stats", _polled_json("stats"), "json"),
+        _f("placed", _PLACED, "list", late=True),
     ],
 )
 OBJECTS = _polled_resource(
@@ -477,7 +497,7 @@ def _add_late(con: duckdb.DuckDBPyConnection, res: Resource, late: list[Field], 
     ids = sorted({row["__key1"] for row in rows})
     cursor = con.execute(
         f"SELECT {', '.join(res.keys)}, {', '.join(f.sql for f in late)} FROM {res.source} "
-        f"WHERE {res.keys[1]} IN (SELECT unnest($1::VARCHAR[]))",
+        f"WHERE {res.keys[1]} IN (SELECT unnest($1::VARCHAR[])){f' AND {res.condition}' if res.condition else ''}",
         [ids],
     )
     found = {tuple(r[: len(hidden)]): r[len(hidden) :] for r in cursor.fetchall()}

@@ -54,6 +54,12 @@ _SUCCESSOR = """
 
 
 ALL_NODES_DIED = "every node of the cluster died"
+# The run exit (``r``) of a job (``j``, of session ``s``) whose driver `raysight run` ran: the driver it started the
+# cluster for, or one that joined a cluster `raysight run` did not start (the session it joined, reported)
+RUN_EXIT_OF_JOB = (
+    "r.driver_pid = j.driver_pid AND (r.run_id = s.run_id OR r.session = j.session) "
+    "AND r.ended_ns >= coalesce(j.start_ns, 0)"
+)
 
 
 def _session_ends(scope: str) -> str:
@@ -116,7 +122,7 @@ ends AS ({_ENDS}),
 job_ends AS (
     SELECT j.session, j.job_id, coalesce(j.end_ns, r.ended_ns) AS ended_ns
     FROM jobs j JOIN sessions s USING (session)
-    LEFT JOIN run_exits r ON r.run_id = s.run_id AND r.driver_pid = j.driver_pid
+    LEFT JOIN run_exits r ON {RUN_EXIT_OF_JOB}
     WHERE j.session IN {_SESSIONS}
 ),
 evidence AS (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -477,9 +477,10 @@ RAW_DDL = [
     RAW_EVENTS_DDL.format(name="raw_events"),
     f"""CREATE TABLE IF NOT EXISTS quarantine (
         key VARCHAR PRIMARY KEY, session VARCHAR, reason VARCHAR, received_at TIMESTAMPTZ, body VARCHAR {ZSTD})""",
-    # What `raysight run` saw of a driver it started: its exit code and when it ended (raw input, never folded away).
+    # What `raysight run` saw of a driver it started: its exit code, when it ended, and the session it joined, when it
+    # joined one it did not start (raw input, never folded away).
     """CREATE TABLE IF NOT EXISTS run_exits (
-        run_id VARCHAR PRIMARY KEY, driver_pid BIGINT, exit_code INTEGER, ended_ns BIGINT)""",
+        run_id VARCHAR PRIMARY KEY, driver_pid BIGINT, exit_code INTEGER, ended_ns BIGINT, session VARCHAR)""",
     # What Ray's aggregator agents reported of themselves (scraped by `raysight run`), per agent process (`source`):
     # a counter keeps the greatest value seen, a gauge the latest.
     """CREATE TABLE IF NOT EXISTS ray_reported (
@@ -563,6 +564,7 @@ MIGRATIONS = {
         "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING",
     ],
     11: [],  # polled, polls and cluster_status (all_ddl() makes them)
+    12: ["ALTER TABLE run_exits ADD COLUMN IF NOT EXISTS session VARCHAR"],
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -582,14 +582,18 @@ class Store:
         seqs = self._run(
             "SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq", [list(HANDLERS)]
         ).fetchall()
-        for name, folded in fold(p for (seq,) in seqs for p in patches[seq]).items():
-            staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema)
-            with self._registered(f"arrow_{name}", staged):
-                self._upsert(name, f"arrow_{name}")
+        self._upsert_patches(p for (seq,) in seqs for p in patches[seq])
         self._stage(pipeline.SESSIONS)
         self._upsert("sessions", pipeline.SESSIONS.name)
         sessions = [row[0] for row in self._run(f"SELECT session FROM {pipeline.SESSIONS.name} ORDER BY 1").fetchall()]
         reconcile(self._run, sessions)
+
+    def _upsert_patches(self, patches: Iterable[tuple[str, Key, Patch]]) -> None:
+        """Fold ``patches`` (in arrival order) into their entity tables."""
+        for name, folded in fold(patches).items():
+            staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema)
+            with self._registered(f"arrow_{name}", staged):
+                self._upsert(name, f"arrow_{name}")
 
     def _upsert(self, name: str, staged: str) -> None:
         """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
@@ -620,12 +624,18 @@ class Store:
             [list(deltas), list(deltas.values())],
         )
 
-    def record_run_exit(self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int) -> None:
-        """Keep what `raysight run` saw of its driver's end, and re-derive the sessions it started."""
+    def record_run_exit(
+        self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, session: str | None = None
+    ) -> None:
+        """Keep what `raysight run` saw of its driver's end (in ``session``, when it joined one it did not start),
+        and re-derive the sessions it started."""
         with self._transaction():
-            self._run("INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?)", [run_id, driver_pid, exit_code, ended_ns])
-            sessions = [r[0] for r in self._run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()]
-            reconcile(self._run, sessions)
+            self._run(
+                "INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?, ?)",
+                [run_id, driver_pid, exit_code, ended_ns, session],
+            )
+            started = self._run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()
+            reconcile(self._run, sorted({r[0] for r in started} | ({session} if session else set())))
 
     def record_node_life(self, host: str, sightings: pa.Table) -> int:
         """Keep what ``host``'s agent saw of its Ray processes (``ingest/node_life.py``: one row a process, each newer
@@ -701,6 +711,9 @@ class Store:
                     [poll.session, poll.polled_ns, poll.cluster_status],
                 )
             self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
+            if poll.drivers:  # workers, as their events would be (a driver outliving its session is inferred dead)
+                self._upsert_patches(poll.drivers)
+                reconcile(self._run, [poll.session])
         return poll.rows.num_rows
 
     def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
