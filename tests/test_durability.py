@@ -458,7 +458,8 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
         _until(lambda: not client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"], what="folding")
         jobs = lambda: client.get("/api/raysight/jobs", params={"detail": "true"}).json()["rows"]  # noqa: E731
         (job,) = jobs()
-        report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": 1}
+        ended_ns = (job["start_time"] + 1000) * 1_000_000
+        report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": ended_ns}
         release = threading.Event()
         client.app.state.raysight.writer.call(lambda store: release.wait(5))  # folding stalls
         for path, body in (("run-exit", report), ("ray-metrics", {"text": ""})):

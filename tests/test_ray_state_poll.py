@@ -305,3 +305,30 @@ def test_the_live_cluster_and_raysight_list_the_same_rows(sides: dict[str, Any],
             failed_drivers += differ.pop("status") is not None
         assert not differ, (resource, key, differ)
     assert failed_drivers == (resource == "jobs")
+
+
+def test_bad_requests_get_the_error_rays_client_prints(held: str) -> None:
+    """What Ray's CLI can send wrong (a limit past Ray's, an unknown session, a job that is not there) fails with
+    Ray's own error reply, said plainly; what only a hand-made query sends gets Ray's envelope with a 400."""
+    from ray.scripts.scripts import cli
+
+    for args, says in (
+        (["list", "placement-groups", "--limit", "20000"], "Given limit 20000 exceeds the supported limit 10000"),
+        (["list", "cluster-events", "--address", f"{held}/sessions/nope"], "no session named 'nope'"),
+    ):
+        address = [] if "--address" in args else ["--address", held]
+        done = CliRunner().invoke(cli, [*args, *address])
+        assert done.exit_code != 0 and says in done.output, done.output
+    missing = CliRunner().invoke(cli, ["job", "status", "nope", "--address", held])
+    assert "status code 404: Job nope does not exist" in str(missing.exception)
+    for query, says in (
+        ("nonsense", "unknown resource 'nonsense'"),
+        ("objects?limit=abc", "limit must be an integer"),
+        ("runtime_envs?filter_keys=a&filter_keys=b&filter_predicates=%3D&filter_values=1", "equal numbers"),
+        ("placement_groups?detail=maybe", "detail must be true or false"),
+        ("cluster_events?filter_keys=colour&filter_predicates=%3D&filter_values=red", "filter column colour is not supported"),
+        ("placement_groups?filter_keys=name&filter_predicates=%3E&filter_values=a", "predicate"),
+    ):
+        answer = httpx.get(f"{held}/api/v0/{query}")
+        body = answer.json()
+        assert answer.status_code == 400 and body["result"] is False and says in body["msg"], (query, body)

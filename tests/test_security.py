@@ -169,6 +169,8 @@ def test_run_exits_are_validated(server: TestClient) -> None:
         ({**good, "driver_pid": "42"}, "driver_pid"),
         ({**good, "run_id": ""}, "run_id"),
         ({**good, "run_id": "x" * 1000}, "run_id"),
+        ({**good, "session": "../../etc"}, "session"),
+        ({**good, "session": 5}, "session"),
         ({k: v for k, v in good.items() if k != "ended_ns"}, "ended_ns"),
         ([good], "object"),
         (b"{", "not JSON"),
@@ -180,6 +182,7 @@ def test_run_exits_are_validated(server: TestClient) -> None:
     assert too_big.status_code == 413 and "bytes" in too_big.json()["error"]
     assert run_exit(server, good).json() == {"ok": True}
     assert run_exit(server, {**good, "driver_pid": None}).json() == {"ok": True}
+    assert run_exit(server, {**good, "session": "session_2026-11-24_05-18-43_009092_26119"}).json() == {"ok": True}
 
 
 def test_ray_metrics_are_posted_as_json(server: TestClient) -> None:
