@@ -149,7 +149,10 @@ def test_drivers_polled_are_workers_with_their_lives(server: TestClient) -> None
     for ns in (1_000, 2_000):
         send(server, ns, {"drivers": [driver("01000000"), driver("02000000", pid=4343)]})
     ended = driver("02000000", pid=4343, is_alive=False, end_time_ms=1_795_000_060_000, exit_type="INTENDED_USER_EXIT")
-    send(server, 3_000, {"drivers": [driver("01000000"), ended]})
+    endless = driver("03000000", is_alive=False)  # dead, its end unknown: as first polled dead
+    first_dead_ns = 1_795_000_100_000_000_000
+    for ns in (first_dead_ns, first_dead_ns + 5_000_000_000):
+        send(server, ns, {"drivers": [driver("01000000"), ended, endless]})
     workers = {w["worker_id"][:8]: w for w in ray_list(server, "workers")["result"]}
     alive, dead = workers["01000000"], workers["02000000"]
     assert (alive["worker_type"], alive["is_alive"], alive["pid"], alive["node_id"]) == ("DRIVER", True, 4242, NODE)
@@ -164,10 +167,12 @@ def test_drivers_polled_are_workers_with_their_lives(server: TestClient) -> None
     histories = server.app.state.raysight.writer.call(  # type: ignore[attr-defined]
         lambda store: store._run("SELECT worker_id[:8], len(history) FROM workers ORDER BY 1").fetchall()
     ).result(10)
-    assert histories == [("01000000", 1), ("02000000", 2)]  # alive; alive then dead: each poll again added nothing
+    # alive; alive then dead (twice): each poll again added nothing
+    assert histories == [("01000000", 1), ("02000000", 2), ("03000000", 2)]
+    assert workers["03000000"]["end_time_ms"] == first_dead_ns // 1_000_000 and not workers["03000000"]["is_alive"]
     assert (
         ray_list(server, "workers", filter_keys="worker_type", filter_predicates="=", filter_values="DRIVER")["total"]
-        == 2
+        == 3
     )
 
 

@@ -711,10 +711,31 @@ class Store:
                     [poll.session, poll.polled_ns, poll.cluster_status],
                 )
             self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
-            if poll.drivers:  # workers, as their events would be (a driver outliving its session is inferred dead)
-                self._upsert_patches(poll.drivers)
+            if changed := self._changed_drivers(poll):  # workers, as their events would be (a driver outliving its
+                self._upsert_patches(changed)  # session is inferred dead)
                 reconcile(self._run, [poll.session])
         return poll.rows.num_rows
+
+    def _changed_drivers(self, poll: Poll) -> list[tuple[str, Key, Patch]]:
+        """The drivers of ``poll`` that would change what is kept (a driver lives once: alive, then dead). One polled
+        again as it was changes nothing, and costs no re-derivation of its session."""
+        ids = [key[1] for _, key, _ in poll.drivers]
+        kept = {
+            worker_id: (node_id, pid, {h["state"] for h in history or []})
+            for worker_id, node_id, pid, history in self._run(
+                "SELECT worker_id, node_id, pid, history FROM workers "
+                "WHERE session = ? AND list_contains(?, worker_id)",
+                [poll.session, ids],
+            ).fetchall()
+        }
+
+        def known(key: Key, patch: Patch) -> bool:
+            node_id, pid, states = kept.get(key[1], (None, None, set()))
+            return (node_id, pid) == (patch["node_id"], patch["pid"]) and states >= {
+                h["state"] for h in patch["history"] or []
+            }
+
+        return [(table, key, patch) for table, key, patch in poll.drivers if not known(key, patch)]
 
     def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
