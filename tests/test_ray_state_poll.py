@@ -158,6 +158,13 @@ def test_ray_get_by_id_and_a_missing_id(held: str) -> None:
     for resource, entity in ids.items():
         got = ray_here("get", resource, entity, "--address", held).stdout
         assert entity in got and "not found" not in got, (resource, got)
+    from ray.util import state  # the SDK's get_* too
+
+    assert state.get_actor(ids["actors"], address=held).class_name == "JobSupervisor"
+    assert state.get_node(ids["nodes"], address=held).is_head_node
+    assert state.get_worker(ids["workers"], address=held).worker_id == ids["workers"]
+    assert state.get_objects(ids["objects"], address=held)[0].object_id == ids["objects"]
+    assert state.get_actor("0" * 32, address=held) is None
     (group,) = yaml.safe_load(ray_cli("get", "placement-groups", ids["placement-groups"], "--address", held).stdout)
     assert group["name"] == PLACEMENT_GROUP and group["bundles"]
     missing = ray_here("get", "actors", "0" * 32, "--address", held).stdout
@@ -326,7 +333,10 @@ def test_bad_requests_get_the_error_rays_client_prints(held: str) -> None:
         ("objects?limit=abc", "limit must be an integer"),
         ("runtime_envs?filter_keys=a&filter_keys=b&filter_predicates=%3D&filter_values=1", "equal numbers"),
         ("placement_groups?detail=maybe", "detail must be true or false"),
-        ("cluster_events?filter_keys=colour&filter_predicates=%3D&filter_values=red", "filter column colour is not supported"),
+        (
+            "cluster_events?filter_keys=colour&filter_predicates=%3D&filter_values=red",
+            "filter column colour is not supported",
+        ),
         ("placement_groups?filter_keys=name&filter_predicates=%3E&filter_values=a", "predicate"),
     ):
         answer = httpx.get(f"{held}/api/v0/{query}")

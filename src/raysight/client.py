@@ -219,6 +219,11 @@ class Client:
         params = {"key": key} if key else {}
         return self._request("POST", "/ingest/agent/ray-state", json=poll, params=params)["rows"]  # type: ignore[no-any-return]
 
+    def metrics_scrape(self, scrape: dict[str, Any], key: str | None) -> int:
+        """Send one scrape of a Prometheus target (``ingest/prom_text.py``); returns the samples kept."""
+        params = {"key": key} if key else {}
+        return self._request("POST", "/ingest/agent/metrics", json=scrape, params=params)["samples"]  # type: ignore[no-any-return]
+
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
         params = {"key": key} if key else {}

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import click
 
+from raysight.agent.metrics_scrape import MetricsScraper
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.agent.state_poll import StatePoller
@@ -85,16 +86,16 @@ def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> 
 
 
 def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
-    """Run a Ray program with the export variables set, scraping what Ray's aggregators report and polling its
-    dashboard for what Ray never sends as events while it runs, then tell the server how its driver ended. Returns
-    the program's exit code, which a failed report does not change."""
+    """Run a Ray program with the export variables set, scraping what Ray's aggregators report and its metrics and
+    polling its dashboard for what Ray never sends as events while it runs, then tell the server how its driver
+    ended. Returns the program's exit code, which a failed report does not change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key)}
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {command[0]}") from None
-    watchers = [w(server, key, proc.pid, ray_temp_dir(env)).start() for w in (Scraper, StatePoller)]
+    watchers = [w(server, key, proc.pid, ray_temp_dir(env)).start() for w in (Scraper, StatePoller, MetricsScraper)]
     shipping = _ship_logs(server, key, ray_temp_dir(env))
     try:
         code = proc.wait()

@@ -11,6 +11,7 @@ from functools import lru_cache
 from raysight.ingest.events_sql import RFC3339_UTC
 
 _RFC3339_UTC = re.compile(RFC3339_UTC, re.ASCII)
+SESSION_NAME = re.compile(r"session_[\w.-]{1,200}", re.ASCII)  # as Ray names a session's directory
 
 
 def b64_to_hex(value: object) -> str | None:

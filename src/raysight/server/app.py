@@ -12,12 +12,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT
 from raysight.errors import RaysightError
-from raysight.server import api, ingest_routes, ray_compat, ui_routes
+from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.auth import Secrets
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
@@ -38,6 +38,8 @@ def _is_ray_path(path: str) -> bool:
 
 def error_response(path: str, status: int, message: str) -> Response:
     """The one error shape: ``{"ok": false, "error", "status"}``, or Ray's envelope on Ray's paths."""
+    if "/api/v1/" in path:
+        return JSONResponse({"status": "error", "errorType": "bad_data", "error": message}, status_code=status)
     if _is_ray_path(path):
         return ray_compat.envelope_error(status, message)
     return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status)
@@ -108,7 +110,15 @@ def create_app(
             writer.close()
             store.close()
 
-    routes = [*ingest_routes.routes, *api.routes, *ray_compat.routes, Route("/metrics", metrics), *ui_routes.routes]
+    per_session = [*ray_compat.routes, *prometheus_api.routes]  # the newest session's, and any one's by its name
+    routes = [
+        *ingest_routes.routes,
+        *api.routes,
+        *per_session,
+        Mount("/sessions/{session}", routes=per_session),
+        Route("/metrics", metrics),
+        *ui_routes.routes,
+    ]
     return Starlette(
         routes=routes,
         lifespan=lifespan,

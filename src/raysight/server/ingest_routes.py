@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,9 +20,10 @@ from starlette.routing import Route
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
 from raysight.ingest import agent_logs as agent_logs_batch
-from raysight.ingest import node_life
+from raysight.ingest import node_life, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import NotAnArray, array_length
+from raysight.ingest.ids import SESSION_NAME
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
@@ -201,9 +201,6 @@ def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:
     return value
 
 
-SESSION_NAME = re.compile(r"session_[\w.-]{1,200}", re.ASCII)  # as Ray names a session's directory
-
-
 def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
     """A run exit's run_id, driver_pid, exit_code, ended_ns (in the ranges the store keeps: INTEGER, BIGINT) and the
     session its driver joined (optional: one `raysight run` did not start)."""
@@ -290,6 +287,18 @@ async def ray_state(request: Request) -> Response:
     return await _record(request, "the poll", lambda s: s.record_poll(poll), lambda n: {"rows": n})
 
 
+async def metrics_scrape(request: Request) -> Response:
+    """POST /ingest/agent/metrics: one scrape of a Prometheus target (``ingest/prom_text.py``), from an agent."""
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    try:
+        scrape = prom_text.parse(await read_body(request, prom_text.MAX_BODY))
+    except agent_logs_batch.BadBatch as exc:
+        app_state(request).metrics.rejected.labels("bad_scrape").inc()
+        return _error(400, f"bad scrape: {exc}")
+    return await _record(request, "the scrape", lambda s: s.record_scrape(scrape), lambda n: {"samples": n})
+
+
 def parse_metrics_post(body: bytes) -> str:
     """The Prometheus text of a ``{"text": …}`` body (JSON: a content type no web page may send unasked)."""
     try:
@@ -321,4 +330,5 @@ routes = [
     Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
     Route("/ingest/agent/node-life", node_life_sightings, methods=["POST"]),
     Route("/ingest/agent/ray-state", ray_state, methods=["POST"]),
+    Route("/ingest/agent/metrics", metrics_scrape, methods=["POST"]),
 ]

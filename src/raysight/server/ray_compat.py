@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from raysight.errors import BadQuery
 from raysight.server.params import bool_param, int_param
@@ -182,7 +182,7 @@ async def read_only(request: Request) -> Response:
     return PlainTextResponse(READ_ONLY, status_code=405, headers={"Allow": "GET"})
 
 
-_routes = [
+routes = [  # at the root for the newest session, and mounted under /sessions/<name>/ by the app
     Route("/api/version", version),
     Route("/api/jobs/", jobs),
     Route("/api/jobs/", read_only, methods=["POST"]),
@@ -193,5 +193,3 @@ _routes = [
     Route("/api/v0/{resource}/summarize", summarize),
     Route("/api/v0/{resource}", list_resource),
 ]
-
-routes = [*_routes, Mount("/sessions/{session}", routes=_routes)]

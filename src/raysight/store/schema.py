@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -502,6 +502,21 @@ RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS polls (
         session VARCHAR, resource VARCHAR, last_ok_ns BIGINT, rows BIGINT, last_error VARCHAR, last_error_ns BIGINT,
         PRIMARY KEY (session, resource))""",
+    # Prometheus metrics scraped from a session's targets (``ingest/prom_text.py``), raw input. Each series once: a
+    # small number (``series_no``, what a sample carries: 4 bytes that compress), its canonical ID (a digest of
+    # session, name and labels), name and labels; ``metric_keys`` finds a series by its line as a target exposes it
+    # (the target and the text up to the value), so that a scrape parses only its new series' labels. Each scrape of a
+    # target is kept (a series it no longer exposes is stale from then on, as Prometheus's staleness marker says).
+    "CREATE SEQUENCE IF NOT EXISTS metric_series_no",
+    """CREATE TABLE IF NOT EXISTS metric_series (
+        series_no INTEGER PRIMARY KEY, series_id UBIGINT UNIQUE, session VARCHAR, name VARCHAR,
+        labels MAP(VARCHAR, VARCHAR), instance VARCHAR, job VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS metric_keys (raw_key UBIGINT PRIMARY KEY, series_no INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS metric_samples (series_no INTEGER, ts_ms BIGINT, value DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS metric_scrapes (
+        session VARCHAR, instance VARCHAR, job VARCHAR, ts_ms BIGINT, samples INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS metric_metadata (
+        session VARCHAR, name VARCHAR, type VARCHAR, help VARCHAR, PRIMARY KEY (session, name))""",
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -565,6 +580,7 @@ MIGRATIONS = {
     ],
     11: [],  # polled, polls and cluster_status (all_ddl() makes them)
     12: ["ALTER TABLE run_exits ADD COLUMN IF NOT EXISTS session VARCHAR"],
+    13: [],  # the metric tables (all_ddl() makes them)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

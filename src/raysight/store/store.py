@@ -26,8 +26,9 @@ import pyarrow as pa
 
 from raysight import os_thread
 from raysight.config import DEFAULT_MEMORY_LIMIT
-from raysight.ingest import agent_logs, events_sql
+from raysight.ingest import agent_logs, events_sql, prom_text
 from raysight.ingest.events_sql import sql_str
+from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll
@@ -736,6 +737,57 @@ class Store:
             }
 
         return [(table, key, patch) for table, key, patch in poll.drivers if not known(key, patch)]
+
+    def record_scrape(self, scrape: Scrape) -> int:
+        """Keep one scrape of a Prometheus target (``ingest/prom_text.py``): its samples, the series new to the store
+        (their labels parsed once), the scrape itself (a series the target no longer exposes is stale from then on)
+        and each metric's type and help. A scrape not newer than the target's last changes nothing (Prometheus too
+        refuses samples out of order). Returns the samples kept."""
+        target = {"session": scrape.session, "instance": scrape.instance, "job": scrape.job}
+        with self._transaction():
+            (last,) = self._one(
+                "SELECT max(ts_ms) FROM metric_scrapes WHERE session = $session AND instance = $instance "
+                "AND job = $job",
+                target,  # type: ignore[arg-type]
+            )
+            if last is not None and last >= scrape.scraped_ms:
+                return 0
+            self._run(
+                f"CREATE OR REPLACE TEMP TABLE scraped_lines AS {prom_text.LINES}",
+                {**target, "text": scrape.text, "scraped_ms": scrape.scraped_ms},
+            )
+            self._run(
+                """CREATE OR REPLACE TEMP TABLE new_lines AS
+                   SELECT DISTINCT raw_key, name, labels_text
+                   FROM scraped_lines ANTI JOIN metric_keys USING (raw_key)"""
+            )
+            self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", target)
+            self._run(
+                """INSERT INTO metric_series
+                   SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
+                   FROM (SELECT DISTINCT ON (series_id) * FROM new_series) ANTI JOIN metric_series USING (series_id)""",
+                target,
+            )
+            self._run(
+                """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n JOIN metric_series s
+                   USING (series_id) ON CONFLICT DO NOTHING"""
+            )
+            (kept,) = self._one(
+                """INSERT INTO metric_samples
+                   SELECT k.series_no, l.ts_ms, l.value FROM scraped_lines l JOIN metric_keys k USING (raw_key)"""
+            )
+            self._run(
+                "INSERT INTO metric_scrapes VALUES ($session, $instance, $job, $scraped_ms, $kept)",
+                {**target, "scraped_ms": scrape.scraped_ms, "kept": kept},
+            )
+            self._run(
+                f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
+                {"session": scrape.session, "text": scrape.text},
+            )
+            self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
+            for staged in ("scraped_lines", "new_lines", "new_series"):
+                self._run(f"DROP TABLE {staged}")
+        return int(kept)
 
     def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""

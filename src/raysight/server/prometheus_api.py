@@ -1,0 +1,246 @@
+"""Prometheus's HTTP query API over the stored metrics, so Grafana (and Ray's dashboards for it) use raysight as a
+Prometheus data source: ``/api/v1/query``, ``query_range``, ``series``, ``labels``, ``label/<name>/values`` and
+``metadata``, for the newest session, and under ``/sessions/<name>/`` for any. Answers and errors in Prometheus's
+shapes (``{"status": "success", "data": …}``; ``{"status": "error", "errorType", "error"}`` with a 4xx)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from starlette.datastructures import FormData, QueryParams
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from raysight.errors import BadQuery, NotFound
+from raysight.server.state import app_state
+from raysight.store import metrics_query, promql, queries
+from raysight.store.promql import Matcher, PromQLError
+
+MAX_POINTS = 11_000  # per series of a range query, as Prometheus
+DEFAULT_LOOKBACK_S = 300
+
+
+def _error(status: int, kind: str, message: str) -> Response:
+    return JSONResponse({"status": "error", "errorType": kind, "error": message}, status_code=status)
+
+
+def _success(data: Any) -> Response:
+    return JSONResponse({"status": "success", "data": data})
+
+
+def _time(value: str | None, name: str, default: float | None = None) -> float:
+    """A time as Prometheus takes it: Unix seconds or RFC 3339."""
+    if value is None or value == "":
+        if default is None:
+            raise PromQLError(f'missing parameter "{name}"')
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid timestamp') from None
+
+
+def _duration(value: str | None, name: str) -> float:
+    if not value:
+        raise PromQLError(f'missing parameter "{name}"')
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return float(promql.pp.parse_duration(value).total_seconds())
+    except (ValueError, RuntimeError):
+        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid duration') from None
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return np.format_float_positional(value, trim="-")
+
+
+async def _params(request: Request) -> QueryParams | FormData:
+    """The query's parameters: in the URL, or a form body (Grafana POSTs its queries)."""
+    if request.method == "POST":
+        return await request.form()
+    return request.query_params
+
+
+def _handled(
+    fn: Callable[[Request, QueryParams | FormData], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        try:
+            return await fn(request, await _params(request))
+        except PromQLError as exc:
+            return _error(422 if exc.kind == "execution" else 400, exc.kind, str(exc))
+        except BadQuery as exc:
+            return _error(400, "bad_data", str(exc))
+        except NotFound as exc:
+            return _error(404, "not_found", str(exc))
+
+    return route
+
+
+def _session(con: Any, request: Request) -> str:
+    session = queries.resolve_session(con, request.path_params.get("session"))
+    if session is None:
+        raise NotFound("no session has been recorded yet")
+    return session
+
+
+def _sorted(labels: dict[str, str]) -> dict[str, str]:
+    return dict(sorted(labels.items()))  # (as Prometheus's label sets are)
+
+
+def _answer(value: promql.Value, steps: np.ndarray, instant: bool) -> dict[str, Any]:
+    if isinstance(value, promql.Scalar):
+        if instant:
+            return {"resultType": "scalar", "result": [steps[0] / 1000, _number(value.values[0])]}
+        value = promql.Vector([promql.Series({}, value.values)])
+    if isinstance(value, promql.String):
+        return {"resultType": "string", "result": [steps[0] / 1000, value.value]}
+    if isinstance(value, promql.Matrix):
+        return {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": _sorted(labels),
+                    "values": [[t / 1000, _number(v)] for t, v in zip(ts.tolist(), vs.tolist())],
+                }
+                for labels, ts, vs in value.series
+            ],
+        }
+    assert isinstance(value, promql.Vector)
+    seconds = (steps / 1000).tolist()
+    if instant:
+        return {
+            "resultType": "vector",
+            "result": [
+                {"metric": _sorted(s.labels), "value": [seconds[0], _number(s.values[0])]}
+                for s in value.series
+                if not math.isnan(s.values[0])
+            ],
+        }
+    result = []
+    for s in value.series:
+        points = [[t, _number(v)] for t, v in zip(seconds, s.values.tolist()) if not math.isnan(v)]
+        if points:
+            result.append({"metric": _sorted(s.labels), "values": points})
+    result.sort(key=lambda r: sorted(r["metric"].items()))  # type: ignore[attr-defined]
+    return {"resultType": "matrix", "result": result}
+
+
+async def _evaluate(request: Request, query: str, start: float, end: float, step: float, instant: bool) -> Response:
+    start_ms, end_ms, step_ms = round(start * 1000), round(end * 1000), max(round(step * 1000), 1)
+
+    def run(con: Any) -> dict[str, Any]:
+        source = metrics_query.SessionMetrics(con, _session(con, request))
+        value = promql.evaluate(query, source, start_ms, end_ms, step_ms)
+        return _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant)
+
+    return _success(await app_state(request).read(run))
+
+
+@_handled
+async def query(request: Request, params: QueryParams | FormData) -> Response:
+    """GET|POST /api/v1/query?query=&time="""
+    expr = str(params.get("query") or "")
+    if not expr:
+        raise PromQLError('missing parameter "query"')
+    at = _time(_text(params, "time"), "time", time.time())
+    return await _evaluate(request, expr, at, at, 1.0, instant=True)
+
+
+@_handled
+async def query_range(request: Request, params: QueryParams | FormData) -> Response:
+    """GET|POST /api/v1/query_range?query=&start=&end=&step="""
+    expr = str(params.get("query") or "")
+    if not expr:
+        raise PromQLError('missing parameter "query"')
+    start, end = _time(_text(params, "start"), "start"), _time(_text(params, "end"), "end")
+    step = _duration(_text(params, "step"), "step")
+    if end < start:
+        raise PromQLError('invalid parameter "end": end timestamp must not be before start time')
+    if step <= 0:
+        raise PromQLError('invalid parameter "step": zero or negative query resolution step widths are not accepted')
+    if (end - start) / step > MAX_POINTS:
+        raise PromQLError(
+            f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
+            "Try decreasing the query resolution (?step=XX)"
+        )
+    return await _evaluate(request, expr, start, end, step, instant=False)
+
+
+def _text(params: QueryParams | FormData, name: str) -> str | None:
+    value = params.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _match_sets(params: QueryParams | FormData) -> list[list[Matcher]]:
+    """The ``match[]`` selectors, each a list of matchers."""
+    sets = []
+    for selector in params.getlist("match[]"):
+        node = promql.parse(str(selector))
+        if type(node).__name__ != "VectorSelector":
+            raise PromQLError(f'invalid parameter "match[]": {selector!r} is not a series selector')
+        sets.append(promql._matchers(node))
+    return sets
+
+
+@_handled
+async def series(request: Request, params: QueryParams | FormData) -> Response:
+    """GET|POST /api/v1/series?match[]=…"""
+    sets = _match_sets(params)
+    if not sets:
+        raise PromQLError("no match[] parameter provided")
+    return _success(
+        await app_state(request).read(lambda con: metrics_query.series_labels(con, _session(con, request), sets))
+    )
+
+
+@_handled
+async def labels(request: Request, params: QueryParams | FormData) -> Response:
+    """GET|POST /api/v1/labels[?match[]=…]"""
+    sets = _match_sets(params)
+    return _success(await app_state(request).read(lambda con: metrics_query.labels(con, _session(con, request), sets)))
+
+
+@_handled
+async def label_values(request: Request, params: QueryParams | FormData) -> Response:
+    """GET /api/v1/label/<name>/values[?match[]=…]"""
+    name, sets = request.path_params["name"], _match_sets(params)
+    return _success(
+        await app_state(request).read(lambda con: metrics_query.label_values(con, _session(con, request), name, sets))
+    )
+
+
+@_handled
+async def metadata(request: Request, params: QueryParams | FormData) -> Response:
+    """GET /api/v1/metadata[?metric=]"""
+    metric = _text(params, "metric")
+    return _success(
+        await app_state(request).read(lambda con: metrics_query.metadata(con, _session(con, request), metric))
+    )
+
+
+routes = [  # at the root for the newest session, and mounted under /sessions/<name>/ by the app
+    Route("/api/v1/query", query, methods=["GET", "POST"]),
+    Route("/api/v1/query_range", query_range, methods=["GET", "POST"]),
+    Route("/api/v1/series", series, methods=["GET", "POST"]),
+    Route("/api/v1/labels", labels, methods=["GET", "POST"]),
+    Route("/api/v1/label/{name}/values", label_values),
+    Route("/api/v1/metadata", metadata),
+]

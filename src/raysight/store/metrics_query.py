@@ -1,0 +1,114 @@
+"""The metrics a session's scrapes stored (``metric_series``, ``metric_samples``, ``metric_scrapes``), read for PromQL
+(``store/promql.py``) and for Prometheus's series, labels and metadata APIs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from raysight.store.promql import NAME, NEVER, Matcher, Samples
+
+
+def _labelled(name: str, labels: dict[str, str]) -> dict[str, str]:
+    return {NAME: name, **labels}
+
+
+class SessionMetrics:
+    """A :class:`raysight.store.promql.Source` over one session's stored metrics."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, session: str) -> None:
+        self.con, self.session = con, session
+
+    def series(self, matchers: list[Matcher]) -> list[tuple[int, dict[str, str], str, str]]:
+        """``(series_no, labels, instance, job)`` of each series every matcher matches (the name's first, in SQL)."""
+        named = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
+        rows = self.con.execute(
+            "SELECT series_no, name, labels, instance, job FROM metric_series WHERE session = ?"
+            + (" AND name = ?" if named is not None else ""),
+            [self.session, *([named] if named is not None else [])],
+        ).fetchall()
+        found = []
+        for series_no, name, labels, instance, job in rows:
+            labelled = _labelled(name, labels)
+            if all(m.matches(labelled) for m in matchers):
+                found.append((series_no, labelled, instance, job))
+        return found
+
+    def select(self, matchers: list[Matcher], start_ms: int, end_ms: int) -> list[Samples]:
+        found = self.series(matchers)
+        if not found:
+            return []
+        columns = self.con.execute(
+            """SELECT series_no, ts_ms, value FROM metric_samples
+               WHERE series_no IN (SELECT unnest($1::INTEGER[])) AND ts_ms BETWEEN $2 AND $3
+               ORDER BY series_no, ts_ms""",
+            [[f[0] for f in found], start_ms, end_ms],
+        ).fetchnumpy()
+        numbers, ts, values = (np.asarray(columns[c]) for c in ("series_no", "ts_ms", "value"))
+        bounds = np.searchsorted(numbers, [f[0] for f in found])
+        ends = np.searchsorted(numbers, [f[0] for f in found], side="right")
+        scrapes = self._scrapes(start_ms, end_ms)
+        out = []
+        for (_, labels, instance, job), lo, hi in zip(found, bounds, ends):
+            if hi == lo:
+                continue
+            times = ts[lo:hi]
+            out.append(Samples(labels, times, values[lo:hi], _stale_from(times, scrapes.get((instance, job)))))
+        return out
+
+    def _scrapes(self, start_ms: int, end_ms: int) -> dict[tuple[str, str], np.ndarray]:
+        rows = self.con.execute(
+            """SELECT instance, job, list(ts_ms ORDER BY ts_ms) FROM metric_scrapes
+               WHERE session = ? AND ts_ms BETWEEN ? AND ? GROUP BY ALL""",
+            [self.session, start_ms, end_ms],
+        ).fetchall()
+        return {(instance, job): np.array(times, dtype=np.int64) for instance, job, times in rows}
+
+
+def _stale_from(ts: np.ndarray, scrapes: np.ndarray | None) -> np.ndarray:
+    """For each sample, its target's next scrape when that scrape lacked the series (from then on it is stale, as
+    Prometheus's staleness marker says), else :data:`NEVER`."""
+    if scrapes is None or len(scrapes) == 0:
+        return np.full(len(ts), NEVER, dtype=np.int64)
+    i = np.searchsorted(scrapes, ts, side="right")
+    following = np.where(i < len(scrapes), scrapes[np.minimum(i, len(scrapes) - 1)], NEVER)
+    next_sample = np.concatenate([ts[1:], [NEVER]])
+    return np.where(following == next_sample, NEVER, following)
+
+
+def labels(con: duckdb.DuckDBPyConnection, session: str, matchers: list[list[Matcher]]) -> list[str]:
+    """The label names of the session's series (of those any matcher set selects, when given), sorted."""
+    names: set[str] = set()
+    for _, labelled, _, _ in _all(con, session, matchers):
+        names.update(labelled)
+    return sorted(names)
+
+
+def label_values(con: duckdb.DuckDBPyConnection, session: str, name: str, matchers: list[list[Matcher]]) -> list[str]:
+    return sorted({labelled[name] for _, labelled, _, _ in _all(con, session, matchers) if name in labelled})
+
+
+def series_labels(con: duckdb.DuckDBPyConnection, session: str, matchers: list[list[Matcher]]) -> list[dict[str, str]]:
+    return [dict(sorted(labelled.items())) for _, labelled, _, _ in _all(con, session, matchers)]
+
+
+def _all(con: duckdb.DuckDBPyConnection, session: str, matchers: list[list[Matcher]]) -> list[Any]:
+    source = SessionMetrics(con, session)
+    if not matchers:
+        return source.series([])
+    seen: dict[int, Any] = {}
+    for group in matchers:
+        seen.update({f[0]: f for f in source.series(group)})
+    return list(seen.values())
+
+
+def metadata(con: duckdb.DuckDBPyConnection, session: str, metric: str | None) -> dict[str, list[dict[str, str]]]:
+    rows = con.execute(
+        "SELECT name, coalesce(type, 'unknown'), coalesce(help, '') FROM metric_metadata WHERE session = ?"
+        + (" AND name = ?" if metric else "")
+        + " ORDER BY name",
+        [session, *([metric] if metric else [])],
+    ).fetchall()
+    return {name: [{"type": kind, "help": help_, "unit": ""}] for name, kind, help_ in rows}

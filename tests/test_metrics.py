@@ -1,0 +1,182 @@
+"""Metrics scraped from Prometheus targets (``POST /ingest/agent/metrics``) and Prometheus's query API over them, on
+synthetic scrapes whose answers follow from Prometheus's rules by hand: lookback and staleness, ``rate``'s
+extrapolation and counter resets, aggregation, vector matching, histogram quantiles; errors in Prometheus's shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+SESSION = "session_2026-11-24_10-00-00_000000_1"
+T0 = 1_795_000_000_000  # ms: the first scrape
+EVERY = 5_000
+
+
+def scrape(server: TestClient, i: int, text: str, instance: str = "10.0.0.1:8080", session: str = SESSION) -> Any:
+    body = {"session": session, "scraped_ms": T0 + EVERY * i, "target": {"instance": instance, "job": "ray"}}
+    return server.post("/ingest/agent/metrics", json={**body, "text": text})
+
+
+def at(i: float) -> float:
+    """The time of scrape ``i``, in seconds, as Prometheus's API takes it."""
+    return (T0 + EVERY * i) / 1000
+
+
+def instant(server: TestClient, query: str, i: float, path: str = "") -> list[dict[str, Any]]:
+    answer = server.get(f"{path}/api/v1/query", params={"query": query, "time": at(i)})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["status"] == "success" and body["data"]["resultType"] == "vector", body
+    return sorted(body["data"]["result"], key=lambda r: sorted(r["metric"].items()))
+
+
+def values(result: list[dict[str, Any]]) -> list[float]:
+    return [float(r["value"][1]) for r in result]
+
+
+@pytest.fixture
+def counters(server: TestClient) -> TestClient:
+    """13 scrapes a minute apart by 5 s: a counter that rises by 10 (route /a) and 5 (/b) a scrape, /b reset to 0 at
+    scrape 8; a gauge exposed until scrape 5; a histogram's buckets."""
+    for i in range(13):
+        b = 5 * i if i < 8 else 5 * (i - 8)
+        text = (
+            "# HELP req_total Requests.\n# TYPE req_total counter\n"
+            f'req_total{{route="/a"}} {10 * i}\nreq_total{{route="/b",code=""}} {b}\n'
+            f'lat_bucket{{le="0.1"}} {i}\nlat_bucket{{le="1"}} {3 * i}\nlat_bucket{{le="+Inf"}} {4 * i}\n'
+        )
+        if i <= 5:
+            text += 'depth{queue="q1"} 7\n'
+        answer = scrape(server, i, text)
+        assert answer.json() == {"ok": True, "samples": 5 + (i <= 5)}, answer.text
+    return server
+
+
+def test_rate_extrapolates_and_corrects_resets(counters: TestClient) -> None:
+    a, b = instant(counters, "rate(req_total[1m])", 12)
+    assert a["metric"] == {"instance": "10.0.0.1:8080", "job": "ray", "route": "/a"}  # (the name dropped)
+    assert float(a["value"][1]) == 2.0  # 120 over the 60 s the samples span
+    # /b: 35 up to the reset, then 20 more (the reset's drop corrected): 55 over 60 s
+    assert float(b["value"][1]) == pytest.approx(55 / 60)
+    # 20 s: five samples spanning 20 s of the window's 20 (the window is inclusive at both ends)
+    assert values(instant(counters, 'increase(req_total{route="/a"}[20s])', 12)) == [40.0]
+    # irate: the last two samples
+    assert values(instant(counters, 'irate(req_total{route="/a"}[1m])', 12)) == [2.0]
+    # extrapolated: samples over 35 s of a 37 s window, 2 s short of its start (within 1.1 intervals): 70 * 37 / 35
+    assert values(instant(counters, 'increase(req_total{route="/a"}[37s])', 12)) == pytest.approx([74.0])
+    # but never to before the counter was zero: a 40 s window whose samples start at 0, 10 s in, adds nothing
+    assert values(instant(counters, 'increase(req_total{route="/a"}[40s])', 6)) == [60.0]
+
+
+def test_a_series_gone_from_its_target_is_stale_at_once(counters: TestClient) -> None:
+    assert values(instant(counters, "depth", 5.5)) == [7.0]  # within the lookback
+    assert instant(counters, "depth", 6) == []  # scraped without it: stale, though 5 min of lookback remain
+    assert instant(counters, "req_total", 12 + 300 / 5 + 1) == []  # beyond the 5 min lookback
+
+
+def test_aggregation_matching_and_functions(counters: TestClient) -> None:
+    (total,) = instant(counters, "sum by (job) (req_total)", 4)
+    assert total["metric"] == {"job": "ray"} and float(total["value"][1]) == 60.0
+    assert values(instant(counters, "count without (route) (req_total)", 4)) == [2.0]
+    assert values(instant(counters, "max(req_total)", 4)) == [40.0]
+    assert values(instant(counters, 'req_total{route="/a"} / on (instance) req_total{route="/b"}', 4)) == [2.0]
+    assert values(instant(counters, "req_total > 25", 4)) == [40.0]  # a filter keeps the series' own value
+    assert values(instant(counters, "req_total > bool 25", 4)) == [1.0, 0.0]  # /a, /b
+    assert values(instant(counters, "req_total unless req_total > 25", 4)) == [20.0]
+    replaced = instant(counters, 'label_replace(req_total, "path", "p-$1", "route", "/(.*)")', 4)
+    assert [r["metric"]["path"] for r in replaced] == ["p-a", "p-b"]
+    # buckets at scrape 4: 4 ≤ 0.1, 12 ≤ 1, 16 in all: the median (rank 8) is in (0.1, 1], 4 of its 8 in
+    assert values(instant(counters, "histogram_quantile(0.5, lat_bucket)", 4)) == pytest.approx([0.1 + 0.9 * 4 / 8])
+
+
+def test_range_queries_step_through_time(counters: TestClient) -> None:
+    answer = counters.get(
+        "/api/v1/query_range",
+        params={"query": 'req_total{route="/a"}', "start": at(0), "end": at(2), "step": "2.5"},
+    ).json()
+    assert answer["data"]["resultType"] == "matrix"
+    (series,) = answer["data"]["result"]
+    assert series["values"] == [[at(0), "0"], [at(0.5), "0"], [at(1), "10"], [at(1.5), "10"], [at(2), "20"]]
+    scalar = counters.get("/api/v1/query", params={"query": "2 * 3", "time": at(0)}).json()["data"]
+    assert scalar == {"resultType": "scalar", "result": [at(0), "6"]}
+
+
+def test_series_labels_values_and_metadata(counters: TestClient) -> None:
+    series = counters.get("/api/v1/series", params={"match[]": 'req_total{route="/b"}'}).json()["data"]
+    assert series == [{"__name__": "req_total", "instance": "10.0.0.1:8080", "job": "ray", "route": "/b"}]  # no code=""
+    assert counters.get("/api/v1/labels").json()["data"] == ["__name__", "instance", "job", "le", "queue", "route"]
+    assert counters.get("/api/v1/label/route/values").json()["data"] == ["/a", "/b"]
+    assert counters.get("/api/v1/label/__name__/values").json()["data"] == ["depth", "lat_bucket", "req_total"]
+    metadata = counters.get("/api/v1/metadata").json()["data"]
+    assert metadata["req_total"] == [{"type": "counter", "help": "Requests.", "unit": ""}]
+
+
+def test_each_session_by_its_path(counters: TestClient) -> None:
+    other = "session_2026-11-24_11-00-00_000000_2"
+    assert scrape(counters, 20, "req_total 1\n", session=other).status_code == 200
+    assert values(instant(counters, "req_total", 20)) == [1.0]  # the newest session
+    assert values(instant(counters, "req_total", 4, path=f"/sessions/{SESSION}")) == [40.0, 20.0]  # /a, /b
+    missing = counters.get("/sessions/session_nope/api/v1/query", params={"query": "up"})
+    assert missing.status_code == 404 and missing.json()["status"] == "error"
+
+
+def test_scraped_labels_named_like_the_targets_are_kept_as_exported(server: TestClient) -> None:
+    scrape(server, 0, 'x{job="mine",instance="elsewhere",a="q\\"uote\\\\"} 1\n# a comment\nnot a sample line\n')
+    (series,) = server.get("/api/v1/series", params={"match[]": "x"}).json()["data"]
+    assert series == {
+        "__name__": "x",
+        "a": 'q"uote\\',
+        "exported_instance": "elsewhere",
+        "exported_job": "mine",
+        "instance": "10.0.0.1:8080",
+        "job": "ray",
+    }
+
+
+def test_a_scrape_older_than_the_targets_last_changes_nothing(server: TestClient) -> None:
+    assert scrape(server, 2, "x 2\n").json()["samples"] == 1
+    assert scrape(server, 1, "x 1\n").json()["samples"] == 0
+    assert values(instant(server, "x", 2)) == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "says"),
+    [
+        ({"query": "sum("}, 400, "parse error"),
+        ({"query": "nosuch(x)"}, 400, "unknown function"),
+        ({"query": "{}"}, 400, "parse error"),
+        ({"query": "x", "time": "yesterday"}, 400, "cannot parse"),
+        ({}, 400, 'missing parameter "query"'),
+    ],
+)
+def test_bad_queries_get_prometheus_errors(
+    counters: TestClient, params: dict[str, str], status: int, says: str
+) -> None:
+    answer = counters.get("/api/v1/query", params=params)
+    body = answer.json()
+    assert answer.status_code == status and body["status"] == "error" and body["errorType"] == "bad_data", body
+    assert says in body["error"]
+
+
+def test_a_range_of_too_many_points_is_refused(counters: TestClient) -> None:
+    params = {"query": "req_total", "start": at(0), "end": at(0) + 86_400 * 7, "step": "1s"}
+    body = counters.get("/api/v1/query_range", params=params).json()
+    assert body["status"] == "error" and "exceeded maximum resolution of 11,000 points" in body["error"]
+    bad_step = counters.get("/api/v1/query_range", params={**params, "step": "0"}).json()
+    assert "zero or negative" in bad_step["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"nope", "not JSON"),
+        (b'{"session": "session_x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray"}}', "text"),
+        (b'{"session": "../x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray"}, "text": ""}', "session"),
+        (b'{"session": "session_x", "scraped_ms": -1, "target": {"instance": "h:1", "job": "ray"}, "text": ""}', "ms"),
+    ],
+)
+def test_a_body_that_is_not_a_scrape_gets_a_400(server: TestClient, body: bytes, says: str) -> None:
+    answer = server.post("/ingest/agent/metrics", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and says in answer.json()["error"], answer.text
