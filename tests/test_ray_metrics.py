@@ -1,118 +1,132 @@
-"""What Ray's aggregators report of themselves: parsing their Prometheus text, finding a driver's session and its
-nodes' metrics ports, and the doctor's words for it."""
+"""Ray's metrics as `raysight run` scraped them from a real cluster (tests/ray_programs/app_metrics.py: an
+application's Counter, Gauge and Histogram tagged by item, and tasks), answered by a restarted server after the cluster
+is gone through Prometheus's query API: the same series and values Ray's own endpoint showed; and every panel of the
+Grafana dashboards Ray generates (default, Serve) evaluates, instant and range."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
 
+import httpx
+import orjson
 import pytest
 
-from raysight.agent.scrape import aggregator_lines, find_session, metrics_ports
-from raysight.cli.query import ray_reported_lines
-from raysight.ingest.ray_metrics import RaySample, parse_aggregator_metrics
-from tests.conftest import FIXTURES
+from tests.ray_programs.app_metrics import TASKS, exported
+from tests.ray_scenarios import replayed
 
-TEXT = (FIXTURES / "aggregator_metrics.txt").read_text()  # a head node's page, trimmed (the aggregator and others)
-SESSION = "session_2026-11-21_19-46-15_579671_2021"
-
-
-def by_metric(samples: list[RaySample]) -> dict[tuple[str, str], float]:
-    return {(s.metric.removeprefix("ray_aggregator_agent_"), s.event_type): s.value for s in samples}
+pytestmark = pytest.mark.ray
+PAGE = "app-metrics-page.json"
+ADDED = ("instance", "job")  # the target's labels, which Prometheus adds to what it scrapes
 
 
-def test_only_the_aggregators_counters_and_gauges_are_kept() -> None:
-    samples = parse_aggregator_metrics(TEXT)
-    assert {(s.session, s.source) for s in samples} == {(SESSION, "192.0.2.2:7798")}
-    assert by_metric(samples) == {
-        ("events_received", ""): 15522,
-        ("published_events", ""): 300,
-        ("filtered_events", ""): 0,
-        ("queue_dropped_events", "TASK_LIFECYCLE_EVENT"): 8780,
-        ("queue_dropped_events", "TASK_PROFILE_EVENT"): 3201,
-        ("queue_dropped_events", "TASK_DEFINITION_EVENT"): 3201,
-        ("queue_dropped_events", "WORKER_LIFECYCLE_EVENT"): 2,
-        ("consecutive_failures_since_last_success", ""): 3,
-        ("time_since_last_success_seconds", ""): 12.5,
-    }  # no histogram, no ray_node_* or ray_tasks
-    kinds = {s.metric: s.kind for s in samples}
-    assert kinds["ray_aggregator_agent_events_received"] == "counter"
-    assert kinds["ray_aggregator_agent_consecutive_failures_since_last_success"] == "gauge"
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The URL of a server started after the run, and Ray's own metrics page as the program read it."""
+    out = tmp_path_factory.getbasetemp() / PAGE
+    with replayed(tmp_path_factory.mktemp("store"), "metered", "-m", "tests.ray_programs.app_metrics", str(out)) as s:
+        yield s.url, orjson.loads(out.read_bytes())
 
 
-def test_odd_series_are_summed_or_left_out_and_bad_text_is_a_value_error() -> None:
-    help_type = "# TYPE ray_aggregator_agent_publish_failures_total counter\n"
-    odd = (
-        help_type
-        + "\n".join(
-            [
-                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="a"}} 2',
-                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="1",consumer="b"}} 3',
-                'ray_aggregator_agent_publish_failures_total{ip="h",pid="1"} 7',  # no session
-                f'ray_aggregator_agent_publish_failures_total{{SessionName="{SESSION}",ip="h",pid="2"}} NaN',
-                f'ray_aggregator_agent_publish_failures_created{{SessionName="{SESSION}",ip="h",pid="1"}} 1.7e9',
-                "ray_aggregator_agent_untyped_total 4",
-            ]
-        )
-        + "\n"
+def last_values(url: str, query: str, read_ms: int) -> dict[frozenset[tuple[str, str]], float]:
+    """Each series of ``query`` (without the target's labels) → its last value in the minute after Ray's page was
+    read (raysight scraped the final values in it)."""
+    params = {"query": query, "start": read_ms / 1000, "end": read_ms / 1000 + 60, "step": "1"}
+    answer = httpx.get(f"{url}/api/v1/query_range", params=params).json()
+    assert answer["status"] == "success", answer
+    return {
+        frozenset((k, v) for k, v in r["metric"].items() if k not in ADDED): float(r["values"][-1][1])
+        for r in answer["data"]["result"]
+    }
+
+
+def rays(page: dict[str, Any], name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Ray's page's series of ``name`` as Prometheus keeps them: a label of empty value is no label."""
+    return {
+        frozenset((k, v) for k, v in labels if v) | {("__name__", n)}: value
+        for (n, labels), value in exported(page["text"]).items()
+        if n == name
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ray_shop_sold_total",
+        "ray_shop_stock",
+        "ray_shop_wait_ms_bucket",
+        "ray_shop_wait_ms_sum",
+        "ray_shop_wait_ms_count",
+    ],
+)
+def test_the_applications_metrics_are_what_ray_exported(metered: tuple[str, dict[str, Any]], name: str) -> None:
+    url, page = metered
+    expected = rays(page, name)
+    assert expected and {dict(k).get("item") for k in expected} == {"apple", "pear"}
+    assert last_values(url, name, page["read_ms"]) == expected
+
+
+def test_the_nodes_stats_and_the_tasks_by_state(metered: tuple[str, dict[str, Any]]) -> None:
+    url, page = metered
+    for name in ("ray_node_cpu_count", "ray_node_mem_total"):
+        (value,) = last_values(url, name, page["read_ms"]).values()
+        assert value == sum(rays(page, name).values()) and value > 0, name
+    by_state = last_values(url, 'sum by (State) (ray_tasks{Name="work"})', page["read_ms"])
+    expected: dict[str, float] = {}
+    for labels, value in rays(page, "ray_tasks").items():
+        if dict(labels).get("Name") == "work":
+            expected[dict(labels)["State"]] = expected.get(dict(labels)["State"], 0) + value
+    assert {dict(k)["State"]: v for k, v in by_state.items()} == expected and expected.get("FINISHED", 0) >= TASKS
+
+
+def test_the_node_was_scraped_every_five_seconds(metered: tuple[str, dict[str, Any]]) -> None:
+    url, page = metered
+    params = {
+        "query": "timestamp(ray_node_cpu_count)",
+        "start": page["read_ms"] / 1000 - 60,
+        "end": page["read_ms"] / 1000 + 60,
+        "step": "1",
+    }
+    (series,) = httpx.get(f"{url}/api/v1/query_range", params=params).json()["data"]["result"]
+    scraped = sorted({float(v) for _, v in series["values"]})
+    gaps = [b - a for a, b in zip(scraped, scraped[1:])]
+    assert len(scraped) >= 2 and all(4 <= gap <= 6.5 for gap in gaps), scraped
+
+
+def dashboard_expressions() -> list[str]:
+    """Every panel expression of the default and Serve dashboards Ray generates for Grafana, its variables set to
+    Grafana's "All" (``.*``)."""
+    from ray.dashboard.modules.metrics.grafana_dashboard_factory import (
+        generate_default_grafana_dashboard,
+        generate_serve_grafana_dashboard,
     )
-    assert parse_aggregator_metrics(odd) == [
-        RaySample(SESSION, "h:1", "ray_aggregator_agent_publish_failures", "", "counter", 5.0)
-    ]
-    assert parse_aggregator_metrics("") == []
-    for bad in ['ray_aggregator_agent_x{SessionName="s" 1', "x{a=b} 1", "# TYPE x nonsense\nx 1", "\x00"]:
-        with pytest.raises(ValueError, match="not Prometheus text"):
-            parse_aggregator_metrics(bad)
+
+    found = []
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            found.extend(target["expr"] for target in panel.get("targets", []))
+            walk(panel.get("panels", []))
+
+    for generate in (generate_default_grafana_dashboard, generate_serve_grafana_dashboard):
+        walk(json.loads(generate()[0])["panels"])
+    return [re.sub(r"\$\w+", ".*", expr) for expr in found]
 
 
-def test_the_drivers_session_is_found_by_its_core_log_and_its_nodes_by_their_port_files(tmp_path: Path) -> None:
-    ray_dir = tmp_path / "ray"
-    for name, pid in (("session_2026-11-21_19-00-00_000001_100", 100), ("session_2026-11-21_20-00-00_000001_200", 200)):
-        logs = ray_dir / name / "logs"
-        logs.mkdir(parents=True)
-        (logs / f"python-core-driver-01000000{'f' * 48}_{pid}.log").touch()
-        (logs / f"python-core-worker-{'a' * 56}_{pid + 1}.log").touch()
-    (ray_dir / "session_latest").symlink_to(ray_dir / "session_2026-11-21_20-00-00_000001_200")
-    newer = ray_dir / "session_2026-11-21_20-00-00_000001_200"
-    assert find_session(ray_dir, 200, 0) == newer
-    assert find_session(ray_dir, 100, 0) == ray_dir / "session_2026-11-21_19-00-00_000001_100"
-    assert find_session(ray_dir, 101, 0) is None  # a worker's log, not a driver's
-    assert find_session(ray_dir, 200, time.time() + 60) is None  # only sessions touched since the run began
-    assert find_session(tmp_path / "missing", 200, 0) is None
-    (newer / f"metrics_export_port_{'4' * 56}").write_text("35153")
-    (newer / f"metrics_export_port_{'5' * 56}").write_text("")  # being written
-    (newer / f"metrics_agent_port_{'4' * 56}").write_text("18267")
-    assert metrics_ports(newer) == [35153]
-    lines = aggregator_lines(TEXT)
-    assert "ray_node_cpu_count" not in lines and "ray_tasks" not in lines
-    assert parse_aggregator_metrics(lines) == parse_aggregator_metrics(TEXT)
-
-
-def test_the_doctor_says_what_ray_reported_losing_in_words() -> None:
-    base = {
-        "label": None,
-        "agents": 1,
-        "received": 15522,
-        "published": 300,
-        "filtered": 0,
-        "publish_failures": 0,
-        "buffer_add_failures": 0,
-        "consecutive_publish_failures": 0,
-        "dropped": {},
-    }
-    lossy = {
-        **base,
-        "session": "s1",
-        "label": "prod",
-        "publish_failures": 402,
-        "consecutive_publish_failures": 3,
-        "dropped": {"TASK_LIFECYCLE_EVENT": 8780, "TASK_PROFILE_EVENT": 3201},
-    }
-    assert ray_reported_lines([lossy, {**base, "session": "s2"}]) == [
-        "s1 (prod), 1 node(s): received 15,522, published 300, filtered out 0",
-        "  Ray reported dropping 8,780 TASK_LIFECYCLE_EVENT, 3,201 TASK_PROFILE_EVENT (buffer full)",
-        "  Ray reported 402 events it gave up publishing after retries",
-        "  Ray's last 3 publish attempts had failed when scraped",
-        "s2, 1 node(s): received 15,522, published 300, filtered out 0",
-        "  Ray reported no drops",
-    ]
+def test_every_panel_of_rays_dashboards_evaluates(metered: tuple[str, dict[str, Any]]) -> None:
+    url, page = metered
+    expressions = dashboard_expressions()
+    assert len(expressions) > 100
+    end = page["read_ms"] / 1000 + 30
+    answered = 0
+    for expr in expressions:
+        for path, params in (
+            ("query", {"query": expr, "time": end}),
+            ("query_range", {"query": expr, "start": end - 120, "end": end, "step": "15"}),
+        ):
+            answer = httpx.get(f"{url}/api/v1/{path}", params=params).json()
+            assert answer["status"] == "success", (expr, answer)
+            answered += bool(answer["data"]["result"])
+    assert answered > len(expressions) / 2  # (the Serve panels find no Serve here)

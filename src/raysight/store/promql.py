@@ -193,7 +193,8 @@ class _Evaluator:
         found = self.source.select(_matchers(vs), int(steps.min()) - reach_ms, int(steps.max()))
         return found, steps
 
-    def _VectorSelector(self, node: Any) -> Value:
+    def _VectorSelector(self, node: Any, times: bool = False) -> Value:
+        """Each series' latest sample at each step (its time instead, for ``timestamp()``)."""
         found, steps = self._selected(node, LOOKBACK_MS)
         out = []
         for s in found:
@@ -202,7 +203,8 @@ class _Evaluator:
             j = np.where(ok, i, 0)
             ok &= (s.ts[j] >= steps - LOOKBACK_MS) & (s.stale_from[j] > steps)
             if ok.any():
-                out.append(Series(s.labels, np.where(ok, s.values[j], np.nan)))
+                picked = s.ts[j] / 1000.0 if times else s.values[j]
+                out.append(Series(_without_name(s.labels) if times else s.labels, np.where(ok, picked, np.nan)))
         return Vector(out)
 
     def _windows(self, node: Any) -> tuple[list[Samples], np.ndarray, np.ndarray, np.ndarray, int]:
@@ -231,6 +233,19 @@ class _Evaluator:
         name = node.func.name
         if name in _RANGE_FUNCTIONS:
             return self._range_function(name, node.args)
+        if name == "timestamp":  # of each sample a selector picks; else of the step
+            (arg,) = node.args
+            if type(arg).__name__ == "VectorSelector":
+                return self._VectorSelector(arg, times=True)
+            value = self.eval(arg)
+            if not isinstance(value, Vector):
+                raise PromQLError("timestamp() takes an instant vector")
+            return Vector(
+                [
+                    Series(_without_name(s.labels), np.where(np.isnan(s.values), np.nan, self.steps / 1000.0))
+                    for s in value.series
+                ]
+            )
         function = _FUNCTIONS.get(name)
         if function is None:
             raise PromQLError(f"function {name}() is not supported")
@@ -399,14 +414,18 @@ class _Evaluator:
         by_sig: dict[Any, Series] = {}
         for s in one.series:
             sig = signature(s.labels)
-            if sig in by_sig:
+            if sig in by_sig and not (np.isnan(by_sig[sig].values) | np.isnan(s.values)).all():
                 raise PromQLError(
                     f"found duplicate series for the match group on the {'left' if swap else 'right'} hand-side of the "
                     "operation; many-to-many matching not allowed: matching labels must be unique on one side",
                     "execution",
                 )
-            by_sig[sig] = s
-        seen: set[Any] = set()
+            # (series of one signature at different steps are one: Prometheus matches step by step)
+            earlier = by_sig.get(sig)
+            by_sig[sig] = (
+                s if earlier is None else Series(s.labels, np.where(np.isnan(s.values), earlier.values, s.values))
+            )
+        seen: dict[Any, np.ndarray] = {}
         out = []
         comparison = op in _COMPARISONS
         matching = modifier.matching if modifier is not None else None
@@ -417,12 +436,13 @@ class _Evaluator:
             if other is None:
                 continue
             if card == "OneToOne":
-                if sig in seen:
+                present = ~np.isnan(s.values)
+                if (seen.get(sig, np.zeros(len(present), dtype=bool)) & present).any():
                     raise PromQLError(
                         "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
                         "execution",
                     )
-                seen.add(sig)
+                seen[sig] = seen.get(sig, np.zeros(len(present), dtype=bool)) | present
             a, b = (other.values, s.values) if swap else (s.values, other.values)
             values = _apply(op, a, b, return_bool)
             if comparison and not return_bool:
@@ -470,10 +490,15 @@ class _Evaluator:
         for s in lhs.series:
             sig = signature(s.labels)
             lhs_present[sig] = lhs_present.get(sig, none) | ~np.isnan(s.values)
-        extra = [
-            Series(s.labels, np.where(lhs_present.get(signature(s.labels), none), np.nan, s.values)) for s in rhs.series
-        ]
-        return Vector(lhs.series + [s for s in extra if not np.isnan(s.values).all()])
+        merged = {_key(s.labels): Series(s.labels, s.values.copy()) for s in lhs.series}
+        for s in rhs.series:
+            values = np.where(lhs_present.get(signature(s.labels), none), np.nan, s.values)
+            same = merged.get(_key(s.labels))
+            if same is not None:  # the same series at the steps the left side lacks it
+                same.values = np.where(np.isnan(same.values), values, same.values)
+            elif not np.isnan(values).all():
+                merged[_key(s.labels)] = Series(s.labels, values)
+        return Vector(list(merged.values()))
 
 
 _COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
