@@ -4,10 +4,13 @@ extrapolation and counter resets, aggregation, vector matching, histogram quanti
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
+
+from raysight.server.app import create_app
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
 T0 = 1_795_000_000_000  # ms: the first scrape
@@ -36,10 +39,16 @@ def values(result: list[dict[str, Any]]) -> list[float]:
     return [float(r["value"][1]) for r in result]
 
 
-@pytest.fixture
-def counters(server: TestClient) -> TestClient:
-    """13 scrapes a minute apart by 5 s: a counter that rises by 10 (route /a) and 5 (/b) a scrape, /b reset to 0 at
-    scrape 8; a gauge exposed until scrape 5; a histogram's buckets."""
+@pytest.fixture(scope="module")
+def counters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """A server, for this module's reads, given 13 scrapes 5 s apart: a counter that rises by 10 (route /a) and 5
+    (/b) a scrape, /b reset to 0 at scrape 8; a gauge exposed until scrape 5; a histogram's buckets."""
+    with TestClient(create_app(tmp_path_factory.mktemp("metrics") / "data", fold_linger_s=0, fold_rest=0)) as server:
+        load(server)
+        yield server
+
+
+def load(server: TestClient) -> None:
     for i in range(13):
         b = 5 * i if i < 8 else 5 * (i - 8)
         text = (
@@ -51,7 +60,6 @@ def counters(server: TestClient) -> TestClient:
             text += 'depth{queue="q1"} 7\n'
         answer = scrape(server, i, text)
         assert answer.json() == {"ok": True, "samples": 5 + (i <= 5)}, answer.text
-    return server
 
 
 def test_rate_extrapolates_and_corrects_resets(counters: TestClient) -> None:
@@ -113,12 +121,13 @@ def test_series_labels_values_and_metadata(counters: TestClient) -> None:
     assert metadata["req_total"] == [{"type": "counter", "help": "Requests.", "unit": ""}]
 
 
-def test_each_session_by_its_path(counters: TestClient) -> None:
+def test_each_session_by_its_path(server: TestClient) -> None:
+    load(server)
     other = "session_2026-11-24_11-00-00_000000_2"
-    assert scrape(counters, 20, "req_total 1\n", session=other).status_code == 200
-    assert values(instant(counters, "req_total", 20)) == [1.0]  # the newest session
-    assert values(instant(counters, "req_total", 4, path=f"/sessions/{SESSION}")) == [40.0, 20.0]  # /a, /b
-    missing = counters.get("/sessions/session_nope/api/v1/query", params={"query": "up"})
+    assert scrape(server, 20, "req_total 1\n", session=other).status_code == 200
+    assert values(instant(server, "req_total", 20)) == [1.0]  # the newest session
+    assert values(instant(server, "req_total", 4, path=f"/sessions/{SESSION}")) == [40.0, 20.0]  # /a, /b
+    missing = server.get("/sessions/session_nope/api/v1/query", params={"query": "up"})
     assert missing.status_code == 404 and missing.json()["status"] == "error"
 
 
@@ -180,3 +189,62 @@ def test_a_range_of_too_many_points_is_refused(counters: TestClient) -> None:
 def test_a_body_that_is_not_a_scrape_gets_a_400(server: TestClient, body: bytes, says: str) -> None:
     answer = server.post("/ingest/agent/metrics", content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and says in answer.json()["error"], answer.text
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [  # at scrape 4: req_total /a 40, /b 20 (sorted by labels: /a first); depth 7; the last 10 s: /a 20, 30, 40
+        ("topk(1, req_total)", [40]),
+        ("bottomk(1, req_total)", [20]),
+        ("avg(req_total)", [30]),
+        ("min(req_total)", [20]),
+        ("group(req_total)", [1]),
+        ("stddev(req_total)", [10]),
+        ("stdvar(req_total)", [100]),
+        ("quantile(0.5, req_total)", [30]),
+        ("clamp(req_total, 25, 35)", [35, 25]),
+        ("clamp_min(req_total, 30)", [40, 30]),
+        ("clamp_max(req_total, 30)", [30, 20]),
+        ("abs(-req_total)", [40, 20]),
+        ("ceil(req_total / 3)", [14, 7]),
+        ("floor(req_total / 3)", [13, 6]),
+        ("round(req_total / 3)", [13, 7]),
+        ("round(req_total / 3, 5)", [15, 5]),
+        (
+            "exp(vector(0)) + ln(vector(1)) + log2(vector(8)) + log10(vector(100)) + sqrt(vector(16))",
+            [1 + 0 + 3 + 2 + 4],
+        ),
+        ("vector(scalar(depth) * 2)", [14]),
+        ("vector(time())", [at(4)]),
+        ("timestamp(depth)", [at(4)]),
+        ("absent(nosuch)", [1]),
+        ("absent(depth)", []),
+        ("req_total offset 5s", [30, 15]),
+        (f"req_total @ {at(2)}", [20, 10]),
+        ('idelta(req_total{route="/a"}[20s])', [10]),
+        ("delta(depth[20s])", [0]),
+        ('avg_over_time(req_total{route="/a"}[10s])', [30]),
+        ('sum_over_time(req_total{route="/a"}[10s])', [90]),
+        ('min_over_time(req_total{route="/a"}[10s])', [20]),
+        ('max_over_time(req_total{route="/a"}[10s])', [40]),
+        ('count_over_time(req_total{route="/a"}[10s])', [3]),
+        ('last_over_time(req_total{route="/a"}[10s])', [40]),
+        ('present_over_time(req_total{route="/a"}[10s])', [1]),
+        ('stdvar_over_time(req_total{route="/a"}[10s])', [pytest.approx(200 / 3)]),
+        ('quantile_over_time(0.5, req_total{route="/a"}[10s])', [30]),
+        ("req_total * on (instance) group_left (queue) depth", [280, 140]),
+        ("req_total and depth", []),  # no series of the same labels
+        ("req_total and on (instance) depth", [40, 20]),
+        ("req_total or depth", [7, 40, 20]),
+        ("(req_total) - 5", [35, 15]),
+        ("-req_total + 100 > bool 70", [0, 1]),
+    ],
+)
+def test_functions_and_operators(counters: TestClient, query: str, expected: list[float]) -> None:
+    assert values(instant(counters, query, 4)) == expected
+
+
+def test_sort_orders_an_instant_vector(counters: TestClient) -> None:
+    for query, order in (("sort(req_total)", [20.0, 40.0]), ("sort_desc(req_total)", [40.0, 20.0])):
+        answer = counters.get("/api/v1/query", params={"query": query, "time": at(4)}).json()["data"]["result"]
+        assert [float(r["value"][1]) for r in answer] == order
