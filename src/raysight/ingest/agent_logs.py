@@ -144,15 +144,21 @@ def _column(file: dict[str, Any], name: str, count: int, where: str) -> list[Any
     return values
 
 
+def json_object(body: bytes, field: str, kind: type, shape: str) -> dict[str, Any]:
+    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadBatch otherwise."""
+    try:
+        found = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadBatch(f"body is not JSON: {exc}") from None
+    if not isinstance(found, dict) or not isinstance(found.get(field), kind):
+        raise BadBatch(f"body must be a JSON object {shape}")
+    return found
+
+
 def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], str]:
     """A node agent's JSON body, an object of ``shape`` whose field ``listed`` is a list, and the host it names;
     BadBatch otherwise."""
-    try:
-        batch = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadBatch(f"body is not JSON: {exc}") from None
-    if not isinstance(batch, dict) or not isinstance(batch.get(listed), list):
-        raise BadBatch(f"body must be a JSON object {shape}")
+    batch = json_object(body, listed, list, shape)
     host = text_field(batch.get("host"), "host")
     assert host is not None
     return batch, host

@@ -17,9 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+from raysight.ingest.agent_logs import BadBatch, int_field, json_object, text_field
 from raysight.ingest.ids import SESSION_NAME
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)
@@ -37,12 +35,7 @@ class Scrape:
 
 def parse(body: bytes) -> Scrape:
     """The scrape a body carries; BadBatch says what is wrong with one that is not well formed."""
-    try:
-        scrape = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadBatch(f"body is not JSON: {exc}") from None
-    if not isinstance(scrape, dict) or not isinstance(scrape.get("target"), dict):
-        raise BadBatch('body must be a JSON object {"session", "scraped_ms", "target": {"instance", "job"}, "text"}')
+    scrape = json_object(body, "target", dict, '{"session", "scraped_ms", "target": {"instance", "job"}, "text"}')
     session = text_field(scrape.get("session"), "session")
     if session is None or not SESSION_NAME.fullmatch(session):
         raise BadBatch("session must name a Ray session (session_…)")

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from raysight.ingest.agent_logs import BadBatch, int_field, text_field
+from raysight.ingest.agent_logs import BadBatch, int_field, json_object, text_field
 from raysight.ingest.ray_events import Key, Patch
 
 
@@ -145,12 +145,7 @@ def driver_patches(session: str, polled_ns: int, values: Any) -> list[tuple[str,
 
 def parse(body: bytes) -> Poll:
     """The poll a body carries; BadBatch says what is wrong with one that is not well formed."""
-    try:
-        poll = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadBatch(f"body is not JSON: {exc}") from None
-    if not isinstance(poll, dict) or not isinstance(poll.get("resources"), dict):
-        raise BadBatch('body must be a JSON object {"session", "polled_ns", "resources": {...}, "errors": {...}}')
+    poll = json_object(body, "resources", dict, '{"session", "polled_ns", "resources": {...}, "errors": {...}}')
     session = text_field(poll.get("session"), "session")
     polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
     assert session is not None and polled_ns is not None
