@@ -4,13 +4,19 @@ extrapolation and counter resets, aggregation, vector matching, histogram quanti
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
+import httpx
 import pytest
+from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
+from raysight.cli import main
 from raysight.server.app import create_app
+from tests.ray_scenarios import ServerProcess
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
 T0 = 1_795_000_000_000  # ms: the first scrape
@@ -248,3 +254,44 @@ def test_sort_orders_an_instant_vector(counters: TestClient) -> None:
     for query, order in (("sort(req_total)", [20.0, 40.0]), ("sort_desc(req_total)", [40.0, 20.0])):
         answer = counters.get("/api/v1/query", params={"query": query, "time": at(4)}).json()["data"]["result"]
         assert [float(r["value"][1]) for r in answer] == order
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real server (for the CLI, as a user runs it) given the same scrapes."""
+    server = ServerProcess(tmp_path_factory.mktemp("metrics-cli") / "data").start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            load(http)  # type: ignore[arg-type]
+        yield server.url
+    finally:
+        server.stop()
+
+
+def metrics_cli(url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["metrics", *args, "--server", url], catch_exceptions=False)
+
+
+def test_raysight_metrics_names_labels_and_queries(served: str) -> None:
+    assert metrics_cli(served, "names").stdout.split() == ["depth", "lat_bucket", "req_total"]
+    labels = metrics_cli(served, "labels", "req_total").stdout
+    assert "req_total: 2 series" in labels and any(
+        line.split()[:3] == ["route", "/a,", "/b"] for line in labels.splitlines()
+    )
+    when = datetime.fromtimestamp(at(4), tz=timezone.utc).isoformat()
+    table = metrics_cli(served, "query", "sum by (job) (req_total)", "--at", when).stdout.splitlines()
+    assert table[0].split() == ["SERIES", "TIME_MS", "VALUE"] and table[1].split()[0] == '{job="ray"}'
+    assert table[1].split()[-1] == "60"
+    ranged = json.loads(
+        metrics_cli(
+            served, "query", 'req_total{route="/a"}', "--at", when, "--range", "10s", "--step", "5s", "--format", "json"
+        ).stdout
+    )
+    assert [v for _, v in ranged["result"][0]["values"]] == ["20", "30", "40"]
+    # no --at: the session ended long ago (its scrapes are of 2026-11-18): its last values
+    last = json.loads(metrics_cli(served, "query", 'req_total{route="/a"}', "--format", "json").stdout)
+    assert last["result"][0]["value"] == [at(12), "120"]
+    bad = CliRunner().invoke(main, ["metrics", "query", "sum(", "--server", served])
+    assert bad.exit_code == 2 and "parse error" in bad.output
+    missing = CliRunner().invoke(main, ["metrics", "labels", "nosuch", "--server", served])
+    assert missing.exit_code == 1 and "raysight metrics names" in missing.output

@@ -160,6 +160,12 @@ class Client:
         given = {k: v for k, v in {"session": session, "at": at}.items() if v is not None}
         return self._request("GET", "/api/raysight/status", params=given)  # type: ignore[no-any-return]
 
+    def prometheus(self, path: str, params: dict[str, Any], session: str | None = None) -> Any:
+        """Prometheus's query API (``/api/v1/<path>``: ``query``, ``query_range``, ``series``, ``labels``,
+        ``label/<name>/values``, ``metadata``) over the newest session's metrics, or ``session``'s: its ``data``."""
+        prefix = f"/sessions/{session}" if session else ""
+        return self._request("GET", f"{prefix}/api/v1/{path}", params=params)["data"]
+
     def timeline(self, session: str | None = None, job: str | None = None) -> bytes:
         """A session's task attempts as Chrome trace JSON (`ray timeline`'s format): ``GET /api/raysight/timeline``."""
         given = {k: v for k, v in {"session": session, "job": job}.items() if v is not None}

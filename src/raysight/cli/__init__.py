@@ -10,6 +10,7 @@ from raysight import __version__
 from raysight.cli.agent import agent_cmd
 from raysight.cli.errors import errors_cmd
 from raysight.cli.logs import logs_cmd
+from raysight.cli.metrics import metrics_cmd
 from raysight.cli.poll import poll_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
@@ -56,6 +57,7 @@ for command in (
     errors_cmd,
     timeline_cmd,
     status_cmd,
+    metrics_cmd,
     sessions_cmd,
     doctor_cmd,
     reindex_cmd,

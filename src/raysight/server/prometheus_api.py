@@ -34,12 +34,10 @@ def _success(data: Any) -> Response:
     return JSONResponse({"status": "success", "data": data})
 
 
-def _time(value: str | None, name: str, default: float | None = None) -> float:
+def _time(value: str | None, name: str) -> float:
     """A time as Prometheus takes it: Unix seconds or RFC 3339."""
     if value is None or value == "":
-        if default is None:
-            raise PromQLError(f'missing parameter "{name}"')
-        return default
+        raise PromQLError(f'missing parameter "{name}"')
     try:
         return float(value)
     except ValueError:
@@ -143,24 +141,38 @@ def _answer(value: promql.Value, steps: np.ndarray, instant: bool) -> dict[str, 
     return {"resultType": "matrix", "result": result}
 
 
-async def _evaluate(request: Request, query: str, start: float, end: float, step: float, instant: bool) -> Response:
-    start_ms, end_ms, step_ms = round(start * 1000), round(end * 1000), max(round(step * 1000), 1)
+async def _evaluate(
+    request: Request, query: str, start: float | None, end: float | None, step: float, instant: bool
+) -> Response:
+    """``query`` from ``start`` to ``end`` (None: now, or the session's last scrape when it has been silent longer
+    than the lookback: an ended session's last values)."""
+    step_ms = max(round(step * 1000), 1)
 
     def run(con: Any) -> dict[str, Any]:
         source = metrics_query.SessionMetrics(con, _session(con, request))
+        default = _default_ms(source.last_scrape_ms()) if start is None or end is None else 0
+        start_ms = default if start is None else round(start * 1000)
+        end_ms = default if end is None else round(end * 1000)
         value = promql.evaluate(query, source, start_ms, end_ms, step_ms)
         return _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant)
 
     return _success(await app_state(request).read(run))
 
 
+def _default_ms(last_scrape_ms: int | None) -> int:
+    now_ms = time.time_ns() // 1_000_000
+    return last_scrape_ms if last_scrape_ms is not None and now_ms - last_scrape_ms > promql.LOOKBACK_MS else now_ms
+
+
 @_handled
 async def query(request: Request, params: QueryParams | FormData) -> Response:
-    """GET|POST /api/v1/query?query=&time="""
+    """GET|POST /api/v1/query?query=&time= (default: now; for a session silent longer than the lookback, its last
+    scrape)"""
     expr = str(params.get("query") or "")
     if not expr:
         raise PromQLError('missing parameter "query"')
-    at = _time(_text(params, "time"), "time", time.time())
+    given = _text(params, "time")
+    at = None if given is None or given == "" else _time(given, "time")
     return await _evaluate(request, expr, at, at, 1.0, instant=True)
 
 

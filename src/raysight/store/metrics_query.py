@@ -58,6 +58,10 @@ class SessionMetrics:
             out.append(Samples(labels, times, values[lo:hi], _stale_from(times, scrapes.get((instance, job)))))
         return out
 
+    def last_scrape_ms(self) -> int | None:
+        row = self.con.execute("SELECT max(ts_ms) FROM metric_scrapes WHERE session = ?", [self.session]).fetchone()
+        return None if row is None else row[0]
+
     def _scrapes(self, start_ms: int, end_ms: int) -> dict[tuple[str, str], np.ndarray]:
         rows = self.con.execute(
             """SELECT instance, job, list(ts_ms ORDER BY ts_ms) FROM metric_scrapes
