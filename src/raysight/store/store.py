@@ -761,17 +761,9 @@ class Store:
                    SELECT DISTINCT raw_key, name, labels_text
                    FROM scraped_lines ANTI JOIN metric_keys USING (raw_key)"""
             )
-            self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", target)
-            self._run(
-                """INSERT INTO metric_series
-                   SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
-                   FROM (SELECT DISTINCT ON (series_id) * FROM new_series) ANTI JOIN metric_series USING (series_id)""",
-                target,
-            )
-            self._run(
-                """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n JOIN metric_series s
-                   USING (series_id) ON CONFLICT DO NOTHING"""
-            )
+            (new,) = self._one("SELECT count(*) FROM new_lines")
+            if new:  # series not seen before (on a target's first scrape, all): their labels, and the metrics' help
+                self._record_new_series(scrape, target)
             (kept,) = self._one(
                 """INSERT INTO metric_samples
                    SELECT k.series_no, l.ts_ms, l.value FROM scraped_lines l JOIN metric_keys k USING (raw_key)"""
@@ -780,14 +772,29 @@ class Store:
                 "INSERT INTO metric_scrapes VALUES ($session, $instance, $job, $scraped_ms, $kept)",
                 {**target, "scraped_ms": scrape.scraped_ms, "kept": kept},
             )
-            self._run(
-                f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
-                {"session": scrape.session, "text": scrape.text},
-            )
-            self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
             for staged in ("scraped_lines", "new_lines", "new_series"):
-                self._run(f"DROP TABLE {staged}")
+                self._run(f"DROP TABLE IF EXISTS {staged}")
         return int(kept)
+
+    def _record_new_series(self, scrape: Scrape, target: dict[str, str]) -> None:
+        """Keep the series of ``new_lines`` (their labels parsed, under their canonical IDs), the lines' keys to them,
+        the type and help of the scrape's metrics, and the session."""
+        self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", target)
+        self._run(
+            """INSERT INTO metric_series
+               SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
+               FROM (SELECT DISTINCT ON (series_id) * FROM new_series) ANTI JOIN metric_series USING (series_id)""",
+            target,
+        )
+        self._run(
+            """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n JOIN metric_series s
+               USING (series_id) ON CONFLICT DO NOTHING"""
+        )
+        self._run(
+            f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
+            {"session": scrape.session, "text": scrape.text},
+        )
+        self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
 
     def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
