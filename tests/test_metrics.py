@@ -295,3 +295,23 @@ def test_raysight_metrics_names_labels_and_queries(served: str) -> None:
     assert bad.exit_code == 2 and "parse error" in bad.output
     missing = CliRunner().invoke(main, ["metrics", "labels", "nosuch", "--server", served])
     assert missing.exit_code == 1 and "raysight metrics names" in missing.output
+
+
+def test_the_doctor_shows_each_targets_scrapes_and_deleting_a_session_deletes_its_metrics(server: TestClient) -> None:
+    load(server)
+    scrape(server, 0, "other 1\n", session="session_2026-11-24_11-00-00_000000_2")
+    (scrapes,) = [s for s in server.get("/api/raysight/doctor").json()["scrapes"] if s["session"] == SESSION]
+    assert (scrapes["instance"], scrapes["scrapes"], scrapes["last_ms"], scrapes["last_samples"]) == (
+        "10.0.0.1:8080",
+        13,
+        T0 + 12 * EVERY,
+        5,
+    )
+    assert server.delete(f"/api/raysight/sessions/{SESSION}").is_success
+    kept = server.app.state.raysight.writer.call(  # type: ignore[attr-defined]
+        lambda store: store._run(
+            "SELECT (SELECT count(*) FROM metric_samples), (SELECT count(*) FROM metric_keys), "
+            "(SELECT count(*) FROM metric_series), (SELECT count(*) FROM metric_scrapes)"
+        ).fetchone()
+    ).result(10)
+    assert kept == (1, 1, 1, 1)  # the other session's one series, sample and scrape

@@ -169,6 +169,7 @@ DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
     "unsupported": "Event types raysight does not read yet (stored, counted)",
     "polls": "What Ray never sends as events, polled from each live cluster's dashboard: the last poll that worked and "
     "the last error, per resource",
+    "scrapes": "Metrics scraped from each Prometheus target of a session: scrapes, the last, its samples",
     "log_gaps": "Log bytes no agent could read (a file gone before its end was read)",
     "log_dropped": "Log lines the server's log retention dropped",
 }

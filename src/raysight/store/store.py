@@ -69,6 +69,8 @@ SESSION_TABLES = (
     "log_gaps",
     "log_file_blocks",
     "log_dropped",
+    "metric_scrapes",
+    "metric_metadata",
 )
 
 
@@ -850,7 +852,13 @@ class Store:
     def delete_session(self, session: str) -> bool:
         with self._transaction() as con:
             found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
-            for name in [*SESSION_TABLES, *schema.FOLD_TABLE_NAMES]:
+            for metrics_of in ("metric_samples", "metric_keys"):  # (keyed by series, not by session)
+                con.execute(
+                    f"DELETE FROM {metrics_of} WHERE series_no IN "
+                    "(SELECT series_no FROM metric_series WHERE session = ?)",
+                    [session],
+                )
+            for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
         return bool(found and found[0])
 

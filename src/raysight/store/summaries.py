@@ -251,9 +251,17 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                FROM polls ORDER BY greatest(last_ok_ns, last_error_ns) DESC, resource LIMIT 50"""
         )
     )
+    scrapes = dict_rows(
+        con.execute(
+            """SELECT session, instance, job, count(*) AS scrapes, max(ts_ms) AS last_ms,
+                      arg_max(samples, ts_ms) AS last_samples
+               FROM metric_scrapes GROUP BY ALL ORDER BY last_ms DESC LIMIT 50"""
+        )
+    )
     return {
         "counters": counters,
         "polls": polls,
+        "scrapes": scrapes,
         "log_gaps": log_gaps,
         "log_dropped": log_dropped,
         "unsupported": unsupported,
