@@ -62,6 +62,21 @@ def mutations(template: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(changes, st.text(max_size=12), session).map(apply)
 
 
+# Sample lines as Prometheus's text format allows and breaks them: labels, escapes, timestamps, odd values
+SAMPLE_LINES = [
+    'm{a="1",b="x\\"y"} 1.5',
+    'm{a="1",a="2"} 1',
+    "m 1 1795000000000",
+    'm{le="+Inf"} +Inf',
+    "m NaN",
+    'm{a="1"} nope',
+    "m{a=1} 2",
+    "m{",
+    "# TYPE m counter",
+    "# HELP m it \\n says",
+]
+
+
 def _dumps(value: Any) -> bytes:
     return json.dumps(value).encode()  # big integers, NaN and Infinity included, as orjson would not write them
 
@@ -77,7 +92,19 @@ def posts(templates: list[dict[str, Any]], metric_lines: list[str]) -> st.Search
     )
     metrics = st.lists(line | edited_line, max_size=5).map(lambda lines: {"text": "\n".join(lines)})
     anything = st.binary(max_size=40) | st.sampled_from(NASTY)
+    page = st.lists(line | edited_line | st.sampled_from(SAMPLE_LINES), max_size=6).map("\n".join)
+    target = st.fixed_dictionaries({"instance": st.text(max_size=12), "job": st.text(max_size=6)}) | json_values
+    session_name = st.just("session_2026-11-24_10-00-00_000000_1") | st.text(max_size=12) | json_values
+    scrapes = st.fixed_dictionaries(
+        {
+            "session": session_name,
+            "scraped_ms": st.integers() | json_values,
+            "target": target,
+            "text": page | json_values,
+        }
+    )
     return st.one_of(
+        st.tuples(st.just("/ingest/agent/metrics"), scrapes.map(_dumps) | anything),
         st.tuples(st.just("/ingest/ray-events?cluster=fuzz"), ray_events | anything),
         st.tuples(st.just("/ingest/agent/run-exit"), run_exits.map(_dumps) | anything),
         st.tuples(st.just("/ingest/agent/ray-metrics"), (metrics | json_values).map(_dumps) | anything),

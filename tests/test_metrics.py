@@ -138,7 +138,8 @@ def test_each_session_by_its_path(server: TestClient) -> None:
 
 
 def test_scraped_labels_named_like_the_targets_are_kept_as_exported(server: TestClient) -> None:
-    scrape(server, 0, 'x{job="mine",instance="elsewhere",a="q\\"uote\\\\"} 1\n# a comment\nnot a sample line\n')
+    page = 'x{job="mine",instance="elsewhere",a="q\\"uote\\\\"} 1\n# a comment\nnot a sample line\ny{a="1",a="2"} 1\n'
+    assert scrape(server, 0, page).json()["samples"] == 1  # (y names a label twice: no sample)
     (series,) = server.get("/api/v1/series", params={"match[]": "x"}).json()["data"]
     assert series == {
         "__name__": "x",

@@ -88,19 +88,22 @@ FROM parts WHERE len(rest) BETWEEN 1 AND 2 AND name <> '' AND TRY_CAST(rest[1] A
 """
 
 # The series of new lines (``new_lines``: raw_key, name, labels_text), their labels parsed (the target's added) and
-# their canonical ID: a digest of session, name and labels sorted, whatever their order on the page.
+# their canonical ID: a digest of session, name and labels sorted, whatever their order on the page. A line that
+# names a label twice is no sample (Prometheus refuses it too).
 SERIES = f"""
-WITH parsed AS (
-    SELECT raw_key, name,
-           map_concat(
-               map_from_entries(list_transform(
-                   list_filter(list_zip(regexp_extract_all(labels_text, '{_LABEL}', 1),
-                                        regexp_extract_all(labels_text, '{_LABEL}', 2)), lambda p: p[2] <> ''),
-                   lambda p: {{'key': CASE WHEN list_contains({list(TARGET_LABELS)}, p[1]) THEN 'exported_' || p[1]
-                                           ELSE p[1] END,
-                               'value': {_unescaped("p[2]")}}})),
-               MAP {{'instance': $instance, 'job': $job}}) AS labels
+WITH pairs AS (
+    SELECT raw_key, name, list_transform(
+               list_filter(list_zip(regexp_extract_all(labels_text, '{_LABEL}', 1),
+                                    regexp_extract_all(labels_text, '{_LABEL}', 2)), lambda p: p[2] <> ''),
+               lambda p: {{'key': CASE WHEN list_contains({list(TARGET_LABELS)}, p[1]) THEN 'exported_' || p[1]
+                                       ELSE p[1] END,
+                           'value': {_unescaped("p[2]")}}}) AS scraped
     FROM new_lines
+),
+parsed AS (
+    SELECT raw_key, name, map_concat(map_from_entries(scraped), MAP {{'instance': $instance, 'job': $job}}) AS labels
+    FROM pairs
+    WHERE len(list_distinct(list_transform(scraped, lambda p: p.key))) = len(scraped)
 )
 SELECT raw_key, name, labels,
        md5_number_lower($session || chr(0) || name || chr(0) || array_to_string(
