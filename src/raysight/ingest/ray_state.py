@@ -63,9 +63,15 @@ KINDS = {
     ),
     "cluster_events": Kind(lambda r: r.get("event_id") or None, lambda r: _text(r, "severity")),
     "jobs": Kind(lambda r: r.get("submission_id") or r.get("job_id") or None, lambda r: _text(r, "status")),
+    # Ray's workers of type DRIVER (its stream reports none), also folded into the workers table: driver_patch
+    "drivers": Kind(
+        lambda r: (
+            r.get("worker_id") if r.get("worker_type") == "DRIVER" and isinstance(r.get("worker_id"), str) else None
+        ),
+        lambda r: "ALIVE" if r.get("is_alive") is not False else "DEAD",
+    ),
 }
 STATUS = "cluster_status"
-DRIVERS = "drivers"
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 SCHEMA = pa.schema(
     [
@@ -107,40 +113,33 @@ def _ms(row: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and 0 < value < 1 << 62 else None  # (Ray's "unset": 0 or 2**64 - 1)
 
 
-def driver_patches(session: str, polled_ns: int, values: Any) -> list[tuple[str, Key, Patch]]:
-    """The ``workers`` patches of the drivers a poll listed (``resources.drivers``). A driver's history is read from
-    its row — alive since its start, dead at its end — so the same row polled again adds nothing to it."""
-    if not isinstance(values, list) or len(values) > MAX_ROWS:
-        raise BadBatch(f"resources.{DRIVERS} must be a list of at most {MAX_ROWS} rows")
-    patches: list[tuple[str, Key, Patch]] = []
-    for i, row in enumerate(values):
-        if not (isinstance(row, dict) and isinstance(row.get("worker_id"), str) and row.get("worker_type") == "DRIVER"):
-            raise BadBatch(f"resources.{DRIVERS}[{i}] is not a driver's row of workers (worker_id, worker_type DRIVER)")
-        start, end = _ms(row, "start_time_ms"), _ms(row, "end_time_ms")
-        history: list[Patch] = [{"ts": start * 1_000_000, "state": "ALIVE", "start_ms": start}] if start else []
-        if row.get("is_alive") is False:
-            exit_type, exit_detail = row.get("exit_type"), row.get("exit_detail")
-            history.append(
-                {
-                    "ts": end * 1_000_000 if end else polled_ns,
-                    "state": "DEAD",
-                    "end_ms": end,
-                    "exit_type": exit_type if isinstance(exit_type, str) else None,
-                    "exit_detail": exit_detail if isinstance(exit_detail, str) else None,
-                }
-            )
-        pid, node_id = row.get("pid"), row.get("node_id")
-        worker_id: str = row["worker_id"]
-        patch: Patch = {
-            "node_id": node_id if isinstance(node_id, str) else None,
-            "worker_type": "DRIVER",
-            "pid": pid if isinstance(pid, int) else None,
-            "job_id": worker_id[:8],  # a driver's worker ID is its job's ID, then f's
-            "defined": True,
-            "history": history or None,
-        }
-        patches.append(("workers", (session, worker_id), patch))
-    return patches
+def driver_patch(session: str, row: dict[str, Any], seen_dead_ns: int) -> tuple[str, Key, Patch]:
+    """The ``workers`` patch of a driver's row as Ray lists it (a row of ``drivers``). Its history is read from the
+    row — alive since its start, dead at its end (else when it was first seen dead) — so the same row polled again
+    adds nothing to it."""
+    start, end = _ms(row, "start_time_ms"), _ms(row, "end_time_ms")
+    history: list[Patch] = [{"ts": start * 1_000_000, "state": "ALIVE", "start_ms": start}] if start else []
+    if row.get("is_alive") is False:
+        exit_type, exit_detail = row.get("exit_type"), row.get("exit_detail")
+        history.append(
+            {
+                "ts": end * 1_000_000 if end else seen_dead_ns,
+                "state": "DEAD",
+                "end_ms": end,
+                "exit_type": exit_type if isinstance(exit_type, str) else None,
+                "exit_detail": exit_detail if isinstance(exit_detail, str) else None,
+            }
+        )
+    pid, node_id, worker_id = row.get("pid"), row.get("node_id"), str(row["worker_id"])
+    patch: Patch = {
+        "node_id": node_id if isinstance(node_id, str) else None,
+        "worker_type": "DRIVER",
+        "pid": pid if isinstance(pid, int) else None,
+        "job_id": worker_id[:8],  # a driver's worker ID is its job's ID, then f's
+        "defined": True,
+        "history": history or None,
+    }
+    return ("workers", (session, worker_id), patch)
 
 
 def parse(body: bytes) -> Poll:
@@ -149,11 +148,11 @@ def parse(body: bytes) -> Poll:
     session = text_field(poll.get("session"), "session")
     polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
     assert session is not None and polled_ns is not None
-    unknown = set(poll["resources"]) - {*KINDS, DRIVERS}
+    unknown = set(poll["resources"]) - set(KINDS)
     if unknown:
-        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join([*KINDS, DRIVERS])}")
+        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
     errors = poll.get("errors") or {}
-    polled = [*KINDS, DRIVERS, STATUS]
+    polled = [*KINDS, STATUS]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadBatch("errors must map a resource to a message")
     status = poll.get(STATUS)
@@ -162,10 +161,9 @@ def parse(body: bytes) -> Poll:
     fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
     if both := set(errors) & set(fetched):
         raise BadBatch(f"{sorted(both)} both polled and failed")
-    rows = [
-        row for resource, values in poll["resources"].items() if resource in KINDS for row in _rows(resource, values)
-    ]
-    drivers = driver_patches(session, polled_ns, poll["resources"].get(DRIVERS, []))
+    rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
+    drivers = [driver_patch(session, orjson.loads(r["row"]), polled_ns) for r in rows if r["resource"] == "drivers"]
+
     return Poll(
         session,
         polled_ns,

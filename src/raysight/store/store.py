@@ -31,7 +31,7 @@ from raysight.ingest.events_sql import sql_str
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
-from raysight.ingest.ray_state import KINDS, Poll
+from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.store import log_index, log_retention, pipeline, schema
 from raysight.store.fold import fold
 from raysight.store.log_retention import LogRetention
@@ -845,9 +845,19 @@ class Store:
                 self._stage(pipeline.FRESH)
                 self._fold(patches)
                 total += self._one("SELECT count(*) FROM fresh")[0]
+            self._refold_drivers()
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
             self._drop_staging()
         return total
+
+    def _refold_drivers(self) -> None:
+        """Fold the drivers the poller kept (``polled``) into the workers table again: the raw events hold none."""
+        rows = self._run(
+            """SELECT session, row, coalesce(list_filter(history, lambda h: h.state = 'DEAD')[1].ts, last_ns)
+               FROM polled WHERE resource = 'drivers'"""
+        ).fetchall()
+        self._upsert_patches(driver_patch(session, orjson.loads(row), dead_ns) for session, row, dead_ns in rows)
+        reconcile(self._run, sorted({row[0] for row in rows}))
 
     def delete_session(self, session: str) -> bool:
         with self._transaction() as con:
