@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set-up and entry points for a fresh machine: `./dev.sh demo` runs `raysight demo`, `./dev.sh test` runs every test.
 # Installs what it needs: Python packages from PyPI into .venv, the dashboard's libraries from npm (by its lock file)
-# into src/raysight/ui/node_modules, and for the tests Debian's Chromium (the browser tests drive it).
+# into src/raysight/ui/node_modules, and for the tests Debian's Chromium (the browser tests drive it) and Prometheus
+# (the metrics tests compare raysight's answers with its).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -14,11 +15,12 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
 fi
-apt_install() {  # Debian packages, when a command they bring is missing
+apt_install() {  # Debian packages, when a command they bring is missing (APT_LEAN=1: without what they recommend)
     local missing=()
     for pair in "$@"; do command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}"); done
     if [ ${#missing[@]} -gt 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${APT_LEAN:+--no-install-recommends} \
+            "${missing[@]}" >/dev/null
     fi
 }
 ui=src/raysight/ui
@@ -33,6 +35,7 @@ case "${1:-}" in
     test)
         shift
         apt_install chromium:chromium
+        APT_LEAN=1 apt_install prometheus:prometheus  # the real Prometheus the metrics tests compare with
         .venv/bin/ruff check src tests benchmarks
         .venv/bin/ruff format --check src tests benchmarks
         .venv/bin/mypy src

@@ -1,12 +1,17 @@
 """Ray's metrics as `raysight run` scraped them from a real cluster (tests/ray_programs/app_metrics.py: an
-application's Counter, Gauge and Histogram tagged by item, and tasks), answered by a restarted server after the cluster
-is gone through Prometheus's query API: the same series and values Ray's own endpoint showed; and every panel of the
-Grafana dashboards Ray generates (default, Serve) evaluates, instant and range."""
+application's Counter, Gauge and Histogram tagged by item, and 90 s of tasks), answered by a restarted server after the
+cluster is gone through Prometheus's query API: the same series and values Ray's own endpoint showed; and every panel
+of the Grafana dashboards Ray generates (default, Serve) answers as a real Prometheus (Debian's 2.42) that scraped the
+same cluster answers, instant and range."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from raysight.cli.run import free_port
 from tests.ray_programs.app_metrics import TASKS, exported
 from tests.ray_scenarios import replayed
 
@@ -22,9 +28,53 @@ PAGE = "app-metrics-page.json"
 ADDED = ("instance", "job")  # the target's labels, which Prometheus adds to what it scrapes
 
 
+PROMETHEUS_CONFIG = """
+global: {scrape_interval: 5s, scrape_timeout: 4s, evaluation_interval: 5s}
+scrape_configs:
+  - job_name: ray
+    file_sd_configs: [{files: ["%s"], refresh_interval: 5s}]
+"""
+
+
 @pytest.fixture(scope="module")
-def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The URL of a server started after the run, and Ray's own metrics page as the program read it."""
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's Prometheus, on a data dir and port of its own, scraping every 5 s what Ray lists for Prometheus (the
+    service-discovery file of the latest session under /tmp/ray, where the test's cluster runs)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("Prometheus is not installed: ./dev.sh test installs Debian's (apt-get install prometheus)")
+    home = tmp_path_factory.mktemp("prometheus")
+    (home / "prometheus.yml").write_text(PROMETHEUS_CONFIG % "/tmp/ray/prom_metrics_service_discovery.json")
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [
+        binary,
+        f"--config.file={home / 'prometheus.yml'}",
+        f"--storage.tsdb.path={home / 'data'}",
+        f"--web.listen-address={url.removeprefix('http://')}",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(home / "prometheus.log").open("wb"))
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(url):
+            assert process.poll() is None and time.monotonic() < deadline, (home / "prometheus.log").read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def metered(prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The URL of a server started after the run, and Ray's own metrics page as the program read it (a Prometheus
+    scraping the same cluster all the while)."""
     out = tmp_path_factory.getbasetemp() / PAGE
     with replayed(tmp_path_factory.mktemp("store"), "metered", "-m", "tests.ray_programs.app_metrics", str(out)) as s:
         yield s.url, orjson.loads(out.read_bytes())
@@ -130,3 +180,55 @@ def test_every_panel_of_rays_dashboards_evaluates(metered: tuple[str, dict[str, 
             assert answer["status"] == "success", (expr, answer)
             answered += bool(answer["data"]["result"])
     assert answered > len(expressions) / 2  # (the Serve panels find no Serve here)
+
+
+Answers = dict[frozenset[tuple[str, str]], list[tuple[float, float]]]
+
+
+def points(url: str, expr: str, start: float, end: float, step: float) -> Answers:
+    """A range query's answer: each series' labels → its (time, value) points."""
+    params = {"query": expr, "start": start, "end": end, "step": step}
+    answer = httpx.get(f"{url}/api/v1/query_range", params=params, timeout=30).json()
+    assert answer["status"] == "success", (url, expr, answer)
+    return {frozenset(r["metric"].items()): [(t, float(v)) for t, v in r["values"]] for r in answer["data"]["result"]}
+
+
+def within(value: float, around: list[float]) -> bool:
+    """Whether ``value`` is among what the other side answered around the same moment: within their least and
+    greatest, give or take 2% (rate's extrapolation moves with the phase of the scrapes), or NaN as one of theirs."""
+    if math.isnan(value):
+        return any(math.isnan(v) for v in around)
+    finite = [v for v in around if not math.isnan(v)]
+    if not finite:
+        return False
+    low, high = min(finite), max(finite)
+    slack = 0.02 * max(abs(low), abs(high)) + 1e-9
+    return low - slack <= value <= high + slack
+
+
+def test_every_panel_answers_as_prometheus_does(metered: tuple[str, dict[str, Any]], prometheus: str) -> None:
+    """Both scraped the same cluster every 5 s, but not at the same instants, and Ray updates what it exports every
+    5 s or so (10 s for its own and the application's metrics), not in step with either: so raysight's answer at a
+    moment must be one Prometheus gives within 10 s of it (each second of that window asked: its scrapes over 25 s),
+    and the other way round, for every series of every panel, over the minute of steady activity before Ray's page was
+    read, a point each 15 s. A Ray update the one scraped and the other did not (two updates between two of its
+    scrapes) can still differ: at most 5% of the points may, and no series may be missing on either side."""
+    url, page = metered
+    end = page["read_ms"] / 1000 - 10
+    start = max(page["active_from_ms"] / 1000 + 30, end - 60)
+    compared, differing = 0, []
+    for expr in dashboard_expressions():
+        ours, theirs = (points(u, expr, start, end, 15) for u in (url, prometheus))
+        fine = {side: points(u, expr, start - 10, end + 10, 1) for side, u in (("ours", url), ("theirs", prometheus))}
+        for coarse, other in ((ours, fine["theirs"]), (theirs, fine["ours"])):
+            for labels, series in coarse.items():
+                assert labels in other, (expr, "series missing on the other side", dict(labels))
+                for t, value in series:
+                    around = [v for s, v in other[labels] if t - 10 <= s <= t + 10]
+                    compared += 1
+                    if not within(value, around):
+                        differing.append((expr, dict(labels), t, value, around))
+        instant = httpx.get(f"{url}/api/v1/query", params={"query": expr, "time": end}).json()["data"]
+        if instant["resultType"] == "vector":  # (the instant query's path too)
+            assert {frozenset(r["metric"].items()) for r in instant["result"]} <= set(fine["theirs"]), expr
+    assert compared > 500 and len(differing) <= compared * 0.05, (compared, differing[:10])

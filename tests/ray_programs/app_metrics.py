@@ -1,6 +1,7 @@
 """Run under `raysight run`: an application's own metrics (`ray.util.metrics`: a Counter, a Gauge and a Histogram,
-tagged by item) set by an actor, and tasks run, held until Ray's node exports their final values and raysight has
-scraped them since; then writes Ray's own metrics page of the node, and when it was read, to ``argv[1]``."""
+tagged by item) set by an actor, then tasks run at a steady pace for ``ACTIVE_S`` (while raysight and a Prometheus
+scrape the cluster), until Ray's node exports the final values and raysight has scraped them since; then writes Ray's
+own metrics page of the node, and when it was read, to ``argv[1]``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from tests.ray_programs import raysight_server, wait_until_raysight
 SALES = [("apple", 3, 5.0), ("pear", 2, 50.0), ("apple", 4, 500.0)]  # item, sold, wait (ms)
 STOCK = 100
 BOUNDARIES = [10.0, 100.0, 1000.0]
-TASKS = 20
+TASKS = 20  # a round
+ACTIVE_S = 90  # rounds of tasks, one a second
 
 
 @ray.remote
@@ -28,11 +30,19 @@ class Shop:
         self.stock = Gauge("shop_stock", description="Items in stock.", tag_keys=("item",))
         self.wait = Histogram("shop_wait_ms", description="Wait.", boundaries=BOUNDARIES, tag_keys=("item",))
 
+        self.in_stock: dict[str, float] = {}
+
     def sell(self, item: str, n: int, wait_ms: float) -> None:
         tags = {"item": item}
         self.sold.inc(n, tags=tags)
+        self.in_stock[item] = STOCK - n
         self.stock.set(STOCK - n, tags=tags)
         self.wait.observe(wait_ms, tags=tags)
+
+    def report(self) -> None:
+        """Set the stock again (Ray exports a gauge only while it is set)."""
+        for item, left in self.in_stock.items():
+            self.stock.set(left, tags={"item": item})
 
 
 @ray.remote
@@ -55,12 +65,21 @@ def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: st
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls)
 
 
-def final(samples: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> bool:
-    """Ray's node exports the sales' final values (it exports every 10 s)."""
+def final(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], tasks: int) -> bool:
+    """Ray's node exports the final values (it exports every 10 s): the sales, and ``tasks`` tasks run, none left."""
     sold = {item: sum(n for i, n, _ in SALES if i == item) for item, _, _ in SALES}
-    return all(total(samples, "ray_shop_sold_total", item=item) == n for item, n in sold.items()) and total(
-        samples, "ray_shop_wait_ms_count"
-    ) == len(SALES)
+    work = [
+        (dict(labels)["State"], v)
+        for (n, labels), v in samples.items()
+        if n == "ray_tasks" and ("Name", "work") in labels
+    ]
+    return (
+        all(total(samples, "ray_shop_sold_total", item=item) == n for item, n in sold.items())
+        and total(samples, "ray_shop_wait_ms_count") == len(SALES)
+        and {dict(labels).get("item") for name, labels in samples if name == "ray_shop_stock"} == set(sold)
+        and sum(v for state, v in work if state != "FINISHED") == 0
+        and sum(v for state, v in work if state == "FINISHED") >= tasks
+    )
 
 
 def raysight_has(query: str, value: float) -> bool:
@@ -72,19 +91,32 @@ def main() -> None:
     ray.init(num_cpus=2)
     shop = Shop.remote()  # type: ignore[attr-defined]
     ray.get([shop.sell.remote(item, n, wait) for item, n, wait in SALES])
-    ray.get([work.remote(i) for i in range(TASKS)])
+    started, active_from_ms, tasks = time.monotonic(), time.time_ns() // 1_000_000, 0
+    while time.monotonic() - started < ACTIVE_S:
+        ray.get([work.remote(i) for i in range(TASKS)] + [shop.report.remote()])
+        tasks += TASKS
+        time.sleep(1)  # (the workload's pace)
     metrics = f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics"
     deadline = time.monotonic() + 90
-    while not final(exported(text := httpx.get(metrics, timeout=5).text)):
+    while not final(exported(text := httpx.get(metrics, timeout=5).text), tasks):
         if time.monotonic() > deadline:
             raise TimeoutError("Ray's node did not export the application's final metrics within 90 s")
         time.sleep(1)
     read_ms = time.time_ns() // 1_000_000
-    apples = total(exported(text), "ray_shop_sold_total", item="apple")
-    wait_until_raysight(
-        lambda _: raysight_has('sum(ray_shop_sold_total{item="apple"})', apples), "the final sales, scraped", 30
+    samples = exported(text)
+    apples, finished = (
+        total(samples, "ray_shop_sold_total", item="apple"),
+        total(samples, "ray_tasks", Name="work", State="FINISHED"),
     )
-    Path(sys.argv[1]).write_bytes(orjson.dumps({"read_ms": read_ms, "text": text}))
+    wait_until_raysight(
+        lambda _: (
+            raysight_has('sum(ray_shop_sold_total{item="apple"})', apples)
+            and raysight_has('sum(ray_tasks{Name="work",State="FINISHED"})', finished)
+        ),
+        "the final values, scraped",
+        30,
+    )
+    Path(sys.argv[1]).write_bytes(orjson.dumps({"read_ms": read_ms, "text": text, "active_from_ms": active_from_ms}))
     ray.shutdown()
 
 
