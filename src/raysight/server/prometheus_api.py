@@ -34,21 +34,8 @@ def _success(data: Any) -> Response:
     return JSONResponse({"status": "success", "data": data})
 
 
-def _time(value: str | None, name: str) -> float:
-    """A time as Prometheus takes it: Unix seconds or RFC 3339."""
-    if value is None or value == "":
-        raise PromQLError(f'missing parameter "{name}"')
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid timestamp') from None
-
-
-def _duration(value: str | None, name: str) -> float:
+def _seconds(value: str | None, name: str, what: str, other: Callable[[str], float]) -> float:
+    """Parameter ``name`` in seconds: a number, or ``other``'s reading of it (a ``what``)."""
     if not value:
         raise PromQLError(f'missing parameter "{name}"')
     try:
@@ -56,9 +43,19 @@ def _duration(value: str | None, name: str) -> float:
     except ValueError:
         pass
     try:
-        return float(promql.pp.parse_duration(value).total_seconds())
+        return other(value)
     except (ValueError, RuntimeError):
-        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid duration') from None
+        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid {what}') from None
+
+
+def _time(value: str | None, name: str) -> float:
+    """A time as Prometheus takes it: Unix seconds or RFC 3339."""
+    return _seconds(value, name, "timestamp", lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp())
+
+
+def _duration(value: str | None, name: str) -> float:
+    """A duration as Prometheus takes it: seconds or ``5m``, ``1h30m``."""
+    return _seconds(value, name, "duration", lambda d: float(promql.pp.parse_duration(d).total_seconds()))
 
 
 def _number(value: float) -> str:
