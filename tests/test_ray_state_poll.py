@@ -177,6 +177,12 @@ def test_ray_summaries(held: str) -> None:
     actors = ray_here("summary", "actors", "--address", held).stdout
     assert re.search(r"JobSupervisor +DEAD: 2", actors), actors
     assert f"total_objects: {len(listed(held, 'objects'))}" in ray_here("summary", "objects", "--address", held).stdout
+    from ray.util.state import summarize_actors, summarize_tasks  # the SDK's too
+
+    by_class = summarize_actors(address=held)["cluster"]["summary"]
+    assert by_class["JobSupervisor"]["state_counts"] == {"DEAD": 2}
+    by_function = summarize_tasks(address=held)["cluster"]["summary"]
+    assert by_function["too_wide"]["state_counts"] == {"FAILED": 1} and set(by_function) == {"in_group", "too_wide"}
 
 
 def test_the_placement_group_its_bundles_and_its_history(held: str) -> None:
