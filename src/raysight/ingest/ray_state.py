@@ -162,7 +162,7 @@ def parse(body: bytes) -> Poll:
     if both := set(errors) & set(fetched):
         raise BadBatch(f"{sorted(both)} both polled and failed")
     rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
-    drivers = [driver_patch(session, orjson.loads(r["row"]), polled_ns) for r in rows if r["resource"] == "drivers"]
+    drivers = [driver_patch(session, row, polled_ns) for row in poll["resources"].get("drivers", [])]  # (checked)
 
     return Poll(
         session,

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight import __version__
-from raysight.errors import BadQuery, Forbidden, NotFound
+from raysight.errors import BadQuery, Forbidden
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
@@ -89,9 +89,7 @@ async def delete_session(request: Request) -> Response:
     require_admin(request)
     name = request.path_params["session"]
     state = app_state(request)
-    resolved = await state.read(lambda con: queries.resolve_session(con, name))
-    if resolved is None:
-        raise NotFound("no session has been recorded yet")
+    resolved = await state.read(lambda con: queries.recorded_session(con, name))
     await asyncio.wrap_future(state.writer.call(lambda store: store.delete_session(resolved)))
     return _json({"ok": True, "deleted": resolved})
 
@@ -172,10 +170,7 @@ async def logs(request: Request) -> Response:
 
 def recorded_session(con: Any, request: Request) -> str:
     """The session a request names (``?session=``, default the newest); NotFound when none is recorded yet."""
-    session = queries.resolve_session(con, request.query_params.get("session"))
-    if session is None:
-        raise NotFound("no session has been recorded yet")
-    return session
+    return queries.recorded_session(con, request.query_params.get("session"))
 
 
 async def errors(request: Request) -> Response:

@@ -23,7 +23,6 @@ from raysight.store import metrics_query, promql, queries
 from raysight.store.promql import Matcher, PromQLError
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
-DEFAULT_LOOKBACK_S = 300
 
 
 def _error(status: int, kind: str, message: str) -> Response:
@@ -90,10 +89,8 @@ def _handled(
 
 
 def _session(con: Any, request: Request) -> str:
-    session = queries.resolve_session(con, request.path_params.get("session"))
-    if session is None:
-        raise NotFound("no session has been recorded yet")
-    return session
+    """The session of the request's path (``/sessions/<name>/…``), else the newest."""
+    return queries.recorded_session(con, request.path_params.get("session"))
 
 
 def _sorted(labels: dict[str, str]) -> dict[str, str]:

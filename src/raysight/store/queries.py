@@ -453,6 +453,14 @@ def resolve_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str 
     return row[0]
 
 
+def recorded_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str:
+    """:func:`resolve_session`, and NotFound when no session is recorded yet."""
+    resolved = resolve_session(con, session)
+    if resolved is None:
+        raise NotFound("no session has been recorded yet")
+    return resolved
+
+
 def list_rows(
     con: duckdb.DuckDBPyConnection,
     res: Resource,
