@@ -128,15 +128,13 @@ def _ms(delta: Any) -> int:
 
 
 def _matchers(vs: Any) -> list[Matcher]:
-    ops = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
-    found = [Matcher(m.name, ops[str(m.op).rsplit(".", 1)[-1]], m.value) for m in vs.matchers.matchers]
+    ops = [(pp.MatchOp.Equal, "="), (pp.MatchOp.NotEqual, "!="), (pp.MatchOp.Re, "=~"), (pp.MatchOp.NotRe, "!~")]
+    found = [Matcher(m.name, next(o for k, o in ops if m.op == k), m.value) for m in vs.matchers.matchers]
     if vs.matchers.or_matchers:
         raise PromQLError("the `or` of label matchers is not supported")
     if vs.name:
         found.append(Matcher(NAME, "=", vs.name))
-    if not any(m.op in ("=", "=~") and not (m.op == "=~" and _regex(m.value).fullmatch("")) for m in found) and not any(
-        m.op == "=" and m.value for m in found
-    ):
+    if all(m.matches({}) for m in found):  # (each would match a series without that label: everything)
         raise PromQLError("vector selector must contain at least one non-empty matcher")
     return found
 
@@ -184,9 +182,11 @@ class _Evaluator:
         shifted by its offset or pinned by its ``@``."""
         steps = self.steps
         if vs.at is not None:
-            at = str(vs.at.type).rsplit(".", 1)[-1]
-            pinned = {"Start": self.steps[0], "End": self.steps[-1]}.get(at)
-            if pinned is None:
+            if vs.at.type == pp.AtModifierType.Start:
+                pinned = self.steps[0]
+            elif vs.at.type == pp.AtModifierType.End:
+                pinned = self.steps[-1]
+            else:
                 pinned = int(vs.at.at.timestamp() * 1000)
             steps = np.full(len(self.steps), pinned, dtype=np.int64)
         steps = steps - _ms(vs.offset)
@@ -277,7 +277,7 @@ class _Evaluator:
         inner = self.eval(node.expr)
         if not isinstance(inner, Vector):
             raise PromQLError(f"{op}() aggregates a vector")
-        by = node.modifier is not None and str(node.modifier.type).endswith("By")
+        by = node.modifier is not None and node.modifier.type == pp.AggModifierType.By
         listed = set(node.modifier.labels) if node.modifier is not None else set()
 
         def grouping(labels: dict[str, str]) -> dict[str, str]:
@@ -391,26 +391,29 @@ class _Evaluator:
         if matching is None:
             return lambda labels: _key(_without_name(labels))
         listed = set(matching.labels)
-        if str(matching.type).endswith("Include"):  # on(...)
+        if matching.type == pp.LabelModifierType.Include:  # on(...)
             return lambda labels: _key({k: v for k, v in labels.items() if k in listed})
         return lambda labels: _key({k: v for k, v in labels.items() if k not in listed and k != NAME})
 
     def _vector_vector(self, op: str, lhs: Vector, rhs: Vector, modifier: Any, return_bool: bool) -> Value:
         signature = self._signature(modifier)
-        card = (
-            str(modifier.card).rsplit(".", 1)[-1] if modifier is not None and modifier.card is not None else "OneToOne"
-        )
-        if card == "OneToMany":  # group_right: the many side is the right one
-            flipped = self._match(op, rhs, lhs, signature, modifier, return_bool, swap=True)
-            return flipped
-        return self._match(op, lhs, rhs, signature, modifier, return_bool, swap=False)
+        card = None if modifier is None else modifier.card
+        if card is not None and card == pp.VectorMatchCardinality.OneToMany:  # group_right: the many side is the right
+            return self._match(op, rhs, lhs, signature, modifier, return_bool, swap=True, one_to_one=False)
+        one_to_one = card is None or card == pp.VectorMatchCardinality.OneToOne
+        return self._match(op, lhs, rhs, signature, modifier, return_bool, swap=False, one_to_one=one_to_one)
 
     def _match(
-        self, op: str, many: Vector, one: Vector, signature: Any, modifier: Any, return_bool: bool, swap: bool
+        self,
+        op: str,
+        many: Vector,
+        one: Vector,
+        signature: Any,
+        modifier: Any,
+        return_bool: bool,
+        swap: bool,
+        one_to_one: bool,
     ) -> Value:
-        card = (
-            str(modifier.card).rsplit(".", 1)[-1] if modifier is not None and modifier.card is not None else "OneToOne"
-        )
         by_sig: dict[Any, Series] = {}
         for s in one.series:
             sig = signature(s.labels)
@@ -435,7 +438,7 @@ class _Evaluator:
             other = by_sig.get(sig)
             if other is None:
                 continue
-            if card == "OneToOne":
+            if one_to_one:
                 present = ~np.isnan(s.values)
                 if (seen.get(sig, np.zeros(len(present), dtype=bool)) & present).any():
                     raise PromQLError(
@@ -452,9 +455,9 @@ class _Evaluator:
             labels = dict(s.labels)
             if not comparison or return_bool:
                 labels.pop(NAME, None)
-            if card == "OneToOne" and matching is not None:
+            if one_to_one and matching is not None:
                 listed = set(matching.labels)
-                if str(matching.type).endswith("Include"):
+                if matching.type == pp.LabelModifierType.Include:
                     labels = {k: v for k, v in labels.items() if k in listed}
                 else:
                     labels = {k: v for k, v in labels.items() if k not in listed}
