@@ -448,7 +448,7 @@ class _Unreachable(httpx.BaseTransport):
 def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_retries_until_it_is_kept(
     tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While folding is stalled, or when the store fails, `/ingest/agent/run-exit` and `/ingest/agent/ray-metrics`
+    """While folding is stalled, or when the store fails, `/ingest/agent/run-exit`, `ray-metrics` and `metrics`
     answer 503 within the ingest deadline (never hang, never 500), and the client's report rides out a short stall
     or outage; recording the same exit twice changes nothing."""
     monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
@@ -462,11 +462,14 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
         report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": ended_ns}
         release = threading.Event()
         client.app.state.raysight.writer.call(lambda store: release.wait(5))  # folding stalls
-        for path, body in (("run-exit", report), ("ray-metrics", {"text": ""})):
+        target = {"instance": "10.0.0.1:8080", "job": "ray"}
+        scrape = {"session": job["session"], "scraped_ms": 1, "target": target, "text": "x 1\n"}
+        for path, body in (("run-exit", report), ("ray-metrics", {"text": ""}), ("metrics", scrape)):
             stalled = client.post(f"/ingest/agent/{path}", json=body)
             assert stalled.status_code == 503 and stalled.headers["Retry-After"] == "1"
             assert "(folding is behind); retry" in stalled.json()["error"]
         release.set()
+        assert client.post("/ingest/agent/metrics", json=scrape).json() == {"ok": True, "samples": 1}  # retried
 
         record, failures = Store.record_run_exit, [duckdb.IOException("disk hiccup")] * 3
 
