@@ -151,6 +151,23 @@ def test_scraped_labels_named_like_the_targets_are_kept_as_exported(server: Test
     }
 
 
+def test_a_targets_own_labels_label_the_series_that_lack_them(server: TestClient) -> None:
+    node = "ab" * 28
+    body = {
+        "session": SESSION,
+        "scraped_ms": T0,
+        "target": {"instance": "h:1", "job": "ray", "labels": {"NodeId": node}},
+    }
+    page = f'ray_node_cpu_count{{ip="10.0.0.1"}} 2\nray_tasks{{NodeId="{"cd" * 28}"}} 1\n'
+    assert server.post("/ingest/agent/metrics", json={**body, "text": page}).json()["samples"] == 2
+    series = server.get("/api/v1/series", params={"match[]": '{job="ray"}'}).json()["data"]
+    assert {s["__name__"]: s.get("NodeId") for s in series} == {"ray_node_cpu_count": node, "ray_tasks": "cd" * 28}
+    # the target's labels name its series: the same line under another NodeId is another series
+    again = {**body, "scraped_ms": T0 + EVERY, "target": {**body["target"], "labels": {"NodeId": "ef" * 28}}}
+    assert server.post("/ingest/agent/metrics", json={**again, "text": page}).json()["samples"] == 2
+    assert len(server.get("/api/v1/series", params={"match[]": "ray_node_cpu_count"}).json()["data"]) == 2
+
+
 def test_a_scrape_older_than_the_targets_last_changes_nothing(server: TestClient) -> None:
     assert scrape(server, 2, "x 2\n").json()["samples"] == 1
     assert scrape(server, 1, "x 1\n").json()["samples"] == 0
@@ -191,6 +208,21 @@ def test_a_range_of_too_many_points_is_refused(counters: TestClient) -> None:
         (b'{"session": "session_x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray"}}', "text"),
         (b'{"session": "../x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray"}, "text": ""}', "session"),
         (b'{"session": "session_x", "scraped_ms": -1, "target": {"instance": "h:1", "job": "ray"}, "text": ""}', "ms"),
+        (
+            b'{"session": "session_x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray", "labels": {"job": '
+            b'"x"}}, "text": ""}',
+            "'job' is not a label a target may add",
+        ),
+        (
+            b'{"session": "session_x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray", '
+            b'"labels": {"a": 1}}, "text": ""}',
+            "must be a string",
+        ),
+        (
+            b'{"session": "session_x", "scraped_ms": 1, "target": {"instance": "h:1", "job": "ray", "labels": []}, '
+            b'"text": ""}',
+            "must be an object",
+        ),
     ],
 )
 def test_a_body_that_is_not_a_scrape_gets_a_400(server: TestClient, body: bytes, says: str) -> None:

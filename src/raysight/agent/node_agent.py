@@ -3,7 +3,8 @@
 Logs: what the tailer reads is sent to the server, and the checkpoint moved on only once the server has made it
 durable. The files themselves are the buffer while the server is away: nothing is held in memory but the batch in
 flight (one at a time). Node life (``agent/node_life.py``): each change seen is sent, and kept until the server has
-taken it."""
+taken it. Metrics (``agent/metrics_scrape.py``): the host's part of each session followed, scraped on a thread of its
+own, each scrape sent once (a moment's view: the next one follows)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import httpx
 import orjson
 
 from raysight.agent import node_life
+from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
 from raysight.agent.tailer import Chunk, Gap, Tailer
 
 log = logging.getLogger("raysight.agent")
@@ -32,6 +34,7 @@ POLL_S = 0.2  # between looks at the files when there was nothing new
 MAX_BACKOFF_S = 5.0
 ROUTE = "/ingest/agent/logs"
 NODE_LIFE_ROUTE = "/ingest/agent/node-life"
+METRICS_ROUTE = "/ingest/agent/metrics"
 LOOK_S = 1.0  # between looks at the node's Ray processes
 
 
@@ -92,9 +95,16 @@ class NodeAgent:
     this host; its checkpoint lives in ``state_dir``."""
 
     def __init__(
-        self, server: str, ray_dir: Path, state_dir: Path, key: str | None = None, since: float | None = None
+        self,
+        server: str,
+        ray_dir: Path,
+        state_dir: Path,
+        key: str | None = None,
+        since: float | None = None,
+        families: Families | None = None,
     ) -> None:
-        """``since``: only the sessions active from then on (epoch seconds); else every session under ``ray_dir``."""
+        """``since``: only the sessions active from then on (epoch seconds); else every session under ``ray_dir``.
+        ``families``: the metric families sent (all, by default)."""
         self.server, self.key, self.host = server.rstrip("/"), key, socket.gethostname()
         state_dir.mkdir(parents=True, exist_ok=True)
         self._lock: IO[Any] = (state_dir / "agent.lock").open("w")
@@ -109,18 +119,33 @@ class NodeAgent:
         self.watch = node_life.NodeWatch(ray_dir)
         self._unsent: dict[node_life.Key, node_life.Sighting] = {}
         self._next_look = 0.0
+        self._metrics_http = httpx.Client(timeout=10)  # (the scraping thread's own)
+        self.scraper = HostScraper(self._send_scrape, families)
 
-    def _send(self, route: str, body: bytes, what: str, gzipped: bool = False) -> None:
+    def _send(
+        self, route: str, body: bytes, what: str, gzipped: bool = False, http: httpx.Client | None = None
+    ) -> None:
         """POST ``body`` (``what`` it holds) to ``route``. Taken once the server made it durable, or refused its
         content (400: a bug on one side, said in the log; sending it again cannot help); raises httpx.HTTPError
         otherwise (to be sent again)."""
         params = {"key": self.key} if self.key else {}
         headers = {"Content-Type": "application/json", **({"Content-Encoding": "gzip"} if gzipped else {})}
-        response = self._http.post(f"{self.server}{route}", content=body, params=params, headers=headers)
+        response = (http or self._http).post(f"{self.server}{route}", content=body, params=params, headers=headers)
         if response.status_code == 400:
             log.error("the server refused %s: %s", what, response.text[:500])
         else:
             response.raise_for_status()
+
+    def _send_scrape(self, scrape: dict[str, Any]) -> None:
+        self._send(METRICS_ROUTE, orjson.dumps(scrape), "a scrape", http=self._metrics_http)
+
+    def scrape_metrics(self, stop: threading.Event) -> None:
+        """Scrape the host's part of the sessions followed every :data:`SCRAPE_EVERY_S` until ``stop`` is set."""
+        while not stop.wait(SCRAPE_EVERY_S):
+            try:
+                self.scraper.scrape(self.tailer.ray_dir, self.tailer.sessions)
+            except Exception:  # never let a scrape stop the agent
+                log.exception("scraping metrics failed; trying again in %s s", SCRAPE_EVERY_S)
 
     def report_node_life(self) -> None:
         """Look at the node's Ray processes (at most every :data:`LOOK_S`) and send what changed; what the server did
@@ -155,7 +180,15 @@ class NodeAgent:
         return lines
 
     def run(self, stop: threading.Event) -> None:
-        """Ship until ``stop`` is set, then what is left (partial last lines too), and return."""
+        """Ship until ``stop`` is set, then what is left (partial last lines too), and return; scrape meanwhile."""
+        scraping = threading.Thread(target=self.scrape_metrics, args=(stop,), name="raysight-metrics", daemon=True)
+        scraping.start()
+        try:
+            self._ship(stop)
+        finally:
+            scraping.join()
+
+    def _ship(self, stop: threading.Event) -> None:
         backoff = POLL_S
         while not stop.is_set():
             self.report_node_life()
@@ -191,6 +224,8 @@ class NodeAgent:
 
     def close(self) -> None:
         self.tailer.close()
+        self.scraper.close()
+        self._metrics_http.close()
         self._http.close()
         self._lock.close()
 

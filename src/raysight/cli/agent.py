@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -11,9 +12,10 @@ from types import FrameType
 
 import click
 
+from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import ray_temp_dir
-from raysight.cli.common import server_option
+from raysight.cli.common import metrics_options, server_option
 from raysight.config import ENV_INGEST_KEY, default_server
 
 
@@ -40,6 +42,7 @@ from raysight.config import ENV_INGEST_KEY, default_server
 )
 @click.option("--stop-on-ray", "on_ray", flag_value="stop", help="Stop the agents --on-ray started, once they ship.")
 @click.option("--address", help="With --on-ray: the Ray cluster [default: RAY_ADDRESS, else the local one].")
+@metrics_options
 def agent_cmd(
     server: str | None,
     ray_dir: Path | None,
@@ -48,14 +51,20 @@ def agent_cmd(
     once: bool,
     on_ray: str | None,
     address: str | None,
+    metrics_keep: re.Pattern[str] | None,
+    metrics_drop: re.Pattern[str] | None,
 ) -> None:
     """Ship every log line of this node's Ray sessions to raysight (worker output, drivers of submitted jobs, Serve,
-    Ray's own components), following Ray's rotation and surviving restarts, and report the node's raylets and GCS
-    starting and going: run one on each node beside `ray start`, or start them as Ray actors with --on-ray.
-    SIGTERM or Ctrl-C ships what is left, then exits."""
+    Ray's own components), following Ray's rotation and surviving restarts, scrape the node's metrics every 5 s (with
+    each Ray process's CPU, memory and GPU use), and report the node's raylets and GCS starting and going: run one
+    on each node beside `ray start`, or start them as Ray actors with --on-ray. SIGTERM or Ctrl-C ships what is
+    left, then exits."""
     if on_ray:
-        if once or ray_dir:
-            raise click.UsageError("--once and --ray-dir are for an agent run here, not with --on-ray/--stop-on-ray")
+        if once or ray_dir or metrics_keep or metrics_drop:
+            raise click.UsageError(
+                "--once, --ray-dir and --metrics-keep/--metrics-drop are for an agent run here, not with "
+                "--on-ray/--stop-on-ray"
+            )
         _on_ray(on_ray, server or default_server(), ingest_key, state_dir, address)
         return
     try:
@@ -64,6 +73,7 @@ def agent_cmd(
             ray_dir or ray_temp_dir(os.environ),
             state_dir or default_state_dir(),
             ingest_key,
+            families=Families(metrics_keep, metrics_drop),
         )
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -34,6 +35,24 @@ def session_option(fn: F) -> F:
     return click.option(
         "--session", metavar="NAME", help="Session name or label; '*' for all. Default: the one that started last."
     )(fn)
+
+
+def _pattern(ctx: click.Context, param: click.Parameter, value: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(value) if value else None
+    except re.error as exc:
+        raise click.BadParameter(f"not a regular expression: {exc}") from None
+
+
+def metrics_options(fn: F) -> F:
+    """--metrics-keep and --metrics-drop: the metric families an agent sends (``agent/metrics_scrape.Families``)."""
+    for flag, env, text in (
+        ("--metrics-drop", "RAYSIGHT_METRICS_DROP", "Send no metric whose name this regex matches (whole name)."),
+        ("--metrics-keep", "RAYSIGHT_METRICS_KEEP", "Send only the metrics whose names this regex matches (whole "
+         "name), as Prometheus's metric_relabel_configs keep [default: all]."),
+    ):  # fmt: skip
+        fn = click.option(flag, envvar=env, metavar="REGEX", callback=_pattern, help=f"{text} [env {env}]")(fn)
+    return fn
 
 
 def make_client(server: str | None) -> Client:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,12 +18,12 @@ from urllib.parse import urlencode
 
 import click
 
-from raysight.agent.metrics_scrape import MetricsScraper
+from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import Scraper, ray_temp_dir
 from raysight.agent.state_poll import StatePoller
 from raysight.cli import render
-from raysight.cli.common import server_option
+from raysight.cli.common import metrics_options, server_option
 from raysight.cli.detach import start_detached
 from raysight.cli.errors import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
@@ -85,18 +86,21 @@ def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> 
         click.echo(line)
 
 
-def run_program(command: list[str], server: str, cluster: str | None, key: str | None) -> int:
-    """Run a Ray program with the export variables set, scraping what Ray's aggregators report and its metrics and
-    polling its dashboard for what Ray never sends as events while it runs, then tell the server how its driver
-    ended. Returns the program's exit code, which a failed report does not change."""
+def run_program(
+    command: list[str], server: str, cluster: str | None, key: str | None, families: Families | None = None
+) -> int:
+    """Run a Ray program with the export variables set, scraping what Ray's aggregators report and polling its
+    dashboard for what Ray never sends as events while it runs, shipping its logs and metrics (``families`` of them),
+    then tell the server how its driver ended. Returns the program's exit code, which a failed report does not
+    change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key)}
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {command[0]}") from None
-    watchers = [w(server, key, proc.pid, ray_temp_dir(env)).start() for w in (Scraper, StatePoller, MetricsScraper)]
-    shipping = _ship_logs(server, key, ray_temp_dir(env))
+    watchers = [w(server, key, proc.pid, ray_temp_dir(env)).start() for w in (Scraper, StatePoller)]
+    shipping = _ship_logs(server, key, ray_temp_dir(env), families)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
@@ -114,11 +118,12 @@ def run_program(command: list[str], server: str, cluster: str | None, key: str |
     return code
 
 
-def _ship_logs(server: str, key: str | None, ray_dir: Path) -> Callable[[], None] | None:
-    """Start shipping the logs of the sessions the program starts or joins (a node agent on a thread); returns what
-    ships the rest once the program has ended, and stops. None when another agent already ships this node's logs."""
+def _ship_logs(server: str, key: str | None, ray_dir: Path, families: Families | None) -> Callable[[], None] | None:
+    """Start shipping the logs and metrics of the sessions the program starts or joins (a node agent on a thread);
+    returns what ships the rest once the program has ended, and stops. None when another agent already ships this
+    node's logs (and scrapes its metrics)."""
     try:
-        agent = NodeAgent(server, ray_dir, default_state_dir(), key, since=time.time() - 1)
+        agent = NodeAgent(server, ray_dir, default_state_dir(), key, since=time.time() - 1, families=families)
     except RuntimeError as exc:
         click.echo(f"raysight: not shipping logs: {exc}", err=True)
         return None
@@ -156,14 +161,22 @@ def ensure_server(server: str | None) -> str:
 @server_option
 @cluster_option
 @key_option
+@metrics_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(server: str | None, cluster: str | None, ingest_key: str | None, command: tuple[str, ...]) -> None:
-    """Run a Ray program (`raysight run -- python app.py`) with its events going to raysight.
+def run_cmd(
+    server: str | None,
+    cluster: str | None,
+    ingest_key: str | None,
+    metrics_keep: re.Pattern[str] | None,
+    metrics_drop: re.Pattern[str] | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run a Ray program (`raysight run -- python app.py`) with its events, logs and metrics going to raysight.
 
     Starts a background server on the default data dir when none answers. Exits with the program's exit code.
     """
     url = ensure_server(server)
-    sys.exit(run_program(list(command), url, cluster, ingest_key))
+    sys.exit(run_program(list(command), url, cluster, ingest_key, Families(metrics_keep, metrics_drop)))
 
 
 def free_port() -> int:

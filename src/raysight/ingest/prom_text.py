@@ -4,17 +4,20 @@ parsed in DuckDB by the SQL below (vectorised: a Ray node's page of ~2,000 lines
 The body is JSON::
 
     {"session": "session_…", "scraped_ms": 1795288476000,
-     "target": {"instance": "10.0.0.5:44217", "job": "ray"}, "text": "<the page, Prometheus text format 0.0.4>"}
+     "target": {"instance": "10.0.0.5:44217", "job": "ray", "labels": {"NodeId": "…"}},
+     "text": "<the page, Prometheus text format 0.0.4>"}
 
 The text is lines of ``name{label="value",…} value [timestamp_ms]`` and ``# HELP`` / ``# TYPE`` comments. As
 Prometheus does: a sample takes the scrape's time unless it carries its own; a label with an empty value is no label;
 the target's ``instance`` and ``job`` are added, a scraped label of the same name kept as ``exported_<name>``; a
-line that is not a sample is skipped.
+line that is not a sample is skipped. The target's other ``labels`` (optional: what the agent knows of it, such as the
+node it is) label the series that lack them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from raysight.ingest.agent_logs import BadBatch, int_field, json_object, text_field
@@ -22,6 +25,8 @@ from raysight.ingest.ids import SESSION_NAME
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)
 TARGET_LABELS = ("instance", "job")
+MAX_TARGET_LABELS = 16
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,18 @@ class Scrape:
     instance: str
     job: str
     text: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> dict[str, object]:
+        """The parameters that name the target in :data:`LINES` and :data:`SERIES`."""
+        return {
+            "session": self.session,
+            "instance": self.instance,
+            "job": self.job,
+            "label_names": list(self.labels),
+            "label_values": list(self.labels.values()),
+        }
 
 
 def parse(body: bytes) -> Scrape:
@@ -46,7 +63,22 @@ def parse(body: bytes) -> Scrape:
     if not isinstance(text, str):
         raise BadBatch("text must be the target's page, a string")
     assert scraped_ms is not None and instance is not None and job is not None
-    return Scrape(session, scraped_ms, instance, job, text)
+    return Scrape(session, scraped_ms, instance, job, text, target_labels(scrape["target"].get("labels")))
+
+
+def target_labels(labels: Any) -> dict[str, str]:
+    """The target's own labels, checked: names as Prometheus has them (not ``__…``, nor instance and job), string
+    values; an empty value is no label."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict) or len(labels) > MAX_TARGET_LABELS:
+        raise BadBatch(f"target.labels must be an object of at most {MAX_TARGET_LABELS} labels")
+    for name, value in labels.items():
+        if not _LABEL_NAME.fullmatch(name) or name.startswith("__") or name in TARGET_LABELS:
+            raise BadBatch(f"target.labels: {name!r} is not a label a target may add")
+        if not isinstance(value, str):
+            raise BadBatch(f"target.labels: the value of {name} must be a string")
+    return {name: value for name, value in sorted(labels.items()) if value}
 
 
 _NAME = "[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -59,7 +91,7 @@ def _unescaped(value: str) -> str:
     return f"replace(replace(replace(replace({value}, '\\\\', chr(1)), '\\n', chr(10)), '\\\"', '\"'), chr(1), '\\')"
 
 
-# Each sample line of ``$text`` (parameters $text, $session, $instance, $job, $scraped_ms), split with string
+# Each sample line of ``$text`` (parameters: $text, $scraped_ms and :attr:`Scrape.target`), split with string
 # functions, not a regular expression (5x faster; tokens separated by spaces, as Ray's exporters write them):
 # ``raw_key`` names its series as exposed (a hash of the target and
 # the line up to its value), the key under which a series already seen is found without parsing its labels again.
@@ -82,14 +114,15 @@ parts AS (
                        lambda x: x <> '') AS rest
     FROM cut WHERE labelled OR space > 0
 )
-SELECT hash($session, $instance, $job, head) AS raw_key, name, labels_text,
+SELECT hash($session, $instance, $job, $label_names::VARCHAR[], $label_values::VARCHAR[], head) AS raw_key,
+       name, labels_text,
        TRY_CAST(rest[1] AS DOUBLE) AS value, coalesce(TRY_CAST(rest[2] AS BIGINT), $scraped_ms) AS ts_ms
 FROM parts WHERE len(rest) BETWEEN 1 AND 2 AND name <> '' AND TRY_CAST(rest[1] AS DOUBLE) IS NOT NULL
 """
 
-# The series of new lines (``new_lines``: raw_key, name, labels_text), their labels parsed (the target's added) and
-# their canonical ID: a digest of session, name and labels sorted, whatever their order on the page. A line that
-# names a label twice is no sample (Prometheus refuses it too).
+# The series of new lines (``new_lines``: raw_key, name, labels_text; parameters: :attr:`Scrape.target`), their
+# labels parsed (the target's added) and their canonical ID: a digest of session, name and labels sorted, whatever
+# their order on the page. A line that names a label twice is no sample (Prometheus refuses it too).
 SERIES = f"""
 WITH pairs AS (
     SELECT raw_key, name, list_transform(
@@ -101,7 +134,8 @@ WITH pairs AS (
     FROM new_lines
 ),
 parsed AS (
-    SELECT raw_key, name, map_concat(map_from_entries(scraped), MAP {{'instance': $instance, 'job': $job}}) AS labels
+    SELECT raw_key, name, map_concat(MAP($label_names::VARCHAR[], $label_values::VARCHAR[]), map_from_entries(scraped),
+                                     MAP {{'instance': $instance, 'job': $job}}) AS labels
     FROM pairs
     WHERE len(list_distinct(list_transform(scraped, lambda p: p.key))) = len(scraped)
 )

@@ -756,7 +756,7 @@ class Store:
                 return 0
             self._run(
                 f"CREATE OR REPLACE TEMP TABLE scraped_lines AS {prom_text.LINES}",
-                {**target, "text": scrape.text, "scraped_ms": scrape.scraped_ms},
+                {**scrape.target, "text": scrape.text, "scraped_ms": scrape.scraped_ms},
             )
             self._run(
                 """CREATE OR REPLACE TEMP TABLE new_lines AS
@@ -781,7 +781,7 @@ class Store:
     def _record_new_series(self, scrape: Scrape, target: dict[str, str]) -> None:
         """Keep the series of ``new_lines`` (their labels parsed, under their canonical IDs), the lines' keys to them,
         the type and help of the scrape's metrics, and the session."""
-        self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", target)
+        self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", scrape.target)
         self._run(
             """INSERT INTO metric_series
                SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
