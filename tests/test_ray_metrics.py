@@ -19,13 +19,14 @@ import httpx
 import orjson
 import pytest
 
+from raysight import Client
 from raysight.cli.run import free_port
 from tests.ray_programs.app_metrics import TASKS, exported
 from tests.ray_scenarios import replayed
 
 pytestmark = pytest.mark.ray
 PAGE = "app-metrics-page.json"
-ADDED = ("instance", "job")  # the target's labels, which Prometheus adds to what it scrapes
+ADDED = ("instance", "job", "NodeId")  # the target's labels, which Prometheus adds (and raysight: the node's ID)
 
 
 PROMETHEUS_CONFIG = """
@@ -145,6 +146,43 @@ def test_the_node_was_scraped_every_five_seconds(metered: tuple[str, dict[str, A
     assert len(scraped) >= 2 and all(4 <= gap <= 6.5 for gap in gaps), scraped
 
 
+def series(url: str, match: str) -> list[dict[str, str]]:
+    answer = httpx.get(f"{url}/api/v1/series", params={"match[]": match}).json()
+    assert answer["status"] == "success", answer
+    return answer["data"]  # type: ignore[no-any-return]
+
+
+def test_a_nodes_series_carry_its_id_which_rays_node_metrics_lack(metered: tuple[str, dict[str, Any]]) -> None:
+    url, page = metered
+    assert rays(page, "ray_node_cpu_count") and all("NodeId" not in dict(k) for k in rays(page, "ray_node_cpu_count"))
+    assert {s.get("NodeId") for s in series(url, '{__name__=~"ray_node_.*"}')} == {page["node_id"]}
+
+
+def test_each_ray_process_has_its_own_stats_keyed_to_its_worker(metered: tuple[str, dict[str, Any]]) -> None:
+    """Ray sums its workers by title (``ray_component_*{pid=""}``); raysight reads each process, labelled with its
+    pid and worker: the actor's worker, the driver's, the raylet and the GCS, all on the one node."""
+    url, page = metered
+    processes = series(url, "raysight_process_cpu_seconds_total")
+    by_pid = {int(s["pid"]): s for s in processes}
+    assert {s["NodeId"] for s in processes} == {page["node_id"]} and {s["job"] for s in processes} == {"raysight"}
+    assert {"raylet", "gcs_server", "ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= {
+        s["Component"] for s in processes
+    }
+    with Client(url) as client:
+        workers = {w["pid"]: w["worker_id"] for w in client.list("workers", limit=None)["rows"]}
+    shop, driver = by_pid[page["shop_pid"]], by_pid[page["driver_pid"]]
+    assert shop["Component"].startswith("ray::Shop") and shop["WorkerId"] == workers[page["shop_pid"]]
+    assert driver["WorkerId"] == workers[page["driver_pid"]]
+    assert {s["WorkerId"] for s in processes if "WorkerId" in s} <= set(workers.values())
+    read_at = page["read_ms"] / 1000
+    for name, least in (("raysight_process_resident_memory_bytes", 20e6), ("raysight_process_threads", 2)):
+        answer = httpx.get(
+            f"{url}/api/v1/query", params={"query": f'{name}{{pid="{page["shop_pid"]}"}}', "time": read_at}
+        ).json()
+        (value,) = [float(r["value"][1]) for r in answer["data"]["result"]]
+        assert value >= least, (name, value)
+
+
 def dashboard_expressions() -> list[str]:
     """Every panel expression of the default and Serve dashboards Ray generates for Grafana, its variables set to
     Grafana's "All" (``.*``)."""
@@ -206,20 +244,29 @@ def within(value: float, around: list[float]) -> bool:
     return low - slack <= value <= high + slack
 
 
+def without_node(answers: Answers, node_id: str) -> Answers:
+    """The answers without the node's ID where raysight added it (Prometheus has none to add)."""
+    return {labels - {("NodeId", node_id)}: values for labels, values in answers.items()}
+
+
 def test_every_panel_answers_as_prometheus_does(metered: tuple[str, dict[str, Any]], prometheus: str) -> None:
     """Both scraped the same cluster every 5 s, but not at the same instants, and Ray updates what it exports every
     5 s or so (10 s for its own and the application's metrics), not in step with either: so raysight's answer at a
     moment must be one Prometheus gives within 10 s of it (each second of that window asked: its scrapes over 25 s),
     and the other way round, for every series of every panel, over the minute of steady activity before Ray's page was
     read, a point each 15 s. A Ray update the one scraped and the other did not (two updates between two of its
-    scrapes) can still differ: at most 5% of the points may, and no series may be missing on either side."""
+    scrapes) can still differ: at most 5% of the points may, and no series may be missing on either side. The node's
+    ``NodeId``, which raysight adds to what it scraped from the node, is set aside."""
     url, page = metered
     end = page["read_ms"] / 1000 - 10
     start = max(page["active_from_ms"] / 1000 + 30, end - 60)
     compared, differing = 0, []
     for expr in dashboard_expressions():
-        ours, theirs = (points(u, expr, start, end, 15) for u in (url, prometheus))
-        fine = {side: points(u, expr, start - 10, end + 10, 1) for side, u in (("ours", url), ("theirs", prometheus))}
+        ours, theirs = (without_node(points(u, expr, start, end, 15), page["node_id"]) for u in (url, prometheus))
+        fine = {
+            side: without_node(points(u, expr, start - 10, end + 10, 1), page["node_id"])
+            for side, u in (("ours", url), ("theirs", prometheus))
+        }
         for coarse, other in ((ours, fine["theirs"]), (theirs, fine["ours"])):
             for labels, series in coarse.items():
                 assert labels in other, (expr, "series missing on the other side", dict(labels))
@@ -230,5 +277,6 @@ def test_every_panel_answers_as_prometheus_does(metered: tuple[str, dict[str, An
                         differing.append((expr, dict(labels), t, value, around))
         instant = httpx.get(f"{url}/api/v1/query", params={"query": expr, "time": end}).json()["data"]
         if instant["resultType"] == "vector":  # (the instant query's path too)
-            assert {frozenset(r["metric"].items()) for r in instant["result"]} <= set(fine["theirs"]), expr
+            answered = {frozenset(r["metric"].items()) - {("NodeId", page["node_id"])} for r in instant["result"]}
+            assert answered <= set(fine["theirs"]), expr
     assert compared > 500 and len(differing) <= compared * 0.05, (compared, differing[:10])

@@ -1,10 +1,12 @@
 """Run under `raysight run`: an application's own metrics (`ray.util.metrics`: a Counter, a Gauge and a Histogram,
 tagged by item) set by an actor, then tasks run at a steady pace for ``ACTIVE_S`` (while raysight and a Prometheus
 scrape the cluster), until Ray's node exports the final values and raysight has scraped them since; then writes Ray's
-own metrics page of the node, and when it was read, to ``argv[1]``."""
+own metrics page of the node, and when it was read, to ``argv[1]`` (with the node's ID, and the pids of the driver and
+the actor)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,9 @@ class Shop:
         self.wait = Histogram("shop_wait_ms", description="Wait.", boundaries=BOUNDARIES, tag_keys=("item",))
 
         self.in_stock: dict[str, float] = {}
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def sell(self, item: str, n: int, wait_ms: float) -> None:
         tags = {"item": item}
@@ -116,7 +121,15 @@ def main() -> None:
         "the final values, scraped",
         30,
     )
-    Path(sys.argv[1]).write_bytes(orjson.dumps({"read_ms": read_ms, "text": text, "active_from_ms": active_from_ms}))
+    written = {
+        "read_ms": read_ms,
+        "text": text,
+        "active_from_ms": active_from_ms,
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "shop_pid": ray.get(shop.pid.remote()),
+        "driver_pid": os.getpid(),
+    }
+    Path(sys.argv[1]).write_bytes(orjson.dumps(written))
     ray.shutdown()
 
 
