@@ -5,8 +5,10 @@ extrapolation and counter resets, aggregation, vector matching, histogram quanti
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,9 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.server.app import create_app
+from raysight.store import metric_retention
+from raysight.store.metric_retention import MetricsBounds
+from raysight.store.retention import Retention
 from tests.ray_scenarios import ServerProcess
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
@@ -348,3 +353,77 @@ def test_the_doctor_shows_each_targets_scrapes_and_deleting_a_session_deletes_it
         ).fetchone()
     ).result(10)
     assert kept == (1, 1, 1, 1)  # the other session's one series, sample and scrape
+
+
+def store_call(server: TestClient, fn: Any) -> Any:
+    """``fn(store)`` run on the server's writer thread, its result."""
+    return server.app.state.raysight.writer.call(fn).result(10)  # type: ignore[attr-defined]
+
+
+FIVE = "".join(f"{name} 1\n" for name in ("a", "b", "c", "d", "e"))
+
+
+def test_a_sessions_series_past_the_limit_are_refused_counted_and_taken_once_the_limit_is_raised(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(3))) as server:
+        assert scrape(server, 0, FIVE).json()["samples"] == 3
+        assert scrape(server, 1, FIVE).json()["samples"] == 3
+        names = server.get(f"/sessions/{SESSION}/api/v1/label/__name__/values").json()["data"]
+        assert names == ["a", "b", "c"]  # (the first by name)
+        other = "session_2026-11-24_11-00-00_000000_2"
+        assert scrape(server, 0, FIVE, session=other).json()["samples"] == 3  # a limit per session
+        (refused,) = [
+            r for r in server.get("/api/raysight/doctor").json()["metrics_refused"] if r["session"] == SESSION
+        ]
+        assert (refused["series_held"], refused["series_refused"], refused["samples_dropped"]) == (3, 2, 4)
+        assert refused["last_ms"] == T0 + EVERY
+    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(10))) as server:
+        assert scrape(server, 2, FIVE).json()["samples"] == 5
+        assert values(instant(server, '{__name__=~"d|e"}', 2, f"/sessions/{SESSION}")) == [1.0, 1.0]
+
+
+def test_the_series_limit_is_a_server_option_and_the_doctor_shows_what_it_refused(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", options=["--metrics-max-series", "2"]).start()
+    try:
+        body = {"session": SESSION, "scraped_ms": T0, "target": {"instance": "h:1", "job": "ray"}, "text": FIVE}
+        assert httpx.post(f"{server.url}/ingest/agent/metrics", json=body).json()["samples"] == 2
+        shown = CliRunner().invoke(main, ["doctor", "--server", server.url])
+        assert shown.exit_code == 0, shown.output
+        section = shown.output[shown.output.index("Metric series refused") :]
+        assert re.search(rf"{SESSION}\s+2\s+3\s+3\s", section), section
+    finally:
+        server.stop()
+
+
+def test_retention_drops_the_oldest_samples_leaves_a_marker_and_queries_that_reach_them_warn(
+    server: TestClient,
+) -> None:
+    load(server)  # 13 scrapes, 5 s apart: 6 samples each up to scrape 5, 5 after
+    dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY))
+    assert dropped == 6 * 6  # scrapes 0-5, older than 30 s
+    (marker,) = [m for m in server.get("/api/raysight/doctor").json()["metrics_dropped"] if m["session"] == SESSION]
+    assert (marker["samples"], marker["through_ms"]) == (36, T0 + 5 * EVERY)
+    assert marker["why"] == "dropped by the server's metrics retention (older than 30s)"
+    answer = server.get("/api/v1/query", params={"query": "req_total", "time": at(12)}).json()
+    assert sorted(values(answer["data"]["result"])) == [20.0, 120.0]  # what is left still answers
+    through = datetime.fromtimestamp((T0 + 5 * EVERY) / 1000, timezone.utc).isoformat(timespec="seconds")
+    assert answer["warnings"] == [
+        f"samples through {through} were dropped by the server's metrics retention (older than 30s): "
+        "the answer lacks them"
+    ]
+    later = server.get("/api/v1/query", params={"query": "req_total", "time": at(12) + 600}).json()
+    assert "warnings" not in later  # (its lookback does not reach them)
+    assert store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY)) == 0
+
+
+def test_size_retention_keeps_the_newest_samples_within_the_size(server: TestClient) -> None:
+    load(server)
+    samples, per_sample = store_call(server, lambda s: metric_retention.footprint(s._run))
+    bound = samples * per_sample / 2
+    dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_size=f"{bound:.0f}B")))
+    left, _ = store_call(server, lambda s: metric_retention.footprint(s._run))
+    assert left == samples - dropped and left * per_sample <= bound < (left + 6) * per_sample  # (a scrape's worth)
+    (oldest,) = store_call(server, lambda s: s._one("SELECT min(ts_ms) FROM metric_samples"))
+    assert oldest > T0 and values(instant(server, 'req_total{route="/a"}', 12)) == [120.0]

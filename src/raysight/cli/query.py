@@ -170,6 +170,9 @@ DOCTOR_TABLES = {  # the doctor's sections in table format: report key -> title
     "polls": "What Ray never sends as events, polled from each live cluster's dashboard: the last poll that worked and "
     "the last error, per resource",
     "scrapes": "Metrics scraped from each Prometheus target of a session: scrapes, the last, its samples",
+    "metrics_refused": "Metric series refused past the server's series limit a session (--metrics-max-series), and "
+    "their samples dropped since",
+    "metrics_dropped": "Metric samples the server's metrics retention dropped",
     "log_gaps": "Log bytes no agent could read (a file gone before its end was read)",
     "log_dropped": "Log lines the server's log retention dropped",
 }

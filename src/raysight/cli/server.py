@@ -24,7 +24,8 @@ from raysight.config import (
     is_loopback,
 )
 from raysight.server.auth import Secrets
-from raysight.store.log_retention import LogRetention, parse_duration, parse_size
+from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
+from raysight.store.retention import Retention, parse_duration, parse_size
 
 SECONDS = click.FloatRange(min=0, min_open=True)
 
@@ -59,7 +60,8 @@ def serve(
     given: Secrets,
     allowed_hosts: tuple[str, ...],
     limits: Limits,
-    retention: LogRetention,
+    retention: Retention,
+    metrics: MetricsBounds,
 ) -> None:
     """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
@@ -96,6 +98,7 @@ def serve(
             max_events=max_events,
             memory_limit=memory_limit,
             log_retention=retention,
+            metrics_bounds=metrics,
         ),
         host=host,
         port=port,
@@ -193,6 +196,27 @@ def private_data_dir(data_dir: Path) -> None:
     metavar="SIZE",
     help="Drop the oldest log lines past this much text (500MB, 50GB) [default: keep every line]; idem.",
 )
+@click.option(
+    "--metrics-max-series",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_SERIES,
+    show_default=True,
+    help="Series a session may hold; a scrape's new series past it are refused, counted by `raysight doctor`.",
+)
+@click.option(
+    "--metrics-retention",
+    type=Checked(parse_duration, "AGE"),
+    default=None,
+    metavar="AGE",
+    help="Drop metric samples older than this (15d, 12h) [default: keep every sample]; a marker says what went.",
+)
+@click.option(
+    "--metrics-max-size",
+    type=Checked(parse_size, "SIZE"),
+    default=None,
+    metavar="SIZE",
+    help="Drop the oldest metric samples past this much storage (500MB, 20GB) [default: keep every sample]; idem.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -212,6 +236,9 @@ def server_cmd(
     max_connections: int,
     log_retention: str | None,
     log_max_size: str | None,
+    metrics_max_series: int,
+    metrics_retention: str | None,
+    metrics_max_size: str | None,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -232,7 +259,8 @@ def server_cmd(
         given=Secrets(token, ingest_key, admin_token),
         allowed_hosts=allowed_hosts,
         limits=Limits(header_timeout, body_timeout, max_connections),
-        retention=LogRetention(log_retention, log_max_size),
+        retention=Retention(log_retention, log_max_size),
+        metrics=MetricsBounds(metrics_max_series, Retention(metrics_retention, metrics_max_size)),
     )
 
 

@@ -22,7 +22,8 @@ from raysight.server.auth import Secrets
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
-from raysight.store.log_retention import KEEP_ALL, LogRetention
+from raysight.store.metric_retention import MetricsBounds
+from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, Writer
 
@@ -86,7 +87,8 @@ def create_app(
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     fold_linger_s: float = FOLD_LINGER_S,
     fold_rest: float = FOLD_REST,
-    log_retention: LogRetention = KEEP_ALL,
+    log_retention: Retention = KEEP_ALL,
+    metrics_bounds: MetricsBounds | None = None,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
@@ -96,10 +98,18 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = Store(data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit)
+        bounds = metrics_bounds or MetricsBounds()
+        store = Store(
+            data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit, metrics_max_series=bounds.max_series
+        )
         metrics_ = Metrics(store)
         writer = Writer(
-            store, metrics_.committed, fold_linger_s=fold_linger_s, fold_rest=fold_rest, retention=log_retention
+            store,
+            metrics_.committed,
+            fold_linger_s=fold_linger_s,
+            fold_rest=fold_rest,
+            log_retention=log_retention,
+            metrics_retention=bounds.retention,
         )
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,8 @@ def _error(status: int, kind: str, message: str) -> Response:
     return JSONResponse({"status": "error", "errorType": kind, "error": message}, status_code=status)
 
 
-def _success(data: Any) -> Response:
-    return JSONResponse({"status": "success", "data": data})
+def _success(data: Any, warnings: list[str] | None = None) -> Response:
+    return JSONResponse({"status": "success", "data": data, **({"warnings": warnings} if warnings else {})})
 
 
 def _seconds(value: str | None, name: str, what: str, other: Callable[[str], float]) -> float:
@@ -142,15 +142,24 @@ async def _evaluate(
     than the lookback: an ended session's last values)."""
     step_ms = max(round(step * 1000), 1)
 
-    def run(con: Any) -> dict[str, Any]:
+    def run(con: Any) -> tuple[dict[str, Any], list[str]]:
         source = metrics_query.SessionMetrics(con, _session(con, request))
         default = _default_ms(source.last_scrape_ms()) if start is None or end is None else 0
         start_ms = default if start is None else round(start * 1000)
         end_ms = default if end is None else round(end * 1000)
         value = promql.evaluate(query, source, start_ms, end_ms, step_ms)
-        return _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant)
+        answer = _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant)
+        return answer, _dropped_warnings(source.dropped(), start_ms)
 
-    return _success(await app_state(request).read(run))
+    return _success(*await app_state(request).read(run))
+
+
+def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[str]:
+    """A warning when the retention dropped samples from where the query looks: its start, less the lookback."""
+    if dropped is None or dropped[0] < start_ms - promql.LOOKBACK_MS:
+        return []
+    through = datetime.fromtimestamp(dropped[0] / 1000, tz=UTC).isoformat(timespec="seconds")
+    return [f"samples through {through} were {dropped[1]}: the answer lacks them"]
 
 
 def _default_ms(last_scrape_ms: int | None) -> int:

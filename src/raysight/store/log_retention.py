@@ -7,55 +7,14 @@ offset and time, and why), which `raysight logs` and `raysight doctor` show. Wha
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import duckdb
 
 from raysight.store import log_index
+from raysight.store.retention import Retention
 from raysight.store.schema import LAST_LOG_SEQ_SQL
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)", re.IGNORECASE)
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``30d``, ``12h``, ``90m``, ``45s``; ValueError otherwise."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m or 45s")
-    return float(match[1]) * _SECONDS[match[2]]
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``50GB``, ``1.5GiB``, ``500MB``; ValueError otherwise."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"{text!r} is not a size such as 500MB or 50GB")
-    unit = match[2].upper()
-    power = "BKMGT".index(unit[0])
-    return int(float(match[1]) * (1024 if "I" in unit else 1000) ** power)
-
-
-@dataclass(frozen=True)
-class LogRetention:
-    """How long, and how much of, the log lines to keep (None: no bound)."""
-
-    max_age: str | None = None  # as given: 30d
-    max_size: str | None = None  # as given: 50GB
-
-    def __bool__(self) -> bool:
-        return bool(self.max_age or self.max_size)
-
-    def why(self) -> str:
-        bounds = [f"older than {self.max_age}"] if self.max_age else []
-        bounds += [f"past {self.max_size}"] if self.max_size else []
-        return f"dropped by the server's log retention ({' or '.join(bounds)})"
-
-
-KEEP_ALL = LogRetention()  # the default
 Run = Callable[..., duckdb.DuckDBPyConnection]
 
 # The first block to keep: the one after the last block whose lines are all older than $cutoff_ns, or whose bytes
@@ -81,23 +40,23 @@ ON CONFLICT DO UPDATE SET lines = lines + excluded.lines, through_offset = great
 """
 
 
-def prune(run: Run, retention: LogRetention, now_ns: int) -> int:
+def prune(run: Run, retention: Retention, now_ns: int) -> int:
     """Drop the lines ``retention`` no longer keeps (with ``run``, the store's, inside its transaction); how many."""
     if not retention:
         return 0
     (last,) = run(LAST_LOG_SEQ_SQL).fetchall()[0]
     never = 2**62
-    cutoff = now_ns - int(parse_duration(retention.max_age) * 1e9) if retention.max_age else -1
+    age_s, max_bytes = retention.age_s, retention.size_bytes
     params = {
         "current": int(last) // log_index.BLOCK_LINES,
-        "cutoff_ns": cutoff,
-        "max_bytes": parse_size(retention.max_size) if retention.max_size else never,
+        "cutoff_ns": -1 if age_s is None else now_ns - int(age_s * 1e9),
+        "max_bytes": never if max_bytes is None else max_bytes,
     }
     (first,) = run(_FIRST_KEPT, params).fetchall()[0]
     (dropped,) = run("SELECT coalesce(sum(lines), 0) FROM log_file_blocks WHERE block < $1", [first]).fetchall()[0]
     if not dropped:
         return 0
-    run(_MARK, {"first": first, "why": retention.why()}).fetchall()
+    run(_MARK, {"first": first, "why": retention.why("log")}).fetchall()
     run("DELETE FROM log_lines WHERE seq < $1", [first * log_index.BLOCK_LINES]).fetchall()
     run("DELETE FROM log_file_blocks WHERE block < $1", [first]).fetchall()
     run("DELETE FROM log_blocks WHERE block < $1", [first]).fetchall()

@@ -58,6 +58,13 @@ class SessionMetrics:
             out.append(Samples(labels, times, values[lo:hi], _stale_from(times, scrapes.get((instance, job)))))
         return out
 
+    def dropped(self) -> tuple[int, str] | None:
+        """Through when the retention dropped the session's samples, and why (None: it dropped none)."""
+        row = self.con.execute(
+            "SELECT through_ms, why FROM metric_dropped WHERE session = ?", [self.session]
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
     def last_scrape_ms(self) -> int | None:
         row = self.con.execute("SELECT max(ts_ms) FROM metric_scrapes WHERE session = ?", [self.session]).fetchone()
         return None if row is None else row[0]

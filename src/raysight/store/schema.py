@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -517,6 +517,12 @@ RAW_DDL = [
         session VARCHAR, instance VARCHAR, job VARCHAR, ts_ms BIGINT, samples INTEGER)""",
     """CREATE TABLE IF NOT EXISTS metric_metadata (
         session VARCHAR, name VARCHAR, type VARCHAR, help VARCHAR, PRIMARY KEY (session, name))""",
+    # What the bounds on metrics cost each session (``store/metric_retention.py``): the series refused past the limit
+    # and their samples dropped since; the samples the retention dropped, through when, and why.
+    """CREATE TABLE IF NOT EXISTS metric_refused (
+        session VARCHAR PRIMARY KEY, series BIGINT, samples BIGINT, last_ms BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS metric_dropped (
+        session VARCHAR PRIMARY KEY, samples BIGINT, through_ms BIGINT, why VARCHAR, dropped_at TIMESTAMPTZ)""",
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -581,6 +587,7 @@ MIGRATIONS = {
     11: [],  # polled, polls and cluster_status (all_ddl() makes them)
     12: ["ALTER TABLE run_exits ADD COLUMN IF NOT EXISTS session VARCHAR"],
     13: [],  # the metric tables (all_ddl() makes them)
+    14: [],  # metric_refused and metric_dropped (all_ddl() makes them)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -32,10 +32,10 @@ from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
-from raysight.store import log_index, log_retention, pipeline, schema
+from raysight.store import log_index, log_retention, metric_retention, pipeline, schema
 from raysight.store.fold import fold
-from raysight.store.log_retention import LogRetention
 from raysight.store.reconcile import reconcile
+from raysight.store.retention import Retention
 
 sql_log = logging.getLogger("raysight.store.sql")
 
@@ -71,6 +71,8 @@ SESSION_TABLES = (
     "log_dropped",
     "metric_scrapes",
     "metric_metadata",
+    "metric_refused",
+    "metric_dropped",
 )
 
 
@@ -158,11 +160,16 @@ class Store:
     """One DuckDB database file in ``data_dir``."""
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], worker_niceness: int = 0, memory_limit: str = DEFAULT_MEMORY_LIMIT
+        self,
+        data_dir: str | os.PathLike[str],
+        worker_niceness: int = 0,
+        memory_limit: str = DEFAULT_MEMORY_LIMIT,
+        metrics_max_series: int = metric_retention.DEFAULT_MAX_SERIES,
     ) -> None:
         """Open (creating or upgrading) the store; DuckDB's worker threads run at ``worker_niceness`` and take at most
-        ``memory_limit`` (DuckDB's notation: ``1GB``)."""
+        ``memory_limit`` (DuckDB's notation: ``1GB``); a session keeps at most ``metrics_max_series`` series."""
         self.data_dir = Path(data_dir)
+        self.metrics_max_series = metrics_max_series
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
@@ -176,6 +183,7 @@ class Store:
         self._parses = 0
         try:
             self._migrate()
+            self.con.execute("DELETE FROM metric_keys WHERE series_no IS NULL")  # refused under the last limit
         except BaseException:
             self.con.close()  # a failed open holds nothing open
             raise
@@ -764,32 +772,44 @@ class Store:
                    FROM scraped_lines ANTI JOIN metric_keys USING (raw_key)"""
             )
             (new,) = self._one("SELECT count(*) FROM new_lines")
-            if new:  # series not seen before (on a target's first scrape, all): their labels, and the metrics' help
-                self._record_new_series(scrape, target)
+            refused = self._record_new_series(scrape) if new else 0  # (on a target's first scrape, all are new)
             (kept,) = self._one(
                 """INSERT INTO metric_samples
-                   SELECT k.series_no, l.ts_ms, l.value FROM scraped_lines l JOIN metric_keys k USING (raw_key)"""
+                   SELECT k.series_no, l.ts_ms, l.value FROM scraped_lines l JOIN metric_keys k USING (raw_key)
+                   WHERE k.series_no IS NOT NULL"""
             )
+            if refused or self._one("SELECT count(*) FROM metric_refused WHERE session = ?", [scrape.session])[0]:
+                (dropped,) = self._one(metric_retention.REFUSED_SAMPLES)
+                counts = {"series": refused, "samples": dropped, "ts_ms": scrape.scraped_ms}
+                self._run(metric_retention.COUNT_REFUSED, {"session": scrape.session, **counts})
             self._run(
                 "INSERT INTO metric_scrapes VALUES ($session, $instance, $job, $scraped_ms, $kept)",
                 {**target, "scraped_ms": scrape.scraped_ms, "kept": kept},
             )
-            for staged in ("scraped_lines", "new_lines", "new_series"):
+            for staged in ("scraped_lines", "new_lines", "new_series", "fresh_series"):
                 self._run(f"DROP TABLE IF EXISTS {staged}")
         return int(kept)
 
-    def _record_new_series(self, scrape: Scrape, target: dict[str, str]) -> None:
-        """Keep the series of ``new_lines`` (their labels parsed, under their canonical IDs), the lines' keys to them,
-        the type and help of the scrape's metrics, and the session."""
+    def _record_new_series(self, scrape: Scrape) -> int:
+        """Keep the series of ``new_lines`` (their labels parsed, under their canonical IDs) while the session has room
+        for them, the lines' keys to them (or to none: refused), the type and help of the scrape's metrics, and the
+        session; the series refused."""
         self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", scrape.target)
+        self._run(
+            """CREATE OR REPLACE TEMP TABLE fresh_series AS
+               SELECT DISTINCT ON (series_id) * FROM new_series ANTI JOIN metric_series USING (series_id)"""
+        )
+        (fresh,) = self._one("SELECT count(*) FROM fresh_series")
+        (held,) = self._one("SELECT count(*) FROM metric_series WHERE session = ?", [scrape.session])
+        room = max(0, min(fresh, self.metrics_max_series - held))
         self._run(
             """INSERT INTO metric_series
                SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
-               FROM (SELECT DISTINCT ON (series_id) * FROM new_series) ANTI JOIN metric_series USING (series_id)""",
-            target,
+               FROM fresh_series ORDER BY name, series_id LIMIT $room""",
+            {"session": scrape.session, "instance": scrape.instance, "job": scrape.job, "room": room},
         )
         self._run(
-            """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n JOIN metric_series s
+            """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n LEFT JOIN metric_series s
                USING (series_id) ON CONFLICT DO NOTHING"""
         )
         self._run(
@@ -797,8 +817,14 @@ class Store:
             {"session": scrape.session, "text": scrape.text},
         )
         self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
+        return int(fresh - room)
 
-    def prune_logs(self, retention: LogRetention, now_ns: int | None = None) -> int:
+    def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
+        """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
+        with self._one_thread(self.con), self._transaction():
+            return metric_retention.prune(self._run, retention, now_ms or time.time_ns() // 1_000_000)
+
+    def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
         with self._one_thread(self.con), self._transaction():
             dropped = log_retention.prune(self._run, retention, now_ns or time.time_ns())

@@ -258,10 +258,26 @@ def doctor(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                FROM metric_scrapes GROUP BY ALL ORDER BY last_ms DESC LIMIT 50"""
         )
     )
+    metrics_refused = dict_rows(
+        con.execute(
+            """SELECT r.session, s.series AS series_held, r.series AS series_refused, r.samples AS samples_dropped,
+                      r.last_ms FROM metric_refused r
+               LEFT JOIN (SELECT session, count(*) AS series FROM metric_series GROUP BY 1) s USING (session)
+               ORDER BY r.last_ms DESC LIMIT 20"""
+        )
+    )
+    metrics_dropped = dict_rows(
+        con.execute(
+            """SELECT session, samples, through_ms, why, epoch_ms(dropped_at) AS dropped_ms FROM metric_dropped
+               ORDER BY through_ms DESC LIMIT 20"""
+        )
+    )
     return {
         "counters": counters,
         "polls": polls,
         "scrapes": scrapes,
+        "metrics_refused": metrics_refused,
+        "metrics_dropped": metrics_dropped,
         "log_gaps": log_gaps,
         "log_dropped": log_dropped,
         "unsupported": unsupported,

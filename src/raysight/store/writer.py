@@ -37,7 +37,7 @@ import duckdb
 from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
-from raysight.store.log_retention import KEEP_ALL, LogRetention
+from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
 
 log = logging.getLogger("raysight.writer")
@@ -61,7 +61,7 @@ FOLD_REST = 3.0
 MAX_REST_S = 4.0
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
-PRUNE_EVERY_S = 60.0  # between applications of the log retention, when there is one (the first at start)
+PRUNE_EVERY_S = 60.0  # between applications of the retentions, when there are (the first at start)
 # What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
 # malformed input): retrying cannot help, so the batch is quarantined at once.
 CONTENT_ERRORS: tuple[type[Exception], ...] = (
@@ -114,10 +114,11 @@ class Writer:
         on_commit: Callable[[ApplyResult, float], None] | None = None,
         fold_linger_s: float = FOLD_LINGER_S,
         fold_rest: float = FOLD_REST,
-        retention: LogRetention = KEEP_ALL,
+        log_retention: Retention = KEEP_ALL,
+        metrics_retention: Retention = KEEP_ALL,
     ) -> None:
         self.store = store
-        self.retention = retention
+        self.log_retention, self.metrics_retention = log_retention, metrics_retention
         self._prune_after = 0.0  # monotonic time of the next application of the retention
         self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
         folded = store.journal_folded()
@@ -349,15 +350,20 @@ class Writer:
             self._prune_if_due()  # (a server never idle prunes too)
 
     def _prune_if_due(self) -> None:
-        """Apply the log retention, if there is one, at most every PRUNE_EVERY_S; a failure is tried again then."""
-        if not self.retention or time.monotonic() < self._prune_after:
+        """Apply the log and metrics retentions, those there are, at most every PRUNE_EVERY_S; a failure is tried
+        again then."""
+        if not (self.log_retention or self.metrics_retention) or time.monotonic() < self._prune_after:
             return
         self._prune_after = time.monotonic() + PRUNE_EVERY_S
-        try:
-            if dropped := self.store.prune_logs(self.retention):
-                log.info("log retention: dropped %d lines (%s)", dropped, self.retention.why())
-        except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; the lines stay until next time)
-            log.warning("log retention failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
+        for what, retention, prune in (
+            ("log", self.log_retention, self.store.prune_logs),
+            ("metrics", self.metrics_retention, self.store.prune_metrics),
+        ):
+            try:
+                if retention and (dropped := prune(retention)):
+                    log.info("%s retention: dropped %d (%s)", what, dropped, retention.why(what))
+            except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; all stays until next time)
+                log.warning("%s retention failed, will try again in %.0f s: %s", what, PRUNE_EVERY_S, exc)
 
     def _checkpoint_if_due(self) -> None:
         """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
