@@ -2,9 +2,8 @@
 
 - **Series per session** (`raysight server --metrics-max-series`, default :data:`DEFAULT_MAX_SERIES`): a scrape's
   series new to a session that has reached the limit are refused, and their samples dropped, each scrape, counted
-  per session (``metric_refused``, which `raysight doctor` shows). A refused series' line is remembered as such
-  (``metric_keys`` with no series), so a scrape does not parse it again; the store forgets them when it opens, so a
-  server restarted with a higher limit takes them.
+  per session (``metric_refused``, which `raysight doctor` shows). A refused series' line is remembered as such in
+  memory, so a scrape does not parse it again; a server restarted with a higher limit takes them.
 - **Retention** (opt-in: ``--metrics-retention 15d``, ``--metrics-max-size 20GB``): the oldest samples go, and each
   session keeps a marker of what it lost (``metric_dropped``: how many samples, through when, and why), which
   `raysight doctor` shows and Prometheus's query API warns of. The size is estimated from the storage blocks the
@@ -32,11 +31,6 @@ class MetricsBounds:
     max_series: int = DEFAULT_MAX_SERIES
     retention: Retention = field(default_factory=lambda: KEEP_ALL)
 
-
-# The samples of each scrape line whose series was refused (parameters: none; tables scraped_lines, metric_keys)
-REFUSED_SAMPLES = """
-SELECT count(*) FROM scraped_lines JOIN metric_keys USING (raw_key) WHERE metric_keys.series_no IS NULL
-"""
 
 COUNT_REFUSED = """
 INSERT INTO metric_refused VALUES ($session, $series, $samples, $ts_ms)

@@ -504,14 +504,12 @@ RAW_DDL = [
         PRIMARY KEY (session, resource))""",
     # Prometheus metrics scraped from a session's targets (``ingest/prom_text.py``), raw input. Each series once: a
     # small number (``series_no``, what a sample carries: 4 bytes that compress), its canonical ID (a digest of
-    # session, name and labels), name and labels; ``metric_keys`` finds a series by its line as a target exposes it
-    # (the target and the text up to the value), so that a scrape parses only its new series' labels. Each scrape of a
-    # target is kept (a series it no longer exposes is stale from then on, as Prometheus's staleness marker says).
+    # session, name and labels), name and labels. Each scrape of a target is kept (a series it no longer exposes is
+    # stale from then on, as Prometheus's staleness marker says).
     "CREATE SEQUENCE IF NOT EXISTS metric_series_no",
     """CREATE TABLE IF NOT EXISTS metric_series (
         series_no INTEGER PRIMARY KEY, series_id UBIGINT UNIQUE, session VARCHAR, name VARCHAR,
         labels MAP(VARCHAR, VARCHAR), instance VARCHAR, job VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS metric_keys (raw_key UBIGINT PRIMARY KEY, series_no INTEGER)""",
     """CREATE TABLE IF NOT EXISTS metric_samples (series_no INTEGER, ts_ms BIGINT, value DOUBLE)""",
     """CREATE TABLE IF NOT EXISTS metric_scrapes (
         session VARCHAR, instance VARCHAR, job VARCHAR, ts_ms BIGINT, samples INTEGER)""",
@@ -587,7 +585,9 @@ MIGRATIONS = {
     11: [],  # polled, polls and cluster_status (all_ddl() makes them)
     12: ["ALTER TABLE run_exits ADD COLUMN IF NOT EXISTS session VARCHAR"],
     13: [],  # the metric tables (all_ddl() makes them)
-    14: [],  # metric_refused and metric_dropped (all_ddl() makes them)
+    14: [  # metric_refused and metric_dropped (all_ddl() makes them); a target's series known by their lines in memory
+        "DROP TABLE IF EXISTS metric_keys"
+    ],
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

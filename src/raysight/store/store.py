@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, astuple, dataclass
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ COUNTERS = (
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
+MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
 SESSION_TABLES = (
     "raw_events",
@@ -74,6 +75,19 @@ SESSION_TABLES = (
     "metric_refused",
     "metric_dropped",
 )
+
+
+@dataclass
+class _Target:
+    """What the store knows of a scraped target: its last scrape's time, and the series of each line it exposed
+    (the line up to its value → the series' number; None: refused past the session's limit, or not well formed)."""
+
+    last_ms: int | None
+    series: dict[str, int | None] = field(default_factory=dict)
+
+
+def key_of(scrape: Scrape) -> dict[str, str]:
+    return {"session": scrape.session, "instance": scrape.instance, "job": scrape.job}
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,7 @@ class Store:
         ``memory_limit`` (DuckDB's notation: ``1GB``); a session keeps at most ``metrics_max_series`` series."""
         self.data_dir = Path(data_dir)
         self.metrics_max_series = metrics_max_series
+        self._targets: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], _Target] = {}  # scraped targets, LRU
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
@@ -183,7 +198,6 @@ class Store:
         self._parses = 0
         try:
             self._migrate()
-            self.con.execute("DELETE FROM metric_keys WHERE series_no IS NULL")  # refused under the last limit
         except BaseException:
             self.con.close()  # a failed open holds nothing open
             raise
@@ -752,49 +766,71 @@ class Store:
         """Keep one scrape of a Prometheus target (``ingest/prom_text.py``): its samples, the series new to the store
         (their labels parsed once), the scrape itself (a series the target no longer exposes is stale from then on)
         and each metric's type and help. A scrape not newer than the target's last changes nothing (Prometheus too
-        refuses samples out of order). Returns the samples kept."""
-        target = {"session": scrape.session, "instance": scrape.instance, "job": scrape.job}
+        refuses samples out of order). Returns the samples kept.
+
+        Each target's series are known by their lines (:class:`_Target`, in memory: found again from their labels
+        after a restart), so a scrape parses only its new lines' labels, and its samples go in as one Arrow table."""
+        key = (scrape.session, scrape.instance, scrape.job, tuple(scrape.labels.items()))
+        target = self._targets.pop(key, None) or self._target(scrape)
+        self._targets[key] = target  # (the most recently used last)
+        while len(self._targets) > MAX_TARGETS:
+            self._targets.pop(next(iter(self._targets)))
+        if target.last_ms is not None and target.last_ms >= scrape.scraped_ms:
+            return 0
+        page = prom_text.lines(scrape.text, scrape.scraped_ms)
+        new = [i for i, head in enumerate(page.heads) if head not in target.series]
         with self._transaction():
-            (last,) = self._one(
-                "SELECT max(ts_ms) FROM metric_scrapes WHERE session = $session AND instance = $instance "
-                "AND job = $job",
-                target,  # type: ignore[arg-type]
+            found = self._record_new_series(scrape, page, new) if new else {}
+            numbers = [target.series[h] if h in target.series else found.get(h) for h in page.heads]
+            kept = [i for i, number in enumerate(numbers) if number is not None]
+            samples = pa.table(
+                {
+                    "series_no": pa.array([numbers[i] for i in kept], pa.int32()),
+                    "ts_ms": pa.array([page.ts_ms[i] for i in kept], pa.int64()),
+                    "value": pa.array([page.values[i] for i in kept], pa.float64()),
+                }
             )
-            if last is not None and last >= scrape.scraped_ms:
-                return 0
-            self._run(
-                f"CREATE OR REPLACE TEMP TABLE scraped_lines AS {prom_text.LINES}",
-                {**scrape.target, "text": scrape.text, "scraped_ms": scrape.scraped_ms},
-            )
-            self._run(
-                """CREATE OR REPLACE TEMP TABLE new_lines AS
-                   SELECT DISTINCT raw_key, name, labels_text
-                   FROM scraped_lines ANTI JOIN metric_keys USING (raw_key)"""
-            )
-            (new,) = self._one("SELECT count(*) FROM new_lines")
-            refused = self._record_new_series(scrape) if new else 0  # (on a target's first scrape, all are new)
-            (kept,) = self._one(
-                """INSERT INTO metric_samples
-                   SELECT k.series_no, l.ts_ms, l.value FROM scraped_lines l JOIN metric_keys k USING (raw_key)
-                   WHERE k.series_no IS NOT NULL"""
-            )
-            if refused or self._one("SELECT count(*) FROM metric_refused WHERE session = ?", [scrape.session])[0]:
-                (dropped,) = self._one(metric_retention.REFUSED_SAMPLES)
+            self.con.register("scraped_samples", samples)
+            try:
+                self._run("INSERT INTO metric_samples SELECT * FROM scraped_samples")
+            finally:
+                self.con.unregister("scraped_samples")
+            refused = sum(1 for h in {page.heads[i] for i in new} if found.get(h) is None)
+            if dropped := len(numbers) - len(kept):
                 counts = {"series": refused, "samples": dropped, "ts_ms": scrape.scraped_ms}
                 self._run(metric_retention.COUNT_REFUSED, {"session": scrape.session, **counts})
             self._run(
                 "INSERT INTO metric_scrapes VALUES ($session, $instance, $job, $scraped_ms, $kept)",
-                {**target, "scraped_ms": scrape.scraped_ms, "kept": kept},
+                {**key_of(scrape), "scraped_ms": scrape.scraped_ms, "kept": len(kept)},
             )
-            for staged in ("scraped_lines", "new_lines", "new_series", "fresh_series"):
-                self._run(f"DROP TABLE IF EXISTS {staged}")
-        return int(kept)
+        target.series.update(found)  # (only once committed)
+        target.last_ms = scrape.scraped_ms
+        return len(kept)
 
-    def _record_new_series(self, scrape: Scrape) -> int:
-        """Keep the series of ``new_lines`` (their labels parsed, under their canonical IDs) while the session has room
-        for them, the lines' keys to them (or to none: refused), the type and help of the scrape's metrics, and the
-        session; the series refused."""
-        self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", scrape.target)
+    def _target(self, scrape: Scrape) -> _Target:
+        """A target not in memory: its last scrape, as stored (its series are found again by their labels)."""
+        (last,) = self._one(
+            "SELECT max(ts_ms) FROM metric_scrapes WHERE session = $session AND instance = $instance AND job = $job",
+            key_of(scrape),  # type: ignore[arg-type]
+        )
+        return _Target(last)
+
+    def _record_new_series(self, scrape: Scrape, page: prom_text.Lines, new: list[int]) -> dict[str, int | None]:
+        """Keep the series of the page's ``new`` lines (their labels parsed, under their canonical IDs) while the
+        session has room for them, the type and help of the scrape's metrics, and the session; each new line's head
+        → its series (None: refused past the session's limit, or a line whose labels are not well formed)."""
+        lines = pa.table(
+            {
+                "line": pa.array(new, pa.int32()),
+                "name": [page.names[i] for i in new],
+                "labels_text": [page.labels[i] for i in new],
+            }
+        )
+        self.con.register("new_lines", lines)
+        try:
+            self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", scrape.target)
+        finally:
+            self.con.unregister("new_lines")
         self._run(
             """CREATE OR REPLACE TEMP TABLE fresh_series AS
                SELECT DISTINCT ON (series_id) * FROM new_series ANTI JOIN metric_series USING (series_id)"""
@@ -806,18 +842,19 @@ class Store:
             """INSERT INTO metric_series
                SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
                FROM fresh_series ORDER BY name, series_id LIMIT $room""",
-            {"session": scrape.session, "instance": scrape.instance, "job": scrape.job, "room": room},
+            {**key_of(scrape), "room": room},
         )
-        self._run(
-            """INSERT INTO metric_keys SELECT n.raw_key, s.series_no FROM new_series n LEFT JOIN metric_series s
-               USING (series_id) ON CONFLICT DO NOTHING"""
+        numbers = dict(
+            self._run("SELECT n.line, s.series_no FROM new_series n JOIN metric_series s USING (series_id)").fetchall()
         )
         self._run(
             f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
             {"session": scrape.session, "text": scrape.text},
         )
         self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
-        return int(fresh - room)
+        for staged in ("new_series", "fresh_series"):
+            self._run(f"DROP TABLE {staged}")
+        return {page.heads[i]: numbers.get(i) for i in new}
 
     def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
@@ -888,14 +925,13 @@ class Store:
     def delete_session(self, session: str) -> bool:
         with self._transaction() as con:
             found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
-            for metrics_of in ("metric_samples", "metric_keys"):  # (keyed by series, not by session)
-                con.execute(
-                    f"DELETE FROM {metrics_of} WHERE series_no IN "
-                    "(SELECT series_no FROM metric_series WHERE session = ?)",
-                    [session],
-                )
+            con.execute(  # (keyed by series, not by session)
+                "DELETE FROM metric_samples WHERE series_no IN (SELECT series_no FROM metric_series WHERE session = ?)",
+                [session],
+            )
             for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
+        self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
         return bool(found and found[0])
 
 
