@@ -17,10 +17,12 @@ from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
 from raysight.cli import main
+from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
 from raysight.store import metric_retention
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import Retention
+from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
@@ -432,3 +434,26 @@ def test_size_retention_keeps_the_newest_samples_within_the_size(server: TestCli
     assert left == samples - dropped and left * per_sample <= bound < (left + 6) * per_sample  # (a scrape's worth)
     (oldest,) = store_call(server, lambda s: s._one("SELECT min(ts_ms) FROM metric_samples"))
     assert oldest > T0 and values(instant(server, 'req_total{route="/a"}', 12)) == [120.0]
+
+
+def test_scrapes_kept_together_are_each_kept_as_alone(tmp_path: Path) -> None:
+    """The writer keeps the scrapes that wait together, in one transaction: a target's second scrape of the batch
+    finds the series its first added, one older than the target's last changes nothing, and each says its samples."""
+    store = Store(tmp_path / "data")
+    try:
+        batch = [
+            Scrape(SESSION, T0, "h:1", "ray", "x 1\ny 2\n"),
+            Scrape(SESSION, T0, "h:2", "ray", "x 5\n"),
+            Scrape(SESSION, T0 + EVERY, "h:1", "ray", "x 2\nz 3\n"),
+            Scrape(SESSION, T0 + EVERY - 1, "h:1", "ray", "x 9\n"),  # older than the one before it
+        ]
+        assert store.record_scrapes(batch) == [2, 1, 2, 0]
+        assert store.record_scrapes([Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", "x 3\n")]) == [1]
+        rows = store.con.execute(
+            """SELECT s.instance, s.name, list(m.value ORDER BY m.ts_ms) FROM metric_samples m
+               JOIN metric_series s USING (series_no) GROUP BY ALL ORDER BY ALL"""
+        ).fetchall()
+        assert rows == [("h:1", "x", [1.0, 2.0, 3.0]), ("h:1", "y", [2.0]), ("h:1", "z", [3.0]), ("h:2", "x", [5.0])]
+        assert store.con.execute("SELECT count(*) FROM metric_scrapes").fetchone() == (4,)
+    finally:
+        store.close()

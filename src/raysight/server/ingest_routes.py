@@ -253,13 +253,13 @@ async def node_life_sightings(request: Request) -> Response:
 
 
 async def _record(
-    request: Request, what: str, write: Callable[[Store], T], answer: Callable[[T], dict[str, Any]]
+    request: Request, what: str, write: Callable[[Store], T] | Future[T], answer: Callable[[T], dict[str, Any]]
 ) -> Response:
-    """Have the writer run ``write`` and answer ``{"ok": true, **answer(result)}``, or 503 (the sender retries) when
-    it cannot be done within the ingest deadline (folding is behind or stalled) or the store fails for a reason not
-    the sender's. A write that timed out is cancelled if it has not started, else completes: each must be harmless
-    twice."""
-    future = app_state(request).writer.call(write)
+    """Have the writer run ``write`` (or await its future, when the writer was handed it so) and answer
+    ``{"ok": true, **answer(result)}``, or 503 (the sender retries) when it cannot be done within the ingest deadline
+    (folding is behind or stalled) or the store fails for a reason not the sender's. A write that timed out is
+    cancelled if it has not started, else completes: each must be harmless twice."""
+    future = write if isinstance(write, Future) else app_state(request).writer.call(write)
     try:
         result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=INGEST_DEADLINE_S)
     except asyncio.TimeoutError:
@@ -296,7 +296,8 @@ async def metrics_scrape(request: Request) -> Response:
     except agent_logs_batch.BadBatch as exc:
         app_state(request).metrics.rejected.labels("bad_scrape").inc()
         return _error(400, f"bad scrape: {exc}")
-    return await _record(request, "the scrape", lambda s: s.record_scrape(scrape), lambda n: {"samples": n})
+    future = app_state(request).writer.record_scrape(scrape)
+    return await _record(request, "the scrape", future, lambda n: {"samples": n})
 
 
 def parse_metrics_post(body: bytes) -> str:

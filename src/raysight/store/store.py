@@ -55,6 +55,11 @@ COUNTERS = (
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
+SAMPLES_SCHEMA = pa.schema([("series_no", pa.int32()), ("ts_ms", pa.int64()), ("value", pa.float64())])
+SCRAPES_SCHEMA = pa.schema(
+    [("session", pa.string()), ("instance", pa.string()), ("job", pa.string()), ("ts_ms", pa.int64()),
+     ("samples", pa.int32())]
+)  # fmt: skip
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
 SESSION_TABLES = (
     "raw_events",
@@ -763,49 +768,66 @@ class Store:
         return [(table, key, patch) for table, key, patch in poll.drivers if not known(key, patch)]
 
     def record_scrape(self, scrape: Scrape) -> int:
-        """Keep one scrape of a Prometheus target (``ingest/prom_text.py``): its samples, the series new to the store
-        (their labels parsed once), the scrape itself (a series the target no longer exposes is stale from then on)
-        and each metric's type and help. A scrape not newer than the target's last changes nothing (Prometheus too
-        refuses samples out of order). Returns the samples kept.
+        """:meth:`record_scrapes` of one scrape."""
+        return self.record_scrapes([scrape])[0]
+
+    def record_scrapes(self, scrapes: Sequence[Scrape]) -> list[int]:
+        """Keep scrapes of Prometheus targets (``ingest/prom_text.py``), in one transaction: their samples, the
+        series new to the store (their labels parsed once), each scrape itself (a series the target no longer exposes
+        is stale from then on) and each metric's type and help. A scrape not newer than its target's last changes
+        nothing (Prometheus too refuses samples out of order). Returns the samples kept of each.
 
         Each target's series are known by their lines (:class:`_Target`, in memory: found again from their labels
-        after a restart), so a scrape parses only its new lines' labels, and its samples go in as one Arrow table."""
-        key = (scrape.session, scrape.instance, scrape.job, tuple(scrape.labels.items()))
-        target = self._targets.pop(key, None) or self._target(scrape)
-        self._targets[key] = target  # (the most recently used last)
+        after a restart), so a scrape parses only its new lines' labels; the samples go in as one Arrow table."""
+        kept_of: list[int] = []
+        staged: dict[Any, _Target] = {}  # what the transaction adds to the targets, theirs once it commits
+        samples: dict[str, list[Any]] = {"series_no": [], "ts_ms": [], "value": []}
+        done: list[tuple[str, str, str, int, int]] = []
+        refused: dict[str, list[int]] = {}  # session -> [series refused, samples dropped, last scrape's ms]
+        with self._transaction():
+            for scrape in scrapes:
+                key = (scrape.session, scrape.instance, scrape.job, tuple(scrape.labels.items()))
+                known = staged.get(key) or self._targets.get(key) or self._target(scrape)
+                if known.last_ms is not None and known.last_ms >= scrape.scraped_ms:
+                    kept_of.append(0)
+                    continue
+                page = prom_text.lines(scrape.text, scrape.scraped_ms)
+                new = [i for i, head in enumerate(page.heads) if head not in known.series]
+                found = self._record_new_series(scrape, page, new) if new else {}
+                staged[key] = target = _Target(scrape.scraped_ms, {**known.series, **found} if found else known.series)
+                numbers = [target.series[head] for head in page.heads]
+                kept = [i for i, number in enumerate(numbers) if number is not None]
+                samples["series_no"] += [numbers[i] for i in kept]
+                samples["ts_ms"] += [page.ts_ms[i] for i in kept]
+                samples["value"] += [page.values[i] for i in kept]
+                done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(kept)))
+                kept_of.append(len(kept))
+                if dropped := len(numbers) - len(kept):
+                    counts = refused.setdefault(scrape.session, [0, 0, 0])
+                    counts[0] += sum(1 for number in found.values() if number is None)
+                    counts[1] += dropped
+                    counts[2] = max(counts[2], scrape.scraped_ms)
+            self._insert_arrow("metric_samples", pa.table(samples, schema=SAMPLES_SCHEMA))
+            columns = {name: [row[i] for row in done] for i, name in enumerate(SCRAPES_SCHEMA.names)}
+            self._insert_arrow("metric_scrapes", pa.table(columns, schema=SCRAPES_SCHEMA))
+            for session, (series, dropped, last_ms) in refused.items():
+                added = {"session": session, "series": series, "samples": dropped, "ts_ms": last_ms}
+                self._run(metric_retention.COUNT_REFUSED, added)
+        for key, target in staged.items():  # (only once committed)
+            self._targets.pop(key, None)
+            self._targets[key] = target  # (the most recently used last)
         while len(self._targets) > MAX_TARGETS:
             self._targets.pop(next(iter(self._targets)))
-        if target.last_ms is not None and target.last_ms >= scrape.scraped_ms:
-            return 0
-        page = prom_text.lines(scrape.text, scrape.scraped_ms)
-        new = [i for i, head in enumerate(page.heads) if head not in target.series]
-        with self._transaction():
-            found = self._record_new_series(scrape, page, new) if new else {}
-            numbers = [target.series[h] if h in target.series else found.get(h) for h in page.heads]
-            kept = [i for i, number in enumerate(numbers) if number is not None]
-            samples = pa.table(
-                {
-                    "series_no": pa.array([numbers[i] for i in kept], pa.int32()),
-                    "ts_ms": pa.array([page.ts_ms[i] for i in kept], pa.int64()),
-                    "value": pa.array([page.values[i] for i in kept], pa.float64()),
-                }
-            )
-            self.con.register("scraped_samples", samples)
-            try:
-                self._run("INSERT INTO metric_samples SELECT * FROM scraped_samples")
-            finally:
-                self.con.unregister("scraped_samples")
-            refused = sum(1 for h in {page.heads[i] for i in new} if found.get(h) is None)
-            if dropped := len(numbers) - len(kept):
-                counts = {"series": refused, "samples": dropped, "ts_ms": scrape.scraped_ms}
-                self._run(metric_retention.COUNT_REFUSED, {"session": scrape.session, **counts})
-            self._run(
-                "INSERT INTO metric_scrapes VALUES ($session, $instance, $job, $scraped_ms, $kept)",
-                {**key_of(scrape), "scraped_ms": scrape.scraped_ms, "kept": len(kept)},
-            )
-        target.series.update(found)  # (only once committed)
-        target.last_ms = scrape.scraped_ms
-        return len(kept)
+        return kept_of
+
+    def _insert_arrow(self, table: str, rows: pa.Table) -> None:
+        if not rows.num_rows:
+            return
+        self.con.register("arrow_rows", rows)
+        try:
+            self._run(f"INSERT INTO {table} SELECT * FROM arrow_rows")
+        finally:
+            self.con.unregister("arrow_rows")
 
     def _target(self, scrape: Scrape) -> _Target:
         """A target not in memory: its last scrape, as stored (its series are found again by their labels)."""

@@ -36,6 +36,7 @@ import duckdb
 
 from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
+from raysight.ingest.prom_text import Scrape
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
@@ -132,6 +133,7 @@ class Writer:
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
+        self._scrapes: list[tuple[Scrape, Future[int]]] = []  # waiting for the fold thread (record_scrape)
         self._stopping = threading.Event()
         self._on_commit = on_commit
         self.stall: Stall | None = None
@@ -185,6 +187,32 @@ class Writer:
         future: Future[Any] = Future()
         self._to_journal.put((fn, future))  # through the journal thread, so it stays behind earlier batches
         return future
+
+    def record_scrape(self, scrape: Scrape) -> Future[int]:
+        """Keep a scrape on the fold thread (its samples kept, the future's result); the scrapes that wait meanwhile
+        are kept together, in one transaction (``Store.record_scrapes``)."""
+        future: Future[int] = Future()
+        with self._lock:
+            self._scrapes.append((scrape, future))
+            first = len(self._scrapes) == 1
+        if first:
+            self.call(self._record_scrapes)
+        return future
+
+    def _record_scrapes(self, store: Store) -> None:
+        with self._lock:
+            waiting, self._scrapes = [(s, f) for s, f in self._scrapes if f.set_running_or_notify_cancel()], []
+        try:
+            kept = store.record_scrapes([scrape for scrape, _ in waiting])
+        except Exception:  # noqa: BLE001 (one scrape the store refuses must not fail the others: each alone)
+            for scrape, future in waiting:
+                try:
+                    future.set_result(store.record_scrape(scrape))
+                except Exception as exc:  # noqa: BLE001 (handed to the sender through its future)
+                    future.set_exception(exc)
+            return
+        for (_, future), samples in zip(waiting, kept, strict=True):
+            future.set_result(samples)
 
     def close(self, timeout: float = 30) -> None:
         """Stop after the group being folded; what is left unfolded stays in the journal for the next start."""
