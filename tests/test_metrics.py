@@ -455,5 +455,9 @@ def test_scrapes_kept_together_are_each_kept_as_alone(tmp_path: Path) -> None:
         ).fetchall()
         assert rows == [("h:1", "x", [1.0, 2.0, 3.0]), ("h:1", "y", [2.0]), ("h:1", "z", [3.0]), ("h:2", "x", [5.0])]
         assert store.con.execute("SELECT count(*) FROM metric_scrapes").fetchone() == (4,)
+        # a line naming a label twice is no sample, and no series refused either
+        malformed = Scrape(SESSION, T0 + 3 * EVERY, "h:1", "ray", 'x 4\nbad{a="1",a="2"} 1\n')
+        assert store.record_scrapes([malformed]) == [1]
+        assert store.con.execute("SELECT count(*) FROM metric_refused").fetchone() == (0,)
     finally:
         store.close()

@@ -18,7 +18,6 @@ node it is) label the series that lack them.
 from __future__ import annotations
 
 import re
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,12 +95,10 @@ def _unescaped(value: str) -> str:
 @dataclass
 class Lines:
     """A page's samples, in order: each line as the target exposes its series (``heads``: the text up to the value,
-    what a target's series is found by without parsing its labels again), the metric's ``names``, the text between
-    the braces (``labels``), ``values`` and times (``ts_ms``)."""
+    ``name{labels}``, what a target's series is found by without parsing its labels again), ``values`` and times
+    (``ts_ms``)."""
 
     heads: list[str] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     ts_ms: list[int] = field(default_factory=list)
 
@@ -109,40 +106,50 @@ class Lines:
 def lines(text: str, scraped_ms: int) -> Lines:
     """The sample lines of a page, split as Ray's exporters write them (tokens apart by spaces; a sample without a
     time of its own takes the scrape's); comments, blank lines and lines that are not samples skipped. Plain string
-    operations: a Ray node's page of ~2,000 lines in about a millisecond."""
+    operations: a Ray node's page of ~1,000 lines in about half a millisecond."""
     out = Lines()
+    heads, values, times = out.heads.append, out.values.append, out.ts_ms.append
     for line in text.split("\n"):
-        line = line.rstrip()
-        if not line or line.lstrip().startswith("#"):
+        if not line or line[0] == "#":
             continue
-        brace, space = line.find("{"), line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            close = line.rfind("}")
-            if close < brace:
+        if line[0] in " \t" or line[-1] in " \t\r":
+            line = line.strip()
+            if not line or line[0] == "#":
                 continue
-            name, head, labels, rest = line[:brace], line[: close + 1], line[brace + 1 : close], line[close + 1 :]
-        elif space != -1:
-            name = head = line[:space]
-            labels, rest = "", line[space + 1 :]
+        close = line.rfind("}")
+        if close != -1:  # name{labels} value [time]
+            brace = line.find("{")
+            if not 0 < brace < close or line.find(" ", 0, brace) != -1:
+                continue
+            head, tokens = line[: close + 1], line[close + 1 :].split()
+        else:  # name value [time]
+            space = line.find(" ")
+            if space < 1:
+                continue
+            head, tokens = line[:space], line[space + 1 :].split()
+        if len(tokens) == 1:
+            ts = scraped_ms
+        elif len(tokens) == 2:
+            try:
+                ts = int(tokens[1])
+            except ValueError:
+                ts = scraped_ms
         else:
-            continue
-        tokens = rest.split()
-        if not name or not 1 <= len(tokens) <= 2:
             continue
         try:
             value = float(tokens[0])
         except ValueError:
             continue
-        ts = scraped_ms
-        if len(tokens) == 2:
-            with suppress(ValueError):
-                ts = int(tokens[1])
-        out.heads.append(head)
-        out.names.append(name)
-        out.labels.append(labels)
-        out.values.append(value)
-        out.ts_ms.append(ts)
+        heads(head)
+        values(value)
+        times(ts)
     return out
+
+
+def name_and_labels(head: str) -> tuple[str, str]:
+    """A line's metric name, and the text between its braces."""
+    brace = head.find("{")
+    return (head, "") if brace == -1 else (head[:brace], head[brace + 1 : -1])
 
 
 # The series of new lines (``new_lines``: line, name, labels_text; parameters: :attr:`Scrape.target`), their

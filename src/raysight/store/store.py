@@ -55,11 +55,8 @@ COUNTERS = (
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
+MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
 SAMPLES_SCHEMA = pa.schema([("series_no", pa.int32()), ("ts_ms", pa.int64()), ("value", pa.float64())])
-SCRAPES_SCHEMA = pa.schema(
-    [("session", pa.string()), ("instance", pa.string()), ("job", pa.string()), ("ts_ms", pa.int64()),
-     ("samples", pa.int32())]
-)  # fmt: skip
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
 SESSION_TABLES = (
     "raw_events",
@@ -795,21 +792,27 @@ class Store:
                 new = [i for i, head in enumerate(page.heads) if head not in known.series]
                 found = self._record_new_series(scrape, page, new) if new else {}
                 staged[key] = target = _Target(scrape.scraped_ms, {**known.series, **found} if found else known.series)
-                numbers = [target.series[head] for head in page.heads]
-                kept = [i for i, number in enumerate(numbers) if number is not None]
-                samples["series_no"] += [numbers[i] for i in kept]
-                samples["ts_ms"] += [page.ts_ms[i] for i in kept]
-                samples["value"] += [page.values[i] for i in kept]
-                done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(kept)))
-                kept_of.append(len(kept))
-                if dropped := len(numbers) - len(kept):
+                numbers = [target.series.get(head, MALFORMED) for head in page.heads]
+                dropped = numbers.count(None)  # (refused past the session's limit)
+                if dropped or MALFORMED in numbers:
+                    kept = [i for i, number in enumerate(numbers) if number is not None and number != MALFORMED]
+                    numbers = [numbers[i] for i in kept]
+                    page.ts_ms, page.values = [page.ts_ms[i] for i in kept], [page.values[i] for i in kept]
+                samples["series_no"] += numbers
+                samples["ts_ms"] += page.ts_ms
+                samples["value"] += page.values
+                done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(numbers)))
+                kept_of.append(len(numbers))
+                if dropped:
                     counts = refused.setdefault(scrape.session, [0, 0, 0])
                     counts[0] += sum(1 for number in found.values() if number is None)
                     counts[1] += dropped
                     counts[2] = max(counts[2], scrape.scraped_ms)
-            self._insert_arrow("metric_samples", pa.table(samples, schema=SAMPLES_SCHEMA))
-            columns = {name: [row[i] for row in done] for i, name in enumerate(SCRAPES_SCHEMA.names)}
-            self._insert_arrow("metric_scrapes", pa.table(columns, schema=SCRAPES_SCHEMA))
+            if samples["series_no"]:
+                self.con.from_arrow(pa.table(samples, schema=SAMPLES_SCHEMA)).insert_into("metric_samples")
+            if done:
+                rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(done))
+                self._run(f"INSERT INTO metric_scrapes VALUES {rows}", [v for row in done for v in row])
             for session, (series, dropped, last_ms) in refused.items():
                 added = {"session": session, "series": series, "samples": dropped, "ts_ms": last_ms}
                 self._run(metric_retention.COUNT_REFUSED, added)
@@ -819,15 +822,6 @@ class Store:
         while len(self._targets) > MAX_TARGETS:
             self._targets.pop(next(iter(self._targets)))
         return kept_of
-
-    def _insert_arrow(self, table: str, rows: pa.Table) -> None:
-        if not rows.num_rows:
-            return
-        self.con.register("arrow_rows", rows)
-        try:
-            self._run(f"INSERT INTO {table} SELECT * FROM arrow_rows")
-        finally:
-            self.con.unregister("arrow_rows")
 
     def _target(self, scrape: Scrape) -> _Target:
         """A target not in memory: its last scrape, as stored (its series are found again by their labels)."""
@@ -840,12 +834,13 @@ class Store:
     def _record_new_series(self, scrape: Scrape, page: prom_text.Lines, new: list[int]) -> dict[str, int | None]:
         """Keep the series of the page's ``new`` lines (their labels parsed, under their canonical IDs) while the
         session has room for them, the type and help of the scrape's metrics, and the session; each new line's head
-        → its series (None: refused past the session's limit, or a line whose labels are not well formed)."""
+        → its series (None: refused past the session's limit; a line whose labels are not well formed is left out)."""
+        split = [prom_text.name_and_labels(page.heads[i]) for i in new]
         lines = pa.table(
             {
                 "line": pa.array(new, pa.int32()),
-                "name": [page.names[i] for i in new],
-                "labels_text": [page.labels[i] for i in new],
+                "name": [name for name, _ in split],
+                "labels_text": [labels for _, labels in split],
             }
         )
         self.con.register("new_lines", lines)
@@ -867,7 +862,9 @@ class Store:
             {**key_of(scrape), "room": room},
         )
         numbers = dict(
-            self._run("SELECT n.line, s.series_no FROM new_series n JOIN metric_series s USING (series_id)").fetchall()
+            self._run(
+                "SELECT n.line, s.series_no FROM new_series n LEFT JOIN metric_series s USING (series_id)"
+            ).fetchall()
         )
         self._run(
             f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
@@ -876,7 +873,7 @@ class Store:
         self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
         for staged in ("new_series", "fresh_series"):
             self._run(f"DROP TABLE {staged}")
-        return {page.heads[i]: numbers.get(i) for i in new}
+        return {page.heads[i]: numbers[i] for i in new if i in numbers}
 
     def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
