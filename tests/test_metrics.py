@@ -21,6 +21,8 @@ from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
 from raysight.store import metric_retention
 from raysight.store.metric_retention import MetricsBounds
+from raysight.store.metrics_query import SessionMetrics
+from raysight.store.promql import Matcher
 from raysight.store.retention import Retention
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
@@ -459,5 +461,18 @@ def test_scrapes_kept_together_are_each_kept_as_alone(tmp_path: Path) -> None:
         malformed = Scrape(SESSION, T0 + 3 * EVERY, "h:1", "ray", 'x 4\nbad{a="1",a="2"} 1\n')
         assert store.record_scrapes([malformed]) == [1]
         assert store.con.execute("SELECT count(*) FROM metric_refused").fetchone() == (0,)
+    finally:
+        store.close()
+
+
+def test_samples_stored_out_of_time_order_are_read_in_order(tmp_path: Path) -> None:
+    """A page may stamp its samples (``x 1 <ms>``): a later scrape can store a series' sample older than one before
+    it, and the selection still reads each series in time order (its fast path checks, and sorts by both keys)."""
+    store = Store(tmp_path / "data")
+    try:
+        store.record_scrapes([Scrape(SESSION, T0 + EVERY, "h:1", "ray", f"x 1 {T0 + 3000}\ny 7\n")])
+        store.record_scrapes([Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", f"x 2 {T0 + 1000}\ny 8\n")])
+        (x,) = SessionMetrics(store.con, SESSION).select([Matcher("__name__", "=", "x")], T0, T0 + 3 * EVERY)
+        assert x.ts.tolist() == [T0 + 1000, T0 + 3000] and x.values.tolist() == [2.0, 1.0]
     finally:
         store.close()
