@@ -476,3 +476,28 @@ def test_samples_stored_out_of_time_order_are_read_in_order(tmp_path: Path) -> N
         assert x.ts.tolist() == [T0 + 1000, T0 + 3000] and x.values.tolist() == [2.0, 1.0]
     finally:
         store.close()
+
+
+def test_metrics_top_sums_each_nodes_processes_and_orders_the_busiest_first(server: TestClient) -> None:
+    def page(i: int) -> str:
+        return (
+            f'raysight_process_cpu_seconds_total{{NodeId="n1",pid="10",Component="raylet"}} {i * 15}\n'
+            f'raysight_process_cpu_seconds_total{{NodeId="n1",pid="11",Component="ray::IDLE",WorkerId="w1"}} {i * 30}\n'
+            f'raysight_process_cpu_seconds_total{{NodeId="n2",pid="12",Component="ray::IDLE",WorkerId="w2"}} {i * 3}\n'
+            f'raysight_process_resident_memory_bytes{{NodeId="n1",pid="11",Component="ray::IDLE",WorkerId="w1"}} 5e8\n'
+        )
+
+    for i in range(3):  # 30 s apart: a minute
+        body = {"session": SESSION, "scraped_ms": T0 + 30_000 * i, "target": {"instance": "h", "job": "raysight"}}
+        assert server.post("/ingest/agent/metrics", json={**body, "text": page(i)}).json()["samples"] == 4
+    top = server.get("/api/raysight/metrics/top", params={"at": T0 + 60_000, "limit": 1}).json()
+    assert top["session"] == SESSION and top["at_ms"] == T0 + 60_000
+    (node,) = top["nodes"]  # (the busiest of two)
+    assert (node["node_id"], node["processes"], node["cpu"], node["rss_bytes"]) == ("n1", 2, 1.5, 5e8)
+    (worker,) = top["workers"]
+    assert (worker["worker_id"], worker["pid"], worker["cpu"], worker["worker_type"]) == ("w1", 11, 1.0, None)
+    assert top["actors"] == []  # (no actor recorded on these workers)
+    every = server.get("/api/raysight/metrics/top", params={"at": T0 + 60_000}).json()
+    assert [w["cpu"] for w in every["workers"]] == [1.0, 0.1]
+    assert server.get("/api/raysight/metrics/top", params={"limit": 5000}).status_code == 400
+    assert server.get("/api/raysight/metrics/top", params={"session": "session_nope"}).status_code == 404

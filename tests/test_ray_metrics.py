@@ -13,13 +13,16 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 
 from raysight import Client
+from raysight.cli import main
 from raysight.cli.run import free_port
 from tests.ray_programs.app_metrics import TASKS, exported
 from tests.ray_scenarios import replayed
@@ -181,6 +184,28 @@ def test_each_ray_process_has_its_own_stats_keyed_to_its_worker(metered: tuple[s
         ).json()
         (value,) = [float(r["value"][1]) for r in answer["data"]["result"]]
         assert value >= least, (name, value)
+
+
+def test_metrics_top_shows_the_busiest_nodes_workers_and_actors_with_what_ran_in_them(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    url, page = metered
+    read_at = datetime.fromtimestamp(page["read_ms"] / 1000, tz=UTC).isoformat()
+    shown = CliRunner().invoke(main, ["metrics", "top", "--at", read_at, "--server", url, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    (node,) = report["nodes"]
+    assert node["node_id"] == page["node_id"] and node["processes"] >= 6 and node["rss_bytes"] > 100e6
+    assert 0 < node["node_cpu_percent"] <= 100 and node["node_mem_used_bytes"] < node["node_mem_total_bytes"]
+    (shop,) = [a for a in report["actors"] if a["class_name"] == "Shop"]
+    assert shop["pid"] == page["shop_pid"] and shop["rss_bytes"] > 20e6 and shop["cpu"] >= 0
+    driver = next(w for w in report["workers"] if w["pid"] == page["driver_pid"])
+    assert driver["worker_type"] == "DRIVER" and driver["job_id"]
+    cpus = [w["cpu"] for w in report["workers"]]
+    assert cpus == sorted(cpus, reverse=True)  # the busiest first
+    table = CliRunner().invoke(main, ["metrics", "top", "actors", "--at", read_at, "--server", url])
+    assert table.exit_code == 0 and "Busiest actors" in table.output and "Shop" in table.output, table.output
+    assert "Busiest nodes" not in table.output
 
 
 # Grafana's duration variables, as the dashboards' defaults (and Grafana's rate interval for a 5 s scrape) set them;

@@ -166,6 +166,11 @@ class Client:
         prefix = f"/sessions/{session}" if session else ""
         return self._request("GET", f"{prefix}/api/v1/{path}", params=params)["data"]
 
+    def metrics_top(self, session: str | None = None, at_ms: int | None = None, limit: int = 10) -> dict[str, Any]:
+        """The busiest nodes, workers and actors at ``at_ms`` (default: now, or an ended session's end)."""
+        given = {k: v for k, v in {"session": session, "at": at_ms, "limit": limit}.items() if v is not None}
+        return self._request("GET", "/api/raysight/metrics/top", params=given)  # type: ignore[no-any-return]
+
     def timeline(self, session: str | None = None, job: str | None = None) -> bytes:
         """A session's task attempts as Chrome trace JSON (`ray timeline`'s format): ``GET /api/raysight/timeline``."""
         given = {k: v for k, v in {"session": session, "job": job}.items() if v is not None}

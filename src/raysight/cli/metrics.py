@@ -4,6 +4,8 @@ queries over them (through the server's Prometheus query API)."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -14,8 +16,9 @@ from raysight.cli.logs import parse_time
 
 @click.group("metrics")
 def metrics_cmd() -> None:
-    """Ray's metrics as raysight scraped them (node stats, Ray's internals, an application's own, Serve's), for the
-    live session or any ended one: `metrics names`, `metrics labels NAME`, `metrics query 'EXPR'`."""
+    """Ray's metrics as raysight scraped them (node stats, Ray's internals, an application's own, Serve's, each Ray
+    process's own), for the live session or any ended one: `metrics names`, `metrics labels NAME`, `metrics query
+    'EXPR'`, `metrics top`."""
 
 
 @metrics_cmd.command("names")
@@ -100,3 +103,57 @@ def query_cmd(
         click.echo("(no data)")
         return
     render.table(rows, columns=["series", "time_ms", "value"])
+
+
+TOP = {  # each table of `metrics top`: its columns
+    "nodes": ["node_id", "processes", "cpu", "rss", "gpu_memory", "gpu_utilization", "node_cpu_percent", "node_mem"],
+    "workers": ["worker_id", "node_id", "pid", "component", "worker_type", "job_id", "cpu", "rss", "gpu_memory",
+                "gpu_utilization", "running"],
+    "actors": ["actor_id", "class_name", "name", "worker_id", "node_id", "pid", "cpu", "rss", "gpu_memory",
+               "gpu_utilization"],
+}  # fmt: skip
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of `metrics top` for a table: CPU in cores, bytes in MiB, lists joined."""
+    mib = {k.removesuffix("_bytes"): None if v is None else f"{v / 2**20:,.0f} MiB" for k, v in row.items()
+           if k.endswith("_bytes") and k != "node_mem_total_bytes"}  # fmt: skip
+    if row.get("node_mem_used_bytes") is not None and row.get("node_mem_total_bytes"):
+        mib["node_mem"] = f"{row['node_mem_used_bytes'] / 2**20:,.0f} of {row['node_mem_total_bytes'] / 2**20:,.0f} MiB"
+    return {
+        **row,
+        **mib,
+        "cpu": None if row.get("cpu") is None else f"{row['cpu']:.2f}",
+        "running": ", ".join(row.get("running") or []),
+    }
+
+
+@metrics_cmd.command("top")
+@click.argument("what", type=click.Choice(["all", *TOP]), default="all")
+@click.option(
+    "--at",
+    metavar="WHEN",
+    help="At this moment: a time ago (30s, 10m) or ISO 8601. Default: now, or an ended session's end.",
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows of each table.")
+@session_option
+@client_options
+def top_cmd(what: str, at: str | None, limit: int, session: str | None, fmt: str | None, server: str | None) -> None:
+    """The busiest nodes, workers and actors (WHAT: one of them, or all), by CPU over the minute before the moment,
+    with their memory and GPU use: from each Ray process's own stats, joined to what ran in it (a worker's job,
+    actor and running tasks)."""
+    at_ms = None if at is None else parse_time(at, time.time_ns()) // 1_000_000
+    with make_client(server) as client:
+        report = client.metrics_top(session, at_ms, limit)
+    tables = list(TOP) if what == "all" else [what]
+    if fmt in ("json", "yaml"):
+        render.dump({k: v for k, v in report.items() if k not in TOP or k in tables}, fmt)
+        return
+    moment = datetime.fromtimestamp(report["at_ms"] / 1000, tz=UTC).isoformat(timespec="seconds")
+    click.echo(f"{report['session']} at {moment}; CPU in cores, over the minute before")
+    for table in tables:
+        rows = [_shown(row) for row in report[table]]
+        if rows:
+            render.table(rows, columns=TOP[table], title=f"Busiest {table}")
+        else:
+            render.heading(f"Busiest {table}: none (no process stats scraped then)")

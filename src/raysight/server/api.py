@@ -16,13 +16,16 @@ from raysight import __version__
 from raysight.errors import BadQuery, Forbidden
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
+from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import queries, summaries
 from raysight.store import timeline as timeline_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
+from raysight.store.metrics_query import SessionMetrics
 
 MAX_LIMIT = 1_000_000
+MAX_TOP = 1000  # rows of each `metrics top` table
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -227,6 +230,23 @@ async def status(request: Request) -> Response:
     return _json(await app_state(request).read(read))
 
 
+async def metrics_top(request: Request) -> Response:
+    """GET /api/raysight/metrics/top?session=&at=&limit=: the busiest nodes, workers and actors at ``at`` (epoch ms;
+    default now, or an ended session's last scrape), by CPU (``store/metrics_top.py``)."""
+    at = int_param(request.query_params, "at", None)
+    limit = int_param(request.query_params, "limit", 10) or 10
+    if limit > MAX_TOP:
+        raise BadQuery(f"limit must be at most {MAX_TOP}")
+
+    def read(con: Any) -> dict[str, Any]:
+        session = recorded_session(con, request)
+        return metrics_top_sql.top(
+            con, session, at if at is not None else SessionMetrics(con, session).default_at_ms(), limit
+        )
+
+    return _json(await app_state(request).read(read))
+
+
 def job_param(request: Request) -> str | None:
     """``?job=``: a job's ID (8 hex digits), or None."""
     job = (request.query_params.get("job") or "").lower() or None
@@ -281,6 +301,7 @@ routes = [
     Route("/api/raysight/status", status),
     Route("/api/raysight/timeline", timeline),
     Route("/api/raysight/task-stream", task_stream),
+    Route("/api/raysight/metrics/top", metrics_top),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

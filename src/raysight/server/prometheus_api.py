@@ -6,7 +6,6 @@ shapes (``{"status": "success", "data": …}``; ``{"status": "error", "errorType
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -144,7 +143,7 @@ async def _evaluate(
 
     def run(con: Any) -> tuple[dict[str, Any], list[str]]:
         source = metrics_query.SessionMetrics(con, _session(con, request))
-        default = _default_ms(source.last_scrape_ms()) if start is None or end is None else 0
+        default = source.default_at_ms() if start is None or end is None else 0
         start_ms = default if start is None else round(start * 1000)
         end_ms = default if end is None else round(end * 1000)
         value = promql.evaluate(query, source, start_ms, end_ms, step_ms)
@@ -160,11 +159,6 @@ def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[st
         return []
     through = datetime.fromtimestamp(dropped[0] / 1000, tz=UTC).isoformat(timespec="seconds")
     return [f"samples through {through} were {dropped[1]}: the answer lacks them"]
-
-
-def _default_ms(last_scrape_ms: int | None) -> int:
-    now_ms = time.time_ns() // 1_000_000
-    return last_scrape_ms if last_scrape_ms is not None and now_ms - last_scrape_ms > promql.LOOKBACK_MS else now_ms
 
 
 @_handled

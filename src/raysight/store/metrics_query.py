@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import duckdb
 import numpy as np
 
-from raysight.store.promql import NAME, NEVER, Matcher, Samples
+from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, Matcher, Samples
 
 
 def _labelled(name: str, labels: dict[str, str]) -> dict[str, str]:
@@ -65,6 +66,12 @@ class SessionMetrics:
             "SELECT through_ms, why FROM metric_dropped WHERE session = ?", [self.session]
         ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
+
+    def default_at_ms(self) -> int:
+        """When a query that names no time asks: now, or the session's last scrape when it has been silent longer than
+        the lookback (an ended session's last values)."""
+        now_ms, last_ms = time.time_ns() // 1_000_000, self.last_scrape_ms()
+        return last_ms if last_ms is not None and now_ms - last_ms > LOOKBACK_MS else now_ms
 
     def last_scrape_ms(self) -> int | None:
         row = self.con.execute("SELECT max(ts_ms) FROM metric_scrapes WHERE session = ?", [self.session]).fetchone()
