@@ -19,7 +19,8 @@ from starlette.testclient import TestClient
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
-from raysight.store import metric_retention
+from raysight.store import metric_retention, promql
+from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.metrics_query import SessionMetrics
 from raysight.store.promql import Matcher
@@ -501,3 +502,62 @@ def test_metrics_top_sums_each_nodes_processes_and_orders_the_busiest_first(serv
     assert [w["cpu"] for w in every["workers"]] == [1.0, 0.1]
     assert server.get("/api/raysight/metrics/top", params={"limit": 5000}).status_code == 400
     assert server.get("/api/raysight/metrics/top", params={"session": "session_nope"}).status_code == 404
+
+
+def _samples(store: Store, name: str) -> tuple[list[int], list[float]]:
+    rows = store.con.execute(
+        "SELECT m.ts_ms, m.value FROM metric_samples m JOIN metric_series s USING (series_no) WHERE s.name = ? "
+        "ORDER BY m.ts_ms",
+        [name],
+    ).fetchall()
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+def _increase(values: list[float]) -> float:
+    """A counter's increase over its samples, each reset counted from zero (as rate() does)."""
+    return values[-1] - values[0] + sum(a for a, b in zip(values, values[1:]) if b < a)
+
+
+def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_before_a_reset(tmp_path: Path) -> None:
+    """Half an hour of 5 s scrapes: a counter reset once, a gauge, a histogram's bucket. Thinned to one a minute, a
+    series keeps its value at each minute's end, the counter its increase across the reset; thinned to one each 10
+    minutes, an instant query still finds the last sample within twice the interval."""
+    store = Store(tmp_path / "data")
+    try:
+        for i in range(360):
+            counter = i if i < 200 else i - 200  # reset at scrape 200
+            page = f'c_total {counter}\ng {i % 7}\nh_bucket{{le="1"}} {i // 2}\n'
+            store.record_scrapes([Scrape(SESSION, T0 + EVERY * i, "h:1", "ray", page)])
+        raw_ts, raw_g = _samples(store, "g")
+        raw_c_ts, raw_c = _samples(store, "c_total")
+        last_ms = T0 + EVERY * 359
+        thinned = store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000)
+        ts, g = _samples(store, "g")
+        minutes = {t // 60_000 for t in raw_ts}
+        assert len(ts) == len(minutes) and thinned == 3 * 360 - len(_samples(store, "c_total")[0]) - 2 * len(ts)
+        assert all(g[k] == raw_g[raw_ts.index(t)] and (t + EVERY) // 60_000 > t // 60_000 or t == raw_ts[-1]
+                   for k, t in enumerate(ts))  # fmt: skip
+        c_ts, c = _samples(store, "c_total")
+        assert len(c_ts) == len(ts) + 1 and 199.0 in c  # (the last sample before the reset kept)
+        since_first = [v for t, v in zip(raw_c_ts, raw_c) if t >= c_ts[0]]  # (the first minute's end on)
+        assert _increase(c) == _increase(since_first) == 199 - c[0] + 159
+        (scrapes,) = store.con.execute("SELECT count(*) FROM metric_scrapes").fetchone()  # type: ignore[misc]
+        assert scrapes == len(ts)
+        assert store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000) == 0  # done already
+
+        store.downsample_metrics(Downsampling("1m", "10m"), now_ms=last_ms + 3_600_000)
+        ts, g = _samples(store, "g")
+        assert len(ts) == len({t // 600_000 for t in raw_ts})
+        source = SessionMetrics(store.con, SESSION)
+        at = ts[0] + 9 * 60_000  # 9 minutes after the sample before it: past the 5-minute lookback, within 20
+        assert at < ts[1]
+        answer = promql.evaluate("g", source, at, at, 1)
+        assert isinstance(answer, promql.Vector) and [s.values[0] for s in answer.series] == [g[0]]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("given", ["7d", "90d,7d", "7d,x"])
+def test_a_bad_downsampling_is_refused_at_start(tmp_path: Path, given: str) -> None:
+    shown = CliRunner().invoke(main, ["server", "--metrics-downsample", given, "--data-dir", str(tmp_path)])
+    assert shown.exit_code == 2 and "--metrics-downsample" in shown.output, shown.output

@@ -24,6 +24,7 @@ from raysight.config import (
     is_loopback,
 )
 from raysight.server.auth import Secrets
+from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
 from raysight.store.retention import Retention, parse_duration, parse_size
 
@@ -217,6 +218,14 @@ def private_data_dir(data_dir: Path) -> None:
     metavar="SIZE",
     help="Drop the oldest metric samples past this much storage (500MB, 20GB) [default: keep every sample]; idem.",
 )
+@click.option(
+    "--metrics-downsample",
+    type=Checked(Downsampling.parse, "RAW,MINUTES"),
+    default="7d,90d",
+    show_default=True,
+    metavar="RAW,MINUTES",
+    help="Metric samples older than RAW become one a minute, older than MINUTES one each 10 minutes; or off.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -239,6 +248,7 @@ def server_cmd(
     metrics_max_series: int,
     metrics_retention: str | None,
     metrics_max_size: str | None,
+    metrics_downsample: str,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -260,7 +270,9 @@ def server_cmd(
         allowed_hosts=allowed_hosts,
         limits=Limits(header_timeout, body_timeout, max_connections),
         retention=Retention(log_retention, log_max_size),
-        metrics=MetricsBounds(metrics_max_series, Retention(metrics_retention, metrics_max_size)),
+        metrics=MetricsBounds(
+            metrics_max_series, Retention(metrics_retention, metrics_max_size), Downsampling.parse(metrics_downsample)
+        ),
     )
 
 

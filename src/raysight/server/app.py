@@ -109,7 +109,7 @@ def create_app(
             fold_linger_s=fold_linger_s,
             fold_rest=fold_rest,
             log_retention=log_retention,
-            metrics_retention=bounds.retention,
+            metrics=bounds,
         )
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from raysight.store.metric_downsample import Downsampling
 from raysight.store.retention import KEEP_ALL, Retention
 
 DEFAULT_MAX_SERIES = 1_000_000
@@ -26,10 +27,12 @@ Run = Callable[..., duckdb.DuckDBPyConnection]
 
 @dataclass(frozen=True)
 class MetricsBounds:
-    """The server's bounds on metrics: series per session, and the retention of samples (none by default)."""
+    """The server's bounds on metrics: series per session, the retention of samples (none by default), and their
+    downsampling (``store/metric_downsample.py``)."""
 
     max_series: int = DEFAULT_MAX_SERIES
     retention: Retention = field(default_factory=lambda: KEEP_ALL)
+    downsampling: Downsampling = field(default_factory=Downsampling)
 
 
 COUNT_REFUSED = """

@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from raysight.store import metric_downsample
 from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, Matcher, Samples
 
 
@@ -59,6 +60,9 @@ class SessionMetrics:
             times = ts[lo:hi]
             out.append(Samples(labels, times, values[lo:hi], _stale_from(times, scrapes.get((instance, job)))))
         return out
+
+    def lookback_ms(self, steps: np.ndarray) -> np.ndarray:
+        return metric_downsample.lookback(steps, metric_downsample.intervals(self.con), LOOKBACK_MS)
 
     def dropped(self) -> tuple[int, str] | None:
         """Through when the retention dropped the session's samples, and why (None: it dropped none)."""

@@ -78,6 +78,11 @@ class Source(Protocol):
         """The series every matcher matches, with their samples from ``start_ms`` to ``end_ms`` (inclusive)."""
         ...
 
+    def lookback_ms(self, steps: np.ndarray) -> np.ndarray:
+        """How far back an instant vector looks for a sample at each step: :data:`LOOKBACK_MS`, or more where the
+        samples were thinned (``store/metric_downsample.py``)."""
+        ...
+
 
 @dataclass
 class Series:
@@ -195,13 +200,14 @@ class _Evaluator:
 
     def _VectorSelector(self, node: Any, times: bool = False) -> Value:
         """Each series' latest sample at each step (its time instead, for ``timestamp()``)."""
-        found, steps = self._selected(node, LOOKBACK_MS)
+        lookback = self.source.lookback_ms(self.steps)
+        found, steps = self._selected(node, int(lookback.max()))
         out = []
         for s in found:
             i = np.searchsorted(s.ts, steps, side="right") - 1  # the latest sample at or before each step
             ok = i >= 0
             j = np.where(ok, i, 0)
-            ok &= (s.ts[j] >= steps - LOOKBACK_MS) & (s.stale_from[j] > steps)
+            ok &= (s.ts[j] >= steps - lookback) & (s.stale_from[j] > steps)
             if ok.any():
                 picked = s.ts[j] / 1000.0 if times else s.values[j]
                 out.append(Series(_without_name(s.labels) if times else s.labels, np.where(ok, picked, np.nan)))

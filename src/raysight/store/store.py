@@ -32,8 +32,9 @@ from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
-from raysight.store import log_index, log_retention, metric_retention, pipeline, schema
+from raysight.store import log_index, log_retention, metric_downsample, metric_retention, pipeline, schema
 from raysight.store.fold import fold
+from raysight.store.metric_downsample import Downsampling
 from raysight.store.reconcile import reconcile
 from raysight.store.retention import Retention
 
@@ -874,6 +875,11 @@ class Store:
         for staged in ("new_series", "fresh_series"):
             self._run(f"DROP TABLE {staged}")
         return {page.heads[i]: numbers[i] for i in new if i in numbers}
+
+    def downsample_metrics(self, downsampling: Downsampling, now_ms: int | None = None) -> int:
+        """Thin old samples (``store/metric_downsample.py``); the samples dropped."""
+        with self._one_thread(self.con), self._transaction():
+            return metric_downsample.downsample(self._run, downsampling, now_ms or time.time_ns() // 1_000_000)
 
     def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""

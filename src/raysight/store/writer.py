@@ -38,6 +38,7 @@ from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
 from raysight.ingest.prom_text import Scrape
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
+from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
 
@@ -116,10 +117,10 @@ class Writer:
         fold_linger_s: float = FOLD_LINGER_S,
         fold_rest: float = FOLD_REST,
         log_retention: Retention = KEEP_ALL,
-        metrics_retention: Retention = KEEP_ALL,
+        metrics: MetricsBounds | None = None,
     ) -> None:
         self.store = store
-        self.log_retention, self.metrics_retention = log_retention, metrics_retention
+        self.log_retention, self.metrics = log_retention, metrics or MetricsBounds()
         self._prune_after = 0.0  # monotonic time of the next application of the retention
         self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
         folded = store.journal_folded()
@@ -378,20 +379,27 @@ class Writer:
             self._prune_if_due()  # (a server never idle prunes too)
 
     def _prune_if_due(self) -> None:
-        """Apply the log and metrics retentions, those there are, at most every PRUNE_EVERY_S; a failure is tried
-        again then."""
-        if not (self.log_retention or self.metrics_retention) or time.monotonic() < self._prune_after:
+        """Apply the log and metrics retentions, those there are, and the metrics' downsampling, at most every
+        PRUNE_EVERY_S; a failure is tried again then."""
+        if time.monotonic() < self._prune_after:
             return
         self._prune_after = time.monotonic() + PRUNE_EVERY_S
         for what, retention, prune in (
             ("log", self.log_retention, self.store.prune_logs),
-            ("metrics", self.metrics_retention, self.store.prune_metrics),
+            ("metrics", self.metrics.retention, self.store.prune_metrics),
         ):
             try:
                 if retention and (dropped := prune(retention)):
                     log.info("%s retention: dropped %d (%s)", what, dropped, retention.why(what))
             except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; all stays until next time)
                 log.warning("%s retention failed, will try again in %.0f s: %s", what, PRUNE_EVERY_S, exc)
+        try:
+            if self.metrics.downsampling.tiers() and (
+                thinned := self.store.downsample_metrics(self.metrics.downsampling)
+            ):
+                log.info("metrics downsampling: %d samples thinned away", thinned)
+        except Exception as exc:  # noqa: BLE001 (as above)
+            log.warning("metrics downsampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
 
     def _checkpoint_if_due(self) -> None:
         """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""
