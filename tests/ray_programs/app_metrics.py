@@ -1,19 +1,22 @@
 """Run under `raysight run`: an application's own metrics (`ray.util.metrics`: a Counter, a Gauge and a Histogram,
-tagged by item) set by an actor, then tasks run at a steady pace for ``ACTIVE_S`` (while raysight and a Prometheus
-scrape the cluster), until Ray's node exports the final values and raysight has scraped them since; then writes Ray's
-own metrics page of the node, and when it was read, to ``argv[1]`` (with the node's ID, and the pids of the driver and
-the actor)."""
+tagged by item) set by an actor, and a Ray Serve application; then tasks run and HTTP requests are served at a steady
+pace for ``ACTIVE_S`` (while raysight and a Prometheus scrape the cluster: Serve's own metrics too), until Ray's node
+exports the final values and raysight has scraped them since; then writes Ray's own metrics page of the node, and
+when it was read, to ``argv[1]`` (with the node's ID, and the pids of the driver and the actor)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import ray
+from ray import serve
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from tests.ray_programs import raysight_server, wait_until_raysight
@@ -22,6 +25,7 @@ SALES = [("apple", 3, 5.0), ("pear", 2, 50.0), ("apple", 4, 500.0)]  # item, sol
 STOCK = 100
 BOUNDARIES = [10.0, 100.0, 1000.0]
 TASKS = 20  # a round
+REQUESTS = 5  # to the Serve application, a round
 ACTIVE_S = 90  # rounds of tasks, one a second
 
 
@@ -53,6 +57,18 @@ class Shop:
 @ray.remote
 def work(i: int) -> int:
     return i
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Greeter:
+    def __call__(self, request: Any) -> str:
+        return "hello"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def exported(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -96,11 +112,17 @@ def main() -> None:
     ray.init(num_cpus=2)
     shop = Shop.remote()  # type: ignore[attr-defined]
     ray.get([shop.sell.remote(item, n, wait) for item, n, wait in SALES])
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(Greeter.bind(), name="greeter", route_prefix="/greet")
     started, active_from_ms, tasks = time.monotonic(), time.time_ns() // 1_000_000, 0
-    while time.monotonic() - started < ACTIVE_S:
-        ray.get([work.remote(i) for i in range(TASKS)] + [shop.report.remote()])
-        tasks += TASKS
-        time.sleep(1)  # (the workload's pace)
+    with httpx.Client(timeout=10) as http:
+        while time.monotonic() - started < ACTIVE_S:
+            ray.get([work.remote(i) for i in range(TASKS)] + [shop.report.remote()])
+            tasks += TASKS
+            for _ in range(REQUESTS):
+                http.get(f"http://127.0.0.1:{port}/greet").raise_for_status()
+            time.sleep(1)  # (the workload's pace)
     metrics = f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics"
     deadline = time.monotonic() + 90
     while not final(exported(text := httpx.get(metrics, timeout=5).text), tasks):
@@ -130,6 +152,7 @@ def main() -> None:
         "driver_pid": os.getpid(),
     }
     Path(sys.argv[1]).write_bytes(orjson.dumps(written))
+    serve.shutdown()
     ray.shutdown()
 
 

@@ -18,6 +18,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ log = logging.getLogger("raysight.agent")
 
 SCRAPE_EVERY_S = 5.0
 TIMEOUT_S = 3.0
+MAX_AT_ONCE = 8  # targets scraped at once
 SD_FILE = "prom_metrics_service_discovery.json"
 LOCK_FILE = "raysight_scrape.lock"
 _EXPORT_PORT = re.compile(r"metrics_export_port_(?P<node>[0-9a-f]{56})")
@@ -150,6 +152,7 @@ class HostScraper:
     def __init__(self, send: Callable[[dict[str, Any]], None], families: Families | None = None) -> None:
         self._send, self.families = send, families or Families()
         self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False)
+        self._pool = ThreadPoolExecutor(MAX_AT_ONCE, thread_name_prefix="raysight-scrape")
         self._stats = ProcessStats()
         self._addresses = host_addresses()
         self._locks: dict[Path, IO[Any] | None] = {}  # a session's scrape lock, held; None: another scraper's
@@ -168,17 +171,22 @@ class HostScraper:
         """Scrape the session's targets on this host and its processes, unless another scraper here has it."""
         if not self._hold(session):
             return 0
-        sent = 0
-        for target in host_targets(session, raylet_ips(session.name, running), self._addresses):
-            scraped_ms = time.time_ns() // 1_000_000
-            try:
-                page = self._http.get(f"http://{target.instance}/metrics").raise_for_status().text
-            except httpx.HTTPError:  # a node going or gone: the others stand
-                continue
-            sent += self._page(session, scraped_ms, target, page)
+        targets = host_targets(session, raylet_ips(session.name, running), self._addresses)
+        scrapes = [self._pool.submit(self._scrape_target, session, target) for target in targets]
         scraped_ms = time.time_ns() // 1_000_000
         processes = self._stats.page(session, running)
-        return sent + self._page(session, scraped_ms, Target(self.host, PROCESS_JOB, {}), processes)
+        sent = self._page(session, scraped_ms, Target(self.host, PROCESS_JOB, {}), processes)
+        return sent + sum(scrape.result() for scrape in scrapes)
+
+    def _scrape_target(self, session: Path, target: Target) -> int:
+        """Scrape one target and send its page (each target at once, as Prometheus does: a slow one holds up no
+        other); the pages sent."""
+        scraped_ms = time.time_ns() // 1_000_000
+        try:
+            page = self._http.get(f"http://{target.instance}/metrics").raise_for_status().text
+        except httpx.HTTPError:  # a node going or gone: the others stand
+            return 0
+        return self._page(session, scraped_ms, target, page)
 
     def _page(self, session: Path, scraped_ms: int, target: Target, page: str) -> int:
         body = {
@@ -212,5 +220,6 @@ class HostScraper:
             if lock is not None:
                 lock.close()
         self._locks.clear()
+        self._pool.shutdown()
         self._http.close()
         self._stats.close()

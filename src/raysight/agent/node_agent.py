@@ -12,6 +12,7 @@ import base64
 import fcntl
 import gzip
 import logging
+import math
 import os
 import socket
 import threading
@@ -140,12 +141,15 @@ class NodeAgent:
         self._send(METRICS_ROUTE, orjson.dumps(scrape), "a scrape", http=self._metrics_http)
 
     def scrape_metrics(self, stop: threading.Event) -> None:
-        """Scrape the host's part of the sessions followed every :data:`SCRAPE_EVERY_S` until ``stop`` is set."""
-        while not stop.wait(SCRAPE_EVERY_S):
+        """Scrape the host's part of the sessions followed every :data:`SCRAPE_EVERY_S`, on a fixed schedule (as
+        Prometheus keeps its targets' intervals; a scrape that overran skips the slots it missed), until ``stop``."""
+        due = time.monotonic() + SCRAPE_EVERY_S
+        while not stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self.scraper.scrape(self.tailer.ray_dir, self.tailer.sessions)
             except Exception:  # never let a scrape stop the agent
                 log.exception("scraping metrics failed; trying again in %s s", SCRAPE_EVERY_S)
+            due += SCRAPE_EVERY_S * max(1, math.ceil((time.monotonic() - due) / SCRAPE_EVERY_S))
 
     def report_node_life(self) -> None:
         """Look at the node's Ray processes (at most every :data:`LOOK_S`) and send what changed; what the server did
