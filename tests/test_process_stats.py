@@ -220,7 +220,7 @@ def test_one_scraper_a_session_per_host_sends_its_targets_and_processes_families
     (directory / "prom_metrics_service_discovery.json").write_text(f'[{{"targets": ["127.0.0.1:{port}"]}}]')
     sent: list[dict[str, Any]] = []
     first = HostScraper(sent.append, Families(drop=re.compile("ray_component_.*")))
-    second = HostScraper(sent.append)
+    second, third, fourth = (HostScraper(sent.append) for _ in range(3))
     try:
         assert first.scrape_session(directory, running) == 2
         by_job = {body["target"]["job"]: body for body in sent}
@@ -230,9 +230,13 @@ def test_one_scraper_a_session_per_host_sends_its_targets_and_processes_families
         assert second.scrape_session(directory, running) == 0  # the first holds the session's scrape lock
         first.close()
         assert second.scrape_session(directory, running) == 2  # and once it is gone, the second takes over
-    finally:
-        first.close()
         second.close()
+        (directory / "raysight_scrape.lock").unlink()
+        (directory / "raysight_scrape.lock").mkdir()  # a lock that cannot be taken (a directory it may not write)
+        assert third.scrape_session(directory, running) == 2 and fourth.scrape_session(directory, running) == 2
+    finally:
+        for scraper in (first, second, third, fourth):
+            scraper.close()
         target.shutdown()
 
 

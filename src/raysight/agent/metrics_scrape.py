@@ -203,16 +203,19 @@ class HostScraper:
         return 1
 
     def _hold(self, session: Path) -> bool:
-        """Whether this scraper holds the session's scrape lock (taking it if it is free): one scraper a host."""
-        if session not in self._locks or self._locks[session] is None:
+        """Whether this scraper holds the session's scrape lock (taking it if it is free): one scraper a host. A
+        session directory this agent may not write in has no lock to share: it scrapes."""
+        if self._locks.get(session) is None:
             self._locks[session] = None
-            with suppress(OSError):
+            try:
                 lock = (session / LOCK_FILE).open("a")
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    self._locks[session] = lock
-                except BlockingIOError:
-                    lock.close()
+            except OSError:
+                return True
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._locks[session] = lock
+            except BlockingIOError:
+                lock.close()
         return self._locks[session] is not None
 
     def close(self) -> None:
