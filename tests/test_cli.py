@@ -259,8 +259,14 @@ def test_client_errors_say_what_to_do_and_exit_non_zero(url: str) -> None:
         (("list", "tasks", "--format", "xml"), "'xml' is not one of 'table', 'json', 'yaml'"),
         (("list", "secrets"), "'secrets' is not one of"),
         (("summary", "nodes"), "'nodes' is not one of 'tasks', 'actors'"),
-        (("agent", "--on-ray", "--once"), "--once and --ray-dir are for an agent run here"),
-        (("agent", "--stop-on-ray", "--ray-dir", "/tmp/ray"), "--once and --ray-dir are for an agent run here"),
+        (
+            ("agent", "--on-ray", "--once"),
+            "--once, --ray-dir and --metrics-keep/--metrics-drop are for an agent run here",
+        ),
+        (
+            ("agent", "--stop-on-ray", "--ray-dir", "/tmp/ray"),
+            "--once, --ray-dir and --metrics-keep/--metrics-drop are for an agent run here",
+        ),
     ]:
         result = raysight(url, *args)
         assert result.exit_code == 2 and message in result.stderr, (args, result.output)
