@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
@@ -561,3 +562,36 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
 def test_a_bad_downsampling_is_refused_at_start(tmp_path: Path, given: str) -> None:
     shown = CliRunner().invoke(main, ["server", "--metrics-downsample", given, "--data-dir", str(tmp_path)])
     assert shown.exit_code == 2 and "--metrics-downsample" in shown.output, shown.output
+
+
+def _window_reference(name: str, window: np.ndarray) -> float:
+    """A range function over one window, as Prometheus computes it sample by sample."""
+    finite = window[~np.isnan(window)]
+    return {
+        "sum_over_time": lambda: float(window.sum()),
+        "avg_over_time": lambda: float(window.mean()),
+        "min_over_time": lambda: float(finite.min()) if len(finite) else np.nan,
+        "max_over_time": lambda: float(finite.max()) if len(finite) else np.nan,
+        "count_over_time": lambda: float(len(window)),
+        "last_over_time": lambda: float(window[-1]),
+        "present_over_time": lambda: 1.0,
+    }[name]()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_over_time_functions_of_every_step_at_once_are_those_of_each_window(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=int(rng.integers(1, 60))) * 10 ** rng.integers(0, 12)
+    values[rng.random(len(values)) < 0.1] = np.nan
+    ts = np.cumsum(rng.integers(1, 10_000, size=len(values)))
+    series = promql.Samples({}, ts, values, np.full(len(ts), promql.NEVER))
+    steps = np.sort(rng.integers(0, int(ts[-1]) + 20_000, size=40))
+    range_ms = int(rng.integers(1, 60_000))
+    lo, hi = np.searchsorted(ts, steps - range_ms, side="left"), np.searchsorted(ts, steps, side="right")
+    for name in ("sum_over_time", "avg_over_time", "min_over_time", "max_over_time", "count_over_time",
+                 "last_over_time", "present_over_time"):  # fmt: skip
+        got = promql._RANGE_FUNCTIONS[name](series, steps, lo, hi, range_ms, None)
+        expected = [_window_reference(name, values[a:b]) if b > a else np.nan for a, b in zip(lo, hi)]
+        np.testing.assert_allclose(
+            got, expected, rtol=1e-9, atol=1e-9 * np.nanmax(np.abs(values), initial=1), err_msg=name
+        )

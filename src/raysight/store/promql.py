@@ -621,6 +621,31 @@ def _over_time(reduce: Callable[[np.ndarray, Any], float]) -> Callable[..., np.n
     return fn
 
 
+def _windowed(reduce: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    """A range function computed for every step at once: ``reduce(values, lo, hi)`` over the non-empty windows."""
+
+    def fn(s: Samples, steps: np.ndarray, lo: np.ndarray, hi: np.ndarray, range_ms: int, _: Any) -> np.ndarray:
+        out = np.full(len(steps), np.nan)
+        ok = hi > lo
+        if ok.any():
+            out[ok] = reduce(s.values, lo[ok], hi[ok])
+        return out
+
+    return fn
+
+
+def _reduced(ufunc: np.ufunc) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """``ufunc`` over each window ``[lo, hi)`` (overlapping ones too), in one ``reduceat``: its bounds interleaved, a
+    window's start then its end, the reductions between one window's end and the next's start discarded."""
+
+    def reduce(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        bounds = np.empty(2 * len(lo), dtype=np.intp)
+        bounds[0::2], bounds[1::2] = lo, hi
+        return np.asarray(ufunc.reduceat(np.append(values, 0.0), bounds)[0::2])
+
+    return reduce
+
+
 def _std(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean((values - values.mean()) ** 2)))
 
@@ -631,13 +656,13 @@ _RANGE_FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "delta": _extrapolated(counter=False, rate=False),
     "irate": _instant_rate(rate=True),
     "idelta": _instant_rate(rate=False),
-    "avg_over_time": _over_time(lambda v, _: float(v.mean())),
-    "sum_over_time": _over_time(lambda v, _: float(v.sum())),
-    "min_over_time": _over_time(lambda v, _: float(v.min())),
-    "max_over_time": _over_time(lambda v, _: float(v.max())),
-    "count_over_time": _over_time(lambda v, _: float(len(v))),
-    "last_over_time": _over_time(lambda v, _: float(v[-1])),
-    "present_over_time": _over_time(lambda v, _: 1.0),
+    "avg_over_time": _windowed(lambda v, lo, hi: _reduced(np.add)(v, lo, hi) / (hi - lo)),
+    "sum_over_time": _windowed(_reduced(np.add)),
+    "min_over_time": _windowed(_reduced(np.fmin)),  # (a NaN sample counts only when all are: as Prometheus)
+    "max_over_time": _windowed(_reduced(np.fmax)),
+    "count_over_time": _windowed(lambda v, lo, hi: (hi - lo).astype(np.float64)),
+    "last_over_time": _windowed(lambda v, lo, hi: v[hi - 1]),
+    "present_over_time": _windowed(lambda v, lo, hi: np.ones(len(lo))),
     "stddev_over_time": _over_time(lambda v, _: _std(v)),
     "stdvar_over_time": _over_time(lambda v, _: _std(v) ** 2),
     "quantile_over_time": _over_time(lambda v, q: _quantile(q, v)),
