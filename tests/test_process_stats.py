@@ -56,7 +56,7 @@ def test_a_process_is_named_as_rays_component_label_names_it(cmdline: list[str],
     assert component(cmdline) == expected
 
 
-def test_workers_and_the_head_node_are_read_from_the_session_directorys_names() -> None:
+def test_workers_and_the_head_node_are_read_from_the_session_directorys_names(tmp_path: Path) -> None:
     names = [
         f"python-core-worker-{WORKER}_101.log",
         f"python-core-driver-{DRIVER}_7.log",
@@ -64,8 +64,11 @@ def test_workers_and_the_head_node_are_read_from_the_session_directorys_names() 
         f"python-core-worker-{'33' * 28}_101.log",  # pid 101 reused, by the worker named last
     ]
     assert workers_by_pid(names) == {101: "33" * 28, 7: DRIVER}
-    assert head_node(["logs", f"gcs_server_port_{NODE}", f"metrics_export_port_{NODE}"]) == NODE
-    assert head_node(["logs"]) is None
+    (tmp_path / "logs").mkdir()
+    assert head_node(tmp_path) is None
+    for name in (f"gcs_server_port_{NODE}", f"metrics_export_port_{OTHER_NODE}"):
+        (tmp_path / name).write_text("1")
+    assert head_node(tmp_path) == NODE
 
 
 def test_nvmls_answers_are_folded_per_process() -> None:

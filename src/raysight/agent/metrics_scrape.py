@@ -31,6 +31,7 @@ import psutil
 from raysight.agent import node_life
 from raysight.agent.process_stats import JOB as PROCESS_JOB
 from raysight.agent.process_stats import ProcessStats
+from raysight.agent.scrape import metrics_ports
 
 log = logging.getLogger("raysight.agent")
 
@@ -39,7 +40,6 @@ TIMEOUT_S = 3.0
 MAX_AT_ONCE = 8  # targets scraped at once
 SD_FILE = "prom_metrics_service_discovery.json"
 LOCK_FILE = "raysight_scrape.lock"
-_EXPORT_PORT = re.compile(r"metrics_export_port_(?P<node>[0-9a-f]{56})")
 
 
 @dataclass(frozen=True)
@@ -101,22 +101,14 @@ def sd_targets(session: Path) -> list[Target]:
     return list(found.values())
 
 
-def host_targets(
-    session: Path, raylets: Mapping[str, str], addresses: set[str], names: list[str] | None = None
-) -> list[Target]:
+def host_targets(session: Path, raylets: Mapping[str, str], addresses: set[str]) -> list[Target]:
     """The session's targets on this host: each raylet's node (``raylets``: node ID → its IP), labelled with its
     ``NodeId``, and the service-discovery file's targets at one of this host's ``addresses``."""
-    if names is None:
-        try:
-            names = [path.name for path in session.iterdir()]
-        except OSError:
-            names = []
-    nodes: dict[str, Target] = {}
-    for name in names:
-        if (match := _EXPORT_PORT.fullmatch(name)) and (ip := raylets.get(match["node"])):
-            with suppress(OSError, ValueError):
-                port = int((session / name).read_text().strip())
-                nodes[f"{ip}:{port}"] = Target(f"{ip}:{port}", "ray", {"NodeId": match["node"]})
+    nodes = {
+        f"{ip}:{port}": Target(f"{ip}:{port}", "ray", {"NodeId": node})
+        for node, port in metrics_ports(session).items()
+        if (ip := raylets.get(node))
+    }
     local = [t for t in sd_targets(session) if t.instance.rsplit(":", 1)[0].strip("[]") in addresses]
     return [*nodes.values(), *(t for t in local if t.instance not in nodes)]
 

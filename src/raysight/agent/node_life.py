@@ -75,17 +75,19 @@ def running(proc: Path = Path("/proc")) -> dict[Key, int]:
     return found
 
 
-def members(session_dir: Path) -> set[tuple[str, str]]:
-    """The (process, node_id) a session directory's files say ran on this host."""
-    out: set[tuple[str, str]] = set()
+def port_files(session_dir: Path) -> list[tuple[str, str, Path]]:
+    """Each ``<what>_port_<node id>`` file the nodes of this host wrote in a session directory (``gcs_server``,
+    ``metrics_export``, …): what it is, the node's ID, its path; none where the directory cannot be read."""
     try:
         names = os.listdir(session_dir)
     except OSError:
-        return out
-    for name in names:
-        if match := _PORT_FILE.fullmatch(name):
-            out.add((GCS, "") if match["what"] == "gcs_server" else (RAYLET, match["node"]))
-    return out
+        return []
+    return [(m["what"], m["node"], session_dir / name) for name in names if (m := _PORT_FILE.fullmatch(name))]
+
+
+def members(session_dir: Path) -> set[tuple[str, str]]:
+    """The (process, node_id) a session directory's files say ran on this host."""
+    return {(GCS, "") if what == "gcs_server" else (RAYLET, node) for what, node, _ in port_files(session_dir)}
 
 
 def last_change_ns(session_dir: Path) -> int | None:

@@ -26,8 +26,7 @@ from raysight.agent import node_life
 from raysight.agent.gpu import GpuProcess, GpuReader
 
 JOB = "raysight"
-_CORE_LOG = re.compile(r"python-core-(?:worker|driver)-(?P<worker>[0-9a-f]{56})_(?P<pid>\d+)\.log")
-_PORT_FILE = re.compile(r"gcs_server_port_(?P<node>[0-9a-f]{56})")
+_CORE_LOG = re.compile(r"python-core-(?P<kind>worker|driver)-(?P<worker>[0-9a-f]{56})_(?P<pid>\d+)\.log")
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,9 @@ def workers_by_pid(log_names: Iterable[str]) -> dict[int, str]:
     return {int(m["pid"]): m["worker"] for name in log_names if (m := _CORE_LOG.fullmatch(name))}
 
 
-def head_node(names: Iterable[str]) -> str | None:
+def head_node(session_dir: Path) -> str | None:
     """The node whose GCS ran in this session directory, by its ``gcs_server_port_<node id>`` file."""
-    return next((m["node"] for name in names if (m := _PORT_FILE.fullmatch(name))), None)
+    return next((node for what, node, _ in node_life.port_files(session_dir) if what == "gcs_server"), None)
 
 
 def session_processes(session_dir: Path, running: Mapping[node_life.Key, int]) -> list[RayProcess]:
@@ -101,11 +100,11 @@ def session_processes(session_dir: Path, running: Mapping[node_life.Key, int]) -
             for child in raylet.children(recursive=True):
                 add(child, node_id)
     if (gcs := running.get((session, node_life.GCS, ""))) is not None:
-        with suppress(psutil.Error, OSError):
-            add(psutil.Process(gcs), head_node(os.listdir(session_dir)))
+        with suppress(psutil.Error):
+            add(psutil.Process(gcs), head_node(session_dir))
     for path in logs:  # drivers: alive, and started before their log last changed (not a process that took the pid)
-        pid = int(path.name.rsplit("_", 1)[1][: -len(".log")])
-        if path.name.startswith("python-core-driver-") and pid not in found:
+        core = _CORE_LOG.fullmatch(path.name)
+        if core and core["kind"] == "driver" and (pid := int(core["pid"])) not in found:
             with suppress(psutil.Error, OSError):
                 driver = psutil.Process(pid)
                 if driver.create_time() <= path.stat().st_mtime:

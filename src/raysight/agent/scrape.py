@@ -16,6 +16,7 @@ from typing import Self
 import httpx
 
 from raysight import os_thread
+from raysight.agent import node_life
 from raysight.client import Client
 from raysight.ingest.ray_metrics import PREFIX
 
@@ -41,14 +42,16 @@ def find_session(ray_dir: Path, driver_pid: int, since: float) -> Path | None:
     return None
 
 
-def metrics_ports(session: Path) -> list[int]:
-    """The metrics export port of every node that shares the session directory (``metrics_export_port_<node>``)."""
-    ports = []
-    for path in session.glob("metrics_export_port_*"):
-        with suppress(OSError):
-            text = path.read_text().strip()
-            if text.isdigit():
-                ports.append(int(text))
+def metrics_ports(session: Path) -> dict[str, int]:
+    """Node ID → the metrics export port of every node that shares the session directory
+    (``metrics_export_port_<node>``)."""
+    ports = {}
+    for what, node, path in node_life.port_files(session):
+        if what == "metrics_export":
+            with suppress(OSError):
+                text = path.read_text().strip()
+                if text.isdigit():
+                    ports[node] = int(text)
     return ports
 
 
@@ -107,7 +110,7 @@ class Scraper(SessionWatcher):
 
     def tick(self, session: Path) -> None:
         """Send every node's aggregator lines to the server; a node or a server that fails is skipped."""
-        for port in metrics_ports(session):
+        for port in metrics_ports(session).values():
             with suppress(Exception):
                 page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False)
                 if lines := aggregator_lines(page.raise_for_status().text):

@@ -22,7 +22,6 @@ from raysight.store import timeline as timeline_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
-from raysight.store.metrics_query import SessionMetrics
 
 MAX_LIMIT = 1_000_000
 MAX_TOP = 1000  # rows of each `metrics top` table
@@ -239,10 +238,7 @@ async def metrics_top(request: Request) -> Response:
         raise BadQuery(f"limit must be at most {MAX_TOP}")
 
     def read(con: Any) -> dict[str, Any]:
-        session = recorded_session(con, request)
-        return metrics_top_sql.top(
-            con, session, at if at is not None else SessionMetrics(con, session).default_at_ms(), limit
-        )
+        return metrics_top_sql.top(con, recorded_session(con, request), at, limit)
 
     return _json(await app_state(request).read(read))
 

@@ -46,9 +46,11 @@ def _at(source: SessionMetrics, expr: str, at_ms: int) -> list[tuple[dict[str, s
     return [(s.labels, float(s.values[0])) for s in value.series if not math.isnan(s.values[0])]
 
 
-def top(con: duckdb.DuckDBPyConnection, session: str, at_ms: int, limit: int) -> dict[str, Any]:
-    """The ``limit`` busiest nodes, workers and actors of ``session`` at ``at_ms``, by CPU."""
+def top(con: duckdb.DuckDBPyConnection, session: str, at_ms: int | None, limit: int) -> dict[str, Any]:
+    """The ``limit`` busiest nodes, workers and actors of ``session`` at ``at_ms`` (None: now, or an ended session's
+    last scrape), by CPU."""
     source = SessionMetrics(con, session)
+    at_ms = source.default_at_ms() if at_ms is None else at_ms
     processes: dict[tuple[str, str], dict[str, Any]] = {}
     for key, expr in PER_PROCESS.items():
         for labels, value in _at(source, expr, at_ms):
