@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import click
 
@@ -29,6 +29,7 @@ from raysight.cli.errors import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
 from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
 from raysight.errors import RaysightError
+from raysight.instrument import settings
 
 
 def ray_env(
@@ -46,6 +47,29 @@ def ray_env(
     }
 
 
+def tracing_env(server: str, key: str | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that trace a Ray program's tasks and actors to ``server`` (``raysight/instrument``): Ray calls
+    raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names."""
+    endpoint = server.rstrip("/") + (f"/ingest/otlp/{quote(key, safe='')}" if key else "")
+    env = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, settings.ENDPOINT_ENV: endpoint}
+    theirs = (os.environ if environ is None else environ).get(settings.RAY_ENV_HOOK)
+    if theirs and theirs != settings.ENV_HOOK:
+        env[settings.CHAINED_ENV_HOOK] = theirs
+    return env
+
+
+def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
+    """What to tell a user whose program `uv run` starts: Ray calls no runtime-env hook there."""
+    uv = bool(command) and Path(command[0]).name == "uv" and "run" in command[1:3]
+    if not uv or environ.get("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "1").lower() in ("0", "false"):
+        return None
+    return (
+        "raysight: under `uv run`, Ray ignores RAY_RUNTIME_ENV_HOOK, so the workers are not traced; set "
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 (workers then use the driver's environment as it is), or call "
+        "raysight.instrument.init() in the driver before ray.init"
+    )
+
+
 # The two RayConfig entries that turn the stream on, as `ray start --head --system-config` takes them. Ray 2.60 reads
 # them in each process from its own environment, or from this config, which the GCS hands to every process that joins
 # the cluster: without one of the two, a driver started in another shell sends none of its tasks' events (their
@@ -54,9 +78,14 @@ RAY_SYSTEM_CONFIG = {"enable_ray_event": True, "enable_core_worker_ray_event_to_
 SYSTEM_CONFIG_VAR = "RAYSIGHT_RAY_SYSTEM_CONFIG"
 
 
-def env_lines(server: str, cluster: str | None, key: str | None) -> list[str]:
-    """What `raysight env` prints: shell lines that export Ray's variables and the head's ``--system-config``."""
-    exports = {**ray_env(server, cluster, key=key), SYSTEM_CONFIG_VAR: json.dumps(RAY_SYSTEM_CONFIG)}
+def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> list[str]:
+    """What `raysight env` prints: shell lines that export Ray's variables (and tracing's) and the head's
+    ``--system-config``."""
+    exports = {
+        **ray_env(server, cluster, key=key),
+        **(tracing_env(server, key) if tracing else {}),
+        SYSTEM_CONFIG_VAR: json.dumps(RAY_SYSTEM_CONFIG),
+    }
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
         f'# on the head node: ray start --head --system-config="${SYSTEM_CONFIG_VAR}" …  (drivers started elsewhere',
         "# then send their tasks' events too); on the other nodes: ray start --address=… (these exports, no config)",
@@ -67,6 +96,12 @@ def env_lines(server: str, cluster: str | None, key: str | None) -> list[str]:
 
 
 cluster_option = click.option("--cluster", metavar="NAME", help="A label for the sessions this cluster records.")
+tracing_option = click.option(
+    "--tracing/--no-tracing",
+    default=True,
+    show_default=True,
+    help="Trace the program's tasks and actors (OpenTelemetry spans, sent to raysight).",
+)
 key_option = click.option(
     "--ingest-key",
     envvar=ENV_INGEST_KEY,
@@ -79,22 +114,31 @@ key_option = click.option(
 @server_option
 @cluster_option
 @key_option
-def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None) -> None:
+@tracing_option
+def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool) -> None:
     """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
-    then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head."""
-    for line in env_lines(server or default_server(), cluster, ingest_key):
+    then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head. Drivers started where these
+    are set trace their tasks and actors."""
+    for line in env_lines(server or default_server(), cluster, ingest_key, tracing):
         click.echo(line)
 
 
 def run_program(
-    command: list[str], server: str, cluster: str | None, key: str | None, families: Families | None = None
+    command: list[str],
+    server: str,
+    cluster: str | None,
+    key: str | None,
+    families: Families | None = None,
+    tracing: bool = True,
 ) -> int:
     """Run a Ray program with the export variables set, scraping what Ray's aggregators report and polling its
     dashboard for what Ray never sends as events while it runs, shipping its logs and metrics (``families`` of them),
     then tell the server how its driver ended. Returns the program's exit code, which a failed report does not
     change."""
     run_id = uuid.uuid4().hex
-    env = {**os.environ, **ray_env(server, cluster, run_id, key)}
+    env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
+    if tracing and (warning := uv_run_warning(command, env)) is not None:
+        click.echo(warning, err=True)
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
@@ -162,6 +206,7 @@ def ensure_server(server: str | None) -> str:
 @cluster_option
 @key_option
 @metrics_options
+@tracing_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(
     server: str | None,
@@ -169,14 +214,16 @@ def run_cmd(
     ingest_key: str | None,
     metrics_keep: re.Pattern[str] | None,
     metrics_drop: re.Pattern[str] | None,
+    tracing: bool,
     command: tuple[str, ...],
 ) -> None:
-    """Run a Ray program (`raysight run -- python app.py`) with its events, logs and metrics going to raysight.
+    """Run a Ray program (`raysight run -- python app.py`) with its events, logs, metrics and traces going to
+    raysight.
 
     Starts a background server on the default data dir when none answers. Exits with the program's exit code.
     """
     url = ensure_server(server)
-    sys.exit(run_program(list(command), url, cluster, ingest_key, Families(metrics_keep, metrics_drop)))
+    sys.exit(run_program(list(command), url, cluster, ingest_key, Families(metrics_keep, metrics_drop), tracing))
 
 
 def free_port() -> int:

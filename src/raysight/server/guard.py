@@ -46,8 +46,9 @@ def from_other_site(headers: Headers, method: str) -> bool:
 
 
 def open_path(path: str) -> bool:
-    """Paths served without the read token: ingest (its own key) and the dashboard's files."""
-    return path.startswith(("/ingest/", "/ui/")) or path in ("/", "/ui")
+    """Paths served without the read token: ingest (its own key: OTLP's at its standard paths too) and the
+    dashboard's files."""
+    return path.startswith(("/ingest/", "/ui/", "/v1/")) or path in ("/", "/ui")
 
 
 # Ray's job writes (submit, stop, delete, upload): raysight only refuses them (405), so no body can do harm there

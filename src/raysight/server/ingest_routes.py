@@ -20,7 +20,7 @@ from starlette.routing import Route
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable
 from raysight.ingest import agent_logs as agent_logs_batch
-from raysight.ingest import node_life, prom_text
+from raysight.ingest import node_life, otlp, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ids import SESSION_NAME
@@ -28,7 +28,7 @@ from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
-from raysight.store.journal import AGENT_LOGS
+from raysight.store.journal import AGENT_LOGS, SPANS
 from raysight.store.store import MAX_LOG_LINES, Store
 from raysight.store.writer import CONTENT_ERRORS, QueueFull
 
@@ -41,6 +41,7 @@ NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
 RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 RUN_ID_MAX = 128
 RETRY = {"Retry-After": "1"}
+KEY_HEADER = "x-raysight-ingest-key"
 
 
 @contextlib.asynccontextmanager
@@ -182,6 +183,41 @@ async def _journal_logs(request: Request, body: bytes, started: float) -> Respon
     return JSONResponse({"ok": True, "lines": batch.line_count})
 
 
+async def otlp_traces(request: Request) -> Response:
+    """POST /v1/traces (or /ingest/otlp/{key}/v1/traces): an OTLP/HTTP trace export, protobuf or JSON, gzipped or
+    not, answered once its spans are durable (a span the store cannot keep is counted in the partial success)."""
+    started = time.perf_counter()
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    return await _with_body(request, lambda body: _journal_spans(request, body, started), "the exporter")
+
+
+async def _journal_spans(request: Request, body: bytes, started: float) -> Response:
+    state = app_state(request)
+    json = request.headers.get("content-type", "").startswith("application/json")
+    try:
+        if request.headers.get("content-encoding", "identity") == "gzip":
+            body = _gunzip(body, state.max_body)
+        export = otlp.parse(body, json)
+    except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
+        state.metrics.rejected.labels("bad_otlp").inc()
+        return _error(400, str(exc))
+    if export.spans:
+        try:
+            future = state.writer.submit(orjson.dumps(export.spans), events=len(export.spans), kind=SPANS)
+        except QueueFull as exc:
+            state.metrics.rejected.labels("busy").inc()
+            return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
+        if (failed := await _until_durable(request, future, started, "the exporter")) is not None:
+            return failed
+    if export.rejected:
+        state.writer.call(lambda store: store.count(spans_rejected=export.rejected))
+    return Response(
+        otlp.response(export.rejected, export.reason, json),
+        media_type="application/json" if json else "application/x-protobuf",
+    )
+
+
 def _gunzip(body: bytes, limit: int) -> bytes:
     """A gzip body decompressed, refused (BodyTooLarge) past ``limit`` bytes, BadBatch if it is not gzip."""
     inflate = zlib.decompressobj(wbits=31)
@@ -222,9 +258,11 @@ def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
 
 
 def _key_refused(request: Request) -> Response | None:
-    """401 unless the ingest URL carries the server's ingest key (``?key=``, or in the path for Ray's aggregator)."""
+    """401 unless the request carries the server's ingest key: in its URL (``?key=``, or in the path for Ray's
+    aggregator and OTLP exporters, which append their own path), or in an ``X-Raysight-Ingest-Key`` header."""
     state = app_state(request)
-    if state.secrets.ingest_ok(request.query_params.get("key") or request.path_params.get("key")):
+    key = request.query_params.get("key") or request.path_params.get("key") or request.headers.get(KEY_HEADER)
+    if state.secrets.ingest_ok(key):
         return None
     state.metrics.rejected.labels("key").inc()
     return _error(401, "this ingest URL needs the server's ingest key (`raysight env` prints the URL)")
@@ -332,4 +370,6 @@ routes = [
     Route("/ingest/agent/node-life", node_life_sightings, methods=["POST"]),
     Route("/ingest/agent/ray-state", ray_state, methods=["POST"]),
     Route("/ingest/agent/metrics", metrics_scrape, methods=["POST"]),
+    Route("/v1/traces", otlp_traces, methods=["POST"]),
+    Route("/ingest/otlp/{key}/v1/traces", otlp_traces, methods=["POST"]),
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -467,6 +467,12 @@ def _copy_raw_events(ddl: str, name: str, columns: str) -> list[str]:
 
 
 # Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
+SPANS_DDL = """CREATE TABLE IF NOT EXISTS spans (
+    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind VARCHAR, start_ns BIGINT,
+    end_ns BIGINT, status VARCHAR, status_message VARCHAR, service VARCHAR, session VARCHAR, job_id VARCHAR,
+    node_id VARCHAR, worker_id VARCHAR, pid BIGINT, task_id VARCHAR, attempt INTEGER, actor_id VARCHAR,
+    request_id VARCHAR, attributes JSON, events JSON, links JSON, resource JSON, scope VARCHAR,
+    PRIMARY KEY (trace_id, span_id))"""
 LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
     session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
     job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
@@ -521,6 +527,8 @@ RAW_DDL = [
         session VARCHAR PRIMARY KEY, series BIGINT, samples BIGINT, last_ms BIGINT)""",
     """CREATE TABLE IF NOT EXISTS metric_dropped (
         session VARCHAR PRIMARY KEY, samples BIGINT, through_ms BIGINT, why VARCHAR, dropped_at TIMESTAMPTZ)""",
+    # Trace spans as OTLP brought them (``ingest/otlp.py``), raw input: each once, however often it was sent.
+    SPANS_DDL,
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -588,6 +596,7 @@ MIGRATIONS = {
     14: [  # metric_refused and metric_dropped (all_ddl() makes them); a target's series known by their lines in memory
         "DROP TABLE IF EXISTS metric_keys"
     ],
+    15: [],  # spans (all_ddl() makes it)
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from raysight import os_thread
 from raysight.config import DEFAULT_MEMORY_LIMIT
-from raysight.ingest import agent_logs, events_sql, prom_text
+from raysight.ingest import agent_logs, events_sql, otlp, prom_text
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
@@ -53,8 +53,11 @@ IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = (
     *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
+    *("spans", "spans_deduplicated", "span_batches", "spans_rejected"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
+_SPAN_TYPES = {"start_ns": pa.int64(), "end_ns": pa.int64(), "pid": pa.int64(), "attempt": pa.int32()}
+SPAN_SCHEMA = pa.schema([(name, _SPAN_TYPES.get(name, pa.string())) for name in otlp.COLUMNS])
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
 MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
 SAMPLES_SCHEMA = pa.schema([("series_no", pa.int32()), ("ts_ms", pa.int64()), ("value", pa.float64())])
@@ -77,6 +80,7 @@ SESSION_TABLES = (
     "metric_metadata",
     "metric_refused",
     "metric_dropped",
+    "spans",
 )
 
 
@@ -405,6 +409,26 @@ class Store:
                 log_batches=len(bodies),
                 log_gaps=new_gaps,
             )
+            if journal_seq is not None:
+                self._mark_folded(journal_seq)
+        return int(stored)
+
+    def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
+        """Store the span rows of journalled OTLP exports (``ingest/otlp.py``) in one transaction, each span once
+        however often it was sent; the spans stored."""
+        rows = [row for body in bodies for row in orjson.loads(body)]
+        spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+        with self._one_thread(self.con), self._transaction(), self._registered("staged_spans", spans):
+            (stored,) = self._one(
+                """INSERT INTO spans BY NAME
+                   SELECT * FROM staged_spans QUALIFY row_number() OVER (PARTITION BY trace_id, span_id) = 1
+                   ON CONFLICT DO NOTHING"""
+            )
+            self._run(
+                """INSERT INTO sessions (session) SELECT DISTINCT session FROM staged_spans WHERE session IS NOT NULL
+                   ON CONFLICT DO NOTHING"""
+            )
+            self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
         return int(stored)

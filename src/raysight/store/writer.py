@@ -37,7 +37,7 @@ import duckdb
 from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
 from raysight.ingest.prom_text import Scrape
-from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, Batch, Journal, Record
+from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS, Batch, Journal, Record
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
@@ -425,6 +425,8 @@ class Writer:
                 result: ApplyResult | None = None
                 if group[0].kind == AGENT_LOGS:
                     self.store.apply_logs([record.body for record in group], journal_seq=group[-1].seq)
+                elif group[0].kind == SPANS:
+                    self.store.apply_spans([record.body for record in group], journal_seq=group[-1].seq)
                 else:
                     result = self.store.apply(posts, journal_seq=group[-1].seq, parsed=parsed)
             except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)

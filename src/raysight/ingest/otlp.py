@@ -1,0 +1,196 @@
+"""OTLP/HTTP trace exports (``ExportTraceServiceRequest``, protobuf or JSON) → span rows. Pure.
+
+A row is what the store keeps of a span: its IDs in lowercase hex, name, kind, times, status, its attributes, events
+and links as JSON text, and the Ray IDs read from its attributes or its resource's (``instrument/semconv.py``), by
+which a span leads to its task, worker and logs. A span the receiver cannot keep (an ID of the wrong size, an end
+before its start) is rejected alone, as OTLP's partial success says; a body that is not an export is refused whole.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from raysight.instrument import semconv
+
+KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
+STATUSES = {v: k.removeprefix("STATUS_CODE_").lower() for k, v in Status.StatusCode.items()}
+NAME_MAX = 1024
+INT64_MAX = 2**63 - 1
+ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
+    "session": semconv.SESSION,
+    "job_id": semconv.JOB_ID,
+    "node_id": semconv.NODE_ID,
+    "worker_id": semconv.WORKER_ID,
+    "task_id": semconv.TASK_ID,
+    "actor_id": semconv.ACTOR_ID,
+    "request_id": semconv.SERVE_REQUEST_ID,
+}
+COLUMNS = (
+    "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "status", "status_message",
+    "service", "session", "job_id", "node_id", "worker_id", "pid", "task_id", "attempt", "actor_id", "request_id",
+    "attributes", "events", "links", "resource", "scope",
+)  # fmt: skip
+
+
+class BadExport(ValueError):
+    """A body that is not an OTLP trace export (the message says what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Export:
+    spans: list[dict[str, Any]]
+    rejected: int  # spans refused alone
+    reason: str | None  # why the first of them was
+
+
+def parse(body: bytes, json: bool) -> Export:
+    """The spans of an OTLP export, protobuf (``json`` False) or OTLP/JSON."""
+    request = ExportTraceServiceRequest()
+    try:
+        if json:
+            json_format.ParseDict(_json_ids_to_base64(orjson.loads(body)), request, ignore_unknown_fields=True)
+        else:
+            request.ParseFromString(body)
+    except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        raise BadExport(f"not an OTLP trace export ({'JSON' if json else 'protobuf'}): {exc}") from None
+    spans: list[dict[str, Any]] = []
+    rejected, reason = 0, None
+    for resource_spans in request.resource_spans:
+        resource = attributes(resource_spans.resource.attributes)
+        resource_json = orjson.dumps(resource).decode()
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name or None
+            for span in scope_spans.spans:
+                try:
+                    spans.append(row(span, resource, resource_json, scope))
+                except ValueError as exc:
+                    rejected += 1
+                    reason = reason or str(exc)
+    return Export(spans, rejected, reason)
+
+
+def row(span: Span, resource: dict[str, Any], resource_json: str, scope: str | None) -> dict[str, Any]:
+    """A span as the store keeps it; ValueError when it cannot be kept."""
+    if len(span.trace_id) != 16 or not any(span.trace_id):
+        raise ValueError(f"span {span.name[:80]!r}: a trace ID is 16 bytes, not all zero")
+    if len(span.span_id) != 8 or not any(span.span_id):
+        raise ValueError(f"span {span.name[:80]!r}: a span ID is 8 bytes, not all zero")
+    if span.parent_span_id and len(span.parent_span_id) != 8:
+        raise ValueError(f"span {span.name[:80]!r}: a parent span ID is 8 bytes")
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise ValueError(f"span {span.name[:80]!r} ends before it starts")
+    if span.end_time_unix_nano > INT64_MAX:
+        raise ValueError(f"span {span.name[:80]!r} ends past the year 2262")
+    attrs = attributes(span.attributes)
+    ids = {column: _id(attrs.get(name, resource.get(name))) for column, name in ID_COLUMNS.items()}
+    pid, attempt = attrs.get(semconv.PID, resource.get(semconv.PID)), attrs.get(semconv.ATTEMPT)
+    if type(pid) is not int or not 0 <= pid <= INT64_MAX:
+        pid = None
+    if type(attempt) is not int or not 0 <= attempt < 2**31:
+        attempt = None
+    return {
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_span_id": span.parent_span_id.hex() if any(span.parent_span_id) else None,
+        "name": span.name[:NAME_MAX],
+        "kind": KINDS.get(span.kind, "unspecified"),
+        "start_ns": span.start_time_unix_nano,
+        "end_ns": span.end_time_unix_nano,
+        "status": STATUSES.get(span.status.code, "unset"),
+        "status_message": span.status.message or None,
+        "service": _id(resource.get("service.name")),
+        **ids,
+        "pid": pid,
+        "attempt": attempt,
+        "attributes": orjson.dumps(attrs).decode(),
+        "events": orjson.dumps(
+            [{"name": e.name, "ns": e.time_unix_nano, "attributes": attributes(e.attributes)} for e in span.events]
+        ).decode()
+        if span.events
+        else None,
+        "links": orjson.dumps([_link(link) for link in span.links]).decode() if span.links else None,
+        "resource": resource_json,
+        "scope": scope,
+    }
+
+
+def _link(link: Span.Link) -> dict[str, Any]:
+    return {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": attributes(link.attributes)}
+
+
+def attributes(pairs: Any) -> dict[str, Any]:
+    """OTLP key-values as a JSON-ready dict (bytes as base64)."""
+    return {pair.key: value(pair.value) for pair in pairs}
+
+
+def value(any_value: AnyValue) -> Any:
+    which = any_value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [value(v) for v in any_value.array_value.values]
+    if which == "kvlist_value":
+        return attributes(any_value.kvlist_value.values)
+    if which == "bytes_value":
+        return base64.b64encode(any_value.bytes_value).decode()
+    return getattr(any_value, which)
+
+
+def _id(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def _json_ids_to_base64(document: Any) -> Any:
+    """OTLP/JSON writes trace and span IDs in hex where protobuf's JSON mapping reads bytes as base64: convert them
+    (in spans and their links) so that one parser reads both encodings."""
+    if not isinstance(document, dict):
+        raise BadExport('an OTLP/JSON export is a JSON object {"resourceSpans": […]}')
+    for resource_spans in _list(document.get("resourceSpans")):
+        for scope_spans in _list(_dict(resource_spans).get("scopeSpans")):
+            for span in _list(_dict(scope_spans).get("spans")):
+                for item in (_dict(span), *(_dict(link) for link in _list(_dict(span).get("links")))):
+                    for name in _ID_FIELDS:
+                        if isinstance(item.get(name), str):
+                            item[name] = _hex_to_base64(item[name])
+    return document
+
+
+def _hex_to_base64(text: str) -> str:
+    try:
+        return base64.b64encode(bytes.fromhex(text)).decode()
+    except ValueError:
+        raise BadExport(f"an OTLP/JSON ID is hex: {text[:40]!r}") from None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def response(rejected: int, reason: str | None, json: bool) -> bytes:
+    """The export's answer: empty, or the partial success that counts the spans refused."""
+    answer = ExportTraceServiceResponse()
+    if rejected:
+        answer.partial_success.rejected_spans = rejected
+        answer.partial_success.error_message = reason or ""
+    if json:
+        return json_format.MessageToJson(answer, indent=None).encode()
+    return answer.SerializeToString()

@@ -1,0 +1,191 @@
+"""The hooks and set-up behind :mod:`raysight.instrument` (which see)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+from raysight.instrument import ray_tracing
+from raysight.instrument.export import EXPORT_TIMEOUT_S, Counts, SpanQueue
+from raysight.instrument.ray_ids import RayIds
+from raysight.instrument.settings import (
+    CHAINED_ENV_HOOK,
+    CHAINED_SETUP_HOOK,
+    ENDPOINT_ENV,
+    ENV_HOOK,
+    RAY_ENV_HOOK,
+    SAMPLE_RATIO_ENV,
+    SETUP_HOOK,
+    SETUP_HOOK_KEY,
+)
+
+log = logging.getLogger("raysight.instrument")
+_lock = threading.Lock()
+_queue: SpanQueue | None = None
+
+
+def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
+    """Send this process's spans to ``endpoint`` (default ``$RAYSIGHT_OTLP_ENDPOINT``, else the raysight server) and
+    trace its Ray calls; idempotent. ``propagate`` False: carry no trace context to the workers."""
+    global _queue
+    with _lock:
+        if _queue is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            for name in ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.http_transport"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)  # failures are counted: no stderr per worker
+            url = (endpoint or os.environ.get(ENDPOINT_ENV) or _default_server()).rstrip("/") + "/v1/traces"
+            _queue = SpanQueue(OTLPSpanExporter(endpoint=url, timeout=EXPORT_TIMEOUT_S))
+            provider = _provider()
+            provider.add_span_processor(RayIds())
+            provider.add_span_processor(_queue)
+        ray_tracing.instrument(propagate)
+
+
+def uninstrument() -> None:
+    """Stop tracing Ray calls (spans already made are still sent)."""
+    ray_tracing.uninstrument()
+
+
+def counts() -> Counts | None:
+    """What this process's spans came to: exported, dropped because the queue was full, or because export failed."""
+    return _queue.counts if _queue is not None else None
+
+
+def _provider() -> TracerProvider:
+    """The process's SDK tracer provider: the user's own, else a new one (sampling ``$RAYSIGHT_TRACES_SAMPLE_RATIO``
+    of new traces, and whatever a parent decided)."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current
+    try:
+        ratio = min(max(float(os.environ.get(SAMPLE_RATIO_ENV, "1")), 0.0), 1.0)
+    except ValueError:
+        ratio = 1.0
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def _default_server() -> str:
+    from raysight.config import default_server
+
+    return default_server()
+
+
+def init(endpoint: str | None = None) -> None:
+    """Trace this driver. Called before ``ray.init``, the job's workers are traced too (as `raysight run` does);
+    after it, only where the job's runtime env already names :func:`worker_setup`."""
+    import ray
+
+    ray_tracing.set_base(os.environ.get("TRACEPARENT"))
+    if ray.is_initialized():
+        traced_workers = _job_setup_hook() == SETUP_HOOK
+        if not traced_workers:
+            log.warning(
+                "raysight: ray.init ran before raysight.instrument.init(): the workers are not traced (call it "
+                "first, or pass runtime_env={'worker_process_setup_hook': '%s'})",
+                SETUP_HOOK,
+            )
+        instrument(endpoint, propagate=traced_workers)
+        return
+    if endpoint:
+        os.environ[ENDPOINT_ENV] = endpoint
+    if os.environ.get(RAY_ENV_HOOK) not in (None, "", ENV_HOOK):
+        os.environ[CHAINED_ENV_HOOK] = os.environ[RAY_ENV_HOOK]
+    os.environ[RAY_ENV_HOOK] = ENV_HOOK
+    if (uv := uv_run_skips_hooks()) is not None:
+        log.warning("raysight: %s", uv)
+    instrument(endpoint)
+
+
+def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """``RAY_RUNTIME_ENV_HOOK``: the job's runtime env with :func:`worker_setup` as its setup hook (chaining the one it
+    had) and raysight's endpoint; this driver traced."""
+    if chained := os.environ.get(CHAINED_ENV_HOOK):
+        runtime_env = _load(chained)(runtime_env)
+    runtime_env = dict(runtime_env or {})
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    if endpoint := os.environ.get(ENDPOINT_ENV):
+        env_vars.setdefault(ENDPOINT_ENV, endpoint)
+    user_hook = runtime_env.get(SETUP_HOOK_KEY)
+    if user_hook is None or user_hook == SETUP_HOOK:
+        runtime_env[SETUP_HOOK_KEY] = SETUP_HOOK
+    elif isinstance(user_hook, str):
+        env_vars[CHAINED_SETUP_HOOK] = user_hook
+        runtime_env[SETUP_HOOK_KEY] = SETUP_HOOK
+    else:
+        runtime_env[SETUP_HOOK_KEY] = _chained_setup(user_hook)
+    if env_vars:
+        runtime_env["env_vars"] = env_vars
+    ray_tracing.set_base(os.environ.get("TRACEPARENT"))
+    try:
+        instrument()
+    except Exception:  # noqa: BLE001 (the driver runs untraced rather than not at all)
+        log.warning("raysight: could not trace this driver", exc_info=True)
+    return runtime_env
+
+
+def worker_setup() -> None:
+    """The job's ``worker_process_setup_hook``: trace this worker, then run the user's own hook."""
+    try:
+        instrument()
+    except Exception:  # noqa: BLE001
+        log.warning("raysight: could not trace this worker", exc_info=True)
+    if chained := os.environ.get(CHAINED_SETUP_HOOK):
+        _load(chained)()
+
+
+def _chained_setup(user_hook: Callable[[], Any]) -> Callable[[], Any]:
+    def setup() -> Any:
+        worker_setup()
+        return user_hook()
+
+    return setup
+
+
+def tracing_startup_hook() -> None:
+    """For ``ray start --tracing-startup-hook=raysight.instrument:tracing_startup_hook``: Ray's own wrappers make the
+    spans, raysight sends them."""
+    instrument(propagate=False)
+    ray_tracing.uninstrument()
+
+
+def _load(path: str) -> Callable[..., Any]:
+    from ray._common.utils import load_class
+
+    fn: Callable[..., Any] = load_class(path)
+    return fn
+
+
+def _job_setup_hook() -> str | None:
+    """The setup hook the connected job's workers run, when it is a module path."""
+    import ray
+    from ray._private import ray_constants
+
+    env = ray.get_runtime_context().runtime_env or {}
+    value = (env.get("env_vars") or {}).get(ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR)
+    return value if isinstance(value, str) else None
+
+
+def uv_run_skips_hooks() -> str | None:
+    """Why Ray will not call ``RAY_RUNTIME_ENV_HOOK`` in this driver (it runs under ``uv run``), or None."""
+    from ray._private import ray_constants
+
+    if not ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV:
+        return None
+    from ray._private.runtime_env.uv_runtime_env_hook import _get_uv_run_cmdline
+
+    if not _get_uv_run_cmdline():
+        return None
+    return (
+        "this driver runs under `uv run`, where Ray ignores RAY_RUNTIME_ENV_HOOK: its workers are not traced. Set "
+        f"RAY_ENABLE_UV_RUN_RUNTIME_ENV=0, or pass runtime_env={{'{SETUP_HOOK_KEY}': '{SETUP_HOOK}'}} to ray.init"
+    )

@@ -1,0 +1,348 @@
+"""OpenTelemetry for Ray: a span for each task attempt and actor method run, children of the span that submitted them.
+
+Submission: a task, actor creation or actor method submitted while a span is current carries that span's W3C trace
+context as one extra keyword argument (:data:`CARRIER`), added after Ray has checked the call against the function's
+signature. Execution: each function a worker loads from Ray's function table is wrapped once so that it takes the
+carrier away before the user's code sees its arguments, and runs inside a span whose parent is the submitter's, for
+plain, async, generator and async-generator functions alike. A carrier goes only where it will be taken away: to
+tasks and to the actors of the submitting job, whose workers run this same hook; never to another language's, to
+Ray's internal methods, nor when Ray's own tracing (``--tracing-startup-hook``) propagates already.
+
+``ray.get`` and ``ray.wait`` get spans of their own inside a traced span. Nothing here raises into the user's code:
+an error of the instrumentation leaves the call untraced.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+
+from raysight.instrument import semconv
+
+CARRIER = "__raysight_trace__"
+TRACER = "raysight.ray"
+log = logging.getLogger("raysight.instrument")
+
+_patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), to undo
+_base: str | None = None  # a driver's incoming context (TRACEPARENT): the parent of what it submits outside a span
+
+
+def traceparent(span_context: SpanContext) -> str:
+    """W3C ``traceparent`` (and ``tracestate``, after a space, when there is one)."""
+    value = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+    state = span_context.trace_state.to_header() if span_context.trace_state else ""
+    return f"{value} {state}" if state else value
+
+
+def parse_traceparent(value: object) -> SpanContext | None:
+    """A remote span context from ``traceparent[ tracestate]``; None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    parent, _, state = value.strip().partition(" ")
+    parts = parent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2 or parts[0] == "ff":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    trace_state = TraceState.from_header([state]) if state else None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags), trace_state=trace_state)
+
+
+def outgoing() -> str | None:
+    """What a submission made now carries: the current span's context, else a driver's incoming one."""
+    span_context = trace.get_current_span().get_span_context()
+    return traceparent(span_context) if span_context.is_valid else _base
+
+
+def set_base(value: str | None) -> None:
+    """The parent of what a driver submits outside any span: its incoming ``TRACEPARENT`` (None: a trace each)."""
+    global _base
+    _base = traceparent(context) if (context := parse_traceparent(value)) is not None else None
+
+
+def instrument(propagate: bool = True) -> None:
+    """Trace this process's Ray calls (idempotent); ``propagate`` False: its spans only, carrying nothing to the
+    workers (whose functions would not take the carrier away)."""
+    if _patches:
+        return
+    import ray
+    from ray import actor, remote_function
+    from ray._common import signature
+    from ray._private import function_manager
+
+    _patch(function_manager.FunctionActorManager, "get_execution_info", _wrap_loaded)
+    _patch(signature, "flatten_args", _flatten_with_carrier)
+    if propagate:
+        _patch(remote_function.RemoteFunction, "_remote", _submitting_task)
+        _patch(actor.ActorClass, "_remote", _submitting_creation)
+        _patch(actor.ActorHandle, "_actor_method_call", _submitting_method)
+    _patch(ray, "get", _waiting("ray.get"))
+    _patch(ray, "wait", _waiting("ray.wait"))
+
+
+def uninstrument() -> None:
+    """Undo :func:`instrument`: functions already wrapped keep taking the carrier away, and trace nothing new."""
+    while _patches:
+        owner, name, original = _patches.pop()
+        setattr(owner, name, original)
+
+
+def instrumented() -> bool:
+    return bool(_patches)
+
+
+def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    original = getattr(owner, name)
+    _patches.append((owner, name, original))
+    setattr(owner, name, make(original))
+
+
+def _ray_tracing_on() -> bool:
+    """Whether Ray's own tracing propagates (``--tracing-startup-hook``: known once the process is connected)."""
+    from ray.util.tracing import tracing_helper
+
+    return tracing_helper._is_tracing_enabled()
+
+
+def core_worker() -> Any:
+    """This process's Ray core worker."""
+    import ray
+
+    return ray._private.worker.global_worker.core_worker  # type: ignore[attr-defined]
+
+
+# --- submission --------------------------------------------------------------------------------------------------
+
+
+def _flatten_with_carrier(original: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    @functools.wraps(original)
+    def flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> list[Any]:
+        if not kwargs or CARRIER not in kwargs:
+            return original(signature_parameters, args, kwargs)
+        kwargs = dict(kwargs)
+        carrier = kwargs.pop(CARRIER)
+        return [*original(signature_parameters, args, kwargs), CARRIER, carrier]
+
+    return flatten_args
+
+
+def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    try:
+        carrier = None if _ray_tracing_on() else outgoing()
+    except Exception:  # noqa: BLE001 (never in the user's way)
+        return kwargs
+    return kwargs if carrier is None else {**(kwargs or {}), CARRIER: carrier}
+
+
+def _submitting_task(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
+        if not getattr(self, "_is_cross_language", False):
+            kwargs = _with_carrier(kwargs)
+        return original(self, args, kwargs, *rest, **options)
+
+    return _remote
+
+
+def _submitting_creation(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _remote(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        if not getattr(self.__ray_metadata__, "is_cross_language", False):
+            kwargs = _with_carrier(kwargs)
+        return original(self, args, kwargs, **options)
+
+    return _remote
+
+
+def _submitting_method(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _actor_method_call(self: Any, method_name: str, args: Any = None, kwargs: Any = None, **rest: Any) -> Any:
+        if not (self._ray_is_cross_language or method_name.startswith("__ray")) and _same_job(self):
+            kwargs = _with_carrier(kwargs)
+        return original(self, method_name, args, kwargs, **rest)
+
+    return _actor_method_call
+
+
+def _same_job(handle: Any) -> bool:
+    """Whether the actor belongs to this process's job, whose workers take the carrier away (another job's may not)."""
+    import ray
+
+    try:
+        return bool(handle._ray_actor_id.job_id == ray._private.worker.global_worker.current_job_id)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# --- execution ---------------------------------------------------------------------------------------------------
+
+
+def _wrap_loaded(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get_execution_info(self: Any, job_id: Any, function_descriptor: Any) -> Any:
+        info = original(self, job_id, function_descriptor)
+        if getattr(info.function, "__raysight__", False):
+            return info
+        try:
+            info = info._replace(function=_traced(info.function, function_descriptor))
+            self._function_execution_info[function_descriptor.function_id] = info
+        except Exception:  # noqa: BLE001 (untraced rather than broken)
+            log.debug("raysight: could not trace %s", function_descriptor, exc_info=True)
+        return info
+
+    return get_execution_info
+
+
+def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]:
+    """``executor`` (a task's function, or Ray's executor of an actor method, which carries ``name`` and ``method``)
+    taking the carrier away and running in a span."""
+    method = getattr(executor, "method", None)
+    user_fn = method if method is not None else executor
+    class_name = descriptor.class_name
+    method_name = getattr(executor, "name", descriptor.function_name)
+    if class_name:
+        kind = "actor_creation" if method_name == "__init__" else "actor_task"
+        name = f"{class_name}.{method_name}"
+    else:
+        kind, name = "task", descriptor.function_name
+    attributes = {semconv.FUNCTION: f"{descriptor.module_name}.{name}", semconv.TASK_KIND: kind}
+    silent = method_name.startswith("__ray")
+
+    def start(kwargs: dict[str, Any]) -> trace.Span | None:
+        carrier = kwargs.pop(CARRIER, None)
+        if silent or not _patches:
+            return None
+        try:
+            return _task_span(name, carrier, attributes)
+        except Exception:  # noqa: BLE001
+            return None
+
+    if inspect.isasyncgenfunction(user_fn):
+
+        async def traced(*args: Any, **kwargs: Any) -> Any:
+            span = start(kwargs)
+            if span is None:
+                async for item in executor(*args, **kwargs):
+                    yield item
+                return
+            try:
+                with _in(span, end=False):
+                    generator = executor(*args, **kwargs)
+                while True:
+                    with _in(span, end=False):
+                        try:
+                            item = await generator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    yield item
+            finally:
+                span.end()
+
+    elif inspect.iscoroutinefunction(user_fn):
+
+        async def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            span = start(kwargs)
+            if span is None:
+                return await executor(*args, **kwargs)
+            with _in(span):
+                return await executor(*args, **kwargs)
+
+    elif inspect.isgeneratorfunction(user_fn):
+
+        def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            span = start(kwargs)
+            if span is None:
+                return (yield from executor(*args, **kwargs))
+            return (yield from _iterate_in(span, lambda: executor(*args, **kwargs)))
+
+    else:
+
+        def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            span = start(kwargs)
+            if span is None:
+                return executor(*args, **kwargs)
+            with _in(span):
+                return executor(*args, **kwargs)
+
+    functools.update_wrapper(traced, executor)
+    traced.__raysight__ = True  # type: ignore[attr-defined]
+    if method is not None:  # what Ray's task executor reads of an actor method's executor
+        traced.name, traced.method = executor.name, method  # type: ignore[attr-defined]
+    return traced
+
+
+def _iterate_in(span: trace.Span, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """A generator's items, each produced inside ``span``, which ends with the generator."""
+    try:
+        with _in(span, end=False):
+            generator = make()
+        while True:
+            with _in(span, end=False):
+                try:
+                    item = next(generator)
+                except StopIteration as stop:
+                    return stop.value
+            yield item
+    finally:
+        span.end()
+
+
+def _in(span: trace.Span, end: bool = True) -> Any:
+    return trace.use_span(span, end_on_exit=end, record_exception=True, set_status_on_exception=True)
+
+
+def _task_span(name: str, carrier: object, attributes: dict[str, Any]) -> trace.Span:
+    worker = core_worker()
+    parent = parse_traceparent(carrier)
+    parent_context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else otel_context.Context()
+    task = {
+        **attributes,
+        semconv.TASK_ID: worker.get_current_task_id().hex(),
+        semconv.ATTEMPT: worker.get_current_task_attempt_number(),
+    }
+    if not (actor_id := worker.get_actor_id()).is_nil():
+        task[semconv.ACTOR_ID] = actor_id.hex()
+    return trace.get_tracer(TRACER).start_span(name, parent_context, SpanKind.CONSUMER, task)
+
+
+def _waiting(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def waiting(*args: Any, **kwargs: Any) -> Any:
+            if not trace.get_current_span().is_recording():
+                return original(*args, **kwargs)
+            refs = args[0] if args else kwargs.get("object_refs")
+            count = len(refs) if isinstance(refs, (list, tuple)) else 1
+            with trace.get_tracer(TRACER).start_as_current_span(what, attributes={"ray.object_refs": count}):
+                return original(*args, **kwargs)
+
+        return waiting
+
+    return wrap
+
+
+def process_attributes() -> dict[str, Any]:
+    """This process's Ray IDs, once it is connected to Ray (else its pid alone)."""
+    import ray
+
+    worker = ray._private.worker.global_worker
+    attributes: dict[str, Any] = {semconv.PID: os.getpid()}
+    if not getattr(worker, "connected", False):
+        return attributes
+    attributes[semconv.SESSION] = worker.node.session_name
+    attributes[semconv.JOB_ID] = worker.current_job_id.hex()
+    attributes[semconv.NODE_ID] = worker.current_node_id.hex()
+    attributes[semconv.WORKER_ID] = worker.worker_id.hex() if isinstance(worker.worker_id, bytes) else None
+    return {k: v for k, v in attributes.items() if v is not None}
