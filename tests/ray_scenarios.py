@@ -91,10 +91,17 @@ def peak_rss_mb(pid: int) -> float:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
 
 
-def ray_run(url: str, cluster: str, *program: str, timeout: float = 240, expect_code: int = 0) -> None:
-    """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``), then wait until Ray's
-    last events are in."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
+def ray_run(
+    url: str,
+    cluster: str,
+    *program: str,
+    timeout: float = 240,
+    expect_code: int = 0,
+    env: dict[str, str] | None = None,
+) -> None:
+    """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``; ``env`` added to its
+    environment), then wait until Ray's last events are in."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}, **(env or {})}
     done = subprocess.run(
         [
             sys.executable,

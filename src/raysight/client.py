@@ -154,6 +154,17 @@ class Client:
         params = {"session": session} if session else {}
         return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
 
+    def traces(self, **params: Any) -> dict[str, Any]:
+        """Traces with a span that matches: ``GET /api/raysight/traces`` with ``session``, ``job``, ``task``,
+        ``actor``, ``request``, ``name``, ``min_duration`` (ns), ``error``, ``since``, ``until`` (epoch ns) and
+        ``limit`` (None leaves one out). Returns ``session`` and ``traces``, newest first."""
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", "/api/raysight/traces", params=given)  # type: ignore[no-any-return]
+
+    def trace(self, trace_id: str) -> dict[str, Any]:
+        """One trace's spans in tree order: ``GET /api/raysight/traces/{id}``."""
+        return self._request("GET", f"/api/raysight/traces/{quote(trace_id, safe='')}")  # type: ignore[no-any-return]
+
     def status(self, session: str | None = None, at: int | None = None) -> dict[str, Any]:
         """What the cluster had and what waited for it at ``at`` (epoch ns; default its last sample):
         ``GET /api/raysight/status``."""

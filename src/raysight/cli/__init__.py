@@ -17,6 +17,7 @@ from raysight.cli.run import demo_cmd, env_cmd, run_cmd
 from raysight.cli.server import server_cmd
 from raysight.cli.status import status_cmd
 from raysight.cli.timeline import timeline_cmd
+from raysight.cli.traces import traces_cmd
 from raysight.errors import BadQuery, RaysightError
 
 
@@ -56,6 +57,7 @@ for command in (
     logs_cmd,
     errors_cmd,
     timeline_cmd,
+    traces_cmd,
     status_cmd,
     metrics_cmd,
     sessions_cmd,

@@ -2,8 +2,9 @@
 
 :class:`SpanQueue` is a span processor whose ``on_end`` only appends to a bounded queue (a full queue drops the span
 and counts it); one daemon thread exports the queue in batches through the OpenTelemetry SDK's OTLP/HTTP exporter.
-The thread sends what has ended within :data:`LINGER_S` of the first span queued (at once when a batch is full): a
-worker may be killed with its cluster soon after its last task, so spans do not wait for a timer. An export that
+The thread sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may be killed soon after its
+last task: with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send
+(at once when a batch is full): at most one request per LINGER_S, however many spans. An export that
 fails (the server down, a refusal) is dropped and counted: the thread never holds spans for long, and the process
 exits without waiting on it for more than :data:`EXIT_FLUSH_S`. A forked child starts an empty queue and its own
 thread.
@@ -16,6 +17,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,7 +52,7 @@ class SpanQueue(SpanProcessor):
     def _start(self) -> None:
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake, self._flush, self._idle = threading.Event(), threading.Event(), threading.Event()
-        self._stopped = False
+        self._stopped, self._sent = False, 0.0  # when the last send began
         self._thread: threading.Thread | None = None  # started with the first span
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -76,9 +78,11 @@ class SpanQueue(SpanProcessor):
             self._wake.wait()
             if self._stopped:
                 return
-            self._flush.wait(LINGER_S)  # a full batch, or a flush, cuts the linger short
+            # lingers while the last send is recent; a full batch, or a flush, cuts it short
+            self._flush.wait(max(0.0, self._sent + LINGER_S - time.monotonic()))
             self._wake.clear()
             self._flush.clear()
+            self._sent = time.monotonic()
             self._export_queued()
 
     def _export_queued(self) -> None:

@@ -67,9 +67,13 @@ def outgoing() -> str | None:
 
 
 def set_base(value: str | None) -> None:
-    """The parent of what a driver submits outside any span: its incoming ``TRACEPARENT`` (None: a trace each)."""
+    """Continue a driver's incoming trace (its ``TRACEPARENT``): the calling thread's spans and what the driver
+    submits outside any span become its children. None or not a trace context: each top-level call starts a trace."""
     global _base
-    _base = traceparent(context) if (context := parse_traceparent(value)) is not None else None
+    incoming = parse_traceparent(value)
+    _base = traceparent(incoming) if incoming is not None else None
+    if incoming is not None and not trace.get_current_span().get_span_context().is_valid:
+        otel_context.attach(trace.set_span_in_context(NonRecordingSpan(incoming)))
 
 
 def instrument(propagate: bool = True) -> None:

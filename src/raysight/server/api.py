@@ -19,6 +19,7 @@ from raysight.server.state import app_state
 from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import queries, summaries
 from raysight.store import timeline as timeline_sql
+from raysight.store import traces as traces_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
 from raysight.store.logs_query import LogQuery, log_lines
@@ -276,6 +277,43 @@ async def task_stream(request: Request) -> Response:
     return Response(await app_state(request).read(read), media_type="application/json")
 
 
+MAX_TRACES = 10_000
+
+
+async def traces(request: Request) -> Response:
+    """GET /api/raysight/traces?session=&job=&task=&actor=&request=&name=&min_duration=&error=&since=&until=&limit=:
+    the traces with a span that matches, newest first (``min_duration``, ``since``, ``until`` in ns)."""
+    params = request.query_params
+
+    def entity(name: str) -> str | None:
+        return (params.get(name) or "").lower() or None
+
+    limit = int_param(params, "limit", 50) or 50
+    if limit > MAX_TRACES:
+        raise BadQuery(f"limit must be at most {MAX_TRACES}")
+    query = traces_sql.TraceQuery(
+        session=params.get("session") or None,
+        job_id=job_param(request),
+        task_id=entity("task"),
+        actor_id=entity("actor"),
+        request_id=params.get("request") or None,
+        name=params.get("name") or None,
+        min_duration_ns=int_param(params, "min_duration", None),
+        errors_only=bool_param(params, "error"),
+        since_ns=int_param(params, "since", None),
+        until_ns=int_param(params, "until", None),
+        limit=limit,
+    )
+    return _json(await app_state(request).read(lambda con: traces_sql.list_traces(con, query)))
+
+
+async def trace(request: Request) -> Response:
+    """GET /api/raysight/traces/{trace_id}: a trace's spans in tree order, each with its depth and whether it is on
+    the critical path."""
+    trace_id = request.path_params["trace_id"].lower()
+    return _json(await app_state(request).read(lambda con: traces_sql.get_trace(con, trace_id)))
+
+
 async def reindex(request: Request) -> Response:
     require_admin(request)
     state = app_state(request)
@@ -298,6 +336,8 @@ routes = [
     Route("/api/raysight/timeline", timeline),
     Route("/api/raysight/task-stream", task_stream),
     Route("/api/raysight/metrics/top", metrics_top),
+    Route("/api/raysight/traces", traces),
+    Route("/api/raysight/traces/{trace_id}", trace),
     Route("/api/raysight/{resource}", list_resource),
     Route("/api/raysight/{resource}/{entity_id}", get_resource),
 ]

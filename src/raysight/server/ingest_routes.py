@@ -25,6 +25,7 @@ from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ids import SESSION_NAME
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
+from raysight.server.guard import media_type
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
@@ -168,7 +169,7 @@ async def _journal_logs(request: Request, body: bytes, started: float) -> Respon
     state = app_state(request)
     try:
         if request.headers.get("content-encoding", "identity") == "gzip":
-            body = _gunzip(body, state.max_body)
+            body = _inflate(body, state.max_body)
         batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
@@ -194,10 +195,13 @@ async def otlp_traces(request: Request) -> Response:
 
 async def _journal_spans(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
-    json = request.headers.get("content-type", "").startswith("application/json")
+    json = media_type(request.headers.get("content-type")) == "application/json"
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in WBITS and encoding != "identity":
+        return _error(415, f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none")
     try:
-        if request.headers.get("content-encoding", "identity") == "gzip":
-            body = _gunzip(body, state.max_body)
+        if encoding in WBITS:
+            body = _inflate(body, state.max_body, encoding)
         export = otlp.parse(body, json)
     except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
         state.metrics.rejected.labels("bad_otlp").inc()
@@ -218,13 +222,17 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
     )
 
 
-def _gunzip(body: bytes, limit: int) -> bytes:
-    """A gzip body decompressed, refused (BodyTooLarge) past ``limit`` bytes, BadBatch if it is not gzip."""
-    inflate = zlib.decompressobj(wbits=31)
+WBITS = {"gzip": 31, "deflate": 15}  # zlib's names for the two formats of HTTP's Content-Encoding
+
+
+def _inflate(body: bytes, limit: int, encoding: str = "gzip") -> bytes:
+    """A gzip (or deflate) body decompressed, refused (BodyTooLarge) past ``limit`` bytes, BadBatch if it is not in
+    that format."""
+    inflate = zlib.decompressobj(wbits=WBITS[encoding])
     try:
         data = inflate.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise agent_logs_batch.BadBatch(f"body is not gzip: {exc}") from None
+        raise agent_logs_batch.BadBatch(f"body is not {encoding}: {exc}") from None
     if len(data) > limit or inflate.unconsumed_tail:
         raise BodyTooLarge(f"body over {limit} bytes decompressed")
     return data

@@ -415,13 +415,15 @@ class Store:
 
     def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
         """Store the span rows of journalled OTLP exports (``ingest/otlp.py``) in one transaction, each span once
-        however often it was sent; the spans stored."""
+        however often it was sent (the first copy); the spans stored."""
         rows = [row for body in bodies for row in orjson.loads(body)]
         spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+        spans = spans.append_column("ord", pa.array(range(spans.num_rows), pa.int64()))
         with self._one_thread(self.con), self._transaction(), self._registered("staged_spans", spans):
             (stored,) = self._one(
                 """INSERT INTO spans BY NAME
-                   SELECT * FROM staged_spans QUALIFY row_number() OVER (PARTITION BY trace_id, span_id) = 1
+                   SELECT * EXCLUDE (ord) FROM staged_spans
+                   QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY ord) = 1
                    ON CONFLICT DO NOTHING"""
             )
             self._run(

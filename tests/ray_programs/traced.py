@@ -1,0 +1,93 @@
+"""Run under `raysight run` (tracing on), with ``TRACEPARENT`` set as a caller inside someone else's trace would: a
+request that goes driver → task → nested task → actor → async actor method, a user's own span inside a task, a task
+retried after an exception, a streaming generator, and a task submitted outside any span."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import ray
+from opentelemetry import trace
+
+from tests.ray_programs import wait_until_raysight
+
+
+@ray.remote
+def leaf(x: int) -> int:
+    with trace.get_tracer("user.code").start_as_current_span("user-span", attributes={"user.x": x}):
+        print(f"leaf: task_id={ray.get_runtime_context().get_task_id()}", flush=True)
+        return x + 1
+
+
+@ray.remote
+class Doubler:
+    async def work(self, x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x * 2
+
+
+@ray.remote
+class Counter:
+    def __init__(self) -> None:
+        self.doubler = Doubler.remote()  # type: ignore[attr-defined]
+
+    def add(self, x: int) -> int:
+        return ray.get(self.doubler.work.remote(x))
+
+
+@ray.remote
+def middle(x: int) -> tuple[int, object]:
+    """The sum, and the counter's handle: the driver keeps the actors alive until their spans are in (an actor dies
+    with its owner's last handle, and a span that ended a moment before may go with it)."""
+    y = ray.get(leaf.remote(x))
+    counter = Counter.remote()  # type: ignore[attr-defined]
+    return ray.get(counter.add.remote(y)), counter
+
+
+@ray.remote(max_retries=1, retry_exceptions=True)
+def flaky(marker: str) -> str:
+    if not Path(marker).exists():
+        Path(marker).touch()
+        raise RuntimeError("the first attempt fails on purpose")
+    return "ok"
+
+
+@ray.remote(num_returns="streaming")
+def count_to(n: int):  # type: ignore[no-untyped-def]
+    yield from range(n)
+
+
+@ray.remote
+def lonely() -> int:
+    return 7
+
+
+EXPECTED = {"middle", "leaf", "user-span", "Counter.add", "Doubler.work", "flaky", "count_to", "lonely"}
+
+
+def main(marker: str) -> None:
+    ray.init(num_cpus=2)
+    with trace.get_tracer("driver").start_as_current_span("request"):
+        total, counter = ray.get(middle.remote(1))
+        assert total == 4
+        assert ray.get(flaky.remote(marker)) == "ok"
+        assert [ray.get(ref) for ref in count_to.remote(3)] == [0, 1, 2]
+    assert ray.get(lonely.remote()) == 7  # outside any span: under the caller's incoming context
+
+    missing = set(EXPECTED)
+
+    def stored(client):  # type: ignore[no-untyped-def]
+        missing.difference_update({name for name in missing if client.traces(name=name)["traces"]})
+        return not missing
+
+    try:
+        wait_until_raysight(stored, "the spans of the traced workload", 60)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}: none named {sorted(missing)}") from None
+    del counter
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,142 @@
+"""Tracing with a real Ray and the real OpenTelemetry SDK: one traced workload (`raysight run`, tracing on by
+default) whose driver continues a caller's trace, read back through the CLI as users run it and through the API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from raysight.cli import main
+from raysight.client import Client
+from raysight.store.traces import critical_path, tree_order
+from tests.ray_scenarios import ServerProcess, ray_run
+
+INCOMING_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+INCOMING_SPAN = "00f067aa0ba902b7"
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, list[dict[str, Any]]]]:
+    """The workload's server, and the spans of its trace (`raysight traces show --format json`)."""
+    tmp = tmp_path_factory.mktemp("traced")
+    server = ServerProcess(tmp / "data").start()
+    try:
+        ray_run(
+            server.url,
+            "traced",
+            "-m",
+            "tests.ray_programs.traced",
+            str(tmp / "flaky-marker"),
+            env={"TRACEPARENT": f"00-{INCOMING_TRACE}-{INCOMING_SPAN}-01"},
+        )
+        shown = cli(server, "traces", "show", INCOMING_TRACE, "--format", "json")
+        yield server, orjson.loads(shown)["spans"]
+    finally:
+        server.stop()
+
+
+def cli(server: ServerProcess, *args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "--server", server.url])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def one(spans: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = [s for s in spans if s["name"] == name]
+    assert len(found) == 1, f"{len(found)} spans named {name}: {[s['name'] for s in spans]}"
+    return found[0]
+
+
+def test_driver_task_nested_task_actor_and_async_actor_form_one_trace(traced) -> None:
+    server, spans = traced
+    assert {s["trace_id"] for s in spans} == {INCOMING_TRACE}
+    request = one(spans, "request")
+    assert request["parent_span_id"] == INCOMING_SPAN  # the driver continued its caller's trace
+    edges = {
+        "middle": "request",
+        "leaf": "middle",
+        "user-span": "leaf",
+        "Counter.__init__": "middle",
+        "Counter.add": "middle",
+        "Doubler.__init__": "Counter.__init__",
+        "Doubler.work": "Counter.add",
+        "count_to": "request",
+    }
+    for child, parent in edges.items():
+        assert one(spans, child)["parent_span_id"] == one(spans, parent)["span_id"], (child, parent)
+    assert one(spans, "lonely")["parent_span_id"] == INCOMING_SPAN  # submitted outside any span
+    assert one(spans, "leaf")["kind"] == "consumer" and one(spans, "Doubler.work")["attributes"]["ray.task.kind"] == (
+        "actor_task"
+    )
+    waits = [s for s in spans if s["name"] == "ray.get"]
+    assert {s["parent_span_id"] for s in waits} >= {request["span_id"], one(spans, "middle")["span_id"]}
+
+
+def test_spans_carry_the_ray_ids_of_their_task_worker_and_actor(traced) -> None:
+    server, spans = traced
+    with Client(server.url) as client:
+        tasks = {t["task_id"]: t for t in client.list("tasks", limit=1000)["rows"]}
+        session = client.sessions()[0]["session"]
+    for name in ("middle", "leaf", "Counter.add", "Doubler.work", "count_to"):
+        span = one(spans, name)
+        task = tasks[span["task_id"]]
+        assert task["func_or_class_name"].endswith(name.split(".")[-1]) or task["name"].endswith(name), (name, task)
+        assert span["attempt"] == 0 and span["session"] == session and span["job_id"] == task["job_id"]
+        assert span["worker_id"] == task["worker_id"] and span["node_id"] == task["node_id"]
+    work, add = one(spans, "Doubler.work"), one(spans, "Counter.add")
+    assert work["actor_id"] and add["actor_id"] and work["actor_id"] != add["actor_id"]
+    assert tasks[work["task_id"]]["actor_id"] == work["actor_id"]
+    user = one(spans, "user-span")
+    assert user["task_id"] == one(spans, "leaf")["task_id"] and user["attributes"]["user.x"] == 1
+
+
+def test_a_retried_task_shows_each_attempt(traced) -> None:
+    server, spans = traced
+    attempts = sorted((s for s in spans if s["name"] == "flaky"), key=lambda s: s["attempt"])
+    assert [s["attempt"] for s in attempts] == [0, 1]
+    assert attempts[0]["task_id"] == attempts[1]["task_id"]
+    assert attempts[0]["parent_span_id"] == attempts[1]["parent_span_id"] == one(spans, "request")["span_id"]
+    assert attempts[0]["status"] == "error" and "on purpose" in attempts[0]["status_message"]
+    assert attempts[0]["events"][0]["name"] == "exception"
+    assert attempts[1]["status"] == "unset"
+
+
+def test_traces_lists_and_shows_the_trace_as_a_tree(traced) -> None:
+    server, spans = traced
+    leaf = one(spans, "leaf")
+    listed = orjson.loads(cli(server, "traces", "--task", leaf["task_id"], "--format", "json"))
+    assert [t["trace_id"] for t in listed["traces"]] == [INCOMING_TRACE]
+    assert listed["traces"][0]["root"] == "request" and listed["traces"][0]["spans"] == len(spans)
+    assert listed["traces"][0]["errors"] == 1
+    table = cli(server, "traces")
+    assert INCOMING_TRACE in table and "request" in table
+    assert INCOMING_TRACE in cli(server, "traces", "--errors")
+    assert "No traces." in cli(server, "traces", "--min-duration", "1h")
+    tree = cli(server, "traces", "show", INCOMING_TRACE).splitlines()
+    assert tree[0].startswith(f"Trace {INCOMING_TRACE}") and len(tree) == 1 + len(spans)
+    line = {name: next(row for row in tree[1:] if f" {name}" in row) for name in ("request", "middle", "Counter.add")}
+    line["Doubler.work"] = next(row for row in tree[1:] if " Doubler.work" in row)
+    column = {name: row.index(name) for name, row in line.items()}  # indented two spaces a level
+    assert column["Doubler.work"] == column["Counter.add"] + 2 == column["middle"] + 4 == column["request"] + 6
+    lonely = next(row for row in tree[1:] if " lonely" in row)
+    assert lonely.startswith("*") and not line["request"].startswith("*")  # the trace's end waited on lonely alone
+
+
+def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:
+    def span(name: str, parent: str | None, start: int, end: int) -> dict[str, Any]:
+        return {"span_id": name, "parent_span_id": parent, "start_ns": start, "end_ns": end}
+
+    spans = [
+        span("root", None, 0, 100),
+        span("a", "root", 0, 40),  # ended before b started: waited on next
+        span("c", "root", 10, 30),  # overlapped a: hidden behind it
+        span("b", "root", 50, 95),  # ended last
+        span("b1", "b", 60, 90),
+        span("late", "root", 20, 120),  # ended after its parent: not waited on
+        span("other-root", None, 0, 10),
+    ]
+    assert critical_path(tree_order(sorted(spans, key=lambda s: s["start_ns"]))) == {"root", "b", "b1", "a"}
