@@ -122,8 +122,11 @@ def test_traces_lists_and_shows_the_trace_as_a_tree(traced) -> None:
     line["Doubler.work"] = next(row for row in tree[1:] if " Doubler.work" in row)
     column = {name: row.index(name) for name, row in line.items()}  # indented two spaces a level
     assert column["Doubler.work"] == column["Counter.add"] + 2 == column["middle"] + 4 == column["request"] + 6
-    lonely = next(row for row in tree[1:] if " lonely" in row)
-    assert lonely.startswith("*") and not line["request"].startswith("*")  # the trace's end waited on lonely alone
+    last = max((s for s in spans if s["depth"] == 0), key=lambda s: s["end_ns"])  # after `request`: lonely's ray.get
+    assert last["critical"] and not one(spans, "request")["critical"]
+    assert not line["request"].startswith("*") and sum(row.startswith("*") for row in tree[1:]) == sum(
+        s["critical"] for s in spans
+    )
 
 
 def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:

@@ -1,37 +1,40 @@
 """Ended spans to an OTLP/HTTP endpoint from inside a Ray worker or driver, never in the way of the code traced.
 
-:class:`SpanQueue` is a span processor whose ``on_end`` only appends to a bounded queue (a full queue drops the span
-and counts it); one daemon thread exports the queue in batches through the OpenTelemetry SDK's OTLP/HTTP exporter.
-The thread sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may be killed soon after its
-last task: with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send
-(at once when a batch is full): at most one request per LINGER_S, however many spans. An export that
-fails (the server down, a refusal) is dropped and counted: the thread never holds spans for long, and the process
-exits without waiting on it for more than :data:`EXIT_FLUSH_S`. A forked child starts an empty queue and its own
-thread.
+:class:`SpanQueue` takes the light spans of Ray tasks (``task_spans.py``) and, as an SDK span processor, the spans
+of the user's own code; adding one only appends to a bounded queue (a full queue drops the span and counts it). One
+daemon thread encodes what is queued into one OTLP protobuf export and POSTs it over a kept-alive connection. It
+sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may be killed soon after its last task:
+with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send (at once
+when a batch is full): at most one request per LINGER_S, however many spans. An export that fails (the server down,
+a refusal) is dropped and counted, after one retry of a connection the server had closed: the thread never holds
+spans for long, and the process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. A forked child
+starts an empty queue and its own thread.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import logging
+import http.client
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from raysight.instrument import task_spans
 
 MAX_QUEUE = 8192
 BATCH = 512
-LINGER_S = 0.05
+LINGER_S = 0.2
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
-
-log = logging.getLogger("raysight.instrument")
 
 
 @dataclass
@@ -42,24 +45,28 @@ class Counts:
 
 
 class SpanQueue(SpanProcessor):
-    def __init__(self, exporter: SpanExporter, max_queue: int = MAX_QUEUE) -> None:
-        self.exporter, self.max_queue = exporter, max_queue
+    def __init__(self, url: str, resource: Callable[[], dict[str, Any]], max_queue: int = MAX_QUEUE) -> None:
+        """``url``: the OTLP/HTTP traces endpoint; ``resource``: the attributes of this process's task spans (read
+        at each export: a driver learns its Ray IDs after it is traced)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.url, self.resource, self.max_queue = parts, resource, max_queue
         self.counts = Counts()
         self._start()
         os.register_at_fork(after_in_child=self._start)
         atexit.register(self.shutdown)
 
     def _start(self) -> None:
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._queue: collections.deque[task_spans.TaskSpan | ReadableSpan] = collections.deque()
         self._wake, self._flush, self._idle = threading.Event(), threading.Event(), threading.Event()
         self._stopped, self._sent = False, 0.0  # when the last send began
         self._thread: threading.Thread | None = None  # started with the first span
+        self._connection: http.client.HTTPConnection | None = None
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self._stopped or not span.context.trace_flags.sampled:
+    def add(self, span: task_spans.TaskSpan | ReadableSpan) -> None:
+        """Queue an ended span (never blocks; drops and counts when the queue is full)."""
+        if self._stopped:
             return
         if len(self._queue) >= self.max_queue:
             self.counts.dropped_full += 1
@@ -72,6 +79,13 @@ class SpanQueue(SpanProcessor):
             self._wake.set()
         if len(self._queue) >= BATCH:
             self._flush.set()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context.trace_flags.sampled:
+            self.add(span)
 
     def _run(self) -> None:
         while True:
@@ -90,19 +104,53 @@ class SpanQueue(SpanProcessor):
         try:
             while self._queue:
                 batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-                self._export(batch)
+                if self._send(batch):
+                    self.counts.exported += len(batch)
+                else:
+                    self.counts.dropped_failed += len(batch)
         finally:
             self._idle.set()
 
-    def _export(self, batch: Sequence[ReadableSpan]) -> None:
+    def _send(self, batch: list[task_spans.TaskSpan | ReadableSpan]) -> bool:
         try:
-            result = self.exporter.export(batch)
-        except Exception:  # noqa: BLE001 (an exporter's bug must not end the thread)
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self.counts.exported += len(batch)
-        else:
-            self.counts.dropped_failed += len(batch)
+            body = self._encode(batch)
+        except Exception:  # noqa: BLE001 (a span the encoder cannot take: dropped, the thread goes on)
+            return False
+        for attempt in range(2):
+            try:
+                return self._post(body)
+            except (OSError, http.client.HTTPException):
+                self._close()
+                if attempt:
+                    return False
+        return False
+
+    def _encode(self, batch: list[task_spans.TaskSpan | ReadableSpan]) -> bytes:
+        ours = [span for span in batch if isinstance(span, task_spans.TaskSpan)]
+        sdk = [span for span in batch if not isinstance(span, task_spans.TaskSpan)]
+        request = encode_spans(sdk)
+        if ours:
+            request.resource_spans.append(task_spans.encode(ours, self.resource()))
+        return request.SerializeToString()
+
+    def _post(self, body: bytes) -> bool:
+        if self._connection is None:
+            kind = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
+            self._connection = kind(self.url.hostname or "", self.url.port, timeout=EXPORT_TIMEOUT_S)
+        path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
+        self._connection.request(
+            "POST", path, body, {"Content-Type": "application/x-protobuf", "Connection": "keep-alive"}
+        )
+        reply = self._connection.getresponse()
+        reply.read()
+        if reply.will_close:
+            self._close()
+        return 200 <= reply.status < 300
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export what is queued, waiting at most ``timeout_millis``; True if it all went (or failed) in time."""

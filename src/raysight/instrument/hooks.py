@@ -9,11 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from raysight.instrument import ray_tracing
-from raysight.instrument.export import EXPORT_TIMEOUT_S, Counts, SpanQueue
+from raysight.instrument import ray_tracing, semconv
+from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.ray_ids import RayIds
 from raysight.instrument.settings import (
     CHAINED_ENV_HOOK,
@@ -37,16 +38,31 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
     global _queue
     with _lock:
         if _queue is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            for name in ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.http_transport"):
-                logging.getLogger(name).setLevel(logging.CRITICAL)  # failures are counted: no stderr per worker
             url = (endpoint or os.environ.get(ENDPOINT_ENV) or _default_server()).rstrip("/") + "/v1/traces"
-            _queue = SpanQueue(OTLPSpanExporter(endpoint=url, timeout=EXPORT_TIMEOUT_S))
             provider = _provider()
+            _queue = SpanQueue(url, _resource(provider))
             provider.add_span_processor(RayIds())
             provider.add_span_processor(_queue)
-        ray_tracing.instrument(propagate)
+        ray_tracing.instrument(_queue.add, _sample_ratio(), propagate)
+
+
+def _resource(provider: TracerProvider) -> Callable[[], dict[str, Any]]:
+    """The attributes of this process's task spans: its SDK resource's (service.name …) and its Ray IDs."""
+    cached: dict[str, Any] = {}
+
+    def resource() -> dict[str, Any]:
+        if semconv.SESSION not in cached:  # (until the process is connected to Ray)
+            cached.update({**provider.resource.attributes, **ray_tracing.process_attributes()})
+        return cached
+
+    return resource
+
+
+def _sample_ratio() -> float:
+    try:
+        return min(max(float(os.environ.get(SAMPLE_RATIO_ENV, "1")), 0.0), 1.0)
+    except ValueError:
+        return 1.0
 
 
 def uninstrument() -> None:
@@ -65,11 +81,9 @@ def _provider() -> TracerProvider:
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
-    try:
-        ratio = min(max(float(os.environ.get(SAMPLE_RATIO_ENV, "1")), 0.0), 1.0)
-    except ValueError:
-        ratio = 1.0
-    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    provider = TracerProvider(
+        sampler=ParentBased(TraceIdRatioBased(_sample_ratio())), resource=Resource.create({"service.name": "ray"})
+    )
     trace.set_tracer_provider(provider)
     return provider
 

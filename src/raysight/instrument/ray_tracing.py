@@ -14,25 +14,30 @@ an error of the instrumentation leaves the call untraced.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
 from raysight.instrument import semconv
+from raysight.instrument.task_spans import TaskSpan, new_id
 
 CARRIER = "__raysight_trace__"
 TRACER = "raysight.ray"
 log = logging.getLogger("raysight.instrument")
 
 _patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), to undo
-_base: str | None = None  # a driver's incoming context (TRACEPARENT): the parent of what it submits outside a span
+_base: bytes | None = None  # a driver's incoming context (TRACEPARENT): the parent of what it submits outside a span
+_sink: Any = None  # where ended task spans go (``export.SpanQueue.add``)
+_ratio = 1.0  # of new traces sampled
 
 
 def traceparent(span_context: SpanContext) -> str:
@@ -60,10 +65,42 @@ def parse_traceparent(value: object) -> SpanContext | None:
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags), trace_state=trace_state)
 
 
-def outgoing() -> str | None:
+def carrier(span_context: SpanContext) -> bytes:
+    """What a submission carries: W3C trace context in binary (a Ray task argument of bytes costs Ray less than
+    text): version 0, trace ID, span ID, flags, then any ``tracestate`` header."""
+    state = span_context.trace_state.to_header().encode() if span_context.trace_state else b""
+    return (
+        b"\x00"
+        + span_context.trace_id.to_bytes(16, "big")
+        + span_context.span_id.to_bytes(8, "big")
+        + bytes((span_context.trace_flags & 0xFF,))
+        + state
+    )
+
+
+def parse_carrier(value: object) -> SpanContext | None:
+    """The remote parent a task was submitted under, from :func:`carrier`'s bytes; None when there is none."""
+    if not isinstance(value, bytes) or len(value) < 26 or value[0] != 0:
+        return None
+    trace_id, span_id = int.from_bytes(value[1:17], "big"), int.from_bytes(value[17:25], "big")
+    if not trace_id or not span_id:
+        return None
+    state = TraceState.from_header([value[26:].decode(errors="replace")]) if len(value) > 26 else None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(value[25]), trace_state=state)
+
+
+_last: tuple[SpanContext | None, bytes | None] = (None, None)  # a driver submits many tasks under one span
+
+
+def outgoing() -> bytes | None:
     """What a submission made now carries: the current span's context, else a driver's incoming one."""
+    global _last
     span_context = trace.get_current_span().get_span_context()
-    return traceparent(span_context) if span_context.is_valid else _base
+    if not span_context.is_valid:
+        return _base
+    if _last[0] is not span_context:
+        _last = (span_context, carrier(span_context))
+    return _last[1]
 
 
 def set_base(value: str | None) -> None:
@@ -71,14 +108,17 @@ def set_base(value: str | None) -> None:
     submits outside any span become its children. None or not a trace context: each top-level call starts a trace."""
     global _base
     incoming = parse_traceparent(value)
-    _base = traceparent(incoming) if incoming is not None else None
+    _base = carrier(incoming) if incoming is not None else None
     if incoming is not None and not trace.get_current_span().get_span_context().is_valid:
         otel_context.attach(trace.set_span_in_context(NonRecordingSpan(incoming)))
 
 
-def instrument(propagate: bool = True) -> None:
-    """Trace this process's Ray calls (idempotent); ``propagate`` False: its spans only, carrying nothing to the
-    workers (whose functions would not take the carrier away)."""
+def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
+    """Trace this process's Ray calls (idempotent), their spans going to ``sink``, ``ratio`` of new traces sampled;
+    ``propagate`` False: its spans only, carrying nothing to the workers (whose functions would not take the carrier
+    away)."""
+    global _sink, _ratio
+    _sink, _ratio = sink, ratio
     if _patches:
         return
     import ray
@@ -224,61 +264,76 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     attributes = {semconv.FUNCTION: f"{descriptor.module_name}.{name}", semconv.TASK_KIND: kind}
     silent = method_name.startswith("__ray")
 
-    def start(kwargs: dict[str, Any]) -> trace.Span | None:
-        carrier = kwargs.pop(CARRIER, None)
+    def start(kwargs: dict[str, Any]) -> Running | None:
+        parent = kwargs.pop(CARRIER, None)
         if silent or not _patches:
             return None
         try:
-            return _task_span(name, carrier, attributes)
-        except Exception:  # noqa: BLE001
+            return Running.begin(name, parent, attributes)
+        except Exception:  # noqa: BLE001 (untraced rather than in the user's way)
             return None
 
     if inspect.isasyncgenfunction(user_fn):
 
         async def traced(*args: Any, **kwargs: Any) -> Any:
-            span = start(kwargs)
-            if span is None:
+            running = start(kwargs)
+            if running is None:
                 async for item in executor(*args, **kwargs):
                     yield item
                 return
             try:
-                with _in(span, end=False):
+                with running.current():
                     generator = executor(*args, **kwargs)
                 while True:
-                    with _in(span, end=False):
+                    with running.current():
                         try:
                             item = await generator.__anext__()
                         except StopAsyncIteration:
                             break
                     yield item
+            except BaseException as exc:
+                running.failed(exc)
+                raise
             finally:
-                span.end()
+                running.end()
 
     elif inspect.iscoroutinefunction(user_fn):
 
         async def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            span = start(kwargs)
-            if span is None:
+            running = start(kwargs)
+            if running is None:
                 return await executor(*args, **kwargs)
-            with _in(span):
-                return await executor(*args, **kwargs)
+            try:
+                with running.current():
+                    return await executor(*args, **kwargs)
+            except BaseException as exc:
+                running.failed(exc)
+                raise
+            finally:
+                running.end()
 
     elif inspect.isgeneratorfunction(user_fn):
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            span = start(kwargs)
-            if span is None:
+            running = start(kwargs)
+            if running is None:
                 return (yield from executor(*args, **kwargs))
-            return (yield from _iterate_in(span, lambda: executor(*args, **kwargs)))
+            return (yield from _iterate_in(running, lambda: executor(*args, **kwargs)))
 
     else:
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            span = start(kwargs)
-            if span is None:
+            running = start(kwargs)
+            if running is None:
                 return executor(*args, **kwargs)
-            with _in(span):
-                return executor(*args, **kwargs)
+            try:
+                with running.current():
+                    return executor(*args, **kwargs)
+            except BaseException as exc:
+                running.failed(exc)
+                raise
+            finally:
+                running.end()
 
     functools.update_wrapper(traced, executor)
     traced.__raysight__ = True  # type: ignore[attr-defined]
@@ -287,45 +342,87 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     return traced
 
 
-def _iterate_in(span: trace.Span, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-    """A generator's items, each produced inside ``span``, which ends with the generator."""
+def _iterate_in(running: Running, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """A generator's items, each produced inside the task's span, which ends with the generator."""
     try:
-        with _in(span, end=False):
+        with running.current():
             generator = make()
         while True:
-            with _in(span, end=False):
+            with running.current():
                 try:
                     item = next(generator)
                 except StopIteration as stop:
                     return stop.value
             yield item
+    except BaseException as exc:
+        running.failed(exc)
+        raise
     finally:
-        span.end()
+        running.end()
 
 
-def _in(span: trace.Span, end: bool = True) -> Any:
-    return trace.use_span(span, end_on_exit=end, record_exception=True, set_status_on_exception=True)
+_LOW64 = 2**64 - 1
 
 
-def _task_span(name: str, carrier: object, attributes: dict[str, Any]) -> trace.Span:
-    worker = core_worker()
-    parent = parse_traceparent(carrier)
-    parent_context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else otel_context.Context()
-    task = {
-        **attributes,
-        semconv.TASK_ID: worker.get_current_task_id().hex(),
-        semconv.ATTEMPT: worker.get_current_task_attempt_number(),
-    }
-    if not (actor_id := worker.get_actor_id()).is_nil():
-        task[semconv.ACTOR_ID] = actor_id.hex()
-    return trace.get_tracer(TRACER).start_span(name, parent_context, SpanKind.CONSUMER, task)
+class Running:
+    """A task attempt being traced: its light span (None when not sampled) and its span context, current while it
+    runs so that the user's spans and the tasks it submits nest under it."""
+
+    __slots__ = ("context", "span")
+
+    def __init__(self, span: TaskSpan | None, context: otel_context.Context) -> None:
+        self.span, self.context = span, context
+
+    @classmethod
+    def begin(cls, name: str, parent_carrier: object, attributes: dict[str, Any]) -> Running:
+        parent = parse_carrier(parent_carrier)
+        trace_id = parent.trace_id if parent is not None else new_id(128)
+        sampled = parent.trace_flags.sampled if parent is not None else (trace_id & _LOW64) < _ratio * 2**64
+        span_context = SpanContext(
+            trace_id,
+            new_id(64),
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
+            trace_state=parent.trace_state if parent is not None else None,
+        )
+        context = trace.set_span_in_context(NonRecordingSpan(span_context))
+        if not sampled:
+            return cls(None, context)
+        worker = core_worker()
+        task = {
+            **attributes,
+            semconv.TASK_ID: worker.get_current_task_id().hex(),
+            semconv.ATTEMPT: worker.get_current_task_attempt_number(),
+        }
+        if not (actor_id := worker.get_actor_id()).is_nil():
+            task[semconv.ACTOR_ID] = actor_id.hex()
+        parent_id = parent.span_id if parent is not None else None
+        return cls(TaskSpan(trace_id, span_context.span_id, parent_id, name, time.time_ns(), task), context)
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        token = otel_context.attach(self.context)
+        try:
+            yield
+        finally:
+            otel_context.detach(token)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.span is not None and self.span.error is None:
+            self.span.fail(exc, time.time_ns())
+
+    def end(self) -> None:
+        if self.span is not None and not self.span.end_ns:
+            self.span.end_ns = time.time_ns()
+            if _sink is not None:
+                _sink(self.span)
 
 
 def _waiting(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def waiting(*args: Any, **kwargs: Any) -> Any:
-            if not trace.get_current_span().is_recording():
+            if not trace.get_current_span().get_span_context().trace_flags.sampled:
                 return original(*args, **kwargs)
             refs = args[0] if args else kwargs.get("object_refs")
             count = len(refs) if isinstance(refs, (list, tuple)) else 1

@@ -1,0 +1,254 @@
+"""Tracing's cost and capacity: Ray's task throughput untraced, traced by raysight, and traced by Ray's own hook; spans
+a second through the receiver; bytes a span stored.
+
+1. Throughput: each round runs one fresh local Ray (`ray.init(num_cpus=2)`) per configuration in its own subprocess,
+   interleaved: warm up, then time N trivial tasks submitted inside one driver span (submit all, then `ray.get`).
+   ``off``: no tracing. ``raysight``: `raysight run`'s variables (its runtime-env hook), spans to a real raysight
+   server. ``ray-hook``: Ray's own tracing with its local hook (``ray.util.tracing.setup_local_tmp_tracing``), which
+   writes JSON span files under /tmp/spans. Aim: raysight costs < 10 % of the untraced rate, and at least 4× less
+   than Ray's hook.
+2. The receiver: OTLP/HTTP protobuf exports of 512 Ray-shaped spans (made once by the SDK's encoder), posted by 4
+   connections to a server pinned to one core, each acknowledged once durable: spans a second acknowledged, then
+   stored. Beside it, the same bodies posted to a sink in this process that reads and discards them.
+3. Bytes a span: the spans table's storage blocks over its rows, against the bytes Ray's hook wrote a span.
+
+Run: .venv/bin/python benchmarks/tracing.py [--rounds 5] [--tasks 3000] [--spans 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from raysight.cli.run import free_port, ray_env, tracing_env, wait_until_quiet
+from tests.ray_scenarios import ServerProcess
+
+WARMUP = 200
+CONFIGS = ("off", "raysight", "ray-hook")
+RAY_HOOK = "ray.util.tracing.setup_local_tmp_tracing:setup_tracing"
+RAY_SPANS = Path("/tmp/spans")  # where Ray's local hook writes
+BATCH = 512
+AIM_COST, AIM_VS_RAY = 0.10, 4.0
+
+
+def child(tasks: int, ray_hook: bool) -> None:
+    """Time ``tasks`` no-op tasks on a fresh local Ray, inside one driver span; print tasks/s on stdout."""
+    import ray
+    from opentelemetry import trace
+
+    @ray.remote
+    def noop() -> None:
+        return None
+
+    options = {"_tracing_startup_hook": RAY_HOOK} if ray_hook else {}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, **options)
+    try:
+        tracer = trace.get_tracer("bench")
+        with tracer.start_as_current_span("warm-up"):
+            ray.get([noop.remote() for _ in range(WARMUP)])
+        with tracer.start_as_current_span("bench"):
+            t0 = time.perf_counter()
+            ray.get([noop.remote() for _ in range(tasks)])
+            rate = tasks / (time.perf_counter() - t0)
+        print(rate)
+        time.sleep(1)  # the last spans leave before the cluster goes
+    finally:
+        ray.shutdown()
+
+
+def measure(tasks: int, config: str, server_url: str) -> float:
+    drop = {"RAY_ADDRESS", *ray_env("http://unused"), *tracing_env("http://unused")}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if config == "raysight":
+        env.update(tracing_env(server_url))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(tasks), *(["--ray-hook"] if config == "ray-hook" else [])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.split()[-1])
+
+
+def throughput(rounds: int, tasks: int, server: ServerProcess) -> tuple[float, float]:
+    """Interleaved rounds; returns (raysight's cost, Ray hook's cost) as fractions of the untraced rate, and prints
+    the bytes a span Ray's hook wrote."""
+    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    hook_bytes, hook_spans = 0, 0
+    for r in range(1, rounds + 1):
+        for config in CONFIGS:
+            if config == "ray-hook":
+                shutil.rmtree(RAY_SPANS, ignore_errors=True)
+            rates[config].append(measure(tasks, config, server.url))
+            if config == "ray-hook":
+                files = list(RAY_SPANS.glob("*.json"))
+                hook_bytes += sum(f.stat().st_size for f in files)
+                hook_spans += sum(f.read_bytes().count(b"\n") for f in files)
+        print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s", flush=True)
+    for c in CONFIGS:
+        print(
+            f"{c:>9}: median {statistics.median(rates[c]):7,.0f} tasks/s  "
+            f"(min {min(rates[c]):,.0f}, max {max(rates[c]):,.0f}, {rounds} rounds)"
+        )
+    paired = {c: statistics.median(x / o for x, o in zip(rates[c], rates["off"])) for c in CONFIGS[1:]}
+    cost = {c: 1 - paired[c] for c in paired}
+    print(
+        f"cost of tracing (median of each round's ratio to its untraced run): raysight {cost['raysight']:.1%}, "
+        f"Ray's hook {cost['ray-hook']:.1%}; Ray's hook wrote {hook_bytes / max(hook_spans, 1):,.0f} bytes a span "
+        f"({hook_spans:,} spans)"
+    )
+    return cost["raysight"], cost["ray-hook"]
+
+
+def ray_shaped_bodies(spans: int) -> list[bytes]:
+    """OTLP protobuf exports of BATCH spans each, shaped as raysight's instrumentation sends a task's."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    made: list = []
+
+    class Keep(SpanExporter):
+        def export(self, batch):  # type: ignore[no-untyped-def]
+            made.extend(batch)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Keep()))
+    tracer = provider.get_tracer("raysight.ray")
+    ids = {
+        "ray.session_name": "session_2026-11-24_12-00-00_000000_1",
+        "ray.job_id": "01000000",
+        "ray.node_id": "4eb79d48bb12cadfabcfe9e63e73a90516d1b1a680f227ab2f0b09c0",
+        "ray.worker_id": "25430148045db4b9588359ce9224abcd368995c2c40ac1654b4a60da",
+        "process.pid": 12345,
+        "ray.function": "__main__.noop",
+        "ray.task.kind": "task",
+    }
+    with tracer.start_as_current_span("bench"):
+        for i in range(BATCH):
+            with tracer.start_as_current_span(
+                "noop", attributes={**ids, "ray.task_id": f"{i:048x}", "ray.task.attempt": 0}
+            ):
+                pass
+    template = made[:BATCH]
+    first = [span.context for span in template]
+    bodies = []
+    for b in range(spans // BATCH):
+        for span, context in zip(template, first):  # each body its own traces: distinct spans, as a real run's
+            span._context = context.__class__(context.trace_id ^ (b + 1), context.span_id, False, context.trace_flags)
+        bodies.append(encode_spans(template).SerializeToString())
+    return bodies
+
+
+class Sink(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def post_all(url: str, bodies: list[bytes]) -> float:
+    """Post every body over 4 connections; seconds taken."""
+    headers = {"Content-Type": "application/x-protobuf"}
+
+    def send(chunk: list[bytes]) -> None:
+        with httpx.Client(timeout=60) as client:
+            for body in chunk:
+                reply = client.post(url, content=body, headers=headers)
+                assert reply.status_code == 200, reply.text
+
+    chunks = [bodies[i::4] for i in range(4)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(send, chunks))
+    return time.perf_counter() - t0
+
+
+def receiver(spans: int) -> None:
+    bodies = ray_shaped_bodies(spans)
+    sent = len(bodies) * BATCH
+    sink = ThreadingHTTPServer(("127.0.0.1", free_port()), Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    sink_s = post_all(f"http://127.0.0.1:{sink.server_address[1]}/v1/traces", bodies)
+    sink.shutdown()
+    sink.server_close()
+    with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
+        server = ServerProcess(Path(data_dir), prefix=["taskset", "-c", "0"]).start()
+        try:
+            acked_s = post_all(server.url + "/v1/traces", bodies)
+            t0 = time.perf_counter()
+            with server.client() as client:
+                wait_until_quiet(client, quiet_s=0.5, timeout_s=600)
+                stored_s = acked_s + time.perf_counter() - t0
+                stored = client.doctor()["counters"]["spans"]
+        finally:
+            server.stop()
+        import duckdb
+
+        con = duckdb.connect(str(Path(data_dir) / "raysight.duckdb"), read_only=True)
+        (blocks,) = con.execute(
+            "SELECT count(DISTINCT block_id) FROM pragma_storage_info('spans') WHERE block_id >= 0"
+        ).fetchone()
+        (block_size,) = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+        blocks *= block_size
+        con.close()
+    assert stored == sent, f"{stored} of {sent} spans stored"
+    print(
+        f"receiver (pinned to one core, 4 connections, {BATCH} spans a body): {sent / acked_s:,.0f} spans/s "
+        f"acknowledged (durable), {sent / stored_s:,.0f} spans/s stored; a sink that discards: "
+        f"{sent / sink_s:,.0f} spans/s ({acked_s / sink_s:.1f}x its time)"
+    )
+    print(f"stored: {blocks / sent:,.0f} bytes a span (the spans table's blocks, {sent:,} spans)")
+
+
+def main(rounds: int, tasks: int, spans: int) -> None:
+    receiver(spans)
+    with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
+        server = ServerProcess(Path(data_dir)).start()
+        try:
+            ours, rays = throughput(rounds, tasks, server)
+        finally:
+            server.stop()
+    print(
+        f"aim < {AIM_COST:.0%} of the untraced rate: {'met' if ours < AIM_COST else 'not met'}; "
+        f"at least {AIM_VS_RAY:.0f}x less than Ray's hook: {rays / max(ours, 1e-9):.1f}x "
+        f"({'met' if rays >= AIM_VS_RAY * ours else 'not met'})"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--spans", type=int, default=200_000)
+    parser.add_argument("--child", type=int, metavar="TASKS", help=argparse.SUPPRESS)
+    parser.add_argument("--ray-hook", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.ray_hook)
+    else:
+        main(args.rounds, args.tasks, args.spans)
