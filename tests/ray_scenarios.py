@@ -98,6 +98,7 @@ def ray_run(
     timeout: float = 240,
     expect_code: int = 0,
     env: dict[str, str] | None = None,
+    options: Sequence[str] = (),
 ) -> None:
     """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``; ``env`` added to its
     environment), then wait until Ray's last events are in."""
@@ -112,6 +113,7 @@ def ray_run(
             url,
             "--cluster",
             cluster,
+            *options,
             "--",
             sys.executable,
             *program,

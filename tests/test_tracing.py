@@ -4,6 +4,7 @@ default) whose driver continues a caller's trace, read back through the CLI as u
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -143,3 +144,41 @@ def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:
         span("other-root", None, 0, 10),
     ]
     assert critical_path(tree_order(sorted(spans, key=lambda s: s["start_ns"]))) == {"root", "b", "b1", "a"}
+
+
+def test_ray_own_hook_is_never_doubled_and_its_span_files_import(tmp_path: Path) -> None:
+    """Ray's tracing on (its local hook) under `raysight run`, whose tracing is on too: Ray's wrappers trace, raysight
+    adds no span and no second carrier of its own; `raysight traces import` then reads the files Ray's hook wrote."""
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        pids_file = tmp_path / "pids"
+        ray_run(server.url, "ray-hook", "-m", "tests.ray_programs.ray_hook_traced", str(pids_file))
+        with Client(server.url) as client:
+            session = client.sessions()[0]["session"]
+            assert all(t["state"] == "FINISHED" for t in client.list("tasks", limit=100)["rows"])
+        files = [Path(f"/tmp/spans/{pid}.txt") for pid in pids_file.read_text().split()]
+        written = sum(f.read_bytes().count(b"\n") for f in files if f.exists())
+        assert written >= 6  # a producer span where each call was made, a consumer span where it ran
+        output = cli(server, "traces", "import", *(str(f) for f in files if f.exists()))
+        assert f"Imported {written:,} spans from" in output and session in output
+        inner = orjson.loads(
+            cli(
+                server,
+                "traces",
+                "--name",
+                "__main__.inner ray.remote_worker",
+                "--format",
+                "json",
+            )
+        )
+        (trace_id,) = [t["trace_id"] for t in inner["traces"]]
+        spans = orjson.loads(cli(server, "traces", "show", trace_id, "--format", "json"))["spans"]
+        names = {s["name"] for s in spans}
+        assert not any(s["attributes"].get("ray.task.kind") for s in spans)  # none of raysight's own task spans
+        ran = one(spans, "__main__.inner ray.remote_worker")
+        called = next(s for s in spans if s["span_id"] == ran["parent_span_id"])
+        assert called["name"] == "__main__.inner ray.remote" and called["kind"] == "producer"
+        assert ran["task_id"] and ran["job_id"] and ran["pid"] in {int(p) for p in pids_file.read_text().split()}
+        assert ran["session"] == session and len(names) >= 5
+    finally:
+        server.stop()

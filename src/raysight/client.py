@@ -236,6 +236,15 @@ class Client:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def export_spans(self, body: bytes, key: str | None) -> int:
+        """Send one OTLP protobuf trace export to the receiver, as an exporter would; returns the spans it refused."""
+        from raysight.ingest.otlp import rejected_spans
+
+        params = {"key": key} if key else {}
+        headers = {"Content-Type": "application/x-protobuf"}
+        answer = self._request("POST", "/v1/traces", raw=True, content=body, params=params, headers=headers)
+        return rejected_spans(answer)
+
     def ray_state(self, poll: dict[str, Any], key: str | None) -> int:
         """Send what a poll of a live cluster's dashboard found (``ingest/ray_state.py``); returns the rows kept."""
         params = {"key": key} if key else {}

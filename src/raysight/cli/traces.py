@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, session_option
+from raysight.cli.common import client_options, make_client, server_option, session_option
 from raysight.cli.logs import parse_time
+from raysight.cli.run import key_option
+from raysight.ingest import sdk_json
 
 TRACES_COLUMNS = ["trace_id", "root", "start_ms", "duration", "spans", "errors", "jobs"]
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
@@ -117,6 +120,32 @@ def show_cmd(trace_id: str, fmt: str | None, server: str | None) -> None:
     click.echo(f"Trace {data['trace_id']}  {duration(data['duration_ns'])}, {len(data['spans'])} spans")
     for span in data["spans"]:
         click.echo(tree_line(span, data["start_ns"]))
+
+
+@traces_cmd.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--session", metavar="NAME", help="The session the spans belong to [default: the newest recorded].")
+@key_option
+@server_option
+def import_cmd(paths: tuple[Path, ...], session: str | None, ingest_key: str | None, server: str | None) -> None:
+    """Import spans the OpenTelemetry SDK wrote as JSON lines: what Ray's own tracing hook
+    (`ray.util.tracing.setup_local_tmp_tracing`) leaves in /tmp/spans. PATHS are files, or directories whose *.txt
+    and *.json files are read."""
+    files = [f for p in paths for f in (sorted(p.glob("*.txt")) + sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    stored = refused = 0
+    with make_client(server) as client:
+        if session is None:
+            recorded = client.sessions()
+            session = recorded[0]["session"] if recorded else None
+        for path in files:
+            with path.open("rb") as lines:
+                for body, spans, bad in sdk_json.exports(lines, session):
+                    rejected = client.export_spans(body, ingest_key) if spans else 0
+                    stored, refused = stored + spans - rejected, refused + bad + rejected
+    click.echo(
+        f"Imported {stored:,} spans from {len(files)} files into {session or 'no session'}"
+        + (f"; {refused:,} lines were not spans" if refused else "")
+    )
 
 
 def tree_line(span: dict[str, Any], start_ns: int) -> str:

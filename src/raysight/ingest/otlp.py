@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from raysight.instrument import semconv
@@ -148,6 +148,26 @@ def value(any_value: AnyValue) -> Any:
     return getattr(any_value, which)
 
 
+def any_value(value: Any) -> AnyValue:
+    """A Python value as an OTLP attribute value (a list as an array; anything else not a number as text)."""
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, (list, tuple)):
+        array = AnyValue()
+        array.array_value.values.extend(any_value(v) for v in value)
+        return array
+    return AnyValue(string_value=str(value))
+
+
+def key_values(attributes: dict[str, Any]) -> list[KeyValue]:
+    """Attributes as OTLP key-values (a None value left out)."""
+    return [KeyValue(key=str(k), value=any_value(v)) for k, v in attributes.items() if v is not None]
+
+
 def _id(value: Any) -> str | None:
     return value[:200] if isinstance(value, str) and value else None
 
@@ -183,6 +203,13 @@ def _list(value: Any) -> list[Any]:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def rejected_spans(answer: bytes) -> int:
+    """The spans a receiver's protobuf answer says it refused."""
+    response = ExportTraceServiceResponse()
+    response.ParseFromString(answer)
+    return response.partial_success.rejected_spans
 
 
 def response(rejected: int, reason: str | None, json: bool) -> bytes:

@@ -154,10 +154,11 @@ def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
 
 
 def _ray_tracing_on() -> bool:
-    """Whether Ray's own tracing propagates (``--tracing-startup-hook``: known once the process is connected)."""
+    """Whether Ray's own tracing propagates and makes spans (``--tracing-startup-hook``: known once the process is
+    connected)."""
     from ray.util.tracing import tracing_helper
 
-    return tracing_helper._is_tracing_enabled()
+    return tracing_helper._global_is_tracing_enabled
 
 
 def core_worker() -> Any:
@@ -266,7 +267,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
 
     def start(kwargs: dict[str, Any]) -> Running | None:
         parent = kwargs.pop(CARRIER, None)
-        if silent or not _patches:
+        if silent or not _patches or _ray_tracing_on():  # Ray's own wrappers trace this task: never twice
             return None
         try:
             return Running.begin(name, parent, attributes)

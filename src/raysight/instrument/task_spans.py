@@ -10,9 +10,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+from raysight.ingest.otlp import key_values
 
 SCOPE = "raysight.ray"
 _random = random.Random()
@@ -42,20 +44,6 @@ class TaskSpan:
         self.error = f"{type(exc).__name__}: {exc}"
         self.stack = "".join(traceback.format_exception(exc))
         self.error_ns = at_ns
-
-
-def _value(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    return AnyValue(string_value=str(value))
-
-
-def key_values(attributes: dict[str, Any]) -> list[KeyValue]:
-    return [KeyValue(key=k, value=_value(v)) for k, v in attributes.items() if v is not None]
 
 
 def encode(spans: list[TaskSpan], resource: dict[str, Any]) -> ResourceSpans:
