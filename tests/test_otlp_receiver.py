@@ -553,3 +553,17 @@ def test_deflate_is_inflated_and_another_encoding_named(server: TestClient) -> N
     assert reply.status_code == 200, reply.text
     reply = post_traces(server, pb_export(pb_span("brotli")), {**PROTOBUF, "Content-Encoding": "br"})
     assert reply.status_code == 415 and "'br'" in reply.json()["error"]
+
+
+def test_the_spans_an_exporter_dropped_are_counted(server: TestClient) -> None:
+    """raysight's instrumentation says in each export what it dropped since its last one that went through."""
+    for dropped in ("5", "2", "not-a-number", "99999999999"):
+        reply = post_traces(
+            server, pb_export(pb_span(f"after-{dropped}")), {**PROTOBUF, "X-Raysight-Spans-Dropped": dropped}
+        )
+        assert reply.status_code == 200
+    settle(server)
+    deadline = time.monotonic() + 10
+    while server.get("/api/raysight/doctor").json()["counters"].get("spans_dropped_at_source") != 7:
+        assert time.monotonic() < deadline, server.get("/api/raysight/doctor").json()["counters"]
+        time.sleep(0.05)

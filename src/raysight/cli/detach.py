@@ -36,7 +36,12 @@ def child_args(command: click.Command, params: Mapping[str, Any]) -> tuple[list[
     env: dict[str, str] = {}
     for param in command.params:
         value = params.get(param.name or "")
-        if not isinstance(param, click.Option) or param.name in _SET_BY_DETACH or value in (None, ()) or value is False:
+        if not isinstance(param, click.Option) or param.name in _SET_BY_DETACH or value in (None, ()):
+            continue
+        if param.is_flag and param.secondary_opts:  # --x/--no-x
+            args.append(param.opts[0] if value else param.secondary_opts[0])
+            continue
+        if value is False:
             continue
         values = list(value) if param.multiple else [value]
         if isinstance(param.envvar, str):

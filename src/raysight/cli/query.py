@@ -194,6 +194,12 @@ def doctor_cmd(fmt: str | None, server: str | None) -> None:
     if "folding" in report:  # an older server does not report it
         for line in folding_lines(report["folding"]):
             click.echo(line)
+    if forward := report.get("traces_forward"):
+        click.echo(
+            f"Spans forwarded to {forward['url']}: {forward['forwarded']:,} exports sent, {forward['queued']:,} "
+            f"queued, {forward['refused']:,} refused, {forward['dropped']:,} dropped"
+            + (f" (last error: {forward['last_error']})" if forward["last_error"] else "")
+        )
     for warning in report.get("drivers_without_task_events", []):
         click.secho(f"Warning ({warning['session']}): {warning['message']}", fg="yellow")
     for key, title in DOCTOR_TABLES.items():

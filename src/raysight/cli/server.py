@@ -24,6 +24,7 @@ from raysight.config import (
     is_loopback,
 )
 from raysight.server.auth import Secrets
+from raysight.server.forward import Forwarding
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
 from raysight.store.retention import Retention, parse_duration, parse_size
@@ -63,6 +64,7 @@ def serve(
     limits: Limits,
     retention: Retention,
     metrics: MetricsBounds,
+    forwarding: Forwarding,
 ) -> None:
     """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
@@ -100,6 +102,7 @@ def serve(
             memory_limit=memory_limit,
             log_retention=retention,
             metrics_bounds=metrics,
+            forwarding=forwarding,
         ),
         host=host,
         port=port,
@@ -226,6 +229,25 @@ def private_data_dir(data_dir: Path) -> None:
     metavar="RAW,MINUTES",
     help="Metric samples older than RAW become one a minute, older than MINUTES one each 10 minutes; or off.",
 )
+@click.option(
+    "--traces-forward",
+    envvar="RAYSIGHT_TRACES_FORWARD",
+    metavar="URL",
+    help="Send the spans received on to this OTLP/HTTP endpoint too (Jaeger, Tempo, a Collector…; /v1/traces is "
+    "appended) [env RAYSIGHT_TRACES_FORWARD].",
+)
+@click.option(
+    "--traces-forward-header",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A header for --traces-forward (an API key, say); repeatable.",
+)
+@click.option(
+    "--traces-store/--no-traces-store",
+    default=True,
+    show_default=True,
+    help="Keep the spans received; --no-traces-store with --traces-forward only forwards them.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -249,11 +271,17 @@ def server_cmd(
     metrics_retention: str | None,
     metrics_max_size: str | None,
     metrics_downsample: str,
+    traces_forward: str | None,
+    traces_forward_header: tuple[str, ...],
+    traces_store: bool,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
     if ctx.invoked_subcommand:
         return
+    if not traces_store and not traces_forward:
+        raise click.UsageError("--no-traces-store keeps no span: give --traces-forward URL to send them somewhere")
+    headers = tuple(map(_header, traces_forward_header))  # (checked before a detached server starts)
     data_dir = data_dir or default_data_dir()
     if detach:
         pid = start_detached(host, port, data_dir, *child_args(ctx.command, ctx.params))
@@ -273,7 +301,15 @@ def server_cmd(
         metrics=MetricsBounds(
             metrics_max_series, Retention(metrics_retention, metrics_max_size), Downsampling.parse(metrics_downsample)
         ),
+        forwarding=Forwarding(traces_forward, headers, traces_store),
     )
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise click.BadParameter(f"{text!r} is not NAME=VALUE", param_hint="--traces-forward-header")
+    return name.strip(), value
 
 
 @server_cmd.command("stop")

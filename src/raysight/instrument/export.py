@@ -7,7 +7,8 @@ sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may
 with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send (at once
 when a batch is full): at most one request per LINGER_S, however many spans. An export that fails (the server down,
 a refusal) is dropped and counted, after one retry of a connection the server had closed: the thread never holds
-spans for long, and the process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. A forked child
+spans for long, and the process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. Each export tells
+raysight what was dropped since the last one that went through (`raysight doctor` shows the sum). A forked child
 starts an empty queue and its own thread.
 """
 
@@ -35,6 +36,7 @@ BATCH = 512
 LINGER_S = 0.2
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
+DROPPED_HEADER = "X-Raysight-Spans-Dropped"  # the spans this process dropped since its last export that went through
 
 
 @dataclass
@@ -63,6 +65,7 @@ class SpanQueue(SpanProcessor):
         self._stopped, self._sent = False, 0.0  # when the last send began
         self._thread: threading.Thread | None = None  # started with the first span
         self._connection: http.client.HTTPConnection | None = None
+        self._reported = 0  # the drops the receiver was told of
 
     def add(self, span: task_spans.TaskSpan | ReadableSpan) -> None:
         """Queue an ended span (never blocks; drops and counts when the queue is full)."""
@@ -138,14 +141,16 @@ class SpanQueue(SpanProcessor):
             kind = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
             self._connection = kind(self.url.hostname or "", self.url.port, timeout=EXPORT_TIMEOUT_S)
         path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
-        self._connection.request(
-            "POST", path, body, {"Content-Type": "application/x-protobuf", "Connection": "keep-alive"}
-        )
+        dropped = self.counts.dropped_full + self.counts.dropped_failed
+        headers = {"Content-Type": "application/x-protobuf", DROPPED_HEADER: str(dropped - self._reported)}
+        self._connection.request("POST", path, body, headers)
         reply = self._connection.getresponse()
         reply.read()
         if reply.will_close:
             self._close()
-        return 200 <= reply.status < 300
+        if ok := 200 <= reply.status < 300:
+            self._reported = dropped
+        return ok
 
     def _close(self) -> None:
         if self._connection is not None:

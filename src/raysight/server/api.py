@@ -102,6 +102,13 @@ async def doctor(request: Request) -> Response:
     report = await state.read(summaries.doctor)
     report["ingest_backlog"] = state.writer.backlog()  # acknowledged (journalled), not yet folded
     report["folding"] = state.writer.folding()  # waiting on a full disk, say, and what the journal's recovery skipped
+    if state.forwarder is not None:  # spans sent on to another backend
+        report["traces_forward"] = {
+            "url": state.forwarder.url,
+            "store": state.forwarding.store,
+            "queued": state.forwarder.queued(),
+            **vars(state.forwarder.counts),
+        }
     return _json(report)
 
 

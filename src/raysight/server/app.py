@@ -19,6 +19,7 @@ from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.auth import Secrets
+from raysight.server.forward import Forwarder, Forwarding
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
@@ -89,10 +90,12 @@ def create_app(
     fold_rest: float = FOLD_REST,
     log_retention: Retention = KEEP_ALL,
     metrics_bounds: MetricsBounds | None = None,
+    forwarding: Forwarding | None = None,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
-    ``secrets`` None: no credentials asked (loopback); ``allowed_hosts`` None: any ``Host`` served.
+    ``secrets`` None: no credentials asked (loopback); ``allowed_hosts`` None: any ``Host`` served; ``forwarding``:
+    where the receiver's spans go besides (or instead of) the store.
     """
     secrets = secrets or Secrets.loopback()
 
@@ -113,10 +116,15 @@ def create_app(
         )
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
-        app.state.raysight = AppState(store, writer, secrets, metrics_, max_body, max_events, bodies)
+        forwarder = Forwarder(forwarding) if forwarding and forwarding.url else None
+        app.state.raysight = AppState(
+            store, writer, secrets, metrics_, max_body, max_events, bodies, forwarding or Forwarding(), forwarder
+        )
         try:
             yield
         finally:
+            if forwarder is not None:
+                forwarder.close()
             writer.close()
             store.close()
 

@@ -43,6 +43,7 @@ RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list 
 RUN_ID_MAX = 128
 RETRY = {"Retry-After": "1"}
 KEY_HEADER = "x-raysight-ingest-key"
+DROPPED_HEADER = "x-raysight-spans-dropped"  # what raysight's instrumentation dropped before this export
 
 
 @contextlib.asynccontextmanager
@@ -186,7 +187,8 @@ async def _journal_logs(request: Request, body: bytes, started: float) -> Respon
 
 async def otlp_traces(request: Request) -> Response:
     """POST /v1/traces (or /ingest/otlp/{key}/v1/traces): an OTLP/HTTP trace export, protobuf or JSON, gzipped or
-    not, answered once its spans are durable (a span the store cannot keep is counted in the partial success)."""
+    not, answered once its spans are durable (a span the store cannot keep is counted in the partial success), and
+    queued to be sent on where the server forwards spans."""
     started = time.perf_counter()
     if (refused := _key_refused(request)) is not None:
         return refused
@@ -206,7 +208,11 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
     except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
         state.metrics.rejected.labels("bad_otlp").inc()
         return _error(400, str(exc))
-    if export.spans:
+    if state.forwarder is not None and export.spans:
+        forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
+        if not forwarded and not state.forwarding.store:
+            return _error(503, "busy: the spans to forward wait in a full queue; the exporter will resend", **RETRY)
+    if export.spans and state.forwarding.store:
         try:
             future = state.writer.submit(orjson.dumps(export.spans), events=len(export.spans), kind=SPANS)
         except QueueFull as exc:
@@ -214,8 +220,12 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
             return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
         if (failed := await _until_durable(request, future, started, "the exporter")) is not None:
             return failed
-    if export.rejected:
-        state.writer.call(lambda store: store.count(spans_rejected=export.rejected))
+    dropped = request.headers.get(DROPPED_HEADER, "0")
+    dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0
+    if export.rejected or dropped_at_source:
+        state.writer.call(
+            lambda store: store.count(spans_rejected=export.rejected, spans_dropped_at_source=dropped_at_source)
+        )
     return Response(
         otlp.response(export.rejected, export.reason, json),
         media_type="application/json" if json else "application/x-protobuf",

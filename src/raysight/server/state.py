@@ -13,6 +13,7 @@ from starlette.requests import Request
 
 from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
+from raysight.server.forward import Forwarder, Forwarding
 from raysight.server.resends import Resends
 from raysight.store.store import ApplyResult, Store
 from raysight.store.writer import Writer
@@ -120,6 +121,8 @@ class AppState:
     max_body: int
     max_events: int
     bodies: BodyBudget
+    forwarding: Forwarding = field(default_factory=Forwarding)
+    forwarder: Forwarder | None = None  # spans sent on to another backend (``forwarding``)
     resends: Resends = field(default_factory=Resends)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:

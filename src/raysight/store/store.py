@@ -53,7 +53,7 @@ IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 COUNTERS = (
     *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
-    *("spans", "spans_deduplicated", "span_batches", "spans_rejected"),
+    *("spans", "spans_deduplicated", "span_batches", "spans_rejected", "spans_dropped_at_source"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
 _SPAN_TYPES = {"start_ns": pa.int64(), "end_ns": pa.int64(), "pid": pa.int64(), "attempt": pa.int32()}

@@ -1,0 +1,144 @@
+"""Spans forwarded to another OTLP/HTTP receiver: an OTLP exporter of the OpenTelemetry SDK (a real client) sends to a
+real raysight server, which sends them on to a receiver this test runs on the SDK's protobuf types (the OpenTelemetry
+Collector cannot be installed here), as well as storing them, or instead."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from raysight.cli import main
+from raysight.cli.detach import child_args
+from raysight.cli.run import free_port
+from raysight.cli.server import server_cmd
+from raysight.client import Client
+from tests.ray_scenarios import ServerProcess
+
+SESSION = "session_2026-11-24_12-00-00_000000_7"
+
+
+class Backend(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver: parses each export with the SDK's protobuf types; the first two answers are 503."""
+
+    protocol_version = "HTTP/1.1"
+    spans: dict[str, tuple[str, str | None]] = {}  # span ID → (name, parent span ID)
+    headers_seen: list[str | None] = []
+    refuse_first = 2
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with Backend.lock:
+            Backend.headers_seen.append(self.headers.get("x-api-key"))
+            refuse = Backend.refuse_first > 0
+            Backend.refuse_first -= 1
+            if not refuse:
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource_spans in request.resource_spans:
+                    for scope_spans in resource_spans.scope_spans:
+                        for span in scope_spans.spans:
+                            parent = span.parent_span_id.hex() or None
+                            Backend.spans[span.span_id.hex()] = (span.name, parent)
+        self.send_response(503 if refuse else 200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def backend() -> Iterator[str]:
+    Backend.spans, Backend.headers_seen, Backend.refuse_first = {}, [], 2
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Backend)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def send_trace(url: str) -> dict[str, tuple[str, str | None]]:
+    """A parent and two children through the SDK's OTLP exporter; what was sent, as the backend keeps it."""
+    provider = TracerProvider(resource=Resource.create({"ray.session_name": SESSION, "service.name": "forwarded"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url + "/v1/traces")))
+    tracer = provider.get_tracer("test")
+    sent = {}
+    with tracer.start_as_current_span("parent") as parent:
+        for name in ("child-a", "child-b"):
+            with tracer.start_as_current_span(name) as child:
+                sent[f"{child.get_span_context().span_id:016x}"] = (name, f"{parent.get_span_context().span_id:016x}")
+    sent[f"{parent.get_span_context().span_id:016x}"] = ("parent", None)
+    provider.shutdown()
+    return sent
+
+
+def until(holds, what: str, timeout_s: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not holds():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_spans_are_stored_and_forwarded_with_retries_and_headers(tmp_path: Path, backend: str) -> None:
+    server = ServerProcess(
+        tmp_path / "data", options=["--traces-forward", backend, "--traces-forward-header", "x-api-key=sekrit"]
+    ).start()
+    try:
+        sent = send_trace(server.url)
+        until(lambda: Backend.spans == sent, "forwarded spans")  # after two 503s, retried
+        assert set(Backend.headers_seen) == {"sekrit"} and len(Backend.headers_seen) >= 3
+        with Client(server.url) as client:
+            until(lambda: client.doctor()["counters"].get("spans") == 3, "stored spans")
+            forward = client.doctor()["traces_forward"]
+            assert forward["url"] == backend + "/v1/traces" and forward["store"] is True
+            assert forward["forwarded"] == 3 and forward["dropped"] == forward["refused"] == 0  # one export a span
+            (trace,) = client.traces(session=SESSION)["traces"]
+            assert trace["spans"] == 3 and trace["root"] == "parent"
+        doctor = CliRunner().invoke(main, ["doctor", "--server", server.url]).output
+        assert f"Spans forwarded to {backend}/v1/traces: 3 exports sent, 0 queued, 0 refused, 0 dropped" in doctor
+    finally:
+        server.stop()
+
+
+def test_no_traces_store_only_forwards(tmp_path: Path, backend: str) -> None:
+    Backend.refuse_first = 0
+    server = ServerProcess(tmp_path / "data", options=["--traces-forward", backend, "--no-traces-store"]).start()
+    try:
+        sent = send_trace(server.url)
+        until(lambda: Backend.spans == sent, "forwarded spans")
+        with Client(server.url) as client:
+            assert client.doctor()["counters"].get("spans", 0) == 0
+            assert client.doctor()["traces_forward"]["store"] is False
+    finally:
+        server.stop()
+
+
+def test_forwarding_options_are_checked_and_kept_by_a_detached_server(backend: str) -> None:
+    result = CliRunner().invoke(server_cmd, ["--no-traces-store"])
+    assert result.exit_code == 2 and "--traces-forward" in result.output
+    result = CliRunner().invoke(server_cmd, ["--traces-forward", backend, "--traces-forward-header", "novalue"])
+    assert result.exit_code == 2 and "NAME=VALUE" in result.output
+    ctx = server_cmd.make_context(
+        "server", ["--traces-forward", backend, "--traces-forward-header", "a=b", "--no-traces-store"]
+    )
+    args, env = child_args(server_cmd, ctx.params)
+    assert "--no-traces-store" in args and args[args.index("--traces-forward-header") :][:2] == [
+        "--traces-forward-header",
+        "a=b",
+    ]
+    assert env["RAYSIGHT_TRACES_FORWARD"] == backend
