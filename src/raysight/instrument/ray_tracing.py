@@ -38,6 +38,7 @@ _patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), to un
 _base: bytes | None = None  # a driver's incoming context (TRACEPARENT): the parent of what it submits outside a span
 _sink: Any = None  # where ended task spans go (``export.SpanQueue.add``)
 _ratio = 1.0  # of new traces sampled
+_tracing_helper: Any = None  # Ray's own tracing (ray.util.tracing.tracing_helper), once instrumented
 
 
 def traceparent(span_context: SpanContext) -> str:
@@ -121,11 +122,14 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     _sink, _ratio = sink, ratio
     if _patches:
         return
+    global _tracing_helper
     import ray
     from ray import actor, remote_function
     from ray._common import signature
     from ray._private import function_manager
+    from ray.util.tracing import tracing_helper
 
+    _tracing_helper = tracing_helper
     _patch(function_manager.FunctionActorManager, "get_execution_info", _wrap_loaded)
     _patch(signature, "flatten_args", _flatten_with_carrier)
     if propagate:
@@ -156,9 +160,7 @@ def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
 def _ray_tracing_on() -> bool:
     """Whether Ray's own tracing propagates and makes spans (``--tracing-startup-hook``: known once the process is
     connected)."""
-    from ray.util.tracing import tracing_helper
-
-    return tracing_helper._global_is_tracing_enabled
+    return bool(_tracing_helper is not None and _tracing_helper._global_is_tracing_enabled)
 
 
 def core_worker() -> Any:
@@ -176,6 +178,8 @@ def _flatten_with_carrier(original: Callable[..., list[Any]]) -> Callable[..., l
     def flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> list[Any]:
         if not kwargs or CARRIER not in kwargs:
             return original(signature_parameters, args, kwargs)
+        if len(kwargs) == 1 and not args and not signature_parameters:  # f(): nothing else to check
+            return [CARRIER, kwargs[CARRIER]]
         kwargs = dict(kwargs)
         carrier = kwargs.pop(CARRIER)
         return [*original(signature_parameters, args, kwargs), CARRIER, carrier]
