@@ -117,7 +117,7 @@ def test_traces_lists_and_shows_the_trace_as_a_tree(traced) -> None:
     assert INCOMING_TRACE in table and "request" in table
     assert INCOMING_TRACE in cli(server, "traces", "--errors")
     assert "No traces." in cli(server, "traces", "--min-duration", "1h")
-    tree = cli(server, "traces", "show", INCOMING_TRACE).splitlines()
+    tree = cli(server, "traces", "show", INCOMING_TRACE).split("\n\n")[0].splitlines()  # (then a hint)
     assert tree[0].startswith(f"Trace {INCOMING_TRACE}") and len(tree) == 1 + len(spans)
     line = {name: next(row for row in tree[1:] if f" {name}" in row) for name in ("request", "middle", "Counter.add")}
     line["Doubler.work"] = next(row for row in tree[1:] if " Doubler.work" in row)
@@ -128,6 +128,19 @@ def test_traces_lists_and_shows_the_trace_as_a_tree(traced) -> None:
     assert not line["request"].startswith("*") and sum(row.startswith("*") for row in tree[1:]) == sum(
         s["critical"] for s in spans
     )
+
+
+def test_a_tasks_log_lines_lead_to_its_trace_and_the_trace_to_them(traced) -> None:
+    server, spans = traced
+    leaf = one(spans, "leaf")
+    result = CliRunner().invoke(main, ["logs", "--task", leaf["task_id"], "--server", server.url])
+    assert result.exit_code == 0, result.output
+    assert f"leaf: task_id={leaf['task_id']}" in result.stdout  # what the task printed, inside its user span
+    assert f"[trace of this task: raysight traces show {INCOMING_TRACE}  (request)]" in result.stderr
+    shown = cli(server, "traces", "show", INCOMING_TRACE).splitlines()
+    (hint,) = [line for line in shown if line.startswith("What a span's task printed: raysight logs --task ")]
+    task_id = hint.split("--task ")[1].split()[0]
+    assert task_id in {s["task_id"] for s in spans}
 
 
 def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:
@@ -155,7 +168,9 @@ def test_ray_own_hook_is_never_doubled_and_its_span_files_import(tmp_path: Path)
         ray_run(server.url, "ray-hook", "-m", "tests.ray_programs.ray_hook_traced", str(pids_file))
         with Client(server.url) as client:
             session = client.sessions()[0]["session"]
-            assert all(t["state"] == "FINISHED" for t in client.list("tasks", limit=100)["rows"])
+            tasks = client.list("tasks", limit=100)["rows"]
+            assert {"outer", "inner", "Keeper.pid"} <= {t["name"] for t in tasks}
+            assert not [t for t in tasks if t["state"] == "FAILED"]  # no task refused an argument it did not take
         files = [Path(f"/tmp/spans/{pid}.txt") for pid in pids_file.read_text().split()]
         written = sum(f.read_bytes().count(b"\n") for f in files if f.exists())
         assert written >= 6  # a producer span where each call was made, a consumer span where it ran

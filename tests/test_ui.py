@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from raysight.client import Client
 from tests.ray_scenarios import ServerProcess, agent_command
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -458,3 +459,29 @@ def test_a_live_tasks_actors_and_timelines_pages_update_themselves(live_feed: Li
         errors.wait_for_timeout(200)
     for tab in tabs:
         tab.shot()
+
+
+@pytest.mark.ray
+def test_a_task_leads_to_its_trace_and_the_trace_back_to_the_task(recorded: ServerProcess, watched: Any) -> None:
+    """The demo ran traced (`raysight demo` traces by default): a failed task's page lists its trace; the trace's
+    waterfall shows the task's span failed, and its link leads back to the task's attempt."""
+    with Client(recorded.url) as client:
+        (task,) = client.list("tasks", filters=["func_or_class_name=fails"], session="demo")["rows"]
+        (listed,) = client.traces(session="demo", task=task["task_id"])["traces"]
+    w = watched(recorded.url)
+    page = w.open(f"/ui/sessions/demo/tasks/{task['task_id']}")
+    page.locator("#task-traces a.trace-link").click()
+    page.wait_for_url(re.compile(rf".*/ui/sessions/demo/traces/{listed['trace_id']}$"))
+    w.settle()
+    rows = page.locator(".waterfall .span-row")
+    assert rows.count() == listed["spans"]
+    failed = page.locator(".waterfall .span-row.failed")
+    assert failed.count() == 1 and "fails" in failed.locator(".span-name").inner_text()
+    assert page.locator(".waterfall .span-row.critical").count() >= 1
+    failed.locator("a.to-task").click()
+    page.wait_for_url(re.compile(rf".*/ui/sessions/demo/tasks/{task['task_id']}#attempt-0$"))
+    w.settle()
+    assert page.locator("h1").inner_text() == "Task fails"
+    page.goto(f"{recorded.url}/ui/sessions/demo/traces")
+    w.settle()
+    assert page.locator(f".traces-table a[href$='{listed['trace_id']}']").count() == 1

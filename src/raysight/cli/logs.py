@@ -183,3 +183,7 @@ def logs_cmd(
             more = found == PAGE
             if follow and not more:
                 time.sleep(FOLLOW_POLL_S)
+        if task is not None:  # the lines lead to the task's trace (on stderr: the lines stay as they were)
+            for trace in client.traces(session=query["session"], task=task, limit=5)["traces"]:
+                hint = f"[trace of this task: raysight traces show {trace['trace_id']}  ({trace['root']})]"
+                click.echo(hint, err=True)

@@ -58,6 +58,15 @@ def tracing_env(server: str, key: str | None = None, environ: dict[str, str] | N
     return env
 
 
+def untraced(env: dict[str, str]) -> None:
+    """``env`` without raysight's tracing variables (a user's own runtime-env hook, which raysight chained, back)."""
+    if env.get(settings.RAY_ENV_HOOK) == settings.ENV_HOOK:
+        del env[settings.RAY_ENV_HOOK]
+        if chained := env.pop(settings.CHAINED_ENV_HOOK, None):
+            env[settings.RAY_ENV_HOOK] = chained
+    env.pop(settings.ENDPOINT_ENV, None)
+
+
 def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
     """What to tell a user whose program `uv run` starts: Ray calls no runtime-env hook there."""
     uv = bool(command) and Path(command[0]).name == "uv" and "run" in command[1:3]
@@ -137,6 +146,8 @@ def run_program(
     change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
+    if not tracing:  # not even as a shell `raysight env` set up has it
+        untraced(env)
     if tracing and (warning := uv_run_warning(command, env)) is not None:
         click.echo(warning, err=True)
     try:

@@ -120,6 +120,10 @@ def show_cmd(trace_id: str, fmt: str | None, server: str | None) -> None:
     click.echo(f"Trace {data['trace_id']}  {duration(data['duration_ns'])}, {len(data['spans'])} spans")
     for span in data["spans"]:
         click.echo(tree_line(span, data["start_ns"]))
+    if task := next((s for s in data["spans"] if s["task_id"]), None):
+        click.echo(
+            f"\nWhat a span's task printed: raysight logs --task {task['task_id']} --attempt {task['attempt'] or 0}"
+        )
 
 
 @traces_cmd.command("import")

@@ -19,6 +19,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from raysight.instrument import semconv
 from raysight.instrument.task_spans import TaskSpan, new_id
 
 CARRIER = "__raysight_trace__"
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 TRACER = "raysight.ray"
 log = logging.getLogger("raysight.instrument")
 
@@ -53,13 +55,9 @@ def parse_traceparent(value: object) -> SpanContext | None:
     if not isinstance(value, str):
         return None
     parent, _, state = value.strip().partition(" ")
-    parts = parent.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2 or parts[0] == "ff":
+    if (match := _TRACEPARENT.fullmatch(parent)) is None or match[1] == "ff":
         return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
+    trace_id, span_id, flags = int(match[2], 16), int(match[3], 16), int(match[4], 16)
     if not trace_id or not span_id:
         return None
     trace_state = TraceState.from_header([state]) if state else None

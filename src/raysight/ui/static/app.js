@@ -14,6 +14,7 @@ const sessions = () => import("./pages/sessions.js");
 const task = () => import("./pages/task.js");
 const tasks = () => import("./pages/tasks.js");
 const timeline = () => import("./pages/timeline.js");
+const traces = () => import("./pages/traces.js");
 
 const LIVE_EVERY_MS = 3000;
 const SECTIONS = [
@@ -24,6 +25,7 @@ const SECTIONS = [
   ["actors", "Actors"],
   ["nodes", "Nodes"],
   ["workers", "Workers"],
+  ["traces", "Traces"],
   ["logs", "Logs"],
   ["errors", "Errors"],
 ];
@@ -40,6 +42,8 @@ const ROUTES = [
   [new RegExp(`^/sessions/${ID}/errors/${ID}$`), errors, ["session", "id"]],
   [new RegExp(`^/sessions/${ID}/logs/?$`), logs, ["session"]],
   [new RegExp(`^/sessions/${ID}/timeline/?$`), timeline, ["session"]],
+  [new RegExp(`^/sessions/${ID}/traces/?$`), traces, ["session"]],
+  [new RegExp(`^/sessions/${ID}/traces/${ID}$`), traces, ["session", "id"]],
 ];
 
 let current = null; // the page shown: {refresh?, stop?}

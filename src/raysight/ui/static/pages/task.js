@@ -5,6 +5,7 @@ import { api } from "../api.js";
 import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
 import { resourceTable } from "../table.js";
 import { taskColumns } from "./tasks.js";
+import { traceLinks } from "./traces.js";
 
 const DRIVER_PARENT = /^f{40}/; // a driver's task: the task was submitted by the job's driver
 
@@ -88,6 +89,7 @@ export async function render(page, { session, id }) {
   const count = (n) => title.replaceChildren(h("code", {}, id), ` · ${n} attempt${n > 1 ? "s" : ""}`);
   count(rows.length);
   page.append(h("h1", {}, `Task ${rows[0].func_or_class_name ?? rows[0].name ?? ""}`), title, box);
+  page.append(section("Traces", h("div", { id: "task-traces" }, await traceLinks(session, { task: id }))));
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
   const table = resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
