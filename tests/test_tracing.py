@@ -137,6 +137,9 @@ def test_a_tasks_log_lines_lead_to_its_trace_and_the_trace_to_them(traced) -> No
     assert result.exit_code == 0, result.output
     assert f"leaf: task_id={leaf['task_id']}" in result.stdout  # what the task printed, inside its user span
     assert f"[trace of this task: raysight traces show {INCOMING_TRACE}  (request)]" in result.stderr
+    logged = cli(server, "logs", "--task", leaf["task_id"], "--grep", "logged inside", "--format", "json")
+    (line,) = [orjson.loads(row) for row in logged.splitlines() if row.startswith("{")]  # a JSON line a log line
+    assert line["trace_id"] == INCOMING_TRACE and line["span_id"] == one(spans, "user-span")["span_id"]
     shown = cli(server, "traces", "show", INCOMING_TRACE).splitlines()
     (hint,) = [line for line in shown if line.startswith("What a span's task printed: raysight logs --task ")]
     task_id = hint.split("--task ")[1].split()[0]

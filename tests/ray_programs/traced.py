@@ -1,10 +1,12 @@
 """Run under `raysight run` (tracing on), with ``TRACEPARENT`` set as a caller inside someone else's trace would: a
-request that goes driver → task → nested task → actor → async actor method, a user's own span inside a task, a task
-retried after an exception, a streaming generator, and a task submitted outside any span."""
+request that goes driver → task → nested task → actor → async actor method, a user's own span inside a task (and a
+log record inside it, in Ray's JSON logging), a task retried after an exception, a streaming generator, and a task
+submitted outside any span."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from tests.ray_programs import wait_until_raysight
 def leaf(x: int) -> int:
     with trace.get_tracer("user.code").start_as_current_span("user-span", attributes={"user.x": x}):
         print(f"leaf: task_id={ray.get_runtime_context().get_task_id()}", flush=True)
+        logging.getLogger("leaf").warning("leaf: logged inside the user's span")
         return x + 1
 
 
@@ -68,7 +71,7 @@ EXPECTED = {"middle", "leaf", "user-span", "Counter.add", "Doubler.work", "flaky
 
 
 def main(marker: str) -> None:
-    ray.init(num_cpus=2)
+    ray.init(num_cpus=2, logging_config=ray.LoggingConfig(encoding="JSON"))  # Ray's JSON lines name their span
     with trace.get_tracer("driver").start_as_current_span("request"):
         total, counter = ray.get(middle.remote(1))
         assert total == 4

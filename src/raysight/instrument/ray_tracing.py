@@ -136,6 +136,7 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
         _patch(actor.ActorHandle, "_actor_method_call", _submitting_method)
     _patch(ray, "get", _waiting("ray.get"))
     _patch(ray, "wait", _waiting("ray.wait"))
+    _patch(logging, "_logRecordFactory", _with_span_ids)  # (what logging.setLogRecordFactory sets)
 
 
 def uninstrument() -> None:
@@ -419,6 +420,21 @@ class Running:
             self.span.end_ns = time.time_ns()
             if _sink is not None:
                 _sink(self.span)
+
+
+def _with_span_ids(original: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """Log records made inside a span carry its ``trace_id`` and ``span_id`` (hex): Ray's JSON logging writes them,
+    and raysight's log store links each such line to its span; a format may name them too."""
+
+    @functools.wraps(original)
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made = original(*args, **kwargs)
+        span_context = trace.get_current_span().get_span_context()
+        if span_context.is_valid:
+            made.trace_id, made.span_id = f"{span_context.trace_id:032x}", f"{span_context.span_id:016x}"
+        return made
+
+    return record
 
 
 def _waiting(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
