@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry import trace
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from raysight.cli import main
@@ -759,3 +760,38 @@ def test_run_warns_that_ray_skips_the_hook_under_uv_run(server: ServerProcess, t
     )
     assert missing.returncode == 1
     assert missing.stderr.index(warning) < missing.stderr.index("Error: command not found: uv")
+
+
+def test_new_traces_are_sampled_by_the_ratio_and_a_task_follows_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RAYSIGHT_TRACES_SAMPLE_RATIO`` decides for a task with no parent; a parent's decision is followed."""
+    unsampled = ray_tracing.carrier(SpanContext(7, 9, True, TraceFlags(TraceFlags.DEFAULT)))
+    monkeypatch.setattr(ray_tracing, "_ratio", 0.0)
+    for parent in (None, unsampled):
+        running = ray_tracing.Running.begin("f", parent, {})
+        context = trace.get_current_span(running.context).get_span_context()
+        assert running.span is None and not context.trace_flags.sampled and context.is_valid
+    child = ray_tracing.Running.begin("f", unsampled, {})
+    assert trace.get_current_span(child.context).get_span_context().trace_id == 7  # the parent's trace
+
+
+def test_init_before_ray_init_makes_the_coming_job_traced() -> None:
+    """`raysight.instrument.init()` in a driver before `ray.init`: Ray will call raysight's runtime-env hook (a hook
+    already set is chained), and the driver is traced at once."""
+    result, _ = in_subprocess(
+        """
+        import json, os
+        os.environ["RAY_RUNTIME_ENV_HOOK"] = "my.own.hook"
+        import raysight.instrument
+        from raysight.instrument import ray_tracing
+        raysight.instrument.init("http://127.0.0.1:9")
+        print(json.dumps({k: os.environ.get(k) for k in (
+            "RAY_RUNTIME_ENV_HOOK", "RAYSIGHT_CHAINED_ENV_HOOK", "RAYSIGHT_OTLP_ENDPOINT")} | {
+            "instrumented": ray_tracing.instrumented()}))
+        """
+    )
+    assert result == {
+        "RAY_RUNTIME_ENV_HOOK": "raysight.instrument.runtime_env_hook",
+        "RAYSIGHT_CHAINED_ENV_HOOK": "my.own.hook",
+        "RAYSIGHT_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "instrumented": True,
+    }
