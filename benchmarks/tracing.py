@@ -98,7 +98,7 @@ def throughput(rounds: int, tasks: int, server: ServerProcess) -> tuple[float, f
                 shutil.rmtree(RAY_SPANS, ignore_errors=True)
             rates[config].append(measure(tasks, config, server.url))
             if config == "ray-hook":
-                files = list(RAY_SPANS.glob("*.json"))
+                files = list(RAY_SPANS.glob("*.txt"))
                 hook_bytes += sum(f.stat().st_size for f in files)
                 hook_spans += sum(f.read_bytes().count(b"\n") for f in files)
         print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s", flush=True)

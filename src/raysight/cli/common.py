@@ -57,3 +57,29 @@ def metrics_options(fn: F) -> F:
 
 def make_client(server: str | None) -> Client:
     return Client(server)
+
+
+class Checked(click.ParamType):
+    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it; ``says``,
+    when given, is what a refusal says after the value instead."""
+
+    def __init__(self, check: Callable[[str], object], name: str, says: str | None = None) -> None:
+        self.check, self.name, self.says = check, name, says
+
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            self.check(value)
+        except ValueError as exc:
+            self.fail(f"{value!r} {self.says}" if self.says else str(exc), param, ctx)
+        return value.strip()
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
+_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
+
+
+def parse_duration_ns(text: str) -> int:
+    """Nanoseconds in ``250ms``, ``1.5s``, ``2m``…; ValueError otherwise."""
+    if (match := _DURATION.fullmatch(text.strip())) is None:
+        raise ValueError(f"{text!r} is not a duration such as 250ms, 1.5s or 2m")
+    return int(float(match[1]) * _NS[match[2]])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from raysight.cli.common import Checked, parse_duration_ns
 from raysight.cli.detach import child_args, start_detached, stop_detached
 from raysight.config import (
     DEFAULT_HOST,
@@ -28,23 +28,9 @@ from raysight.server.forward import Forwarding
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
 from raysight.store.retention import Retention, parse_duration, parse_size
+from raysight.store.trace_sampling import TailSampling
 
 SECONDS = click.FloatRange(min=0, min_open=True)
-
-
-class Checked(click.ParamType):
-    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it; ``says``,
-    when given, is what a refusal says after the value instead."""
-
-    def __init__(self, check: Callable[[str], object], name: str, says: str | None = None) -> None:
-        self.check, self.name, self.says = check, name, says
-
-    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        try:
-            self.check(value)
-        except ValueError as exc:
-            self.fail(f"{value!r} {self.says}" if self.says else str(exc), param, ctx)
-        return value.strip()
 
 
 # A size as DuckDB's memory_limit takes it (512MB, 2GB, 1.5GiB), checked here rather than failing at start
@@ -65,6 +51,7 @@ def serve(
     retention: Retention,
     metrics: MetricsBounds,
     forwarding: Forwarding,
+    trace_sampling: TailSampling,
 ) -> None:
     """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
@@ -103,6 +90,7 @@ def serve(
             log_retention=retention,
             metrics_bounds=metrics,
             forwarding=forwarding,
+            trace_sampling=trace_sampling,
         ),
         host=host,
         port=port,
@@ -248,6 +236,21 @@ def private_data_dir(data_dir: Path) -> None:
     show_default=True,
     help="Keep the spans received; --no-traces-store with --traces-forward only forwards them.",
 )
+@click.option(
+    "--traces-keep",
+    type=click.FloatRange(0, 1),
+    default=1.0,
+    show_default=True,
+    help="Tail sampling: the fraction of complete traces kept whole; traces with a failed span, or as slow as "
+    "--traces-keep-slow, are always kept.",
+)
+@click.option(
+    "--traces-keep-slow",
+    type=Checked(parse_duration_ns, "TIME"),
+    default=None,
+    metavar="TIME",
+    help="With --traces-keep: always keep traces this long or longer (250ms, 1.5s, 2m).",
+)
 @click.option("--detach", is_flag=True, help="Run in the background; `raysight server stop` ends it.")
 @click.pass_context
 def server_cmd(
@@ -274,6 +277,8 @@ def server_cmd(
     traces_forward: str | None,
     traces_forward_header: tuple[str, ...],
     traces_store: bool,
+    traces_keep: float,
+    traces_keep_slow: str | None,
     detach: bool,
 ) -> None:
     """Run the raysight server: Ray event ingest, the history store, raysight's and Ray's APIs."""
@@ -302,6 +307,7 @@ def server_cmd(
             metrics_max_series, Retention(metrics_retention, metrics_max_size), Downsampling.parse(metrics_downsample)
         ),
         forwarding=Forwarding(traces_forward, headers, traces_store),
+        trace_sampling=TailSampling(traces_keep, parse_duration_ns(traces_keep_slow) if traces_keep_slow else None),
     )
 
 

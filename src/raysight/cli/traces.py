@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -10,21 +9,12 @@ from typing import Any
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, server_option, session_option
+from raysight.cli.common import Checked, client_options, make_client, parse_duration_ns, server_option, session_option
 from raysight.cli.logs import parse_time
 from raysight.cli.run import key_option
 from raysight.ingest import sdk_json
 
 TRACES_COLUMNS = ["trace_id", "root", "start_ms", "duration", "spans", "errors", "jobs"]
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
-_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-
-
-def parse_duration_ns(text: str) -> int:
-    """Nanoseconds in ``250ms``, ``1.5s``, ``2m``…; BadParameter otherwise."""
-    if (match := _DURATION.fullmatch(text.strip())) is None:
-        raise click.BadParameter(f"{text!r} is not a duration such as 250ms, 1.5s or 2m")
-    return int(float(match[1]) * _NS[match[2]])
 
 
 def duration(ns: int) -> str:
@@ -44,7 +34,9 @@ def duration(ns: int) -> str:
 @click.option("--actor", metavar="ID", help="Only traces through this actor.")
 @click.option("--request-id", metavar="ID", help="Only the trace of this Serve request.")
 @click.option("--name", metavar="NAME", help="Only traces with a span of this name (a task's: f, Actor.method).")
-@click.option("--min-duration", metavar="TIME", help="Only traces this long or longer: 250ms, 1.5s, 2m.")
+@click.option(
+    "--min-duration", type=Checked(parse_duration_ns, "TIME"), help="Only traces this long or longer: 250ms, 1.5s, 2m."
+)
 @click.option("--errors", is_flag=True, help="Only traces with a failed span.")
 @click.option("--since", metavar="WHEN", help="Only traces from WHEN on: a time ago (30s, 10m, 2h, 1d) or ISO 8601.")
 @click.option("--until", metavar="WHEN", help="Only traces before WHEN (as --since).")

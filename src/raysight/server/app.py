@@ -26,6 +26,7 @@ from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import Store
+from raysight.store.trace_sampling import TailSampling
 from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, Writer
 
 log = logging.getLogger("raysight.server")
@@ -91,6 +92,7 @@ def create_app(
     log_retention: Retention = KEEP_ALL,
     metrics_bounds: MetricsBounds | None = None,
     forwarding: Forwarding | None = None,
+    trace_sampling: TailSampling | None = None,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
@@ -113,6 +115,7 @@ def create_app(
             fold_rest=fold_rest,
             log_retention=log_retention,
             metrics=bounds,
+            trace_sampling=trace_sampling,
         )
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))

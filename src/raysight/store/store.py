@@ -32,11 +32,20 @@ from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
-from raysight.store import log_index, log_retention, metric_downsample, metric_retention, pipeline, schema
+from raysight.store import (
+    log_index,
+    log_retention,
+    metric_downsample,
+    metric_retention,
+    pipeline,
+    schema,
+    trace_sampling,
+)
 from raysight.store.fold import fold
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.reconcile import reconcile
 from raysight.store.retention import Retention
+from raysight.store.trace_sampling import TailSampling
 
 sql_log = logging.getLogger("raysight.store.sql")
 
@@ -54,6 +63,7 @@ COUNTERS = (
     *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
     *("spans", "spans_deduplicated", "span_batches", "spans_rejected", "spans_dropped_at_source"),
+    *("traces_sampled_out", "spans_sampled_out"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
 _SPAN_TYPES = {"start_ns": pa.int64(), "end_ns": pa.int64(), "pid": pa.int64(), "attempt": pa.int32()}
@@ -911,6 +921,14 @@ class Store:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
         with self._one_thread(self.con), self._transaction():
             return metric_retention.prune(self._run, retention, now_ms or time.time_ns() // 1_000_000)
+
+    def sample_traces(self, sampling: TailSampling, now_ns: int | None = None) -> int:
+        """Tail-sample the traces complete since the last pass (``store/trace_sampling.py``); the spans deleted."""
+        with self._one_thread(self.con), self._transaction():
+            traces, spans = trace_sampling.sample(self.con, sampling, time.time_ns() if now_ns is None else now_ns)
+            if traces:
+                self.count(traces_sampled_out=traces, spans_sampled_out=spans)
+        return spans
 
     def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""

@@ -41,6 +41,7 @@ from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS, Batch, Journal
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
+from raysight.store.trace_sampling import TailSampling
 
 log = logging.getLogger("raysight.writer")
 
@@ -118,9 +119,11 @@ class Writer:
         fold_rest: float = FOLD_REST,
         log_retention: Retention = KEEP_ALL,
         metrics: MetricsBounds | None = None,
+        trace_sampling: TailSampling | None = None,
     ) -> None:
         self.store = store
         self.log_retention, self.metrics = log_retention, metrics or MetricsBounds()
+        self.trace_sampling = trace_sampling or TailSampling()
         self._prune_after = 0.0  # monotonic time of the next application of the retention
         self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
         folded = store.journal_folded()
@@ -379,8 +382,8 @@ class Writer:
             self._prune_if_due()  # (a server never idle prunes too)
 
     def _prune_if_due(self) -> None:
-        """Apply the log and metrics retentions, those there are, and the metrics' downsampling, at most every
-        PRUNE_EVERY_S; a failure is tried again then."""
+        """Apply the log and metrics retentions, those there are, the traces' tail sampling and the metrics'
+        downsampling, at most every PRUNE_EVERY_S; a failure is tried again then."""
         if time.monotonic() < self._prune_after:
             return
         self._prune_after = time.monotonic() + PRUNE_EVERY_S
@@ -393,6 +396,11 @@ class Writer:
                     log.info("%s retention: dropped %d (%s)", what, dropped, retention.why(what))
             except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; all stays until next time)
                 log.warning("%s retention failed, will try again in %.0f s: %s", what, PRUNE_EVERY_S, exc)
+        try:
+            if self.trace_sampling.active and (dropped := self.store.sample_traces(self.trace_sampling)):
+                log.info("trace sampling: %d spans of traces neither failed nor slow dropped", dropped)
+        except Exception as exc:  # noqa: BLE001 (as above)
+            log.warning("trace sampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
         try:
             if self.metrics.downsampling.tiers() and (
                 thinned := self.store.downsample_metrics(self.metrics.downsampling)
