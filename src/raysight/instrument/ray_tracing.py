@@ -285,7 +285,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
                 async for item in executor(*args, **kwargs):
                     yield item
                 return
-            try:
+            with running.ended():
                 with running.current():
                     generator = executor(*args, **kwargs)
                 while True:
@@ -295,11 +295,6 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
                         except StopAsyncIteration:
                             break
                     yield item
-            except BaseException as exc:
-                running.failed(exc)
-                raise
-            finally:
-                running.end()
 
     elif inspect.iscoroutinefunction(user_fn):
 
@@ -307,14 +302,8 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
             running = start(kwargs)
             if running is None:
                 return await executor(*args, **kwargs)
-            try:
-                with running.current():
-                    return await executor(*args, **kwargs)
-            except BaseException as exc:
-                running.failed(exc)
-                raise
-            finally:
-                running.end()
+            with running.ended(), running.current():
+                return await executor(*args, **kwargs)
 
     elif inspect.isgeneratorfunction(user_fn):
 
@@ -330,14 +319,8 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
             running = start(kwargs)
             if running is None:
                 return executor(*args, **kwargs)
-            try:
-                with running.current():
-                    return executor(*args, **kwargs)
-            except BaseException as exc:
-                running.failed(exc)
-                raise
-            finally:
-                running.end()
+            with running.ended(), running.current():
+                return executor(*args, **kwargs)
 
     functools.update_wrapper(traced, executor)
     traced.__raysight__ = True  # type: ignore[attr-defined]
@@ -348,7 +331,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
 
 def _iterate_in(running: Running, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     """A generator's items, each produced inside the task's span, which ends with the generator."""
-    try:
+    with running.ended():
         with running.current():
             generator = make()
         while True:
@@ -358,11 +341,6 @@ def _iterate_in(running: Running, make: Callable[[], Iterator[Any]]) -> Iterator
                 except StopIteration as stop:
                     return stop.value
             yield item
-    except BaseException as exc:
-        running.failed(exc)
-        raise
-    finally:
-        running.end()
 
 
 _LOW64 = 2**64 - 1
@@ -411,15 +389,20 @@ class Running:
         finally:
             otel_context.detach(token)
 
-    def failed(self, exc: BaseException) -> None:
-        if self.span is not None and self.span.error is None:
-            self.span.fail(exc, time.time_ns())
-
-    def end(self) -> None:
-        if self.span is not None and not self.span.end_ns:
-            self.span.end_ns = time.time_ns()
-            if _sink is not None:
-                _sink(self.span)
+    @contextlib.contextmanager
+    def ended(self) -> Iterator[None]:
+        """The span ends with the block, failed if it raised."""
+        try:
+            yield
+        except BaseException as exc:
+            if self.span is not None and self.span.error is None:
+                self.span.fail(exc, time.time_ns())
+            raise
+        finally:
+            if self.span is not None and not self.span.end_ns:
+                self.span.end_ns = time.time_ns()
+                if _sink is not None:
+                    _sink(self.span)
 
 
 def _with_span_ids(original: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
