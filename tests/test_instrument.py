@@ -569,6 +569,7 @@ def test_tracing_startup_hook_sends_rays_spans_and_patches_nothing() -> None:
             "get": (ray, "get"),
             "wait": (ray, "wait"),
             "flatten_args": (signature, "flatten_args"),
+            "recover_args": (signature, "recover_args"),
             "get_execution_info": (function_manager.FunctionActorManager, "get_execution_info"),
             "task _remote": (remote_function.RemoteFunction, "_remote"),
             "actor _remote": (actor.ActorClass, "_remote"),
@@ -595,15 +596,8 @@ def test_tracing_startup_hook_sends_rays_spans_and_patches_nothing() -> None:
     """
     result, _ = in_subprocess(code, timeout=60, RAYSIGHT_OTLP_ENDPOINT=f"http://127.0.0.1:{nobody}/")
     assert result["instrumented"] is False
-    assert result["restored"] == [
-        "get",
-        "wait",
-        "flatten_args",
-        "get_execution_info",
-        "task _remote",
-        "actor _remote",
-        "_actor_method_call",
-    ]
+    # all restored but the receiving side, which takes away what other processes' submissions may carry
+    assert result["restored"] == ["get", "wait", "flatten_args", "task _remote", "actor _remote", "_actor_method_call"]
     assert result["provider"] == "opentelemetry.sdk.trace.TracerProvider"
     assert result["processors"] == ["raysight.instrument.ray_ids.RayIds", "raysight.instrument.export.SpanQueue"]
     assert result["url"] == f"http://127.0.0.1:{nobody}/v1/traces"
@@ -795,3 +789,32 @@ def test_init_before_ray_init_makes_the_coming_job_traced() -> None:
         "RAYSIGHT_OTLP_ENDPOINT": "http://127.0.0.1:9",
         "instrumented": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "signature_of"),
+    [
+        ((), {}, lambda: None),  # nothing: the carrier alone, an odd count
+        ((1, "two"), {}, lambda a, b: None),  # in the first positional argument's marker
+        ((), {"k": 3}, lambda k: None),  # after the keyword arguments, an odd count
+        ((1,), {"k": [4]}, lambda a, k: None),
+    ],
+)
+def test_the_carrier_rides_in_ray_s_flattened_arguments_and_comes_out_whole(args, kwargs, signature_of) -> None:
+    """What a submission carries costs Ray no argument where there is a positional one, one where there is none; the
+    worker's side gives back the arguments as they were, and the carrier as the keyword the executor takes away."""
+    from ray._common import signature
+
+    carrier = ray_tracing.carrier(SpanContext(5, 6, True, TraceFlags(TraceFlags.SAMPLED)))
+    flatten = ray_tracing._flatten_with_carrier(signature.flatten_args)
+    recover = ray_tracing._recover_with_carrier(signature.recover_args)
+    parameters = signature.extract_signature(signature_of)
+    plain = signature.flatten_args(parameters, args, kwargs)
+    flat = flatten(parameters, args, {**kwargs, ray_tracing.CARRIER: carrier})
+    assert len(flat) == len(plain) + (0 if args else 1)
+    back_args, back_kwargs = recover(flat)
+    assert (back_args, back_kwargs) == (list(args), {**kwargs, ray_tracing.CARRIER: carrier})
+    assert recover(plain) == signature.recover_args(plain)  # what carries nothing is read as Ray reads it
+    assert flatten(parameters, args, kwargs) == plain
+    with pytest.raises(TypeError):  # Ray's own check of the arguments still holds
+        flatten(parameters, (*args, "one too many"), {**kwargs, ray_tracing.CARRIER: carrier})

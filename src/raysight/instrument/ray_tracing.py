@@ -41,6 +41,8 @@ _base: bytes | None = None  # a driver's incoming context (TRACEPARENT): the par
 _sink: Any = None  # where ended task spans go (``export.SpanQueue.add``)
 _ratio = 1.0  # of new traces sampled
 _tracing_helper: Any = None  # Ray's own tracing (ray.util.tracing.tracing_helper), once instrumented
+_receiving = False  # whether this process's functions take the carrier away (installed once, never undone)
+DUMMY_TYPE = b"__RAY_DUMMY__"  # ray._common.signature's marker of a positional argument
 
 
 def traceparent(span_context: SpanContext) -> str:
@@ -128,7 +130,12 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     from ray.util.tracing import tracing_helper
 
     _tracing_helper = tracing_helper
-    _patch(function_manager.FunctionActorManager, "get_execution_info", _wrap_loaded)
+    global _receiving
+    if not _receiving:  # for good: a worker must take away what other processes' submissions carry
+        manager = function_manager.FunctionActorManager
+        setattr(manager, "get_execution_info", _wrap_loaded(manager.get_execution_info))  # noqa: B010 (a method)
+        signature.recover_args = _recover_with_carrier(signature.recover_args)
+        _receiving = True
     _patch(signature, "flatten_args", _flatten_with_carrier)
     if propagate:
         _patch(remote_function.RemoteFunction, "_remote", _submitting_task)
@@ -140,7 +147,8 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
 
 
 def uninstrument() -> None:
-    """Undo :func:`instrument`: functions already wrapped keep taking the carrier away, and trace nothing new."""
+    """Undo :func:`instrument`, but for taking the carrier away (what other processes submit may still carry it):
+    nothing new is traced."""
     while _patches:
         owner, name, original = _patches.pop()
         setattr(owner, name, original)
@@ -173,17 +181,45 @@ def core_worker() -> Any:
 
 
 def _flatten_with_carrier(original: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """Ray's flattened arguments with the carrier in them at no cost in arguments where there is a positional one
+    (it takes the place of the first one's marker, ``DUMMY_TYPE``), else as one element more (an odd count, which
+    Ray never makes): each argument is one Ray serializes, ships and checks on its own."""
+
     @functools.wraps(original)
     def flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> list[Any]:
         if not kwargs or CARRIER not in kwargs:
             return original(signature_parameters, args, kwargs)
         if len(kwargs) == 1 and not args and not signature_parameters:  # f(): nothing else to check
-            return [CARRIER, kwargs[CARRIER]]
+            return [kwargs[CARRIER]]
         kwargs = dict(kwargs)
         carrier = kwargs.pop(CARRIER)
-        return [*original(signature_parameters, args, kwargs), CARRIER, carrier]
+        flat = original(signature_parameters, args, kwargs)
+        if args:
+            flat[0] = carrier
+        else:
+            flat.append(carrier)
+        return flat
 
     return flatten_args
+
+
+def _recover_with_carrier(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Ray's arguments back from their flattened list, the carrier :func:`_flatten_with_carrier` put in them (in
+    the first marker's place, or last of an odd count) handed on as the keyword argument the executor takes away."""
+
+    @functools.wraps(original)
+    def recover_args(flattened_args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        carrier = None
+        if len(flattened_args) % 2:
+            carrier, flattened_args = flattened_args[-1], flattened_args[:-1]
+        elif flattened_args and type(first := flattened_args[0]) is bytes and first[:1] == b"\x00":
+            carrier, flattened_args = first, [DUMMY_TYPE, *flattened_args[1:]]
+        args, kwargs = original(flattened_args)
+        if carrier is not None:
+            kwargs[CARRIER] = carrier
+        return args, kwargs
+
+    return recover_args
 
 
 def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
