@@ -12,7 +12,8 @@ a second through the receiver; bytes a span stored.
    stored. Beside it, the same bodies posted to a sink in this process that reads and discards them.
 3. Bytes a span: the spans table's storage blocks over its rows, against the bytes Ray's hook wrote a span.
 
-Run: .venv/bin/python benchmarks/tracing.py [--rounds 5] [--tasks 3000] [--spans 200000]
+Run: .venv/bin/python benchmarks/tracing.py [--rounds 5] [--tasks 3000] [--spans 204800] [--with-arg]
+(``--spans 0`` skips the receiver; ``--with-arg``: tasks taking one argument, which carries the context for free)
 """
 
 from __future__ import annotations
@@ -44,24 +45,27 @@ BATCH = 512
 AIM_COST, AIM_VS_RAY = 0.10, 4.0
 
 
-def child(tasks: int, ray_hook: bool) -> None:
-    """Time ``tasks`` no-op tasks on a fresh local Ray, inside one driver span; print tasks/s on stdout."""
+def child(tasks: int, ray_hook: bool, with_arg: bool) -> None:
+    """Time ``tasks`` no-op tasks (taking one argument, ``with_arg``) on a fresh local Ray, inside one driver span;
+    print tasks/s on stdout."""
     import ray
     from opentelemetry import trace
 
     @ray.remote
-    def noop() -> None:
+    def noop(*_: int) -> None:
         return None
+
+    args = (1,) if with_arg else ()
 
     options = {"_tracing_startup_hook": RAY_HOOK} if ray_hook else {}
     ray.init(address="local", num_cpus=2, include_dashboard=False, **options)
     try:
         tracer = trace.get_tracer("bench")
         with tracer.start_as_current_span("warm-up"):
-            ray.get([noop.remote() for _ in range(WARMUP)])
+            ray.get([noop.remote(*args) for _ in range(WARMUP)])
         with tracer.start_as_current_span("bench"):
             t0 = time.perf_counter()
-            ray.get([noop.remote() for _ in range(tasks)])
+            ray.get([noop.remote(*args) for _ in range(tasks)])
             rate = tasks / (time.perf_counter() - t0)
         print(rate)
         time.sleep(1)  # the last spans leave before the cluster goes
@@ -69,13 +73,20 @@ def child(tasks: int, ray_hook: bool) -> None:
         ray.shutdown()
 
 
-def measure(tasks: int, config: str, server_url: str) -> float:
+def measure(tasks: int, config: str, server_url: str, with_arg: bool) -> float:
     drop = {"RAY_ADDRESS", *ray_env("http://unused"), *tracing_env("http://unused")}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     if config == "raysight":
         env.update(tracing_env(server_url))
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", str(tasks), *(["--ray-hook"] if config == "ray-hook" else [])],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            str(tasks),
+            *(["--ray-hook"] if config == "ray-hook" else []),
+            *(["--with-arg"] if with_arg else []),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -87,7 +98,7 @@ def measure(tasks: int, config: str, server_url: str) -> float:
     return float(proc.stdout.split()[-1])
 
 
-def throughput(rounds: int, tasks: int, server: ServerProcess) -> tuple[float, float]:
+def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -> tuple[float, float]:
     """Interleaved rounds; returns (raysight's cost, Ray hook's cost) as fractions of the untraced rate, and prints
     the bytes a span Ray's hook wrote."""
     rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
@@ -96,7 +107,7 @@ def throughput(rounds: int, tasks: int, server: ServerProcess) -> tuple[float, f
         for config in CONFIGS:
             if config == "ray-hook":
                 shutil.rmtree(RAY_SPANS, ignore_errors=True)
-            rates[config].append(measure(tasks, config, server.url))
+            rates[config].append(measure(tasks, config, server.url, with_arg))
             if config == "ray-hook":
                 files = list(RAY_SPANS.glob("*.txt"))
                 hook_bytes += sum(f.stat().st_size for f in files)
@@ -225,12 +236,13 @@ def receiver(spans: int) -> None:
     print(f"stored: {blocks / sent:,.0f} bytes a span (the spans table's blocks, {sent:,} spans)")
 
 
-def main(rounds: int, tasks: int, spans: int) -> None:
-    receiver(spans)
+def main(rounds: int, tasks: int, spans: int, with_arg: bool) -> None:
+    if spans:
+        receiver(spans)
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
         server = ServerProcess(Path(data_dir)).start()
         try:
-            ours, rays = throughput(rounds, tasks, server)
+            ours, rays = throughput(rounds, tasks, server, with_arg)
         finally:
             server.stop()
     print(
@@ -246,9 +258,10 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--spans", type=int, default=200_000)
     parser.add_argument("--child", type=int, metavar="TASKS", help=argparse.SUPPRESS)
+    parser.add_argument("--with-arg", action="store_true", help="Tasks that take one argument (default: none).")
     parser.add_argument("--ray-hook", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.ray_hook)
+        child(args.child, args.ray_hook, args.with_arg)
     else:
-        main(args.rounds, args.tasks, args.spans)
+        main(args.rounds, args.tasks, args.spans, args.with_arg)
