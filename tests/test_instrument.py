@@ -807,7 +807,7 @@ def test_the_carrier_rides_in_ray_s_flattened_arguments_and_comes_out_whole(args
 
     carrier = ray_tracing.carrier(SpanContext(5, 6, True, TraceFlags(TraceFlags.SAMPLED)))
     flatten = ray_tracing._flatten_with_carrier(signature.flatten_args)
-    recover = ray_tracing._recover_with_carrier(signature.recover_args)
+    recover = ray_tracing._recover_with_carrier(signature.recover_args, signature.DUMMY_TYPE)
     parameters = signature.extract_signature(signature_of)
     plain = signature.flatten_args(parameters, args, kwargs)
     flat = flatten(parameters, args, {**kwargs, ray_tracing.CARRIER: carrier})

@@ -13,7 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from raysight.instrument import ray_tracing, semconv
+from raysight.instrument import ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.ray_ids import RayIds
 from raysight.instrument.settings import (
@@ -48,14 +48,7 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
 
 def _resource(provider: TracerProvider) -> Callable[[], dict[str, Any]]:
     """The attributes of this process's task spans: its SDK resource's (service.name …) and its Ray IDs."""
-    cached: dict[str, Any] = {}
-
-    def resource() -> dict[str, Any]:
-        if semconv.SESSION not in cached:  # (until the process is connected to Ray)
-            cached.update({**provider.resource.attributes, **ray_tracing.process_attributes()})
-        return cached
-
-    return resource
+    return lambda: {**provider.resource.attributes, **ray_tracing.process_attributes()}
 
 
 def _sample_ratio() -> float:

@@ -1,10 +1,12 @@
 """OpenTelemetry for Ray: a span for each task attempt and actor method run, children of the span that submitted them.
 
 Submission: a task, actor creation or actor method submitted while a span is current carries that span's W3C trace
-context as one extra keyword argument (:data:`CARRIER`), added after Ray has checked the call against the function's
-signature. Execution: each function a worker loads from Ray's function table is wrapped once so that it takes the
-carrier away before the user's code sees its arguments, and runs inside a span whose parent is the submitter's, for
-plain, async, generator and async-generator functions alike. A carrier goes only where it will be taken away: to
+context (:func:`carrier`) in Ray's flattened arguments, put there after Ray has checked the call against the
+function's signature: in place of the first positional argument's marker, else as one element more; the worker's
+``recover_args`` hands it on as the keyword argument :data:`CARRIER`. Execution: each function a worker loads from
+Ray's function table is wrapped once so that it takes the carrier away before the user's code sees its arguments,
+and runs inside a span whose parent is the submitter's, for plain, async, generator and async-generator functions
+alike. A carrier goes only where it will be taken away: to
 tasks and to the actors of the submitting job, whose workers run this same hook; never to another language's, to
 Ray's internal methods, nor when Ray's own tracing (``--tracing-startup-hook``) propagates already.
 
@@ -42,7 +44,7 @@ _sink: Any = None  # where ended task spans go (``export.SpanQueue.add``)
 _ratio = 1.0  # of new traces sampled
 _tracing_helper: Any = None  # Ray's own tracing (ray.util.tracing.tracing_helper), once instrumented
 _receiving = False  # whether this process's functions take the carrier away (installed once, never undone)
-DUMMY_TYPE = b"__RAY_DUMMY__"  # ray._common.signature's marker of a positional argument
+VERSION = b"\x00"  # a carrier's first byte (W3C trace context's version 00): Ray's positional marker begins otherwise
 
 
 def traceparent(span_context: SpanContext) -> str:
@@ -71,7 +73,7 @@ def carrier(span_context: SpanContext) -> bytes:
     text): version 0, trace ID, span ID, flags, then any ``tracestate`` header."""
     state = span_context.trace_state.to_header().encode() if span_context.trace_state else b""
     return (
-        b"\x00"
+        VERSION
         + span_context.trace_id.to_bytes(16, "big")
         + span_context.span_id.to_bytes(8, "big")
         + bytes((span_context.trace_flags & 0xFF,))
@@ -81,7 +83,7 @@ def carrier(span_context: SpanContext) -> bytes:
 
 def parse_carrier(value: object) -> SpanContext | None:
     """The remote parent a task was submitted under, from :func:`carrier`'s bytes; None when there is none."""
-    if not isinstance(value, bytes) or len(value) < 26 or value[0] != 0:
+    if not isinstance(value, bytes) or len(value) < 26 or value[:1] != VERSION:
         return None
     trace_id, span_id = int.from_bytes(value[1:17], "big"), int.from_bytes(value[17:25], "big")
     if not trace_id or not span_id:
@@ -118,11 +120,10 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     """Trace this process's Ray calls (idempotent), their spans going to ``sink``, ``ratio`` of new traces sampled;
     ``propagate`` False: its spans only, carrying nothing to the workers (whose functions would not take the carrier
     away)."""
-    global _sink, _ratio
+    global _sink, _ratio, _tracing_helper, _receiving
     _sink, _ratio = sink, ratio
     if _patches:
         return
-    global _tracing_helper
     import ray
     from ray import actor, remote_function
     from ray._common import signature
@@ -130,11 +131,10 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     from ray.util.tracing import tracing_helper
 
     _tracing_helper = tracing_helper
-    global _receiving
     if not _receiving:  # for good: a worker must take away what other processes' submissions carry
         manager = function_manager.FunctionActorManager
         setattr(manager, "get_execution_info", _wrap_loaded(manager.get_execution_info))  # noqa: B010 (a method)
-        signature.recover_args = _recover_with_carrier(signature.recover_args)
+        signature.recover_args = _recover_with_carrier(signature.recover_args, signature.DUMMY_TYPE)
         _receiving = True
     _patch(signature, "flatten_args", _flatten_with_carrier)
     if propagate:
@@ -203,17 +203,18 @@ def _flatten_with_carrier(original: Callable[..., list[Any]]) -> Callable[..., l
     return flatten_args
 
 
-def _recover_with_carrier(original: Callable[..., Any]) -> Callable[..., Any]:
+def _recover_with_carrier(original: Callable[..., Any], marker: bytes) -> Callable[..., Any]:
     """Ray's arguments back from their flattened list, the carrier :func:`_flatten_with_carrier` put in them (in
-    the first marker's place, or last of an odd count) handed on as the keyword argument the executor takes away."""
+    the first positional ``marker``'s place, or last of an odd count) handed on as the keyword argument the executor
+    takes away."""
 
     @functools.wraps(original)
     def recover_args(flattened_args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
         carrier = None
         if len(flattened_args) % 2:
             carrier, flattened_args = flattened_args[-1], flattened_args[:-1]
-        elif flattened_args and type(first := flattened_args[0]) is bytes and first[:1] == b"\x00":
-            carrier, flattened_args = first, [DUMMY_TYPE, *flattened_args[1:]]
+        elif flattened_args and type(first := flattened_args[0]) is bytes and first[:1] == VERSION:
+            carrier, flattened_args = first, [marker, *flattened_args[1:]]
         args, kwargs = original(flattened_args)
         if carrier is not None:
             kwargs[CARRIER] = carrier
@@ -472,10 +473,16 @@ def _waiting(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return wrap
 
 
+_process: dict[str, Any] = {}  # this process's Ray IDs, once connected
+
+
 def process_attributes() -> dict[str, Any]:
-    """This process's Ray IDs, once it is connected to Ray (else its pid alone)."""
+    """This process's Ray IDs, once it is connected to Ray (else its pid alone); worked out once (per process: a
+    forked child has its own pid)."""
     import ray
 
+    if _process.get(semconv.PID) == os.getpid():
+        return _process
     worker = ray._private.worker.global_worker
     attributes: dict[str, Any] = {semconv.PID: os.getpid()}
     if not getattr(worker, "connected", False):
@@ -484,4 +491,6 @@ def process_attributes() -> dict[str, Any]:
     attributes[semconv.JOB_ID] = worker.current_job_id.hex()
     attributes[semconv.NODE_ID] = worker.current_node_id.hex()
     attributes[semconv.WORKER_ID] = worker.worker_id.hex() if isinstance(worker.worker_id, bytes) else None
-    return {k: v for k, v in attributes.items() if v is not None}
+    _process.clear()
+    _process.update({k: v for k, v in attributes.items() if v is not None})
+    return _process
