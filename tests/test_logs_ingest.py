@@ -184,6 +184,8 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
         == 200
     )
     assert [r["text"] for r in _lines(server)] == ["kept"]
+    answer = server.post("/ingest/agent/logs", content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "br"})
+    assert answer.status_code == 415 and "'br'" in answer.json()["error"]  # named, not misread as a bad batch
 
 
 def test_bad_log_queries_get_400_with_what_to_do(server: TestClient, tmp_path: Path) -> None:

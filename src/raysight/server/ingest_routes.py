@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
-from raysight.errors import BadQuery, BodyTooLarge, Unavailable
+from raysight.errors import BadQuery, BodyTooLarge, Unavailable, UnsupportedEncoding
 from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest import node_life, otlp, prom_text
 from raysight.ingest import ray_state as ray_state_poll
@@ -169,8 +169,7 @@ async def agent_logs(request: Request) -> Response:
 async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
     try:
-        if request.headers.get("content-encoding", "identity") == "gzip":
-            body = _inflate(body, state.max_body)
+        body = _decoded(request, body, state.max_body)  # (what is journalled: the JSON)
         batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
@@ -198,12 +197,8 @@ async def otlp_traces(request: Request) -> Response:
 async def _journal_spans(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
     json = media_type(request.headers.get("content-type")) == "application/json"
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in WBITS and encoding != "identity":
-        return _error(415, f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none")
     try:
-        if encoding in WBITS:
-            body = _inflate(body, state.max_body, encoding)
+        body = _decoded(request, body, state.max_body)
         export = otlp.parse(body, json)
     except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
         state.metrics.rejected.labels("bad_otlp").inc()
@@ -235,9 +230,14 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
 WBITS = {"gzip": 31, "deflate": 15}  # zlib's names for the two formats of HTTP's Content-Encoding
 
 
-def _inflate(body: bytes, limit: int, encoding: str = "gzip") -> bytes:
-    """A gzip (or deflate) body decompressed, refused (BodyTooLarge) past ``limit`` bytes, BadBatch if it is not in
-    that format."""
+def _decoded(request: Request, body: bytes, limit: int) -> bytes:
+    """The body as it was before its Content-Encoding (gzip, deflate or none): refused (BodyTooLarge) past ``limit``
+    bytes inflated, BadBatch if it is not in that format, UnsupportedEncoding (415) for another encoding."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    if encoding not in WBITS:
+        raise UnsupportedEncoding(f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none")
     inflate = zlib.decompressobj(wbits=WBITS[encoding])
     try:
         data = inflate.decompress(body, limit + 1)
