@@ -256,7 +256,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=3000)
-    parser.add_argument("--spans", type=int, default=200_000)
+    parser.add_argument("--spans", type=int, default=204_800)
     parser.add_argument("--child", type=int, metavar="TASKS", help=argparse.SUPPRESS)
     parser.add_argument("--with-arg", action="store_true", help="Tasks that take one argument (default: none).")
     parser.add_argument("--ray-hook", action="store_true", help=argparse.SUPPRESS)
