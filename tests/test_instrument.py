@@ -23,13 +23,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from raysight.cli import main
 from raysight.cli.run import free_port, tracing_env, uv_run_warning
 from raysight.client import Client
 from raysight.errors import NotFound
-from raysight.instrument import export, hooks, ray_tracing, settings
+from raysight.ingest.otlp import key_values
+from raysight.instrument import export, hooks, ray_tracing, settings, task_spans
 from raysight.instrument.task_spans import TaskSpan
 from tests.ray_scenarios import ServerProcess
 
@@ -108,6 +112,55 @@ def test_parse_carrier_refuses_what_is_no_carrier() -> None:
 
 
 W3C = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def expected_span(span: TaskSpan) -> Span:
+    """What the protobuf library makes of a task span, field by field, to hold the hand-written encoding to."""
+    message = Span(
+        trace_id=span.trace_id.to_bytes(16, "big"),
+        span_id=span.span_id.to_bytes(8, "big"),
+        name=span.name,
+        kind=Span.SpanKind.SPAN_KIND_CONSUMER,
+        start_time_unix_nano=span.start_ns,
+        end_time_unix_nano=span.end_ns,
+        attributes=key_values(span.attributes),
+    )
+    if span.parent_id is not None:
+        message.parent_span_id = span.parent_id.to_bytes(8, "big")
+    if span.error is not None:
+        message.status.CopyFrom(Status(code=Status.StatusCode.STATUS_CODE_ERROR, message=span.error))
+        kind, _, text = span.error.partition(": ")
+        exception = {"exception.type": kind, "exception.message": text, "exception.stacktrace": span.stack}
+        message.events.append(
+            Span.Event(name="exception", time_unix_nano=span.error_ns, attributes=key_values(exception))
+        )
+    return message
+
+
+def test_task_spans_encode_as_the_protobuf_library_would() -> None:
+    attributes = {
+        "ray.function": "__main__.f", "ray.task.attempt": 2, "negative": -5, "big": 2**63 - 1, "ratio": 0.25,
+        "flag": True, "off": False, "list": [1, "é", [2.5]], "missing": None, "text": "ünïcode",
+    }  # fmt: skip
+    spans = [
+        TaskSpan(TRACE_ID, SPAN_ID, None, "root", 1_700_000_000_000_000_000, attributes, end_ns=1_700_000_000_000_000_500),
+        TaskSpan(TRACE_ID, 2, SPAN_ID, "child" * 40, 2**63 - 2, {"ray.task.attempt": 2}, end_ns=2**63 - 1),
+    ]
+    try:
+        raise ValueError("it failed: here")
+    except ValueError as exc:
+        spans[1].fail(exc, 2**63 - 1)
+    resource = {"service.name": "ray", "process.pid": 4321, "ray.session_name": SESSION}
+    for _ in range(2):  # the second time from what the encoder remembered of the first
+        request = ExportTraceServiceRequest.FromString(task_spans.encode_request(spans, resource))
+        (resource_spans,) = request.resource_spans
+        assert resource_spans.resource == Resource(attributes=key_values(resource))
+        (scope_spans,) = resource_spans.scope_spans
+        assert scope_spans.scope.name == task_spans.SCOPE
+        assert list(scope_spans.spans) == [expected_span(span) for span in spans]
+    sdk_spans = ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=Resource())]).SerializeToString()
+    both = ExportTraceServiceRequest.FromString(sdk_spans + task_spans.encode_request(spans, resource))
+    assert len(both.resource_spans) == 2  # appended to another export, one export of both
 
 
 def test_parse_traceparent_reads_w3c_trace_context_and_formats_it_back() -> None:
@@ -256,6 +309,47 @@ def test_span_queue_drops_and_counts_what_a_full_queue_cannot_take_and_exits_pas
     assert export.EXIT_FLUSH_S * 0.9 <= result["exit_began"] - result["end"] < export.EXPORT_TIMEOUT_S, result
     assert exited - result["end"] < export.EXPORT_TIMEOUT_S, (result, exited)
     assert wall < 15
+
+
+def test_span_queue_sends_at_most_one_export_per_linger_to_a_slow_server() -> None:
+    """Spans ending steadily while each export waits 20 ms on the server go in one export per LINGER_S, not in an
+    export of the few that ended during the last one, one after the other."""
+    code = QUEUE_PRELUDE + textwrap.dedent(
+        """
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Slow(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                time.sleep(0.02)
+                result["requests"] = result.get("requests", 0) + 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        queue = export.SpanQueue(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", dict)
+        started = time.monotonic()
+        spans = make(2000)
+        for i, span in enumerate(spans):  # 2,000 spans over a second
+            queue.add(span)
+            time.sleep(max(0.0, started + i / 2000 - time.monotonic()))
+        result["sending_s"] = time.monotonic() - started
+        result["flushed"] = queue.force_flush(5000)
+        result["counts"] = asdict(queue.counts)
+        """
+    )
+    result, _ = in_subprocess(code, timeout=30)
+    assert result["flushed"] and result["counts"]["exported"] == 2000, result
+    most = result["sending_s"] / export.LINGER_S + 3  # the first span's at once, the flush's, one a linger between
+    assert 2 <= result["requests"] <= most, result
 
 
 def wait_for_trace(client: Client, trace_id: str, spans: int, timeout_s: float = 20) -> dict[str, Any]:

@@ -100,13 +100,16 @@ class SpanQueue(SpanProcessor):
             self._wake.clear()
             self._flush.clear()
             self._sent = time.monotonic()
-            self._export_queued()
+            self._export_queued(len(self._queue))
 
-    def _export_queued(self) -> None:
+    def _export_queued(self, count: int) -> None:
+        """Export the first ``count`` spans queued: those that end meanwhile wait for the next send (sending them
+        at once, export after export, made one request of a few spans every few milliseconds)."""
         self._idle.clear()
         try:
-            while self._queue:
-                batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+            while count > 0 and self._queue:
+                batch = [self._queue.popleft() for _ in range(min(BATCH, count, len(self._queue)))]
+                count -= len(batch)
                 if self._send(batch):
                     self.counts.exported += len(batch)
                 else:
@@ -131,10 +134,8 @@ class SpanQueue(SpanProcessor):
     def _encode(self, batch: list[task_spans.TaskSpan | ReadableSpan]) -> bytes:
         ours = [span for span in batch if isinstance(span, task_spans.TaskSpan)]
         sdk = [span for span in batch if not isinstance(span, task_spans.TaskSpan)]
-        request = encode_spans(sdk)
-        if ours:
-            request.resource_spans.append(task_spans.encode(ours, self.resource()))
-        return request.SerializeToString()
+        body = encode_spans(sdk).SerializeToString() if sdk else b""
+        return body + task_spans.encode_request(ours, self.resource()) if ours else body
 
     def _post(self, body: bytes) -> bool:
         if self._connection is None:

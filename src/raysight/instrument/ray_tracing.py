@@ -339,7 +339,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
             running = start(kwargs)
             if running is None:
                 return await executor(*args, **kwargs)
-            with running.ended(), running.current():
+            with running:
                 return await executor(*args, **kwargs)
 
     elif inspect.isgeneratorfunction(user_fn):
@@ -356,7 +356,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
             running = start(kwargs)
             if running is None:
                 return executor(*args, **kwargs)
-            with running.ended(), running.current():
+            with running:
                 return executor(*args, **kwargs)
 
     functools.update_wrapper(traced, executor)
@@ -381,27 +381,35 @@ def _iterate_in(running: Running, make: Callable[[], Iterator[Any]]) -> Iterator
 
 
 _LOW64 = 2**64 - 1
+_FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
+_last_parent: tuple[object, SpanContext | None] = (None, None)  # a worker runs many tasks of one submitter's span
 
 
 class Running:
-    """A task attempt being traced: its light span (None when not sampled) and its span context, current while it
-    runs so that the user's spans and the tasks it submits nest under it."""
+    """A task attempt being traced: its light span (None when not sampled) and its span context. As a context
+    manager, the span context is current within the block (the user's spans and the tasks it submits nest under it)
+    and the span ends with it, failed if it raised."""
 
-    __slots__ = ("context", "span")
+    __slots__ = ("context", "span", "_token")
 
     def __init__(self, span: TaskSpan | None, context: otel_context.Context) -> None:
         self.span, self.context = span, context
 
     @classmethod
     def begin(cls, name: str, parent_carrier: object, attributes: dict[str, Any]) -> Running:
-        parent = parse_carrier(parent_carrier)
+        global _last_parent
+        if parent_carrier == _last_parent[0]:
+            parent = _last_parent[1]
+        else:
+            parent = parse_carrier(parent_carrier)
+            _last_parent = (parent_carrier, parent)
         trace_id = parent.trace_id if parent is not None else new_id(128)
         sampled = parent.trace_flags.sampled if parent is not None else (trace_id & _LOW64) < _ratio * 2**64
         span_context = SpanContext(
             trace_id,
             new_id(64),
             is_remote=False,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
+            trace_flags=_FLAGS[sampled],
             trace_state=parent.trace_state if parent is not None else None,
         )
         context = trace.set_span_in_context(NonRecordingSpan(span_context))
@@ -418,8 +426,28 @@ class Running:
         parent_id = parent.span_id if parent is not None else None
         return cls(TaskSpan(trace_id, span_context.span_id, parent_id, name, time.time_ns(), task), context)
 
+    def __enter__(self) -> None:
+        self._token = otel_context.attach(self.context)
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        otel_context.detach(self._token)
+        self.end(exc)
+
+    def end(self, exc: BaseException | None = None) -> None:
+        """End the span (once), failed by ``exc``, and hand it on to be sent."""
+        span = self.span
+        if span is None or span.end_ns:
+            return
+        now = time.time_ns()
+        if exc is not None:
+            span.fail(exc, now)
+        span.end_ns = now
+        if _sink is not None:
+            _sink(span)
+
     @contextlib.contextmanager
     def current(self) -> Iterator[None]:
+        """The span context is current within the block (each step of a generator)."""
         token = otel_context.attach(self.context)
         try:
             yield
@@ -428,18 +456,13 @@ class Running:
 
     @contextlib.contextmanager
     def ended(self) -> Iterator[None]:
-        """The span ends with the block, failed if it raised."""
+        """The span ends with the block (a generator's whole run), failed if it raised."""
         try:
             yield
         except BaseException as exc:
-            if self.span is not None and self.span.error is None:
-                self.span.fail(exc, time.time_ns())
+            self.end(exc)
             raise
-        finally:
-            if self.span is not None and not self.span.end_ns:
-                self.span.end_ns = time.time_ns()
-                if _sink is not None:
-                    _sink(self.span)
+        self.end()
 
 
 def _with_span_ids(original: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:

@@ -27,7 +27,7 @@ from raysight.store.metric_retention import MetricsBounds
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling
-from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, Writer
+from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, SPANS_LINGER_S, Writer
 
 log = logging.getLogger("raysight.server")
 # Bodies of the largest size the server may hold at once (256 MiB at the default --max-body): Ray sends a batch per
@@ -89,6 +89,7 @@ def create_app(
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     fold_linger_s: float = FOLD_LINGER_S,
     fold_rest: float = FOLD_REST,
+    spans_linger_s: float = SPANS_LINGER_S,
     log_retention: Retention = KEEP_ALL,
     metrics_bounds: MetricsBounds | None = None,
     forwarding: Forwarding | None = None,
@@ -113,6 +114,7 @@ def create_app(
             metrics_.committed,
             fold_linger_s=fold_linger_s,
             fold_rest=fold_rest,
+            spans_linger_s=spans_linger_s,
             log_retention=log_retention,
             metrics=bounds,
             trace_sampling=trace_sampling,

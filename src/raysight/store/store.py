@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raysight import os_thread
 from raysight.config import DEFAULT_MEMORY_LIMIT
@@ -425,21 +426,15 @@ class Store:
 
     def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
         """Store the span rows of journalled OTLP exports (``ingest/otlp.py``) in one transaction, each span once
-        however often it was sent (the first copy); the spans stored."""
+        however often it was sent (the first copy: DuckDB's conflict check keeps the first of a batch too); the
+        spans stored."""
         rows = [row for body in bodies for row in orjson.loads(body)]
         spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
-        spans = spans.append_column("ord", pa.array(range(spans.num_rows), pa.int64()))
+        sessions = pc.unique(spans["session"].drop_null()).to_pylist()
         with self._one_thread(self.con), self._transaction(), self._registered("staged_spans", spans):
-            (stored,) = self._one(
-                """INSERT INTO spans BY NAME
-                   SELECT * EXCLUDE (ord) FROM staged_spans
-                   QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY ord) = 1
-                   ON CONFLICT DO NOTHING"""
-            )
-            self._run(
-                """INSERT INTO sessions (session) SELECT DISTINCT session FROM staged_spans WHERE session IS NOT NULL
-                   ON CONFLICT DO NOTHING"""
-            )
+            (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
+            if sessions:
+                self._run("INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions])
             self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
             if journal_seq is not None:
                 self._mark_folded(journal_seq)

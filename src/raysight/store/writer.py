@@ -56,6 +56,10 @@ FOLD_NICENESS = 19
 # sends about once a second, at its own moment); it adds to how stale queries are on a quiet server
 # (benchmarks/freshness.py).
 FOLD_LINGER_S = 0.05
+# Spans linger longer: each traced Ray process sends an export about five times a second, a few dozen spans each,
+# and a fold's fixed cost (~15 ms of DuckDB statements and a commit) paid for every one of them was most of what
+# tracing cost a busy Ray (benchmarks/tracing.py). A trace shows this much later.
+SPANS_LINGER_S = 1.0
 # After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
 # which stretches a fold at niceness 19, lengthens the rest), up to MAX_REST_S: folding takes at most a quarter of
 # the time, and under load groups grow instead of their fixed cost being paid back to back beside a busy Ray
@@ -117,6 +121,7 @@ class Writer:
         on_commit: Callable[[ApplyResult, float], None] | None = None,
         fold_linger_s: float = FOLD_LINGER_S,
         fold_rest: float = FOLD_REST,
+        spans_linger_s: float = SPANS_LINGER_S,
         log_retention: Retention = KEEP_ALL,
         metrics: MetricsBounds | None = None,
         trace_sampling: TailSampling | None = None,
@@ -125,7 +130,7 @@ class Writer:
         self.log_retention, self.metrics = log_retention, metrics or MetricsBounds()
         self.trace_sampling = trace_sampling or TailSampling()
         self._prune_after = 0.0  # monotonic time of the next application of the retention
-        self.fold_linger_s, self.fold_rest = fold_linger_s, fold_rest
+        self.fold_linger_s, self.fold_rest, self.spans_linger_s = fold_linger_s, fold_rest, spans_linger_s
         folded = store.journal_folded()
         self.journal = Journal(store.data_dir / "journal", folded)
         self._to_journal: queue.Queue[Any] = queue.Queue()
@@ -299,7 +304,8 @@ class Writer:
             if not draining and not self._until_unfinished(0):
                 return
             group, size, events, after = [item], len(item.body), item.events, None
-            deadline = None if draining else max(item.at + self.fold_linger_s, self._rest_until)
+            linger = self.spans_linger_s if item.kind == SPANS else self.fold_linger_s
+            deadline = None if draining else max(item.at + linger, self._rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 if deadline is None:
                     timeout = BUSY_POLL_S if self._unfinished else 0.0
