@@ -2,7 +2,8 @@
 a second through the receiver; bytes a span stored.
 
 1. Throughput: each round runs one fresh local Ray (`ray.init(num_cpus=2)`) per configuration in its own subprocess,
-   interleaved: warm up, then time N trivial tasks submitted inside one driver span (submit all, then `ray.get`).
+   interleaved, each round begun by the next configuration (a round's first run tends to be the slowest): warm up,
+   then time N trivial tasks submitted inside one driver span (submit all, then `ray.get`).
    ``off``: no tracing. ``raysight``: `raysight run`'s variables (its runtime-env hook), spans to a real raysight
    server. ``ray-hook``: Ray's own tracing with its local hook (``ray.util.tracing.setup_local_tmp_tracing``), which
    writes JSON span files under /tmp/spans. Aim: raysight costs < 10 % of the untraced rate, and at least 4× less
@@ -104,7 +105,7 @@ def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -
     rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
     hook_bytes, hook_spans = 0, 0
     for r in range(1, rounds + 1):
-        for config in CONFIGS:
+        for config in CONFIGS[r % 3 :] + CONFIGS[: r % 3]:  # each first in turn: a round's first run is slower
             if config == "ray-hook":
                 shutil.rmtree(RAY_SPANS, ignore_errors=True)
             rates[config].append(measure(tasks, config, server.url, with_arg))

@@ -143,7 +143,9 @@ def test_task_spans_encode_as_the_protobuf_library_would() -> None:
         "flag": True, "off": False, "list": [1, "é", [2.5]], "missing": None, "text": "ünïcode",
     }  # fmt: skip
     spans = [
-        TaskSpan(TRACE_ID, SPAN_ID, None, "root", 1_700_000_000_000_000_000, attributes, end_ns=1_700_000_000_000_000_500),
+        TaskSpan(
+            TRACE_ID, SPAN_ID, None, "root", 1_700_000_000 * 10**9, attributes, end_ns=1_700_000_000 * 10**9 + 500
+        ),
         TaskSpan(TRACE_ID, 2, SPAN_ID, "child" * 40, 2**63 - 2, {"ray.task.attempt": 2}, end_ns=2**63 - 1),
     ]
     try:

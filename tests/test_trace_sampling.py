@@ -1,8 +1,10 @@
-"""Tail sampling of stored traces (``store/trace_sampling.py``): complete traces neither failed nor slow are kept in
-the fraction asked for, by a hash of their ID; failed and slow ones always; undecided ones wait."""
+"""Stored traces: tail sampling (``store/trace_sampling.py``) — complete traces neither failed nor slow are kept in
+the fraction asked for, by a hash of their ID; failed and slow ones always; undecided ones wait — and the writer's
+folding of the exports that arrive within its spans linger together."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,10 @@ from click.testing import CliRunner
 
 from raysight.cli.server import server_cmd
 from raysight.ingest import otlp
+from raysight.store.journal import SPANS
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling
+from raysight.store.writer import Writer
 
 S = 1_000_000_000
 NOW = 1_800_000_000 * S
@@ -89,3 +93,31 @@ def test_the_server_takes_the_sampling_options_and_refuses_bad_ones() -> None:
     for args, says in ((["--traces-keep", "2"], "0<=x<=1"), (["--traces-keep-slow", "soon"], "not a duration")):
         result = CliRunner().invoke(server_cmd, args)
         assert result.exit_code == 2 and says in result.output, result.output
+
+
+@pytest.mark.parametrize("linger_s", [0.0, 1.0])
+def test_exports_arriving_within_the_spans_linger_are_folded_in_one_transaction(store: Store, linger_s: float) -> None:
+    folds: list[int] = []  # the exports each fold took
+    apply_spans = store.apply_spans
+
+    def counted(bodies: list[bytes], journal_seq: int | None = None) -> int:
+        folds.append(len(bodies))
+        return apply_spans(bodies, journal_seq)
+
+    store.apply_spans = counted  # type: ignore[method-assign]
+    writer = Writer(store, fold_linger_s=0, fold_rest=0, spans_linger_s=linger_s)
+    try:
+        for i in range(5):  # five exports 50 ms apart, as five traced workers' a moment apart
+            writer.submit(orjson.dumps([span(1, i + 1, NOW, NOW + S)]), events=1, kind=SPANS).result(timeout=10)
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while counters(store).get("spans", 0) < 5:
+            assert time.monotonic() < deadline, folds
+            time.sleep(0.05)
+    finally:
+        writer.close()
+    assert sum(folds) == 5
+    if linger_s:
+        assert folds == [5]
+    else:
+        assert len(folds) >= 3, folds

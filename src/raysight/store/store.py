@@ -434,7 +434,9 @@ class Store:
         with self._one_thread(self.con), self._transaction(), self._registered("staged_spans", spans):
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
             if sessions:
-                self._run("INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions])
+                self._run(
+                    "INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions]
+                )
             self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
