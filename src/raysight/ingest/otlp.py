@@ -68,20 +68,35 @@ def parse(body: bytes, json: bool) -> Export:
     spans: list[dict[str, Any]] = []
     rejected, reason = 0, None
     for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
-        resource_json = orjson.dumps(resource).decode()
+        resource = _Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name or None
             for span in scope_spans.spans:
                 try:
-                    spans.append(row(span, resource, resource_json, scope))
+                    spans.append(row(span, resource, scope))
                 except ValueError as exc:
                     rejected += 1
                     reason = reason or str(exc)
     return Export(spans, rejected, reason)
 
 
-def row(span: Span, resource: dict[str, Any], resource_json: str, scope: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Resource:
+    """What the spans of one resource share: its attributes (and as JSON), and the columns they give."""
+
+    attributes: dict[str, Any]
+    json: str
+    columns: dict[str, Any]  # the ID columns, service and pid, where a span's own attributes do not say
+
+    @classmethod
+    def of(cls, attributes: dict[str, Any]) -> _Resource:
+        columns = {column: _id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
+        columns["service"] = _id(attributes.get("service.name"))
+        columns["pid"] = attributes.get(semconv.PID)
+        return cls(attributes, orjson.dumps(attributes).decode(), columns)
+
+
+def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
     """A span as the store keeps it; ValueError when it cannot be kept."""
     if len(span.trace_id) != 16 or not any(span.trace_id):
         raise ValueError(f"span {span.name[:80]!r}: a trace ID is 16 bytes, not all zero")
@@ -94,8 +109,11 @@ def row(span: Span, resource: dict[str, Any], resource_json: str, scope: str | N
     if span.end_time_unix_nano > INT64_MAX:
         raise ValueError(f"span {span.name[:80]!r} ends past the year 2262")
     attrs = attributes(span.attributes)
-    ids = {column: _id(attrs.get(name, resource.get(name))) for column, name in ID_COLUMNS.items()}
-    pid, attempt = attrs.get(semconv.PID, resource.get(semconv.PID)), attrs.get(semconv.ATTEMPT)
+    columns = dict(resource.columns)
+    for column, name in ID_COLUMNS.items():
+        if name in attrs:
+            columns[column] = _id(attrs[name])
+    pid, attempt = attrs.get(semconv.PID, columns["pid"]), attrs.get(semconv.ATTEMPT)
     if type(pid) is not int or not 0 <= pid <= INT64_MAX:
         pid = None
     if type(attempt) is not int or not 0 <= attempt < 2**31:
@@ -110,8 +128,7 @@ def row(span: Span, resource: dict[str, Any], resource_json: str, scope: str | N
         "end_ns": span.end_time_unix_nano,
         "status": STATUSES.get(span.status.code, "unset"),
         "status_message": span.status.message or None,
-        "service": _id(resource.get("service.name")),
-        **ids,
+        **columns,
         "pid": pid,
         "attempt": attempt,
         "attributes": orjson.dumps(attrs).decode(),
@@ -121,7 +138,7 @@ def row(span: Span, resource: dict[str, Any], resource_json: str, scope: str | N
         if span.events
         else None,
         "links": orjson.dumps([_link(link) for link in span.links]).decode() if span.links else None,
-        "resource": resource_json,
+        "resource": resource.json,
         "scope": scope,
     }
 

@@ -5,11 +5,12 @@ of the user's own code; adding one only appends to a bounded queue (a full queue
 daemon thread encodes what is queued into one OTLP protobuf export and POSTs it over a kept-alive connection. It
 sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may be killed soon after its last task:
 with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send (at once
-when a batch is full): at most one request per LINGER_S, however many spans. An export that fails (the server down,
-a refusal) is dropped and counted, after one retry of a connection the server had closed: the thread never holds
-spans for long, and the process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. Each export tells
-raysight what was dropped since the last one that went through (`raysight doctor` shows the sum). A forked child
-starts an empty queue and its own thread.
+when a batch is full): at most one request per LINGER_S, however many spans — a second, as often as Ray's core
+worker reports its task events (each request costs the worker and the server about a millisecond). An export that
+fails (the server down, a refusal) is dropped and counted, after one retry of a connection the server had closed:
+the thread never holds spans for long, and the process exits without waiting on it for more than
+:data:`EXIT_FLUSH_S`. Each export tells raysight what was dropped since the last one that went through (`raysight
+doctor` shows the sum). A forked child starts an empty queue and its own thread.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from raysight.instrument import task_spans
 
 MAX_QUEUE = 8192
 BATCH = 512
-LINGER_S = 0.2
+LINGER_S = 1.0  # Ray's task_events_report_interval_ms
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
 DROPPED_HEADER = "X-Raysight-Spans-Dropped"  # the spans this process dropped since its last export that went through
