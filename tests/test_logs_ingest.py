@@ -167,6 +167,7 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
         orjson.dumps({**good, "files": [{**file, "offsets": [5, 5]}]}): "texts must be a list as long as offsets",
         orjson.dumps({**good, "files": [{**file, "offsets": [9], "end": 5}]}): "offsets must increase",
         orjson.dumps({**good, "files": [{**file, "stream": "video"}]}): "stream must be one of",
+        orjson.dumps({**good, "files": [{**file, "append": "yes"}]}): "append must be true or false",
         orjson.dumps({**good, "files": [{**file, "texts": [7]}]}): "texts holds int",
         orjson.dumps({**good, "gaps": [{"key": "k"}]}): "session must be a string",
     }

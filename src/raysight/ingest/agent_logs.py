@@ -23,7 +23,7 @@ for the local time Ray stamps its lines in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -101,6 +101,7 @@ class LogBatch:
     lines: dict[str, list[Any]]  # LINES_SCHEMA
     files: dict[str, list[Any]]  # FILES_SCHEMA: one row per file of the batch
     gaps: dict[str, list[Any]]  # GAPS_SCHEMA
+    appends: list[tuple[int, int, int]] = field(default_factory=list)  # (file row, first line, lines): see placed()
 
     @property
     def line_count(self) -> int:
@@ -170,6 +171,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
     utc_offset = int_field(batch.get("utc_offset_s"), "utc_offset_s", optional=True, low=-86400, high=86400)
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
+    appends: list[tuple[int, int, int]] = []
     for i, file in enumerate(batch["files"]):
         where = f"files[{i}]"
         if not isinstance(file, dict):
@@ -205,6 +207,10 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         files["path"].append(text_field(file.get("path"), f"{where}: path"))
         files["job_id"].append(text_field(file.get("job_id"), f"{where}: job_id", optional=True))
         files["end_offset"].append(end)
+        if (append := file.get("append", False)) is not False:
+            if append is not True:
+                raise BadBatch(f"{where}: append must be true or false")
+            appends.append((len(files["end_offset"]) - 1, len(lines["text"]), count))
         for name, column in (
             ("byte_offset", "offsets"),
             ("text", "texts"),
@@ -216,7 +222,23 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
             ("actor_name", "actors"),
         ):
             lines[name].extend(columns[column])
-    return LogBatch(lines, files, _gaps(batch.get("gaps"), host))
+    return LogBatch(lines, files, _gaps(batch.get("gaps"), host), appends)
+
+
+def placed(batch: LogBatch, ends: dict[tuple[str, str, str], int]) -> LogBatch:
+    """``batch`` with the lines of the files it appends to (``"append": true``: offsets from 0, as the OTLP receiver
+    sends) placed after what the store has of them: ``ends`` by (session, host, key), brought up to date."""
+    if not batch.appends:
+        return batch
+    offsets, file_ends = list(batch.lines["byte_offset"]), list(batch.files["end_offset"])
+    for row, first, count in batch.appends:
+        key = (batch.files["session"][row], batch.files["host"][row], batch.files["file_key"][row])
+        base = ends.get(key, 0)
+        offsets[first : first + count] = [offset + base for offset in offsets[first : first + count]]
+        file_ends[row] += base
+        ends[key] = file_ends[row]
+    lines, files = {**batch.lines, "byte_offset": offsets}, {**batch.files, "end_offset": file_ends}
+    return LogBatch(lines, files, batch.gaps, batch.appends)
 
 
 def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -57,14 +57,7 @@ class Export:
 
 def parse(body: bytes, json: bool) -> Export:
     """The spans of an OTLP export, protobuf (``json`` False) or OTLP/JSON."""
-    request = ExportTraceServiceRequest()
-    try:
-        if json:
-            json_format.ParseDict(_json_ids_to_base64(orjson.loads(body)), request, ignore_unknown_fields=True)
-        else:
-            request.ParseFromString(body)
-    except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
-        raise BadExport(f"not an OTLP trace export ({'JSON' if json else 'protobuf'}): {exc}") from None
+    request = decoded(ExportTraceServiceRequest(), body, json)
     spans: list[dict[str, Any]] = []
     rejected, reason = 0, None
     for resource_spans in request.resource_spans:
@@ -90,8 +83,8 @@ class _Resource:
 
     @classmethod
     def of(cls, attributes: dict[str, Any]) -> _Resource:
-        columns = {column: _id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
-        columns["service"] = _id(attributes.get("service.name"))
+        columns = {column: text_id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
+        columns["service"] = text_id(attributes.get("service.name"))
         columns["pid"] = attributes.get(semconv.PID)
         return cls(attributes, orjson.dumps(attributes).decode(), columns)
 
@@ -112,7 +105,7 @@ def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
     columns = dict(resource.columns)
     for column, name in ID_COLUMNS.items():
         if name in attrs:
-            columns[column] = _id(attrs[name])
+            columns[column] = text_id(attrs[name])
     pid, attempt = attrs.get(semconv.PID, columns["pid"]), attrs.get(semconv.ATTEMPT)
     if type(pid) is not int or not 0 <= pid <= INT64_MAX:
         pid = None
@@ -185,25 +178,45 @@ def key_values(attributes: dict[str, Any]) -> list[KeyValue]:
     return [KeyValue(key=str(k), value=any_value(v)) for k, v in attributes.items() if v is not None]
 
 
-def _id(value: Any) -> str | None:
+def text_id(value: Any) -> str | None:
+    """A non-empty text attribute (an ID, a name), at most 200 characters; None otherwise."""
     return value[:200] if isinstance(value, str) and value else None
 
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
 
-def _json_ids_to_base64(document: Any) -> Any:
+M = TypeVar("M", bound=Message)
+
+
+def decoded(message: M, body: bytes, json: bool, signal: str = "Spans", items: str = "spans") -> M:
+    """``message`` (an OTLP export request of ``resource{signal}``) read from ``body``, protobuf or OTLP/JSON;
+    BadExport when it is not one."""
+    try:
+        if json:
+            document = json_ids_to_base64(orjson.loads(body), signal, items)
+            json_format.ParseDict(document, message, ignore_unknown_fields=True)
+        else:
+            message.ParseFromString(body)
+    except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        what = {"Spans": "trace", "Logs": "log"}.get(signal, signal.lower())
+        raise BadExport(f"not an OTLP {what} export ({'JSON' if json else 'protobuf'}): {exc}") from None
+    return message
+
+
+def json_ids_to_base64(document: Any, signal: str = "Spans", items: str = "spans") -> Any:
     """OTLP/JSON writes trace and span IDs in hex where protobuf's JSON mapping reads bytes as base64: convert them
-    (in spans and their links) so that one parser reads both encodings."""
+    (in an export's ``resource{signal}[].scope{signal}[].{items}[]`` and their links) so that one parser reads both
+    encodings."""
     if not isinstance(document, dict):
-        raise BadExport('an OTLP/JSON export is a JSON object {"resourceSpans": […]}')
-    for resource_spans in _list(document.get("resourceSpans")):
-        for scope_spans in _list(_dict(resource_spans).get("scopeSpans")):
-            for span in _list(_dict(scope_spans).get("spans")):
-                for item in (_dict(span), *(_dict(link) for link in _list(_dict(span).get("links")))):
+        raise BadExport(f'an OTLP/JSON export is a JSON object {{"resource{signal}": […]}}')
+    for resource_group in _list(document.get(f"resource{signal}")):
+        for scope_group in _list(_dict(resource_group).get(f"scope{signal}")):
+            for item in _list(_dict(scope_group).get(items)):
+                for part in (_dict(item), *(_dict(link) for link in _list(_dict(item).get("links")))):
                     for name in _ID_FIELDS:
-                        if isinstance(item.get(name), str):
-                            item[name] = _hex_to_base64(item[name])
+                        if isinstance(part.get(name), str):
+                            part[name] = _hex_to_base64(part[name])
     return document
 
 
@@ -235,6 +248,11 @@ def response(rejected: int, reason: str | None, json: bool) -> bytes:
     if rejected:
         answer.partial_success.rejected_spans = rejected
         answer.partial_success.error_message = reason or ""
+    return encoded(answer, json)
+
+
+def encoded(message: Message, json: bool) -> bytes:
+    """An OTLP answer as protobuf, or OTLP/JSON."""
     if json:
-        return json_format.MessageToJson(answer, indent=None).encode()
-    return answer.SerializeToString()
+        return json_format.MessageToJson(message, indent=None).encode()
+    return message.SerializeToString()

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from raysight.config import INGEST_DEADLINE_S
 from raysight.errors import BadQuery, BodyTooLarge, Unavailable, UnsupportedEncoding
 from raysight.ingest import agent_logs as agent_logs_batch
-from raysight.ingest import node_life, otlp, prom_text
+from raysight.ingest import node_life, otlp, otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import NotAnArray, array_length
 from raysight.ingest.ids import SESSION_NAME
@@ -30,6 +30,7 @@ from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.state import app_state
 from raysight.store.journal import AGENT_LOGS, SPANS
+from raysight.store.queries import latest_session
 from raysight.store.store import MAX_LOG_LINES, Store
 from raysight.store.writer import CONTENT_ERRORS, QueueFull
 
@@ -227,6 +228,44 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
     )
 
 
+async def otlp_log_records(request: Request) -> Response:
+    """POST /v1/logs (or /ingest/otlp/{key}/v1/logs): an OTLP/HTTP log export, protobuf or JSON, gzipped or not,
+    stored as lines (``ingest/otlp_logs.py``: a file per resource, in its ``ray.session_name`` or the newest session)
+    and answered once durable; a record the store cannot keep is counted in the partial success."""
+    started = time.perf_counter()
+    if (refused := _key_refused(request)) is not None:
+        return refused
+    return await _with_body(request, lambda body: _journal_log_records(request, body, started), "the exporter")
+
+
+async def _journal_log_records(request: Request, body: bytes, started: float) -> Response:
+    state = app_state(request)
+    json = media_type(request.headers.get("content-type")) == "application/json"
+    newest = await state.read(latest_session)
+    try:
+        export = otlp_logs.parse(_decoded(request, body, state.max_body), json, newest, time.time_ns())
+    except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
+        state.metrics.rejected.labels("bad_otlp").inc()
+        return _error(400, str(exc))
+    if export.lines > MAX_LOG_LINES:
+        return _error(413, f"over {MAX_LOG_LINES} log records in one export: send smaller batches")
+    futures = []
+    for batch in export.batches:
+        try:
+            lines = sum(len(file["texts"]) for file in batch["files"])
+            futures.append(state.writer.submit(orjson.dumps(batch), events=lines, kind=AGENT_LOGS))
+        except QueueFull as exc:
+            state.metrics.rejected.labels("busy").inc()
+            return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
+    for future in futures:
+        if (failed := await _until_durable(request, future, started, "the exporter")) is not None:
+            return failed
+    return Response(
+        otlp_logs.response(export.rejected, export.reason, json),
+        media_type="application/json" if json else "application/x-protobuf",
+    )
+
+
 WBITS = {"gzip": 31, "deflate": 15}  # zlib's names for the two formats of HTTP's Content-Encoding
 
 
@@ -390,4 +429,6 @@ routes = [
     Route("/ingest/agent/metrics", metrics_scrape, methods=["POST"]),
     Route("/v1/traces", otlp_traces, methods=["POST"]),
     Route("/ingest/otlp/{key}/v1/traces", otlp_traces, methods=["POST"]),
+    Route("/v1/logs", otlp_log_records, methods=["POST"]),
+    Route("/ingest/otlp/{key}/v1/logs", otlp_log_records, methods=["POST"]),
 ]

@@ -375,11 +375,19 @@ class Store:
 
     def apply_logs(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
         """Store node agents' batches of log lines (``ingest/agent_logs.py``) in one transaction: each line once,
-        however often its batch was sent (a file's lines before what is stored of it are skipped); the lines stored."""
-        lines, files, gaps = (
-            pa.concat_tables(tables)
-            for tables in zip(*(agent_logs.parse(body, MAX_LOG_LINES).tables() for body in bodies))
-        )
+        however often its batch was sent (a file's lines before what is stored of it are skipped), and the lines of
+        files appended to (the OTLP receiver's) after what is stored of them; the lines stored."""
+        batches = [agent_logs.parse(body, MAX_LOG_LINES) for body in bodies]
+        if appended := {b.files["file_key"][row] for b in batches for row, _, _ in b.appends}:
+            ends = {
+                (session, host, key): end
+                for session, host, key, end in self.con.execute(
+                    "SELECT session, host, file_key, end_offset FROM log_files WHERE file_key IN (SELECT unnest(?))",
+                    [sorted(appended)],
+                ).fetchall()
+            }
+            batches = [agent_logs.placed(batch, ends) for batch in batches]
+        lines, files, gaps = (pa.concat_tables(tables) for tables in zip(*(batch.tables() for batch in batches)))
         lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
         fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
         with self._one_thread(self.con), self._transaction():
