@@ -189,32 +189,48 @@ async def otlp_traces(request: Request) -> Response:
     """POST /v1/traces (or /ingest/otlp/{key}/v1/traces): an OTLP/HTTP trace export, protobuf or JSON, gzipped or
     not, answered once its spans are durable (a span the store cannot keep is counted in the partial success), and
     queued to be sent on where the server forwards spans."""
+    return await _otlp(request, _journal_spans)
+
+
+async def otlp_log_records(request: Request) -> Response:
+    """POST /v1/logs (or /ingest/otlp/{key}/v1/logs): an OTLP/HTTP log export, protobuf or JSON, gzipped or not,
+    stored as lines (``ingest/otlp_logs.py``: a file per resource, in its ``ray.session_name`` or the newest session)
+    and answered once durable; a record the store cannot keep is counted in the partial success."""
+    return await _otlp(request, _journal_log_records)
+
+
+OtlpHandler = Callable[[Request, bytes, bool, float], Awaitable[Response]]
+
+
+async def _otlp(request: Request, handle: OtlpHandler) -> Response:
+    """An OTLP/HTTP export: the key checked, the body read and inflated, then ``handle(request, body, json,
+    started)``; a body that is not an export of the kind gets 400."""
     started = time.perf_counter()
     if (refused := _key_refused(request)) is not None:
         return refused
-    return await _with_body(request, lambda body: _journal_spans(request, body, started), "the exporter")
-
-
-async def _journal_spans(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
     json = media_type(request.headers.get("content-type")) == "application/json"
-    try:
-        body = _decoded(request, body, state.max_body)
-        export = otlp.parse(body, json)
-    except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
-        state.metrics.rejected.labels("bad_otlp").inc()
-        return _error(400, str(exc))
+
+    async def decoded(body: bytes) -> Response:
+        try:
+            return await handle(request, _decoded(request, body, state.max_body), json, started)
+        except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
+            state.metrics.rejected.labels("bad_otlp").inc()
+            return _error(400, str(exc))
+
+    return await _with_body(request, decoded, "the exporter")
+
+
+async def _journal_spans(request: Request, body: bytes, json: bool, started: float) -> Response:
+    state = app_state(request)
+    export = otlp.parse(body, json)
     if state.forwarder is not None and export.spans:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
         if not forwarded and not state.forwarding.store:
             return _error(503, "busy: the spans to forward wait in a full queue; the exporter will resend", **RETRY)
     if export.spans and state.forwarding.store:
-        try:
-            future = state.writer.submit(orjson.dumps(export.spans), events=len(export.spans), kind=SPANS)
-        except QueueFull as exc:
-            state.metrics.rejected.labels("busy").inc()
-            return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
-        if (failed := await _until_durable(request, future, started, "the exporter")) is not None:
+        journalled = orjson.dumps(export.spans)
+        if (failed := await _durable(request, journalled, len(export.spans), SPANS, started)) is not None:
             return failed
     dropped = request.headers.get(DROPPED_HEADER, "0")
     dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0
@@ -222,48 +238,33 @@ async def _journal_spans(request: Request, body: bytes, started: float) -> Respo
         state.writer.call(
             lambda store: store.count(spans_rejected=export.rejected, spans_dropped_at_source=dropped_at_source)
         )
-    return Response(
-        otlp.response(export.rejected, export.reason, json),
-        media_type="application/json" if json else "application/x-protobuf",
-    )
+    return _otlp_answer(otlp.response(export.rejected, export.reason, json), json)
 
 
-async def otlp_log_records(request: Request) -> Response:
-    """POST /v1/logs (or /ingest/otlp/{key}/v1/logs): an OTLP/HTTP log export, protobuf or JSON, gzipped or not,
-    stored as lines (``ingest/otlp_logs.py``: a file per resource, in its ``ray.session_name`` or the newest session)
-    and answered once durable; a record the store cannot keep is counted in the partial success."""
-    started = time.perf_counter()
-    if (refused := _key_refused(request)) is not None:
-        return refused
-    return await _with_body(request, lambda body: _journal_log_records(request, body, started), "the exporter")
-
-
-async def _journal_log_records(request: Request, body: bytes, started: float) -> Response:
-    state = app_state(request)
-    json = media_type(request.headers.get("content-type")) == "application/json"
-    newest = await state.read(latest_session)
-    try:
-        export = otlp_logs.parse(_decoded(request, body, state.max_body), json, newest, time.time_ns())
-    except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
-        state.metrics.rejected.labels("bad_otlp").inc()
-        return _error(400, str(exc))
+async def _journal_log_records(request: Request, body: bytes, json: bool, started: float) -> Response:
+    export = otlp_logs.parse(body, json, await app_state(request).read(latest_session), time.time_ns())
     if export.lines > MAX_LOG_LINES:
         return _error(413, f"over {MAX_LOG_LINES} log records in one export: send smaller batches")
-    futures = []
     for batch in export.batches:
-        try:
-            lines = sum(len(file["texts"]) for file in batch["files"])
-            futures.append(state.writer.submit(orjson.dumps(batch), events=lines, kind=AGENT_LOGS))
-        except QueueFull as exc:
-            state.metrics.rejected.labels("busy").inc()
-            return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
-    for future in futures:
-        if (failed := await _until_durable(request, future, started, "the exporter")) is not None:
+        lines = sum(len(file["texts"]) for file in batch["files"])
+        if (failed := await _durable(request, orjson.dumps(batch), lines, AGENT_LOGS, started)) is not None:
             return failed
-    return Response(
-        otlp_logs.response(export.rejected, export.reason, json),
-        media_type="application/json" if json else "application/x-protobuf",
-    )
+    return _otlp_answer(otlp_logs.response(export.rejected, export.reason, json), json)
+
+
+async def _durable(request: Request, body: bytes, events: int, kind: str, started: float) -> Response | None:
+    """Journal an exporter's ``body``: None once it is durable, else the error to answer."""
+    state = app_state(request)
+    try:
+        future = state.writer.submit(body, events=events, kind=kind)
+    except QueueFull as exc:
+        state.metrics.rejected.labels("busy").inc()
+        return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
+    return await _until_durable(request, future, started, "the exporter")
+
+
+def _otlp_answer(answer: bytes, json: bool) -> Response:
+    return Response(answer, media_type="application/json" if json else "application/x-protobuf")
 
 
 WBITS = {"gzip": 31, "deflate": 15}  # zlib's names for the two formats of HTTP's Content-Encoding
