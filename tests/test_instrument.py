@@ -355,6 +355,48 @@ def test_span_queue_sends_at_most_one_export_per_linger_to_a_slow_server() -> No
     assert 2 <= result["requests"] <= most, result
 
 
+def test_span_queue_sends_a_burst_once_spans_stop_ending_without_waiting_out_its_linger() -> None:
+    """The spans of a burst (a worker's last tasks before its cluster goes) leave QUIET_S after the last one, not
+    LINGER_S after the send before."""
+    code = QUEUE_PRELUDE + textwrap.dedent(
+        """
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Sink(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        queue = export.SpanQueue(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", dict)
+        spans = make(11)
+        queue.add(spans[0])  # after an idle spell: sent at once
+        deadline = time.monotonic() + 5
+        while queue.counts.exported < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        started = time.monotonic()
+        for span in spans[1:]:  # a burst, then nothing
+            queue.add(span)
+        while queue.counts.exported < 11 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        result["burst_sent_after_s"] = time.monotonic() - started
+        result["counts"] = asdict(queue.counts)
+        """
+    )
+    result, _ = in_subprocess(code, timeout=30)
+    assert result["counts"]["exported"] == 11, result
+    assert export.QUIET_S <= result["burst_sent_after_s"] < export.LINGER_S / 2, result
+
+
 def wait_for_trace(client: Client, trace_id: str, spans: int, timeout_s: float = 20) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:

@@ -16,8 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from raysight.client import Client
+from raysight.ingest.otlp import key_values
 from tests.ray_scenarios import ServerProcess, agent_command
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -485,3 +490,33 @@ def test_a_task_leads_to_its_trace_and_the_trace_back_to_the_task(recorded: Serv
     page.goto(f"{recorded.url}/ui/sessions/demo/traces")
     w.settle()
     assert page.locator(f".traces-table a[href$='{listed['trace_id']}']").count() == 1
+
+
+def test_a_log_line_written_in_a_span_links_to_its_trace(recorded: ServerProcess, watched: Any) -> None:
+    """A line that says its trace (here a record of an OTLP log exporter's, sent last, into the demo's session)
+    links from the logs page to the trace's waterfall."""
+    with Client(recorded.url) as client:
+        (task,) = client.list("tasks", filters=["func_or_class_name=fails"], session="demo")["rows"]
+        (listed,) = client.traces(session="demo", task=task["task_id"])["traces"]
+        span = client.trace(listed["trace_id"])["spans"][0]
+    export = ExportLogsServiceRequest(
+        resource_logs=[
+            ResourceLogs(
+                resource=Resource(attributes=key_values({"ray.session_name": span["session"]})),
+                scope_logs=[ScopeLogs(log_records=[LogRecord(
+                    time_unix_nano=time.time_ns(), severity_number=9, body=AnyValue(string_value="paid in its span"),
+                    trace_id=bytes.fromhex(span["trace_id"]), span_id=bytes.fromhex(span["span_id"]),
+                )])],
+            )
+        ]
+    )  # fmt: skip
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    reply = httpx.post(f"{recorded.url}/v1/logs", content=export.SerializeToString(), headers=protobuf)
+    assert reply.status_code == 200, reply.text
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/logs?grep=paid+in+its+span")
+    page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
+    page.locator("#log-lines .line a.line-trace").click()
+    page.wait_for_url(re.compile(rf".*/ui/sessions/{span['session']}/traces/{listed['trace_id']}$"))
+    w.settle()
+    assert page.locator(".waterfall .span-row").count() == listed["spans"]

@@ -3,14 +3,15 @@
 :class:`SpanQueue` takes the light spans of Ray tasks (``task_spans.py``) and, as an SDK span processor, the spans
 of the user's own code; adding one only appends to a bounded queue (a full queue drops the span and counts it). One
 daemon thread encodes what is queued into one OTLP protobuf export and POSTs it over a kept-alive connection. It
-sends a span at once when it has sent nothing for :data:`LINGER_S` (a worker may be killed soon after its last task:
-with its cluster, or with the owner of its actor), else what has ended until LINGER_S after its last send (at once
-when a batch is full): at most one request per LINGER_S, however many spans — a second, as often as Ray's core
-worker reports its task events (each request costs the worker and the server about a millisecond). An export that
-fails (the server down, a refusal) is dropped and counted, after one retry of a connection the server had closed:
-the thread never holds spans for long, and the process exits without waiting on it for more than
-:data:`EXIT_FLUSH_S`. Each export tells raysight what was dropped since the last one that went through (`raysight
-doctor` shows the sum). A forked child starts an empty queue and its own thread.
+sends a span at once when it has sent nothing for :data:`LINGER_S`, else what has ended once no span has ended for
+:data:`QUIET_S` (a worker may be killed soon after its last task: with its cluster, or with the owner of its actor)
+or LINGER_S after its last send, whichever comes first (at once when a batch is full): under load, one request per
+LINGER_S however many spans — a second, as often as Ray's core worker reports its task events (each request costs
+the worker and the server about a millisecond). An export that fails (the server down, a refusal) is dropped and
+counted, after one retry of a connection the server had closed: the thread never holds spans for long, and the
+process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. Each export tells raysight what was dropped
+since the last one that went through (`raysight doctor` shows the sum). A forked child starts an empty queue and its
+own thread.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from raysight.instrument import task_spans
 MAX_QUEUE = 8192
 BATCH = 512
 LINGER_S = 1.0  # Ray's task_events_report_interval_ms
+QUIET_S = 0.05
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
 DROPPED_HEADER = "X-Raysight-Spans-Dropped"  # the spans this process dropped since its last export that went through
@@ -64,6 +66,7 @@ class SpanQueue(SpanProcessor):
         self._queue: collections.deque[task_spans.TaskSpan | ReadableSpan] = collections.deque()
         self._wake, self._flush, self._idle = threading.Event(), threading.Event(), threading.Event()
         self._stopped, self._sent = False, 0.0  # when the last send began
+        self._added = 0.0  # when the last span was queued
         self._thread: threading.Thread | None = None  # started with the first span
         self._connection: http.client.HTTPConnection | None = None
         self._reported = 0  # the drops the receiver was told of
@@ -76,6 +79,7 @@ class SpanQueue(SpanProcessor):
             self.counts.dropped_full += 1
             return
         self._queue.append(span)
+        self._added = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="raysight-spans", daemon=True)
             self._thread.start()
@@ -96,8 +100,10 @@ class SpanQueue(SpanProcessor):
             self._wake.wait()
             if self._stopped:
                 return
-            # lingers while the last send is recent; a full batch, or a flush, cuts it short
-            self._flush.wait(max(0.0, self._sent + LINGER_S - time.monotonic()))
+            # lingers while the last send is recent and spans keep ending; a full batch, or a flush, cuts it short
+            while (wait := min(self._sent + LINGER_S, self._added + QUIET_S) - time.monotonic()) > 0:
+                if self._flush.wait(wait):
+                    break
             self._wake.clear()
             self._flush.clear()
             self._sent = time.monotonic()

@@ -89,13 +89,21 @@ export function empty(text) {
   return h("p", { class: "empty" }, text);
 }
 
-/** Log lines as `raysight logs` prints them: each with its source, text kept as text. */
+/** Log lines as `raysight logs` prints them: each with its source, text kept as text; a line written inside a span
+ * (its trace ID read from it) links to its trace. */
 export function logLines(rows) {
   return h(
     "pre",
     { class: "log" },
     rows.map((row) =>
-      h("div", { class: row.context ? "line context" : "line" }, h("span", { class: "src" }, linePrefix(row)), " ", row.text),
+      h(
+        "div",
+        { class: row.context ? "line context" : "line" },
+        h("span", { class: "src" }, linePrefix(row)),
+        " ",
+        row.trace_id ? [h("a", { class: "line-trace", href: sessionPath(row.session, "traces", row.trace_id), title: `its trace (span ${row.span_id ?? "?"})` }, "trace"), " "] : "",
+        row.text,
+      ),
     ),
   );
 }
