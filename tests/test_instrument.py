@@ -240,6 +240,28 @@ atexit.register(report)
 def make(n):
     return [TaskSpan(i + 1, i + 1, None, f"t{i}", 1_000 + i, {"ray.task.kind": "task"}, end_ns=2_000 + i)
             for i in range(n)]
+
+def sink(delay_s=0.0):  # the URL of an OTLP endpoint here: it reads each export, answers 200 after delay_s, counts
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(delay_s)
+            result["requests"] = result.get("requests", 0) + 1
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
 """
 
 
@@ -318,26 +340,7 @@ def test_span_queue_sends_at_most_one_export_per_linger_to_a_slow_server() -> No
     export of the few that ended during the last one, one after the other."""
     code = QUEUE_PRELUDE + textwrap.dedent(
         """
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Slow(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(0.02)
-                result["requests"] = result.get("requests", 0) + 1
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        queue = export.SpanQueue(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", dict)
+        queue = export.SpanQueue(sink(delay_s=0.02), dict)
         started = time.monotonic()
         spans = make(400)
         for i, span in enumerate(spans):  # 400 spans over a second
@@ -360,24 +363,7 @@ def test_span_queue_sends_a_burst_once_spans_stop_ending_without_waiting_out_its
     LINGER_S after the send before."""
     code = QUEUE_PRELUDE + textwrap.dedent(
         """
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Sink(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        queue = export.SpanQueue(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", dict)
+        queue = export.SpanQueue(sink(), dict)
         spans = make(11)
         queue.add(spans[0])  # after an idle spell: sent at once
         deadline = time.monotonic() + 5
