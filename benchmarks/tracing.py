@@ -3,7 +3,9 @@ a second through the receiver; bytes a span stored.
 
 1. Throughput: each round runs one fresh local Ray (`ray.init(num_cpus=2)`) per configuration in its own subprocess,
    interleaved, each round begun by the next configuration (a round's first run tends to be the slowest): warm up,
-   then time N trivial tasks submitted inside one driver span (submit all, then `ray.get`).
+   then time N trivial tasks submitted inside one driver span (submit all, then `ray.get`), and the CPU each kind of
+   process (driver, Ray's workers, Ray's other processes, the raysight server) spent a task meanwhile, until 2 s after
+   (the spans sent and stored): the rate moves ±5 % between runs, the CPU far less, and it says where a cost is.
    ``off``: no tracing. ``raysight``: `raysight run`'s variables (its runtime-env hook), spans to a real raysight
    server. ``ray-hook``: Ray's own tracing with its local hook (``ray.util.tracing.setup_local_tmp_tracing``), which
    writes JSON span files under /tmp/spans. Aim: raysight costs < 10 % of the untraced rate, and at least 4× less
@@ -20,6 +22,7 @@ Run: .venv/bin/python benchmarks/tracing.py [--rounds 5] [--tasks 3000] [--spans
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -48,7 +51,8 @@ AIM_COST, AIM_VS_RAY = 0.10, 4.0
 
 def child(tasks: int, ray_hook: bool, with_arg: bool) -> None:
     """Time ``tasks`` no-op tasks (taking one argument, ``with_arg``) on a fresh local Ray, inside one driver span;
-    print tasks/s on stdout."""
+    print on stdout, as JSON, tasks/s and the CPU each kind of process spent a task meanwhile (until the spans had
+    left and been stored): far steadier than the rate, for telling where a cost is."""
     import ray
     from opentelemetry import trace
 
@@ -64,21 +68,52 @@ def child(tasks: int, ray_hook: bool, with_arg: bool) -> None:
         tracer = trace.get_tracer("bench")
         with tracer.start_as_current_span("warm-up"):
             ray.get([noop.remote(*args) for _ in range(WARMUP)])
+        time.sleep(SETTLE_S)
+        before = cpu_seconds()
         with tracer.start_as_current_span("bench"):
             t0 = time.perf_counter()
             ray.get([noop.remote(*args) for _ in range(tasks)])
             rate = tasks / (time.perf_counter() - t0)
-        print(rate)
-        time.sleep(1)  # the last spans leave before the cluster goes
+        time.sleep(SETTLE_S)  # the last spans leave, and are stored, before the cluster goes
+        after = cpu_seconds()
+        cpu_us = {kind: round((after[kind] - before.get(kind, 0.0)) / tasks * 1e6, 1) for kind in after}
+        print(json.dumps({"rate": rate, "cpu_us": cpu_us}))
     finally:
         ray.shutdown()
 
 
-def measure(tasks: int, config: str, server_url: str, with_arg: bool) -> float:
+SETTLE_S = 2.0  # past the server's spans linger
+SERVER_PID_ENV = "RAYSIGHT_BENCH_SERVER_PID"
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds spent so far by this driver, Ray's workers, Ray's other processes and the raysight server."""
+    import psutil
+
+    me = psutil.Process()
+    spent = {"driver": 0.0, "workers": 0.0, "ray": 0.0, "server": 0.0}
+    server = int(os.environ.get(SERVER_PID_ENV, "0"))
+    for proc in [me, *me.children(recursive=True), *([psutil.Process(server)] if server else [])]:
+        try:
+            times, command = proc.cpu_times(), " ".join(proc.cmdline())
+        except psutil.Error:  # gone meanwhile
+            continue
+        if proc.pid == me.pid:
+            kind = "driver"
+        elif proc.pid == server:
+            kind = "server"
+        else:
+            kind = "workers" if "default_worker.py" in command or proc.name().startswith("ray::") else "ray"
+        spent[kind] += times.user + times.system
+    return spent
+
+
+def measure(tasks: int, config: str, server: ServerProcess, with_arg: bool) -> dict:
     drop = {"RAY_ADDRESS", *ray_env("http://unused"), *tracing_env("http://unused")}
     env = {k: v for k, v in os.environ.items() if k not in drop}
+    env[SERVER_PID_ENV] = str(server.proc.pid if server.proc else 0)
     if config == "raysight":
-        env.update(tracing_env(server_url))
+        env.update(tracing_env(server.url))
     proc = subprocess.run(
         [
             sys.executable,
@@ -96,19 +131,22 @@ def measure(tasks: int, config: str, server_url: str, with_arg: bool) -> float:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return float(proc.stdout.split()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -> tuple[float, float]:
     """Interleaved rounds; returns (raysight's cost, Ray hook's cost) as fractions of the untraced rate, and prints
-    the bytes a span Ray's hook wrote."""
+    the CPU a task each configuration spent and the bytes a span Ray's hook wrote."""
     rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    cpu: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
     hook_bytes, hook_spans = 0, 0
     for r in range(1, rounds + 1):
         for config in CONFIGS[r % 3 :] + CONFIGS[: r % 3]:  # each first in turn: a round's first run is slower
             if config == "ray-hook":
                 shutil.rmtree(RAY_SPANS, ignore_errors=True)
-            rates[config].append(measure(tasks, config, server.url, with_arg))
+            run = measure(tasks, config, server, with_arg)
+            rates[config].append(run["rate"])
+            cpu[config].append(run["cpu_us"])
             if config == "ray-hook":
                 files = list(RAY_SPANS.glob("*.txt"))
                 hook_bytes += sum(f.stat().st_size for f in files)
@@ -119,6 +157,10 @@ def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -
             f"{c:>9}: median {statistics.median(rates[c]):7,.0f} tasks/s  "
             f"(min {min(rates[c]):,.0f}, max {max(rates[c]):,.0f}, {rounds} rounds)"
         )
+    for c in CONFIGS:
+        medians = {k: statistics.median(run[k] for run in cpu[c]) for k in cpu[c][0]}
+        spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
+        print(f"{c:>9}: CPU a task (µs, median of rounds): {spent}  (all {sum(medians.values()):,.0f})")
     paired = {c: statistics.median(x / o for x, o in zip(rates[c], rates["off"])) for c in CONFIGS[1:]}
     cost = {c: 1 - paired[c] for c in paired}
     print(
