@@ -211,14 +211,14 @@ async def _otlp(request: Request, handle: OtlpHandler) -> Response:
     state = app_state(request)
     json = media_type(request.headers.get("content-type")) == "application/json"
 
-    async def decoded(body: bytes) -> Response:
+    async def handled(body: bytes) -> Response:
         try:
             return await handle(request, _decoded(request, body, state.max_body), json, started)
         except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
             state.metrics.rejected.labels("bad_otlp").inc()
             return _error(400, str(exc))
 
-    return await _with_body(request, decoded, "the exporter")
+    return await _with_body(request, handled, "the exporter")
 
 
 async def _journal_spans(request: Request, body: bytes, json: bool, started: float) -> Response:

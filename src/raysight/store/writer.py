@@ -56,9 +56,9 @@ FOLD_NICENESS = 19
 # sends about once a second, at its own moment); it adds to how stale queries are on a quiet server
 # (benchmarks/freshness.py).
 FOLD_LINGER_S = 0.05
-# Spans linger longer: each traced Ray process sends an export about five times a second, a few dozen spans each,
-# and a fold's fixed cost (~15 ms of DuckDB statements and a commit) paid for every one of them was most of what
-# tracing cost a busy Ray (benchmarks/tracing.py). A trace shows this much later.
+# Spans linger longer: each traced Ray process sends an export up to once a second (and after each burst of tasks),
+# each at its own moment, and a fold's fixed cost (~15 ms of DuckDB statements and a commit) paid for every one of
+# them was most of what the server cost a busy Ray (benchmarks/tracing.py). A trace shows this much later.
 SPANS_LINGER_S = 1.0
 # After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
 # which stretches a fold at niceness 19, lengthens the rest), up to MAX_REST_S: folding takes at most a quarter of
