@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
 
@@ -69,6 +71,19 @@ class ServerProcess:
 
     def client(self) -> Client:
         return Client(self.url)
+
+
+def wait_folded(server: str | httpx.Client, timeout_s: float = 30) -> None:
+    """Wait until a server (its URL, or an HTTP client of it: a TestClient too) has folded every batch it
+    acknowledged, so that reads see it: ingest answers once a batch is journalled, folding follows."""
+    with contextlib.ExitStack() as stack:
+        http = server
+        if isinstance(http, str):
+            http = stack.enter_context(httpx.Client(base_url=http, timeout=5, trust_env=False))
+        deadline = time.monotonic() + timeout_s
+        while http.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+            assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
+            time.sleep(0.05)
 
 
 def raysight_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.server.app import create_app
-from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb
+from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb, wait_folded
 
 MAX_EVENTS = 100_000  # the default of --max-events
 RSS_BOUND_MB = 1024  # the server's peak resident set under hostile bodies (measured: 640 MB; DuckDB's limit is 1 GB)
@@ -89,10 +89,7 @@ def test_hostile_bodies_keep_the_server_under_its_memory_bound(tmp_path: Path) -
             for body in (wide, nested, nested, nested, distinct, wide):
                 assert len(body) <= 16 * 1024 * 1024
                 assert _post(http, url, body).status_code == 200
-            deadline = time.monotonic() + 180
-            while http.get(f"{server.url}/api/raysight/ping").json()["ingest_backlog"]["batches"]:
-                assert time.monotonic() < deadline, "the hostile bodies were not folded"
-                time.sleep(0.2)
+            wait_folded(server.url, timeout_s=180)
         peak = peak_rss_mb(server.proc.pid)
         print(f"server peak RSS {peak:.0f} MB")
         assert peak < RSS_BOUND_MB

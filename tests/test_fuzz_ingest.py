@@ -4,7 +4,6 @@ session still folds and queries answer as before."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
 from tests.conftest import FIXTURES
-from tests.ray_scenarios import JSON
+from tests.ray_scenarios import JSON, wait_folded
 
 BODIES_PER_EXAMPLE, EXAMPLES = 50, 205  # over 10,000 bodies
 
@@ -111,13 +110,6 @@ def posts(templates: list[dict[str, Any]], metric_lines: list[str]) -> st.Search
     )
 
 
-def _wait_folded(client: TestClient, limit_s: float = 120) -> None:
-    deadline = time.monotonic() + limit_s
-    while client.app.state.raysight.writer.backlog()["batches"]:
-        assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
-        time.sleep(0.05)
-
-
 def test_no_generated_body_gets_a_5xx_and_the_store_lives_on(tmp_path: Path, ray_batches) -> None:
     templates = list({e["eventType"]: e for batch in ray_batches for e in batch}.values())
     metric_lines = (FIXTURES / "aggregator_metrics.txt").read_text().splitlines()
@@ -146,12 +138,12 @@ def test_no_generated_body_gets_a_5xx_and_the_store_lives_on(tmp_path: Path, ray
 
         no_5xx()
         assert sent >= 10_000
-        _wait_folded(client)
+        wait_folded(client, timeout_s=120)
         session = ray_batches[0][0]["sessionName"]
         for batch in ray_batches:
             answer = client.post("/ingest/ray-events?cluster=known", content=orjson.dumps(batch), headers=JSON)
             assert answer.json()["ok"]
-        _wait_folded(client)
+        wait_folded(client, timeout_s=120)
         failed = client.get("/api/raysight/tasks", params={"filter": "state=failed", "session": session}).json()
         assert {r["name"] for r in failed["rows"]} == {"fails", "crash_once", "Fragile.die"}
         actors = client.get("/api/raysight/actors", params={"session": session, "filter": "class_name=Counter"})

@@ -5,7 +5,6 @@ refused alone; malformed bodies; resent exports appended; the ingest key in the 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import logging
@@ -37,7 +36,7 @@ from raysight.ingest import otlp_logs
 from raysight.ingest.otlp import key_values
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
-from tests.ray_scenarios import ServerProcess
+from tests.ray_scenarios import ServerProcess, wait_folded
 
 SESSION = "session_2026-11-24_12-00-00_000000_1"
 LATER = "session_2026-11-24_13-00-00_000000_2"
@@ -49,17 +48,6 @@ def logs(url: str, *args: str) -> list[dict[str, Any]]:
     result = CliRunner().invoke(main, ["logs", "--server", url, "--format", "json", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.output.splitlines() if line.strip()]
-
-
-def wait_folded(url_or_client: str | TestClient) -> None:
-    with contextlib.ExitStack() as stack:
-        http = url_or_client
-        if isinstance(http, str):
-            http = stack.enter_context(httpx.Client(base_url=http, timeout=5, trust_env=False))
-        deadline = time.monotonic() + 15
-        while http.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
-            assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
-            time.sleep(0.05)
 
 
 def log_with_sdk(url: str, compression: Compression) -> tuple[str, str]:

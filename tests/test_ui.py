@@ -23,7 +23,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from raysight.client import Client
 from raysight.ingest.otlp import key_values
-from tests.ray_scenarios import ServerProcess, agent_command
+from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -513,6 +513,7 @@ def test_a_log_line_written_in_a_span_links_to_its_trace(recorded: ServerProcess
     protobuf = {"Content-Type": "application/x-protobuf"}
     reply = httpx.post(f"{recorded.url}/v1/logs", content=export.SerializeToString(), headers=protobuf)
     assert reply.status_code == 200, reply.text
+    wait_folded(recorded.url)  # acknowledged once journalled; readable once folded
     w = watched(recorded.url)
     page = w.open("/ui/sessions/demo/logs?grep=paid+in+its+span")
     page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
