@@ -9,7 +9,8 @@ a second through the receiver; bytes a span stored.
    ``off``: no tracing. ``raysight``: `raysight run`'s variables (its runtime-env hook), spans to a real raysight
    server. ``ray-hook``: Ray's own tracing with its local hook (``ray.util.tracing.setup_local_tmp_tracing``), which
    writes JSON span files under /tmp/spans. Aim: raysight costs < 10 % of the untraced rate, and at least 4× less
-   than Ray's hook.
+   than Ray's hook. Tasks of no argument (the default) also run ``off+arg``: untraced, given one argument more of a
+   carrier's size, the least a context carried to such a task costs in Ray itself.
 2. The receiver: OTLP/HTTP protobuf exports of 512 Ray-shaped spans (made once by the SDK's encoder), posted by 4
    connections to a server pinned to one core, each acknowledged once durable: spans a second acknowledged, then
    stored. Beside it, the same bodies posted to a sink in this process that reads and discards them.
@@ -43,14 +44,17 @@ from tests.ray_scenarios import ServerProcess
 
 WARMUP = 200
 CONFIGS = ("off", "raysight", "ray-hook")
+FLOOR = "off+arg"  # untraced, each task given one argument more: what carrying a context costs Ray, whoever carries it
+CARRIER_SIZE = 26  # bytes: W3C trace context in binary (``instrument/ray_tracing.carrier``)
 RAY_HOOK = "ray.util.tracing.setup_local_tmp_tracing:setup_tracing"
 RAY_SPANS = Path("/tmp/spans")  # where Ray's local hook writes
 BATCH = 512
 AIM_COST, AIM_VS_RAY = 0.10, 4.0
 
 
-def child(tasks: int, ray_hook: bool, with_arg: bool) -> None:
-    """Time ``tasks`` no-op tasks (taking one argument, ``with_arg``) on a fresh local Ray, inside one driver span;
+def child(tasks: int, ray_hook: bool, with_arg: bool, floor: bool) -> None:
+    """Time ``tasks`` no-op tasks (taking one argument, ``with_arg``; one more, of a carrier's size, ``floor``) on a
+    fresh local Ray, inside one driver span;
     print on stdout, as JSON, tasks/s and the CPU each kind of process spent a task meanwhile (until the spans had
     left and been stored): far steadier than the rate, for telling where a cost is."""
     import ray
@@ -60,7 +64,7 @@ def child(tasks: int, ray_hook: bool, with_arg: bool) -> None:
     def noop(*_: int) -> None:
         return None
 
-    args = (1,) if with_arg else ()
+    args = ((1,) if with_arg else ()) + ((b"\x00" * CARRIER_SIZE,) if floor else ())
 
     options = {"_tracing_startup_hook": RAY_HOOK} if ray_hook else {}
     ray.init(address="local", num_cpus=2, include_dashboard=False, **options)
@@ -122,6 +126,7 @@ def measure(tasks: int, config: str, server: ServerProcess, with_arg: bool) -> d
             str(tasks),
             *(["--ray-hook"] if config == "ray-hook" else []),
             *(["--with-arg"] if with_arg else []),
+            *(["--floor"] if config == FLOOR else []),
         ],
         env=env,
         capture_output=True,
@@ -136,12 +141,16 @@ def measure(tasks: int, config: str, server: ServerProcess, with_arg: bool) -> d
 
 def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -> tuple[float, float]:
     """Interleaved rounds; returns (raysight's cost, Ray hook's cost) as fractions of the untraced rate, and prints
-    the CPU a task each configuration spent and the bytes a span Ray's hook wrote."""
-    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    cpu: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    the CPU a task each configuration spent and the bytes a span Ray's hook wrote. Tasks of no argument are also run
+    untraced with one argument more (:data:`FLOOR`): a context reaches a task's worker in its arguments, the only
+    thing Ray hands the worker of each task that its users do not see, so that is the least any tracer pays there."""
+    configs = CONFIGS if with_arg else (CONFIGS[0], FLOOR, *CONFIGS[1:])
+    rates: dict[str, list[float]] = {c: [] for c in configs}
+    cpu: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     hook_bytes, hook_spans = 0, 0
     for r in range(1, rounds + 1):
-        for config in CONFIGS[r % 3 :] + CONFIGS[: r % 3]:  # each first in turn: a round's first run is slower
+        turn = r % len(configs)
+        for config in configs[turn:] + configs[:turn]:  # each first in turn: a round's first run is slower
             if config == "ray-hook":
                 shutil.rmtree(RAY_SPANS, ignore_errors=True)
             run = measure(tasks, config, server, with_arg)
@@ -151,24 +160,31 @@ def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -
                 files = list(RAY_SPANS.glob("*.txt"))
                 hook_bytes += sum(f.stat().st_size for f in files)
                 hook_spans += sum(f.read_bytes().count(b"\n") for f in files)
-        print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " tasks/s", flush=True)
-    for c in CONFIGS:
+        print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in configs) + " tasks/s", flush=True)
+    for c in configs:
         print(
             f"{c:>9}: median {statistics.median(rates[c]):7,.0f} tasks/s  "
             f"(min {min(rates[c]):,.0f}, max {max(rates[c]):,.0f}, {rounds} rounds)"
         )
-    for c in CONFIGS:
+    for c in configs:
         medians = {k: statistics.median(run[k] for run in cpu[c]) for k in cpu[c][0]}
         spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
         print(f"{c:>9}: CPU a task (µs, median of rounds): {spent}  (all {sum(medians.values()):,.0f})")
-    paired = {c: statistics.median(x / o for x, o in zip(rates[c], rates["off"])) for c in CONFIGS[1:]}
-    cost = {c: 1 - paired[c] for c in paired}
+
+    def cost(config: str, base: str = "off") -> float:  # the median of each round's ratio
+        return 1 - statistics.median(x / o for x, o in zip(rates[config], rates[base]))
+
     print(
-        f"cost of tracing (median of each round's ratio to its untraced run): raysight {cost['raysight']:.1%}, "
-        f"Ray's hook {cost['ray-hook']:.1%}; Ray's hook wrote {hook_bytes / max(hook_spans, 1):,.0f} bytes a span "
+        f"cost of tracing (median of each round's ratio to its untraced run): raysight {cost('raysight'):.1%}, "
+        f"Ray's hook {cost('ray-hook'):.1%}; Ray's hook wrote {hook_bytes / max(hook_spans, 1):,.0f} bytes a span "
         f"({hook_spans:,} spans)"
     )
-    return cost["raysight"], cost["ray-hook"]
+    if not with_arg:
+        print(
+            f"one argument more, untraced ({FLOOR}): {cost(FLOOR):.1%} (Ray's, the floor of any carrier); "
+            f"raysight beyond it: {cost('raysight', FLOOR):.1%}"
+        )
+    return cost("raysight"), cost("ray-hook")
 
 
 def ray_shaped_bodies(spans: int) -> list[bytes]:
@@ -303,8 +319,9 @@ if __name__ == "__main__":
     parser.add_argument("--child", type=int, metavar="TASKS", help=argparse.SUPPRESS)
     parser.add_argument("--with-arg", action="store_true", help="Tasks that take one argument (default: none).")
     parser.add_argument("--ray-hook", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.ray_hook, args.with_arg)
+        child(args.child, args.ray_hook, args.with_arg, args.floor)
     else:
         main(args.rounds, args.tasks, args.spans, args.with_arg)
