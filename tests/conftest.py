@@ -64,12 +64,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
 def recorded(demo: tuple[Path, int, str]) -> Iterator[ServerProcess]:
     """The demo workload recorded twice (two sessions with the same deterministic task IDs): first by
     `raysight demo` (label "demo"), then by `raysight run` into the same store (label "second")."""
-    server = ServerProcess(demo[0]).start()
-    try:
+    with ServerProcess(demo[0]) as server:
         ray_run(server.url, "second", "-m", "raysight.demo_workload")
         yield server
-    finally:
-        server.stop()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -21,7 +21,8 @@ JSON = {"Content-Type": "application/json"}  # what Ray's aggregator and raysigh
 
 
 class ServerProcess:
-    """`raysight server` on a loopback port, started and stopped by PID."""
+    """`raysight server` on a loopback port, started and stopped by PID; as a context manager, running within the
+    block."""
 
     def __init__(
         self,
@@ -71,6 +72,12 @@ class ServerProcess:
 
     def client(self) -> Client:
         return Client(self.url)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def wait_folded(server: str | httpx.Client, timeout_s: float = 30) -> None:
@@ -153,16 +160,10 @@ def without_ray_settings() -> dict[str, str]:
 def replayed(data_dir: Path, cluster: str, *program: str, expect_code: int = 0) -> Iterator[ServerProcess]:
     """A Ray program run under `raysight run` (as :func:`ray_run`) into a server on ``data_dir``, then a server
     started anew on what that one recorded: what a user reads after the cluster is gone."""
-    recording = ServerProcess(data_dir).start()
-    try:
+    with ServerProcess(data_dir) as recording:
         ray_run(recording.url, cluster, *program, expect_code=expect_code)
-    finally:
-        recording.stop()
-    server = ServerProcess(data_dir).start()
-    try:
+    with ServerProcess(data_dir) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def driver_env() -> dict[str, str]:

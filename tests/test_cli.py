@@ -48,12 +48,9 @@ def feed(url: str, query: str = f"?cluster={LABEL}", token: str | None = None, t
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = ServerProcess(tmp_path_factory.mktemp("cli") / "data").start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("cli") / "data") as server:
         feed(server.url)
         yield server.url
-    finally:
-        server.stop()
 
 
 def raysight(url: str, *args: str, input: str | None = None, token: str | None = None) -> Result:

@@ -71,11 +71,8 @@ def in_subprocess(code: str, timeout: float = 30, **env: str) -> tuple[dict[str,
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("instrument") / "data").start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("instrument") / "data") as process:
         yield process
-    finally:
-        process.stop()
 
 
 # --- the trace context a submission carries ------------------------------------------------------------------------

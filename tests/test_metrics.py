@@ -303,13 +303,10 @@ def test_sort_orders_an_instant_vector(counters: TestClient) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (for the CLI, as a user runs it) given the same scrapes."""
-    server = ServerProcess(tmp_path_factory.mktemp("metrics-cli") / "data").start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("metrics-cli") / "data") as server:
         with httpx.Client(base_url=server.url, timeout=10) as http:
             load(http)  # type: ignore[arg-type]
         yield server.url
-    finally:
-        server.stop()
 
 
 def metrics_cli(url: str, *args: str) -> Result:

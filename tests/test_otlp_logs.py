@@ -78,11 +78,8 @@ def log_with_sdk(url: str, compression: Compression) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("otlp-logs") / "data").start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("otlp-logs") / "data") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
