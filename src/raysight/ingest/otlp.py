@@ -37,6 +37,7 @@ ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
     "actor_id": semconv.ACTOR_ID,
     "request_id": semconv.SERVE_REQUEST_ID,
 }
+_COLUMN_OF = {name: column for column, name in ID_COLUMNS.items()}
 COLUMNS = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "status", "status_message",
     "service", "session", "job_id", "node_id", "worker_id", "pid", "task_id", "attempt", "actor_id", "request_id",
@@ -90,47 +91,51 @@ class _Resource:
 
 
 def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
-    """A span as the store keeps it; ValueError when it cannot be kept."""
-    if len(span.trace_id) != 16 or not any(span.trace_id):
-        raise ValueError(f"span {span.name[:80]!r}: a trace ID is 16 bytes, not all zero")
-    if len(span.span_id) != 8 or not any(span.span_id):
-        raise ValueError(f"span {span.name[:80]!r}: a span ID is 8 bytes, not all zero")
-    if span.parent_span_id and len(span.parent_span_id) != 8:
-        raise ValueError(f"span {span.name[:80]!r}: a parent span ID is 8 bytes")
-    if span.end_time_unix_nano < span.start_time_unix_nano:
-        raise ValueError(f"span {span.name[:80]!r} ends before it starts")
-    if span.end_time_unix_nano > INT64_MAX:
-        raise ValueError(f"span {span.name[:80]!r} ends past the year 2262")
+    """A span as the store keeps it; ValueError when it cannot be kept. (Each field is read once: a read of a
+    protobuf message's field makes a Python object each time.)"""
+    trace_id, span_id, parent_id, name = span.trace_id, span.span_id, span.parent_span_id, span.name
+    start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+    if len(trace_id) != 16 or not any(trace_id):
+        raise ValueError(f"span {name[:80]!r}: a trace ID is 16 bytes, not all zero")
+    if len(span_id) != 8 or not any(span_id):
+        raise ValueError(f"span {name[:80]!r}: a span ID is 8 bytes, not all zero")
+    if parent_id and len(parent_id) != 8:
+        raise ValueError(f"span {name[:80]!r}: a parent span ID is 8 bytes")
+    if end_ns < start_ns:
+        raise ValueError(f"span {name[:80]!r} ends before it starts")
+    if end_ns > INT64_MAX:
+        raise ValueError(f"span {name[:80]!r} ends past the year 2262")
     attrs = attributes(span.attributes)
     columns = dict(resource.columns)
-    for column, name in ID_COLUMNS.items():
-        if name in attrs:
-            columns[column] = text_id(attrs[name])
+    for key, value in attrs.items():
+        if (column := _COLUMN_OF.get(key)) is not None:
+            columns[column] = text_id(value)
     pid, attempt = attrs.get(semconv.PID, columns["pid"]), attrs.get(semconv.ATTEMPT)
     if type(pid) is not int or not 0 <= pid <= INT64_MAX:
         pid = None
     if type(attempt) is not int or not 0 <= attempt < 2**31:
         attempt = None
+    status, events, links = span.status, span.events, span.links
     return {
-        "trace_id": span.trace_id.hex(),
-        "span_id": span.span_id.hex(),
-        "parent_span_id": span.parent_span_id.hex() if any(span.parent_span_id) else None,
-        "name": span.name[:NAME_MAX],
+        "trace_id": trace_id.hex(),
+        "span_id": span_id.hex(),
+        "parent_span_id": parent_id.hex() if any(parent_id) else None,
+        "name": name[:NAME_MAX],
         "kind": KINDS.get(span.kind, "unspecified"),
-        "start_ns": span.start_time_unix_nano,
-        "end_ns": span.end_time_unix_nano,
-        "status": STATUSES.get(span.status.code, "unset"),
-        "status_message": span.status.message or None,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "status": STATUSES.get(status.code, "unset"),
+        "status_message": status.message or None,
         **columns,
         "pid": pid,
         "attempt": attempt,
         "attributes": orjson.dumps(attrs).decode(),
         "events": orjson.dumps(
-            [{"name": e.name, "ns": e.time_unix_nano, "attributes": attributes(e.attributes)} for e in span.events]
+            [{"name": e.name, "ns": e.time_unix_nano, "attributes": attributes(e.attributes)} for e in events]
         ).decode()
-        if span.events
+        if events
         else None,
-        "links": orjson.dumps([_link(link) for link in span.links]).decode() if span.links else None,
+        "links": orjson.dumps([_link(link) for link in links]).decode() if links else None,
         "resource": resource.json,
         "scope": scope,
     }
