@@ -209,8 +209,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         server = ServerProcess(tmp_path_factory.mktemp("live") / "data", options=options).start()
     finally:
         os.umask(umask)
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def test_on_loopback_only_loopback_host_names_are_served(live: ServerProcess) -> None:
