@@ -76,9 +76,8 @@ def parse(body: bytes, json: bool) -> Export:
 
 @dataclass(frozen=True)
 class _Resource:
-    """What the spans of one resource share: its attributes (and as JSON), and the columns they give."""
+    """What the spans of one resource share: its attributes as JSON, and the columns they give."""
 
-    attributes: dict[str, Any]
     json: str
     columns: dict[str, Any]  # the ID columns, service and pid, where a span's own attributes do not say
 
@@ -87,7 +86,7 @@ class _Resource:
         columns = {column: text_id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
         columns["service"] = text_id(attributes.get("service.name"))
         columns["pid"] = attributes.get(semconv.PID)
-        return cls(attributes, orjson.dumps(attributes).decode(), columns)
+        return cls(orjson.dumps(attributes).decode(), columns)
 
 
 def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
