@@ -72,7 +72,11 @@ def settle(client: TestClient) -> None:
 
 
 def span_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    cursor = con.execute("SELECT * FROM spans ORDER BY trace_id, span_id")
+    """The stored spans, each with its resource's attributes (kept once, apart)."""
+    cursor = con.execute(
+        """SELECT s.*, r.attributes AS resource FROM spans s LEFT JOIN span_resources r USING (resource_id)
+           ORDER BY trace_id, span_id"""
+    )
     columns = [d[0] for d in cursor.description]
     return [dict(zip(columns, row)) for row in cursor.fetchall()]
 

@@ -6,6 +6,7 @@ RaysightError
  ├─ Unauthorized    a missing or wrong token (HTTP 401)
  ├─ Forbidden       a token that does not grant this, or a request another site sent (HTTP 403)
  ├─ BodyTooLarge    a request body over its route's limit (HTTP 413)
+ │   └─ TooMany     a body of more items (spans, records, lines) than its route takes at once
  ├─ UnsupportedEncoding  a request body in a Content-Encoding the route does not read (HTTP 415)
  ├─ Unavailable     the server cannot take this now (folding behind or stalled): retry (HTTP 503)
  └─ ServerUnreachable   the client could not reach a raysight server
@@ -36,6 +37,10 @@ class Forbidden(RaysightError):
 
 class BodyTooLarge(RaysightError):
     status = 413
+
+
+class TooMany(BodyTooLarge):
+    pass
 
 
 class UnsupportedEncoding(RaysightError):

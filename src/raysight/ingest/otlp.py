@@ -2,13 +2,16 @@
 
 A row is what the store keeps of a span: its IDs in lowercase hex, name, kind, times, status, its attributes, events
 and links as JSON text, and the Ray IDs read from its attributes or its resource's (``instrument/semconv.py``), by
-which a span leads to its task, worker and logs. A span the receiver cannot keep (an ID of the wrong size, an end
-before its start) is rejected alone, as OTLP's partial success says; a body that is not an export is refused whole.
+which a span leads to its task, worker and logs. A resource's attributes are kept once, under their digest, which
+each of its spans names (``resource_id``): a resource is any size, and a thousand spans of one must not copy it a
+thousand times. A span the receiver cannot keep (an ID of the wrong size, an end before its start) is rejected alone,
+as OTLP's partial success says; a body that is not an export, or of more than :data:`MAX_SPANS`, is refused whole.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,11 +25,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from raysight.ingest import otlp_count
 from raysight.instrument import semconv
 
 KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
 STATUSES = {v: k.removeprefix("STATUS_CODE_").lower() for k, v in Status.StatusCode.items()}
 NAME_MAX = 1024
+SCOPE_MAX = 256  # an instrumentation scope's name (a module's), copied into each of its spans or log records
+MAX_SPANS = 65_536  # in one export, resources and scopes counted too: 128 of the SDK's batches, 8 of a collector's
 INT64_MAX = 2**63 - 1
 ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
     "session": semconv.SESSION,
@@ -41,7 +47,7 @@ _COLUMN_OF = {name: column for column, name in ID_COLUMNS.items()}
 COLUMNS = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "status", "status_message",
     "service", "session", "job_id", "node_id", "worker_id", "pid", "task_id", "attempt", "actor_id", "request_id",
-    "attributes", "events", "links", "resource", "scope",
+    "attributes", "events", "links", "resource_id", "scope",
 )  # fmt: skip
 
 
@@ -52,33 +58,42 @@ class BadExport(ValueError):
 @dataclass(frozen=True)
 class Export:
     spans: list[dict[str, Any]]
+    resources: dict[str, str]  # each resource's attributes as JSON, by the ``resource_id`` its spans name
     rejected: int  # spans refused alone
     reason: str | None  # why the first of them was
 
+    def journalled(self) -> bytes:
+        """What the store folds (``Store.apply_spans``): the spans and, once each, their resources."""
+        return orjson.dumps({"resources": self.resources, "spans": self.spans})
 
-def parse(body: bytes, json: bool) -> Export:
-    """The spans of an OTLP export, protobuf (``json`` False) or OTLP/JSON."""
-    request = decoded(ExportTraceServiceRequest(), body, json)
+
+def parse(body: bytes, json: bool, limit: int = MAX_SPANS) -> Export:
+    """The spans of an OTLP export, protobuf (``json`` False) or OTLP/JSON; TooMany past ``limit`` spans
+    (counted before any is decoded)."""
+    request = decoded(ExportTraceServiceRequest(), body, json, limit)
     spans: list[dict[str, Any]] = []
+    resources: dict[str, str] = {}
     rejected, reason = 0, None
     for resource_spans in request.resource_spans:
         resource = _Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope.name or None
+            scope = scope_spans.scope.name[:SCOPE_MAX] or None
             for span in scope_spans.spans:
                 try:
                     spans.append(row(span, resource, scope))
                 except ValueError as exc:
                     rejected += 1
                     reason = reason or str(exc)
-    return Export(spans, rejected, reason)
+        resources[resource.id] = resource.json
+    return Export(spans, resources, rejected, reason)
 
 
 @dataclass(frozen=True)
 class _Resource:
-    """What the spans of one resource share: its attributes as JSON, and the columns they give."""
+    """What the spans of one resource share: its attributes as JSON and their digest, and the columns they give."""
 
     json: str
+    id: str
     columns: dict[str, Any]  # the ID columns, service and pid, where a span's own attributes do not say
 
     @classmethod
@@ -86,7 +101,13 @@ class _Resource:
         columns = {column: text_id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
         columns["service"] = text_id(attributes.get("service.name"))
         columns["pid"] = attributes.get(semconv.PID)
-        return cls(orjson.dumps(attributes).decode(), columns)
+        text = orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS)
+        return cls(text.decode(), resource_id(text), columns)
+
+
+def resource_id(attributes_json: bytes) -> str:
+    """The key a resource's attributes (as JSON) are kept under (as ``schema.RESOURCE_ID_SQL``)."""
+    return hashlib.md5(attributes_json, usedforsecurity=False).hexdigest()[:16]
 
 
 def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
@@ -135,7 +156,7 @@ def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
         if events
         else None,
         "links": orjson.dumps([_link(link) for link in links]).decode() if links else None,
-        "resource": resource.json,
+        "resource_id": resource.id,
         "scope": scope,
     }
 
@@ -193,17 +214,18 @@ _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 M = TypeVar("M", bound=Message)
 
 
-def decoded(message: M, body: bytes, json: bool, signal: str = "Spans", items: str = "spans") -> M:
+def decoded(message: M, body: bytes, json: bool, limit: int, signal: str = "Spans", items: str = "spans") -> M:
     """``message`` (an OTLP export request of ``resource{signal}``) read from ``body``, protobuf or OTLP/JSON;
-    BadExport when it is not one."""
+    BadExport when it is not one, TooMany when it holds over ``limit`` resources, scopes and ``items``."""
+    what = {"Spans": "trace", "Logs": "log"}.get(signal, signal.lower())
     try:
+        otlp_count.count(body, json, signal, items, limit, "spans" if signal == "Spans" else "log records")
         if json:
             document = json_ids_to_base64(orjson.loads(body), signal, items)
             json_format.ParseDict(document, message, ignore_unknown_fields=True)
         else:
             message.ParseFromString(body)
     except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
-        what = {"Spans": "trace", "Logs": "log"}.get(signal, signal.lower())
         raise BadExport(f"not an OTLP {what} export ({'JSON' if json else 'protobuf'}): {exc}") from None
     return message
 

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from raysight.ingest import otlp
+from raysight.ingest.ids import SESSION_NAME
 from raysight.instrument import semconv
 
 HOST = "otlp"  # the host of a resource that names none
@@ -45,20 +46,28 @@ class LogsExport:
         self.reason = self.reason or why
 
 
-def parse(body: bytes, json: bool, default_session: str | None, now_ns: int) -> LogsExport:
+def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, limit: int) -> LogsExport:
     """The log records of an OTLP export as agent batches: ``default_session`` is the session of resources that name
-    none; ``now_ns`` stamps records that carry no time."""
-    request = otlp.decoded(ExportLogsServiceRequest(), body, json, signal="Logs", items="logRecords")
+    none; ``now_ns`` stamps records that carry no time; TooMany past ``limit`` records (counted before any is
+    decoded)."""
+    request = otlp.decoded(ExportLogsServiceRequest(), body, json, limit, signal="Logs", items="logRecords")
     export = LogsExport()
     hosts: dict[str, list[dict[str, Any]]] = {}
     for resource_logs in request.resource_logs:
         resource = otlp.attributes(resource_logs.resource.attributes)
-        records = [(scope.scope.name, record) for scope in resource_logs.scope_logs for record in scope.log_records]
+        records = [
+            (scope.scope.name[: otlp.SCOPE_MAX], record)
+            for scope in resource_logs.scope_logs
+            for record in scope.log_records
+        ]
         if not records:
             continue
         session = otlp.text_id(resource.get(semconv.SESSION)) or default_session
         if session is None:
             export.refuse(len(records), "no Ray session known yet: give the resource a ray.session_name attribute")
+            continue
+        if not SESSION_NAME.fullmatch(session):
+            export.refuse(len(records), f"ray.session_name {session[:80]!r} is not a Ray session's name (session_…)")
             continue
         lines, times = [], []
         for scope, record in records:

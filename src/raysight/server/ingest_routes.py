@@ -13,12 +13,13 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import orjson
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.config import INGEST_DEADLINE_S
-from raysight.errors import BadQuery, BodyTooLarge, Unavailable, UnsupportedEncoding
+from raysight.errors import BadQuery, BodyTooLarge, TooMany, Unavailable, UnsupportedEncoding
 from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest import node_life, otlp, otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
@@ -42,6 +43,7 @@ RUN_EXIT_MAX_BODY = 64 * 1024
 NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
 RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 RUN_ID_MAX = 128
+JOURNALLED_PER_BODY = 4  # what an export may take in the journal (its rows as JSON), in bodies of the largest size
 RETRY = {"Retry-After": "1"}
 KEY_HEADER = "x-raysight-ingest-key"
 DROPPED_HEADER = "x-raysight-spans-dropped"  # what raysight's instrumentation dropped before this export
@@ -169,9 +171,14 @@ async def agent_logs(request: Request) -> Response:
 
 async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
+    encoding = _encoding(request)
+
+    def parsed() -> tuple[bytes, agent_logs_batch.LogBatch]:
+        data = _decoded(encoding, body, state.max_body)  # (what is journalled: the JSON)
+        return data, agent_logs_batch.parse(data, MAX_LOG_LINES)
+
     try:
-        body = _decoded(request, body, state.max_body)  # (what is journalled: the JSON)
-        batch = agent_logs_batch.parse(body, MAX_LOG_LINES)
+        body, batch = await run_in_threadpool(parsed)
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
         return _error(400, f"bad batch of logs: {exc}")
@@ -203,8 +210,9 @@ OtlpHandler = Callable[[Request, bytes, bool, float], Awaitable[Response]]
 
 
 async def _otlp(request: Request, handle: OtlpHandler) -> Response:
-    """An OTLP/HTTP export: the key checked, the body read and inflated, then ``handle(request, body, json,
-    started)``; a body that is not an export of the kind gets 400."""
+    """An OTLP/HTTP export: the key checked, the body read, then ``handle(request, body, json, started)``, which
+    inflates and decodes it off the event loop (``_off_loop``); a body that is not an export of the kind gets 400,
+    one of too many items 413."""
     started = time.perf_counter()
     if (refused := _key_refused(request)) is not None:
         return refused
@@ -213,23 +221,33 @@ async def _otlp(request: Request, handle: OtlpHandler) -> Response:
 
     async def handled(body: bytes) -> Response:
         try:
-            return await handle(request, _decoded(request, body, state.max_body), json, started)
+            return await handle(request, body, json, started)
         except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
             state.metrics.rejected.labels("bad_otlp").inc()
             return _error(400, str(exc))
+        except TooMany as exc:
+            state.metrics.rejected.labels("too_many_items").inc()
+            return _error(413, str(exc))
 
     return await _with_body(request, handled, "the exporter")
 
 
+async def _off_loop(request: Request, body: bytes, parse: Callable[[bytes], T]) -> T:
+    """``parse`` of the inflated ``body``, both run on a thread: decoding an export of tens of thousands of items
+    takes longer than the event loop may be held."""
+    encoding, limit = _encoding(request), app_state(request).max_body
+    return await run_in_threadpool(lambda: parse(_decoded(encoding, body, limit)))
+
+
 async def _journal_spans(request: Request, body: bytes, json: bool, started: float) -> Response:
     state = app_state(request)
-    export = otlp.parse(body, json)
+    export, body = await _off_loop(request, body, lambda data: (otlp.parse(data, json), data))
     if state.forwarder is not None and export.spans:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
         if not forwarded and not state.forwarding.store:
             return _error(503, "busy: the spans to forward wait in a full queue; the exporter will resend", **RETRY)
     if export.spans and state.forwarding.store:
-        journalled = orjson.dumps(export.spans)
+        journalled = await run_in_threadpool(export.journalled)
         if (failed := await _durable(request, journalled, len(export.spans), SPANS, started)) is not None:
             return failed
     dropped = request.headers.get(DROPPED_HEADER, "0")
@@ -242,19 +260,23 @@ async def _journal_spans(request: Request, body: bytes, json: bool, started: flo
 
 
 async def _journal_log_records(request: Request, body: bytes, json: bool, started: float) -> Response:
-    export = otlp_logs.parse(body, json, await app_state(request).read(latest_session), time.time_ns())
-    if export.lines > MAX_LOG_LINES:
-        return _error(413, f"over {MAX_LOG_LINES} log records in one export: send smaller batches")
+    session, now_ns = await app_state(request).read(latest_session), time.time_ns()
+    export = await _off_loop(request, body, lambda data: otlp_logs.parse(data, json, session, now_ns, MAX_LOG_LINES))
     for batch in export.batches:
         lines = sum(len(file["texts"]) for file in batch["files"])
-        if (failed := await _durable(request, orjson.dumps(batch), lines, AGENT_LOGS, started)) is not None:
+        journalled = await run_in_threadpool(orjson.dumps, batch)
+        if (failed := await _durable(request, journalled, lines, AGENT_LOGS, started)) is not None:
             return failed
     return _otlp_answer(otlp_logs.response(export.rejected, export.reason, json), json)
 
 
 async def _durable(request: Request, body: bytes, events: int, kind: str, started: float) -> Response | None:
-    """Journal an exporter's ``body``: None once it is durable, else the error to answer."""
+    """Journal an exporter's ``body`` (what its export became): None once it is durable, else the error to answer
+    (413 when it would take more than :data:`JOURNALLED_PER_BODY` bodies of the largest size)."""
     state = app_state(request)
+    if len(body) > (most := JOURNALLED_PER_BODY * state.max_body):
+        state.metrics.rejected.labels("too_large").inc()
+        return _error(413, f"the export's items take {len(body):,} bytes to keep, over {most:,}: send smaller batches")
     try:
         future = state.writer.submit(body, events=events, kind=kind)
     except QueueFull as exc:
@@ -270,22 +292,35 @@ def _otlp_answer(answer: bytes, json: bool) -> Response:
 WBITS = {"gzip": 31, "deflate": 15}  # zlib's names for the two formats of HTTP's Content-Encoding
 
 
-def _decoded(request: Request, body: bytes, limit: int) -> bytes:
-    """The body as it was before its Content-Encoding (gzip, deflate or none): refused (BodyTooLarge) past ``limit``
-    bytes inflated, BadBatch if it is not in that format, UnsupportedEncoding (415) for another encoding."""
+def _encoding(request: Request) -> str:
+    """The body's Content-Encoding (gzip, deflate or identity); UnsupportedEncoding (415) for another."""
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity" and encoding not in WBITS:
+        raise UnsupportedEncoding(f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none")
+    return encoding
+
+
+def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
+    """The body as it was before its ``encoding``, every member of a gzip body (RFC 1952 allows several, and
+    readers join them): refused (BodyTooLarge) past ``limit`` bytes inflated, BadBatch where it is not whole and
+    in that format."""
     if encoding == "identity":
         return body
-    if encoding not in WBITS:
-        raise UnsupportedEncoding(f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none")
-    inflate = zlib.decompressobj(wbits=WBITS[encoding])
-    try:
-        data = inflate.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise agent_logs_batch.BadBatch(f"body is not {encoding}: {exc}") from None
-    if len(data) > limit or inflate.unconsumed_tail:
-        raise BodyTooLarge(f"body over {limit} bytes decompressed")
-    return data
+    data, rest = bytearray(), body
+    while rest:
+        inflate = zlib.decompressobj(wbits=WBITS[encoding])
+        try:
+            data += inflate.decompress(rest, limit + 1 - len(data))
+        except zlib.error as exc:
+            raise agent_logs_batch.BadBatch(f"body is not {encoding}: {exc}") from None
+        if len(data) > limit or inflate.unconsumed_tail:
+            raise BodyTooLarge(f"body over {limit} bytes decompressed")
+        if not inflate.eof:
+            raise agent_logs_batch.BadBatch(f"body is not whole {encoding}: it ends within its stream")
+        rest = inflate.unused_data
+        if rest and encoding != "gzip":
+            raise agent_logs_batch.BadBatch(f"body is not {encoding}: {len(rest)} bytes follow its stream")
+    return bytes(data)
 
 
 def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:

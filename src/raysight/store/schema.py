@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -471,8 +471,10 @@ SPANS_DDL = """CREATE TABLE IF NOT EXISTS spans (
     trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind VARCHAR, start_ns BIGINT,
     end_ns BIGINT, status VARCHAR, status_message VARCHAR, service VARCHAR, session VARCHAR, job_id VARCHAR,
     node_id VARCHAR, worker_id VARCHAR, pid BIGINT, task_id VARCHAR, attempt INTEGER, actor_id VARCHAR,
-    request_id VARCHAR, attributes JSON, events JSON, links JSON, resource JSON, scope VARCHAR,
+    request_id VARCHAR, attributes JSON, events JSON, links JSON, resource_id VARCHAR, scope VARCHAR,
     PRIMARY KEY (trace_id, span_id))"""
+# Each resource's attributes once, by the digest its spans name (``otlp.resource_id``)
+SPAN_RESOURCES_DDL = "CREATE TABLE IF NOT EXISTS span_resources (resource_id VARCHAR PRIMARY KEY, attributes JSON)"
 LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
     session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
     job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
@@ -529,6 +531,7 @@ RAW_DDL = [
         session VARCHAR PRIMARY KEY, samples BIGINT, through_ms BIGINT, why VARCHAR, dropped_at TIMESTAMPTZ)""",
     # Trace spans as OTLP brought them (``ingest/otlp.py``), raw input: each once, however often it was sent.
     SPANS_DDL,
+    SPAN_RESOURCES_DDL,
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -570,6 +573,7 @@ INDEXED_FROM_KEY = "log_indexed_from"
 INDEXED_FROM_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{INDEXED_FROM_KEY}'"
 
 
+RESOURCE_ID_SQL = "left(md5(resource::VARCHAR), 16)"  # as ``otlp.resource_id``
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
 MIGRATIONS = {
     3: [
@@ -597,6 +601,15 @@ MIGRATIONS = {
         "DROP TABLE IF EXISTS metric_keys"
     ],
     15: [],  # spans (all_ddl() makes it)
+    16: [  # a span names its resource, kept once in span_resources, where it held a copy (whatever the spans' shape)
+        SPANS_DDL,
+        SPAN_RESOURCES_DDL,
+        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS resource JSON",
+        f"""INSERT INTO span_resources SELECT DISTINCT {RESOURCE_ID_SQL}, resource FROM spans WHERE resource IS NOT NULL
+            ON CONFLICT DO NOTHING""",
+        f"UPDATE spans SET resource_id = {RESOURCE_ID_SQL} WHERE resource IS NOT NULL",
+        "ALTER TABLE spans DROP COLUMN resource",
+    ],
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in

@@ -433,14 +433,33 @@ class Store:
         return int(stored)
 
     def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
-        """Store the span rows of journalled OTLP exports (``ingest/otlp.py``) in one transaction, each span once
-        however often it was sent (the first copy: DuckDB's conflict check keeps the first of a batch too); the
-        spans stored."""
-        rows = [row for body in bodies for row in orjson.loads(body)]
+        """Store the spans of journalled OTLP exports (``otlp.Export.journalled``) and their resources in one
+        transaction, each span once however often it was sent (the first copy: DuckDB's conflict check keeps the
+        first of a batch too); the spans stored."""
+        rows: list[dict[str, Any]] = []
+        resources: dict[str, str] = {}
+        for body in bodies:
+            export = orjson.loads(body)
+            if isinstance(export, list):  # journalled before resources were kept apart: each row holds its own
+                export = {"resources": {}, "spans": export}
+                for row in export["spans"]:
+                    text = row.pop("resource", None) or "{}"
+                    row["resource_id"] = otlp.resource_id(text.encode())
+                    resources[row["resource_id"]] = text
+            rows += export["spans"]
+            resources.update(export["resources"])
         spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+        del rows
         sessions = pc.unique(spans["session"].drop_null()).to_pylist()
-        with self._one_thread(self.con), self._transaction(), self._registered("staged_spans", spans):
+        kept = pa.table({"resource_id": list(resources), "attributes": list(resources.values())})
+        with (
+            self._one_thread(self.con),
+            self._transaction(),
+            self._registered("staged_spans", spans),
+            self._registered("staged_resources", kept),
+        ):
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
+            self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
             if sessions:
                 self._run(
                     "INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions]
@@ -1005,6 +1024,10 @@ class Store:
             )
             for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
+            con.execute(  # the resources no span names any more
+                "DELETE FROM span_resources WHERE resource_id NOT IN "
+                "(SELECT DISTINCT resource_id FROM spans WHERE resource_id IS NOT NULL)"
+            )
         self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
         return bool(found and found[0])
 
