@@ -169,7 +169,10 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
         orjson.dumps({**good, "files": [{**file, "stream": "video"}]}): "stream must be one of",
         orjson.dumps({**good, "files": [{**file, "append": "yes"}]}): "append must be true or false",
         orjson.dumps({**good, "files": [{**file, "texts": [7]}]}): "texts holds int",
-        orjson.dumps({**good, "gaps": [{"key": "k"}]}): "session must be a string",
+        orjson.dumps({**good, "gaps": [{"key": "k"}]}): "session must be the name of a Ray session",
+        orjson.dumps({**good, "files": [{**file, "session": "x' OR 1=1 --"}]}): "session must be the name of a Ray",
+        orjson.dumps({**good, "files": [{**file, "raw": ["not base64!"]}]}): "raw holds 'not base64!', not base64",
+        orjson.dumps({**good, "files": [{**file, "key": "k" * 256}]}): "key must be a string of 1 to 255",
     }
     for body, why in bad.items():
         answer = server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"})

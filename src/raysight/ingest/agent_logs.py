@@ -23,14 +23,20 @@ for the local time Ray stamps its lines in.
 
 from __future__ import annotations
 
+import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
+from raysight.ingest.ids import SESSION_NAME
+
 STREAMS = ("stdout", "stderr", "system")
 MAX_NAME = 1024
+MAX_KEY = 255  # a file's key, name and worker ID, and the host: each stored on every line of the file
+# What those fields take, repeated on each line of a batch: a 16 MiB body of 200k lines must not become gigabytes
+MAX_REPEATED_BYTES = 64 * 1024 * 1024
 _COLUMNS = {  # column: (element type, nullable)
     "offsets": (int, False),
     "texts": (str, False),
@@ -124,6 +130,21 @@ def text_field(value: Any, what: str, optional: bool = False, limit: int = MAX_N
     return value
 
 
+def session_field(value: Any, what: str) -> str:
+    """A Ray session's name (``session_…``), as every route checks it."""
+    if not (isinstance(value, str) and SESSION_NAME.fullmatch(value)):
+        raise BadBatch(f"{what} must be the name of a Ray session (session_…)")
+    return value
+
+
+def _base64(text: str) -> bool:
+    try:
+        binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
 def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high: int = 2**63 - 1) -> int | None:
     if value is None and optional:
         return None
@@ -160,7 +181,7 @@ def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], s
     """A node agent's JSON body, an object of ``shape`` whose field ``listed`` is a list, and the host it names;
     BadBatch otherwise."""
     batch = json_object(body, listed, list, shape)
-    host = text_field(batch.get("host"), "host")
+    host = text_field(batch.get("host"), "host", limit=MAX_KEY)
     assert host is not None
     return batch, host
 
@@ -172,6 +193,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
     appends: list[tuple[int, int, int]] = []
+    repeated = 0
     for i, file in enumerate(batch["files"]):
         where = f"files[{i}]"
         if not isinstance(file, dict):
@@ -191,15 +213,23 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         if stream not in STREAMS:
             raise BadBatch(f"{where}: stream must be one of {', '.join(STREAMS)}")
         meta = {
-            "session": text_field(file.get("session"), f"{where}: session"),
+            "session": session_field(file.get("session"), f"{where}: session"),
             "host": host,
-            "file_key": text_field(file.get("key"), f"{where}: key"),
-            "name": text_field(file.get("name"), f"{where}: name"),
+            "file_key": text_field(file.get("key"), f"{where}: key", limit=MAX_KEY),
+            "name": text_field(file.get("name"), f"{where}: name", limit=MAX_KEY),
             "stream": stream,
-            "worker_id": text_field(file.get("worker_id"), f"{where}: worker_id", optional=True),
+            "worker_id": text_field(file.get("worker_id"), f"{where}: worker_id", optional=True, limit=MAX_KEY),
             "pid": int_field(file.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
             "read_ns": int_field(file.get("read_ns"), f"{where}: read_ns"),
         }
+        repeated += count * sum(len(value) for value in meta.values() if isinstance(value, str))
+        if repeated > MAX_REPEATED_BYTES:
+            raise BadBatch(
+                f"{where}: its file's fields, stored on each of its lines, take the batch over "
+                f"{MAX_REPEATED_BYTES:,} bytes: send fewer lines per batch"
+            )
+        if bad := next((value for value in columns["raw"] if value is not None and not _base64(value)), None):
+            raise BadBatch(f"{where}: raw holds {bad[:40]!r}, not base64")
         for name, value in meta.items():
             lines[name].extend([value] * count)
             files[name].append(value)
@@ -251,7 +281,7 @@ def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:
         where = f"gaps[{i}]"
         if not isinstance(gap, dict):
             raise BadBatch(f"{where} must be an object")
-        rows["session"].append(text_field(gap.get("session"), f"{where}: session"))
+        rows["session"].append(session_field(gap.get("session"), f"{where}: session"))
         rows["host"].append(host)
         rows["file_key"].append(text_field(gap.get("key"), f"{where}: key"))
         rows["name"].append(text_field(gap.get("name"), f"{where}: name"))

@@ -56,8 +56,9 @@ def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, lim
     for resource_logs in request.resource_logs:
         resource = otlp.attributes(resource_logs.resource.attributes)
         records = [
-            (scope.scope.name[: otlp.SCOPE_MAX], record)
+            (name, record)
             for scope in resource_logs.scope_logs
+            for name in (scope.scope.name[: otlp.SCOPE_MAX],)  # (read once: each read copies it)
             for record in scope.log_records
         ]
         if not records:

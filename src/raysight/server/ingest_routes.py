@@ -206,14 +206,14 @@ async def otlp_log_records(request: Request) -> Response:
     return await _otlp(request, _journal_log_records)
 
 
-OtlpHandler = Callable[[Request, bytes, bool, float], Awaitable[Response]]
+OtlpHandler = Callable[[Request, bytes, bool], Awaitable[Response]]
 
 
 async def _otlp(request: Request, handle: OtlpHandler) -> Response:
-    """An OTLP/HTTP export: the key checked, the body read, then ``handle(request, body, json, started)``, which
-    inflates and decodes it off the event loop (``_off_loop``); a body that is not an export of the kind gets 400,
-    one of too many items 413."""
-    started = time.perf_counter()
+    """An OTLP/HTTP export: the key checked, the body read, then ``handle(request, body, json)``, which inflates and
+    decodes it off the event loop (``_off_loop``), then journals it; a body that is not an export of the kind gets
+    400, one of too many items 413. (The ingest deadline runs from when it is decoded: an export of tens of thousands
+    of items, answered 503 after being kept, would be sent again.)"""
     if (refused := _key_refused(request)) is not None:
         return refused
     state = app_state(request)
@@ -221,7 +221,7 @@ async def _otlp(request: Request, handle: OtlpHandler) -> Response:
 
     async def handled(body: bytes) -> Response:
         try:
-            return await handle(request, body, json, started)
+            return await handle(request, body, json)
         except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
             state.metrics.rejected.labels("bad_otlp").inc()
             return _error(400, str(exc))
@@ -239,9 +239,10 @@ async def _off_loop(request: Request, body: bytes, parse: Callable[[bytes], T]) 
     return await run_in_threadpool(lambda: parse(_decoded(encoding, body, limit)))
 
 
-async def _journal_spans(request: Request, body: bytes, json: bool, started: float) -> Response:
+async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
     state = app_state(request)
     export, body = await _off_loop(request, body, lambda data: (otlp.parse(data, json), data))
+    started = time.perf_counter()
     if state.forwarder is not None and export.spans:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
         if not forwarded and not state.forwarding.store:
@@ -259,9 +260,10 @@ async def _journal_spans(request: Request, body: bytes, json: bool, started: flo
     return _otlp_answer(otlp.response(export.rejected, export.reason, json), json)
 
 
-async def _journal_log_records(request: Request, body: bytes, json: bool, started: float) -> Response:
+async def _journal_log_records(request: Request, body: bytes, json: bool) -> Response:
     session, now_ns = await app_state(request).read(latest_session), time.time_ns()
     export = await _off_loop(request, body, lambda data: otlp_logs.parse(data, json, session, now_ns, MAX_LOG_LINES))
+    started = time.perf_counter()
     for batch in export.batches:
         lines = sum(len(file["texts"]) for file in batch["files"])
         journalled = await run_in_threadpool(orjson.dumps, batch)

@@ -194,6 +194,14 @@ class Journal:
                 os.truncate(path, item.start)
         return last
 
+    def keep_aside(self, name: str, data: bytes) -> Path:
+        """Keep ``data`` durably in the quarantine folder as ``name`` (a batch too big to keep in the store); OSError
+        when it cannot."""
+        path = self.quarantine / name
+        path.unlink(missing_ok=True)  # (left by a try that failed midway)
+        _write_durably(path, data)
+        return path
+
     def damage(self) -> dict[str, int]:
         """What recovery has kept aside in :attr:`quarantine`: corrupt stretches skipped, torn appends cut."""
         found = {kind: [p.stat().st_size for p in self.quarantine.glob(f"*.{kind}")] for kind in ("corrupt", "torn")}
@@ -264,11 +272,15 @@ def _write_all(fd: int, data: bytes, offset: int) -> None:
 def _write_new(path: Path, data: bytes) -> None:
     """Keep ``data`` aside in a new file (best effort: the bytes stay in their segment until it is released)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            _write_all(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_durably(path, data)
     except OSError:
         log.exception("could not keep damaged journal bytes aside in %s", path)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _write_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -11,6 +11,7 @@ readers take their own cursor (:meth:`Store.reader`) and see committed data only
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -362,13 +363,14 @@ class Store:
         cursor.execute(f"USE {DB_ALIAS}")  # a cursor starts in DuckDB's in-memory database
         return cursor
 
-    def quarantine_batch(self, body: bytes, reason: str, journal_seq: int) -> None:
-        """Keep a whole journalled batch the store could not fold (with why), and move past it."""
-        text = body.decode()
+    def quarantine_batch(self, body: bytes, reason: str, journal_seq: int, kept_in: Path | None = None) -> None:
+        """Keep a whole journalled batch the store could not fold (with why), and move past it; one whose body was
+        ``kept_in`` a file (too big for the store's memory) says where."""
+        reason = reason[:500] + (f"; its body is kept in {kept_in}" if kept_in else "")
         with self._transaction():
             self._run(
-                "INSERT INTO quarantine VALUES (md5(?), NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
-                [text, reason[:500], text],
+                "INSERT INTO quarantine VALUES (?, NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
+                [hashlib.md5(body, usedforsecurity=False).hexdigest(), reason, None if kept_in else body.decode()],
             )
             self.count(quarantined=1)
             self._mark_folded(journal_seq)

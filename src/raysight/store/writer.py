@@ -16,9 +16,10 @@ Ray. A backlog that fills groups is drained without resting or waiting.
 
 A group that fails to fold is never dropped, nor allowed to stop the folding of what follows it: on any error it is
 folded batch by batch. A batch whose content the store refuses is quarantined (its body kept with the reason); an
-environmental failure (a full disk, an I/O error, no memory) is retried with back-off until it passes, as it does by
-itself once space returns (``raysight doctor`` says why it waits); an error that is neither is retried a few times,
-then quarantined.
+environmental failure (a full disk, an I/O error) is retried with back-off until it passes, as it does by itself once
+space returns (``raysight doctor`` says why it waits); a batch that runs out of memory alone, or fails with an error
+that is neither, is retried a few times, then quarantined: one poison batch must not stop all that follows it, nor
+every start after it.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ ENVIRONMENTAL_ERRORS: tuple[type[Exception], ...] = (
     duckdb.FatalException,
 )
 UNFORESEEN_TRIES = 5  # an error that is neither (InternalException, BinderException, …): tries before quarantine
+# Out of memory, folded alone: another fold or a big query may have held the memory, so it is tried again, but a
+# batch that cannot fit within the store's memory limit never will (tries before quarantine)
+MEMORY_ERRORS: tuple[type[Exception], ...] = (MemoryError, duckdb.OutOfMemoryException)
+MEMORY_TRIES = 3
 _STOP = object()
 
 
@@ -429,7 +434,8 @@ class Writer:
         """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
         so it is never dropped, and it must not hold up what follows: a group that fails in any way is folded batch
         by batch. A batch whose content the store refuses is quarantined whole; an environmental failure is retried
-        with back-off until it passes; an error that is neither, :data:`UNFORESEEN_TRIES` times, then quarantined."""
+        with back-off until it passes; out of memory :data:`MEMORY_TRIES` times, or an error that is neither
+        :data:`UNFORESEEN_TRIES` times, and it is quarantined."""
         posts = _posts(group)
         delays, tries = _delays(), 0
         while True:
@@ -453,25 +459,29 @@ class Writer:
                         self._fold([record])
                 elif isinstance(exc, CONTENT_ERRORS):
                     self._quarantine(group[0], exc)
+                elif isinstance(exc, MEMORY_ERRORS) and tries >= MEMORY_TRIES:
+                    self._quarantine(group[0], exc, why=f"out of memory {tries} times, within --memory-limit")
                 elif not isinstance(exc, ENVIRONMENTAL_ERRORS) and tries >= UNFORESEEN_TRIES:
-                    self._quarantine(group[0], exc, unforeseen=f"an error not foreseen, {tries} tries")
+                    self._quarantine(group[0], exc, why=f"an error not foreseen, {tries} tries", unforeseen=True)
                 elif self._wait(exc, next(delays)):
                     continue
                 return  # done, or stopping: what is unfolded stays in the journal for the next start
             self._done(group, result, time.perf_counter() - started)
             return
 
-    def _quarantine(self, record: Record, exc: Exception, unforeseen: str | None = None) -> None:
-        """Keep a batch the store could not fold in the quarantine table with the reason (retried like a fold); an
-        ``unforeseen`` error is logged with its traceback, since it may be raysight's own bug."""
-        reason = f"the store could not fold this batch: {type(exc).__name__}: {exc}" + (
-            f" ({unforeseen})" if unforeseen else ""
-        )
+    def _quarantine(self, record: Record, exc: Exception, why: str | None = None, unforeseen: bool = False) -> None:
+        """Keep a batch the store could not fold in the quarantine table with the reason (and ``why``: what was
+        tried), retried like a fold; an ``unforeseen`` error is logged with its traceback, since it may be raysight's
+        own bug."""
+        error = str(exc).partition("\n")[0]  # (DuckDB's go on with advice)
+        reason = f"the store could not fold this batch: {type(exc).__name__}: {error}" + (f" ({why})" if why else "")
         log.error("journal record %d quarantined: %s", record.seq, reason, exc_info=exc if unforeseen else None)
-        delays = _delays()
+        delays, kept_in = _delays(), None
         while True:
             try:
-                self.store.quarantine_batch(record.body, reason, record.seq)
+                if isinstance(exc, MEMORY_ERRORS) and kept_in is None:  # the table may not hold it either
+                    kept_in = self.journal.keep_aside(f"{record.seq:016d}.batch", record.body)
+                self.store.quarantine_batch(record.body, reason, record.seq, kept_in)
             except Exception as failure:  # noqa: BLE001 (environmental: retried)
                 if self._wait(failure, next(delays)):
                     continue
