@@ -74,7 +74,19 @@ def test_requests_another_site_sends_are_refused(server: TestClient, ray_batches
     same_origin = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
     assert server.post("/ingest/ray-events", content=body, headers={**JSON, **same_origin}).status_code == 200
     link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
-    assert server.get("/api/raysight/sessions", headers=link).status_code == 200  # a link followed from elsewhere
+    for page in ("/", "/ui/sessions"):
+        assert server.get(page, headers=link).status_code == 200  # a link to the dashboard followed from elsewhere
+    frame = {**link, "Sec-Fetch-Dest": "iframe"}
+    for path, headers in (
+        ("/api/raysight/sessions", link),  # another site's tab or frame has no reason to open raysight's JSON,
+        ("/api/v1/query?query=up", link),  # the Prometheus API (a query can cost the server dearly),
+        ("/sessions/x/api/v0/tasks", link),  # or the Ray-compatible routes
+        ("/api/raysight/sessions", frame),
+        ("/", frame),  # nor frame the dashboard
+    ):
+        assert server.get(path, headers=headers).status_code == 403, (path, headers)
+    same_site_frame = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}
+    assert server.get("/api/raysight/sessions", headers=same_site_frame).status_code == 200
 
 
 def test_websocket_handshakes_pass_the_same_checks(tmp_path: Path) -> None:
@@ -223,6 +235,16 @@ def test_on_loopback_only_loopback_host_names_are_served(live: ServerProcess) ->
         answer = httpx.get(live.url + "/api/raysight/sessions", headers={"Host": host})
         assert answer.status_code == 400 and "--allowed-host" in answer.json()["error"], host
         assert httpx.post(live.url + "/api/raysight/reindex", headers={**JSON, "Host": host}).status_code == 400
+
+
+def test_a_bind_to_another_loopback_address_serves_that_address(tmp_path: Path) -> None:
+    """127.0.0.2 is loopback too: the server it prints must answer there (it refused its own address, 400)."""
+    server = ServerProcess(tmp_path / "data", options=["--host", "127.0.0.2"])
+    server.url = f"http://127.0.0.2:{server.port}"
+    with server:
+        assert httpx.get(f"{server.url}/api/raysight/sessions").status_code == 200
+        other = httpx.get(f"{server.url}/api/raysight/sessions", headers={"Host": "127.0.0.3"})
+        assert other.status_code == 400 and "--allowed-host" in other.json()["error"]
 
 
 def test_allowed_hosts_are_for_loopback_binds(tmp_path: Path) -> None:

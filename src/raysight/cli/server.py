@@ -58,7 +58,7 @@ def serve(
 
     from raysight.server.app import create_app
     from raysight.server.auth import load_or_create
-    from raysight.server.guard import LOOPBACK_HOSTS, host_name
+    from raysight.server.guard import LOOPBACK_HOSTS, host_name, url_host
     from raysight.server.http_protocol import protocol_with
 
     if allowed_hosts and not is_loopback(host):
@@ -71,7 +71,7 @@ def serve(
             secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    click.echo(f"raysight listening on http://{host}:{port}")
+    click.echo(f"raysight listening on http://{url_host(host)}:{port}")
     click.echo(f"data in {data_dir}")
     if secrets.token:
         click.echo(
@@ -83,7 +83,10 @@ def serve(
         create_app(
             data_dir,
             secrets=secrets,
-            allowed_hosts=LOOPBACK_HOSTS | {host_name(h) for h in allowed_hosts} if is_loopback(host) else None,
+            # a loopback bind serves loopback names, its own address (127.0.0.2, say) and --allowed-host
+            allowed_hosts=LOOPBACK_HOSTS | {host_name(h) for h in (url_host(host), *allowed_hosts)}
+            if is_loopback(host)
+            else None,
             max_body=max_body,
             max_events=max_events,
             memory_limit=memory_limit,

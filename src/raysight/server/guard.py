@@ -6,7 +6,9 @@ On loopback the browser is the threat, beyond it the network:
   pointed at 127.0.0.1 (DNS rebinding) reads nothing. Beyond loopback the secrets decide: a remote node posts to
   whatever name it was given, and a refusal would block its Ray stream for good.
 - Another site: a request whose ``Origin`` is not this server, or whose ``Sec-Fetch-Site`` says another site, is
-  refused, but for a link followed (a GET navigation), so that shared URLs open.
+  refused, but for a link to the dashboard followed (a top-level GET navigation), so that shared URLs open. Another
+  site's page has no reason to open the JSON, Ray-compatible or Prometheus routes, in a tab or a frame: a query such a
+  navigation carries could cost the server dearly.
 - Content type: a POST must carry one that a web page cannot send to another site without a CORS preflight (which
   this server never grants), so text and form posts from other sites change nothing.
 - The read token, on every path but ingest (which checks its own write-only key) and the dashboard's files (which
@@ -35,20 +37,30 @@ def host_name(host: str) -> str:
     return host.partition(":")[0]
 
 
-def from_other_site(headers: Headers, method: str) -> bool:
+def url_host(address: str) -> str:
+    """An address as a URL's host names it: ``::1`` → ``[::1]``."""
+    return f"[{address}]" if ":" in address else address
+
+
+def from_other_site(headers: Headers, method: str, path: str) -> bool:
     origin = headers.get("origin")
     if origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower():
         return True  # "null" (a sandboxed or file: page) too
     if headers.get("sec-fetch-site") in ("cross-site", "same-site"):  # same-site: e.g. another port of localhost
         followed_link = method in ("GET", "HEAD") and headers.get("sec-fetch-mode") == "navigate"
-        return not (followed_link and headers.get("sec-fetch-dest") not in ("object", "embed"))
+        return not (followed_link and headers.get("sec-fetch-dest") == "document" and dashboard_path(path))
     return False
+
+
+def dashboard_path(path: str) -> bool:
+    """The dashboard's pages and files, which a link from anywhere may open."""
+    return path in ("/", "/ui") or path.startswith("/ui/")
 
 
 def open_path(path: str) -> bool:
     """Paths served without the read token: ingest (its own key: OTLP's at its standard paths too) and the
     dashboard's files."""
-    return path.startswith(("/ingest/", "/ui/", "/v1/")) or path in ("/", "/ui")
+    return path.startswith(("/ingest/", "/v1/")) or dashboard_path(path)
 
 
 # Ray's job writes (submit, stop, delete, upload): raysight only refuses them (405), so no body can do harm there
@@ -73,7 +85,7 @@ def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None
             f"this raysight server is bound to loopback and serves loopback names only, not Host {host!r}; "
             "start it with --allowed-host NAME to serve another name"
         )
-    if from_other_site(headers, method):
+    if from_other_site(headers, method, scope["path"]):
         return 403, "refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)"
     if (
         method == "POST"
