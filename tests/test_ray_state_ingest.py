@@ -221,19 +221,34 @@ def test_status_at_a_moment_is_the_sample_at_or_before_it(server: TestClient) ->
     [
         (b"not json", "not JSON"),
         (b"[]", "must be a JSON object"),
-        (b'{"session": "s", "polled_ns": 1, "resources": {"secrets": []}}', "unknown resources"),
-        (b'{"session": "s", "polled_ns": 1, "resources": {"objects": {}}}', "must be a list"),
-        (b'{"session": "s", "polled_ns": 1, "resources": {"objects": [{"pid": 1}]}}', "not a row of objects"),
-        (b'{"session": "s", "polled_ns": 1, "resources": {"drivers": [{"worker_id": "x"}]}}', "not a row of drivers"),
-        (b'{"session": "s", "polled_ns": "now", "resources": {}}', "polled_ns"),
-        (b'{"session": "s", "polled_ns": 1, "resources": {"jobs": []}, "errors": {"jobs": "x"}}', "both"),
+        (b'{"session": "session_s", "polled_ns": 1, "resources": {"secrets": []}}', "unknown resources"),
+        (b'{"session": "session_s", "polled_ns": 1, "resources": {"objects": {}}}', "must be a list"),
+        (b'{"session": "session_s", "polled_ns": 1, "resources": {"objects": [{"pid": 1}]}}', "not a row of objects"),
         (
-            b'{"session": "s", "polled_ns": 1, "resources": {"cluster_events": ['
+            b'{"session": "session_s", "polled_ns": 1, "resources": {"drivers": [{"worker_id": "x"}]}}',
+            "not a row of drivers",
+        ),
+        (b'{"session": "session_s", "polled_ns": "now", "resources": {}}', "polled_ns"),
+        (b'{"session": "session_s", "polled_ns": 1, "resources": {"jobs": []}, "errors": {"jobs": "x"}}', "both"),
+        (
+            b'{"session": "session_s", "polled_ns": 1, "resources": {"cluster_events": ['
             + b",".join(b'{"event_id": "e%d"}' % i for i in range(20_001))
             + b"]}}",
             "over 20000 rows",
         ),
-        (b'{"session": "s", "polled_ns": 1, "resources": {}, "cluster_status": {"time": 1}}', "loadMetricsReport"),
+        (
+            b'{"session": "session_s", "polled_ns": 1, "resources": {}, "cluster_status": {"time": 1}}',
+            "loadMetricsReport",
+        ),
+        (b'{"session": "x\' OR 1=1 --", "polled_ns": 1, "resources": {}}', "the name of a Ray session"),
+        (  # a row nested 1,000 deep was answered 500
+            b'{"session": "session_s", "polled_ns": 1, "resources": {"placement_groups": [{"placement_group_id": "p", '
+            + b'"x": '
+            + b"[" * 1000
+            + b"]" * 1000
+            + b"}]}}",
+            "cannot be kept",
+        ),
     ],
 )
 def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, body: bytes, says: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from raysight.ingest.agent_logs import BadBatch, agent_batch, int_field, text_field
+from raysight.ingest.agent_logs import BadBatch, agent_batch, int_field, session_field
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
@@ -47,7 +47,7 @@ def _sighting(value: Any, where: str) -> dict[str, Any]:
     if type(alive) is not bool:
         raise BadBatch(f"{where}: alive must be true or false")
     return {
-        "session": text_field(value.get("session"), f"{where}: session"),
+        "session": session_field(value.get("session"), f"{where}: session"),
         "process": process,
         "node_id": node_id,
         "pid": int_field(value.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from raysight.ingest.agent_logs import BadBatch, int_field, json_object, text_field
+from raysight.ingest.agent_logs import BadBatch, int_field, json_object, session_field
 from raysight.ingest.ray_events import Key, Patch
 
 
@@ -145,9 +145,9 @@ def driver_patch(session: str, row: dict[str, Any], seen_dead_ns: int) -> tuple[
 def parse(body: bytes) -> Poll:
     """The poll a body carries; BadBatch says what is wrong with one that is not well formed."""
     poll = json_object(body, "resources", dict, '{"session", "polled_ns", "resources": {...}, "errors": {...}}')
-    session = text_field(poll.get("session"), "session")
+    session = session_field(poll.get("session"), "session")
     polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
-    assert session is not None and polled_ns is not None
+    assert polled_ns is not None
     unknown = set(poll["resources"]) - set(KINDS)
     if unknown:
         raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
@@ -161,15 +161,18 @@ def parse(body: bytes) -> Poll:
     fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
     if both := set(errors) & set(fetched):
         raise BadBatch(f"{sorted(both)} both polled and failed")
-    rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
+    try:  # (kept as JSON: orjson writes at most 254 levels, which no row of Ray's comes near)
+        rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
+        status_json = None if status is None else orjson.dumps(status).decode()
+    except orjson.JSONEncodeError as exc:
+        raise BadBatch(f"a row or the cluster status cannot be kept: {exc}") from None
     drivers = [driver_patch(session, row, polled_ns) for row in poll["resources"].get("drivers", [])]  # (checked)
-
     return Poll(
         session,
         polled_ns,
         pa.Table.from_pylist(rows, schema=SCHEMA),
         fetched,
         {k: v[:2000] for k, v in errors.items()},
-        None if status is None else orjson.dumps(status).decode(),
+        status_json,
         drivers,
     )
