@@ -9,15 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pytest
+from starlette.testclient import TestClient
 
+from raysight.ingest import otlp
+from raysight.server.app import create_app
 from raysight.store import schema
 from raysight.store import store as store_module
+from raysight.store.journal import SPANS, Journal
 from raysight.store.store import DB_FILE, REWRITE_SUFFIX, Store
+from tests.ray_scenarios import wait_folded
 from tests.test_store import post, snapshot
 
 COPIES = 200  # of the recorded session, with fresh event IDs: ~15 MB of raw bodies, enough to see compression
 JOURNAL_FOLDED = 4242
+SESSION = "session_2026-11-26_10-00-00_000000_1"
 
 
 def copies(batches: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
@@ -134,3 +141,41 @@ def test_a_rewrite_that_fails_midway_leaves_the_old_store_usable(
     assert storage_version(old_store["path"]) == "v1.0.0+"
     assert meta(old_store["path"]) == {"schema_version": "4", "journal_folded": str(JOURNAL_FOLDED)}
     assert_upgraded(old_store, ray_batches)
+
+
+def test_a_schema_15_store_keeps_each_span_s_resource_once_and_replays_spans_journalled_before(
+    tmp_path: Path,
+) -> None:
+    """Schema 15 copied a span's resource into each of its rows, in the store and in the journal (so a 6 KB export
+    of a 300 KB resource became 300 MB): after the upgrade each resource is kept once, named by its spans, and a
+    journal record of that shape still folds."""
+    data = tmp_path / "data"
+    legacy = {column: None for column in otlp.COLUMNS if column != "resource_id"}
+    stored = {**legacy, "trace_id": "01" * 16, "span_id": "02" * 8, "start_ns": 1, "end_ns": 2, "session": SESSION}
+    journalled = {**stored, "span_id": "03" * 8}
+    resource = '{"service.name":"old"}'
+    Store(data).close()
+    with duckdb.connect(str(data / DB_FILE)) as con:  # back to schema 15's spans, with one span stored
+        con.execute("DROP TABLE span_resources")
+        con.execute("ALTER TABLE spans DROP COLUMN resource_id")
+        con.execute("ALTER TABLE spans ADD COLUMN resource JSON")
+        con.execute(
+            "INSERT INTO spans BY NAME SELECT * FROM (SELECT unnest([$row], recursive := true))",
+            {"row": stored | {"resource": resource}},
+        )
+        con.execute("UPDATE meta SET value = '15' WHERE key = 'schema_version'")
+        (folded,) = con.execute(
+            "SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'journal_folded'"
+        ).fetchone()
+    journal = Journal(data / "journal", folded)
+    journal.append([(None, None, orjson.dumps([journalled | {"resource": resource}]), 1, SPANS)])
+    journal.close()
+    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0)) as client:
+        wait_folded(client)
+        con = client.app.state.raysight.store.reader()
+        rows = con.execute(
+            "SELECT span_id, r.attributes::VARCHAR FROM spans JOIN span_resources r USING (resource_id) ORDER BY 1"
+        ).fetchall()
+        assert rows == [("02" * 8, resource), ("03" * 8, resource)]
+        assert con.execute("SELECT count(*) FROM span_resources").fetchone() == (1,)
+        assert "resource" not in [c[0] for c in con.execute("DESCRIBE spans").fetchall()]

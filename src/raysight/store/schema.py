@@ -605,6 +605,7 @@ MIGRATIONS = {
         SPANS_DDL,
         SPAN_RESOURCES_DDL,
         "ALTER TABLE spans ADD COLUMN IF NOT EXISTS resource JSON",
+        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS resource_id VARCHAR",
         f"""INSERT INTO span_resources SELECT DISTINCT {RESOURCE_ID_SQL}, resource FROM spans WHERE resource IS NOT NULL
             ON CONFLICT DO NOTHING""",
         f"UPDATE spans SET resource_id = {RESOURCE_ID_SQL} WHERE resource IS NOT NULL",
