@@ -153,8 +153,9 @@ def name_and_labels(head: str) -> tuple[str, str]:
 
 
 # The series of new lines (``new_lines``: line, name, labels_text; parameters: :attr:`Scrape.target`), their
-# labels parsed (the target's added) and their canonical ID: a digest of session, name and labels sorted, whatever
-# their order on the page. A line that names a label twice is no sample (Prometheus refuses it too).
+# labels parsed (the target's added, where the line lacks them; not by map_concat, whose time grows with the square of
+# a map's labels) and their canonical ID: a digest of session, name and labels sorted, whatever their order on the
+# page. A line that names a label twice is no sample (Prometheus refuses it too).
 SERIES = f"""
 WITH pairs AS (
     SELECT line, name, list_transform(
@@ -165,11 +166,19 @@ WITH pairs AS (
                            'value': {_unescaped("p[2]")}}}) AS scraped
     FROM new_lines
 ),
-parsed AS (
-    SELECT line, name, map_concat(MAP($label_names::VARCHAR[], $label_values::VARCHAR[]), map_from_entries(scraped),
-                                     MAP {{'instance': $instance, 'job': $job}}) AS labels
+keyed AS (
+    SELECT line, name, scraped, list_transform(scraped, lambda p: p.key) AS keys
     FROM pairs
-    WHERE len(list_distinct(list_transform(scraped, lambda p: p.key))) = len(scraped)
+),
+parsed AS (
+    SELECT line, name, map_from_entries(list_concat(
+               list_filter(list_transform(list_zip($label_names::VARCHAR[], $label_values::VARCHAR[]),
+                                          lambda p: {{'key': p[1], 'value': p[2]}}),
+                           lambda e: NOT list_contains(keys, e.key)),
+               scraped,
+               [{{'key': 'instance', 'value': $instance}}, {{'key': 'job', 'value': $job}}])) AS labels
+    FROM keyed
+    WHERE len(list_distinct(keys)) = len(keys)
 )
 SELECT line, name, labels,
        md5_number_lower($session || chr(0) || name || chr(0) || array_to_string(
