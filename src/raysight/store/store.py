@@ -849,19 +849,20 @@ class Store:
                 if known.last_ms is not None and known.last_ms >= scrape.scraped_ms:
                     kept_of.append(0)
                     continue
-                page = prom_text.lines(scrape.text, scrape.scraped_ms)
+                page = scrape.page
                 new = [i for i, head in enumerate(page.heads) if head not in known.series]
                 found = self._record_new_series(scrape, page, new) if new else {}
                 staged[key] = target = _Target(scrape.scraped_ms, {**known.series, **found} if found else known.series)
                 numbers = [target.series.get(head, MALFORMED) for head in page.heads]
                 dropped = numbers.count(None)  # (refused past the session's limit)
+                ts_ms, values = page.ts_ms, page.values  # (the page's own lists left whole: it may be kept again)
                 if dropped or MALFORMED in numbers:
                     kept = [i for i, number in enumerate(numbers) if number is not None and number != MALFORMED]
                     numbers = [numbers[i] for i in kept]
-                    page.ts_ms, page.values = [page.ts_ms[i] for i in kept], [page.values[i] for i in kept]
+                    ts_ms, values = [ts_ms[i] for i in kept], [values[i] for i in kept]
                 samples["series_no"] += numbers
-                samples["ts_ms"] += page.ts_ms
-                samples["value"] += page.values
+                samples["ts_ms"] += ts_ms
+                samples["value"] += values
                 done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(numbers)))
                 kept_of.append(len(numbers))
                 if dropped:
