@@ -18,8 +18,10 @@ from starlette.testclient import TestClient
 from raysight.errors import TooMany
 from raysight.ingest import prom_text
 from raysight.ingest.agent_logs import BadBatch
+from raysight.server.app import create_app
+from raysight.store.metric_retention import MetricsBounds
 from tests.ray_scenarios import JSON, ServerProcess
-from tests.test_metrics import SESSION, T0, at, scrape, values
+from tests.test_metrics import SESSION, T0, at, scrape, store_call, values
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -146,3 +148,42 @@ def test_a_time_past_int64_is_refused_and_the_targets_next_scrape_records(server
     assert refused.json()["error"].startswith("bad scrape: line 2 ('y 2 99999999999999999999'): a time past what")
     assert scrape(server, 0, "x 1\ny 2\n").json() == {"ok": True, "samples": 2}
     assert values(server.get("/api/v1/query", params={"query": "y", "time": at(0)}).json()["data"]["result"]) == [2.0]
+
+
+def known_lines(store: Any) -> tuple[int, int]:
+    """The lines the store remembers of its targets, counted and as it accounts them."""
+    return sum(len(target.series) for target in store._targets.values()), store._known_lines
+
+
+def test_refused_series_are_remembered_only_while_their_target_exposes_them(tmp_path: Path) -> None:
+    """The probe's ten scrapes of 200,000 new series each past --metrics-max-series 1000 grew the server by 470 MB,
+    never released: here ten of 2,000 past a limit of 100. The store remembers only the last scrape's lines, and
+    counts each refused series once while it stays exposed."""
+    lines = 2_000
+    with TestClient(
+        create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(100))
+    ) as c:
+        for i in range(10):
+            page = "".join(f'x{{n="{i}-{j}"}} 1\n' for j in range(lines))
+            assert scrape(c, i, page).json()["samples"] == (100 if i == 0 else 0)
+            assert store_call(c, known_lines) == (lines, lines)
+        assert scrape(c, 10, page).json()["samples"] == 0  # the last page again: nothing counted twice
+        (refused,) = c.get("/api/raysight/doctor").json()["metrics_refused"]
+        assert (refused["series_held"], refused["series_refused"]) == (100, 10 * lines - 100)
+        assert refused["samples_dropped"] == 11 * lines - 100
+
+
+def test_the_lines_remembered_are_bounded_across_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_KNOWN_LINES (here 5, not 500,000) the least recently scraped target is forgotten; its next scrape
+    finds its series again by their labels."""
+    monkeypatch.setattr("raysight.store.store.MAX_KNOWN_LINES", 5)
+    page = "a 1\nb 2\nc 3\n"
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0)) as c:
+        for i, instance in enumerate(("h:1", "h:2", "h:1")):
+            assert scrape(c, i, page, instance=instance).json()["samples"] == 3
+            assert store_call(c, known_lines) == (3, 3)
+        assert store_call(c, lambda s: [key[1] for key in s._targets]) == ["h:1"]
+        assert values(
+            c.get("/api/v1/query", params={"query": "count_over_time(a[1m])", "time": at(2)}).json()["data"]["result"]
+        ) == [2.0, 1.0]
+        assert len(c.get("/api/v1/series", params={"match[]": "a"}).json()["data"]) == 2
