@@ -32,8 +32,9 @@ def body(text: str, scraped_ms: int = T0, **target: Any) -> bytes:
     )
 
 
-def labelled(n: int, value: str = "v") -> str:
-    return "many{" + ",".join(f'l{i}="{value}"' for i in range(n)) + "} 1\n"
+def labelled(n: int) -> str:
+    """A sample line of ``n`` labels, as the probe's: ``many{l0="v",…} 1``."""
+    return "many{" + ",".join(f'l{i}="v"' for i in range(n)) + "} 1\n"
 
 
 def test_a_line_of_many_labels_is_refused_at_once_while_the_server_answers(tmp_path: Path) -> None:
