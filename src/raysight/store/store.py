@@ -71,6 +71,7 @@ MAX_LOG_LINES = 200_000  # in one agent batch
 _SPAN_TYPES = {"start_ns": pa.int64(), "end_ns": pa.int64(), "pid": pa.int64(), "attempt": pa.int32()}
 SPAN_SCHEMA = pa.schema([(name, _SPAN_TYPES.get(name, pa.string())) for name in otlp.COLUMNS])
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
+MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
 MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
 SAMPLES_SCHEMA = pa.schema([("series_no", pa.int32()), ("ts_ms", pa.int64()), ("value", pa.float64())])
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
@@ -98,8 +99,9 @@ SESSION_TABLES = (
 
 @dataclass
 class _Target:
-    """What the store knows of a scraped target: its last scrape's time, and the series of each line it exposed
-    (the line up to its value → the series' number; None: refused past the session's limit, or not well formed)."""
+    """What the store knows of a scraped target: its last scrape's time, and the series of each line that scrape
+    exposed (the line up to its value → the series' number; None: refused past the session's limit). Only the last
+    scrape's: a line the target no longer exposes is forgotten, refused or not (it is parsed again if it comes back)."""
 
     last_ms: int | None
     series: dict[str, int | None] = field(default_factory=dict)
@@ -204,6 +206,7 @@ class Store:
         self.data_dir = Path(data_dir)
         self.metrics_max_series = metrics_max_series
         self._targets: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], _Target] = {}  # scraped targets, LRU
+        self._known_lines = 0  # the lines of self._targets, all together
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
@@ -837,8 +840,10 @@ class Store:
         is stale from then on) and each metric's type and help. A scrape not newer than its target's last changes
         nothing (Prometheus too refuses samples out of order). Returns the samples kept of each.
 
-        Each target's series are known by their lines (:class:`_Target`, in memory: found again from their labels
-        after a restart), so a scrape parses only its new lines' labels; the samples go in as one Arrow table."""
+        Each target's series are known by the lines of its last scrape (:class:`_Target`, in memory, at most
+        :data:`MAX_TARGETS` targets and :data:`MAX_KNOWN_LINES` lines, the least recently scraped forgotten first:
+        found again from their labels), so a scrape parses only its new lines' labels; the samples go in as one Arrow
+        table."""
         kept_of: list[int] = []
         staged: dict[Any, _Target] = {}  # what the transaction adds to the targets, theirs once it commits
         samples: dict[str, list[Any]] = {"series_no": [], "ts_ms": [], "value": []}
@@ -851,19 +856,23 @@ class Store:
                 if known.last_ms is not None and known.last_ms >= scrape.scraped_ms:
                     kept_of.append(0)
                     continue
-                page = prom_text.lines(scrape.text, scrape.scraped_ms)
+                page = scrape.page
                 new = [i for i, head in enumerate(page.heads) if head not in known.series]
                 found = self._record_new_series(scrape, page, new) if new else {}
-                staged[key] = target = _Target(scrape.scraped_ms, {**known.series, **found} if found else known.series)
-                numbers = [target.series.get(head, MALFORMED) for head in page.heads]
+                lines = {**known.series, **found} if found else known.series
+                numbers = [lines.get(head, MALFORMED) for head in page.heads]
+                if len(lines) != len(page.heads):  # (the lines gone from the page forgotten: no more than it has)
+                    lines = {head: number for head, number in zip(page.heads, numbers) if number != MALFORMED}
+                staged[key] = _Target(scrape.scraped_ms, lines)
                 dropped = numbers.count(None)  # (refused past the session's limit)
+                ts_ms, values = page.ts_ms, page.values  # (the page's own lists left whole: it may be kept again)
                 if dropped or MALFORMED in numbers:
                     kept = [i for i, number in enumerate(numbers) if number is not None and number != MALFORMED]
                     numbers = [numbers[i] for i in kept]
-                    page.ts_ms, page.values = [page.ts_ms[i] for i in kept], [page.values[i] for i in kept]
+                    ts_ms, values = [ts_ms[i] for i in kept], [values[i] for i in kept]
                 samples["series_no"] += numbers
-                samples["ts_ms"] += page.ts_ms
-                samples["value"] += page.values
+                samples["ts_ms"] += ts_ms
+                samples["value"] += values
                 done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(numbers)))
                 kept_of.append(len(numbers))
                 if dropped:
@@ -880,11 +889,16 @@ class Store:
                 added = {"session": session, "series": series, "samples": dropped, "ts_ms": last_ms}
                 self._run(metric_retention.COUNT_REFUSED, added)
         for key, target in staged.items():  # (only once committed)
-            self._targets.pop(key, None)
+            self._forget(key)
             self._targets[key] = target  # (the most recently used last)
-        while len(self._targets) > MAX_TARGETS:
-            self._targets.pop(next(iter(self._targets)))
+            self._known_lines += len(target.series)
+        while len(self._targets) > MAX_TARGETS or self._known_lines > MAX_KNOWN_LINES:
+            self._forget(next(iter(self._targets)))
         return kept_of
+
+    def _forget(self, key: tuple[str, str, str, tuple[tuple[str, str], ...]]) -> None:
+        if (target := self._targets.pop(key, None)) is not None:
+            self._known_lines -= len(target.series)
 
     def _target(self, scrape: Scrape) -> _Target:
         """A target not in memory: its last scrape, as stored (its series are found again by their labels)."""
