@@ -137,22 +137,19 @@ otlp_resources = st.builds(
         lambda s: [KeyValue(key="ray.session_name", value=AnyValue(string_value=s))]
     ),
 )
-trace_exports = st.lists(
-    st.builds(
-        ResourceSpans,
-        resource=otlp_resources,
-        scope_spans=st.lists(st.builds(ScopeSpans, spans=st.lists(otlp_spans, max_size=3)), max_size=2),
-    ),
-    max_size=2,
-).map(lambda groups: ExportTraceServiceRequest(resource_spans=groups).SerializeToString())
-log_exports = st.lists(
-    st.builds(
-        ResourceLogs,
-        resource=otlp_resources,
-        scope_logs=st.lists(st.builds(ScopeLogs, log_records=st.lists(otlp_records, max_size=3)), max_size=2),
-    ),
-    max_size=2,
-).map(lambda groups: ExportLogsServiceRequest(resource_logs=groups).SerializeToString())
+
+
+def exports(signal: str, request: type, resource: type, scope: type, items: str, item: Any) -> st.SearchStrategy[bytes]:
+    """OTLP exports of ``signal`` (spans, logs), serialized: up to two resources of two scopes of three items."""
+    scopes = st.lists(st.builds(scope, **{items: st.lists(item, max_size=3)}), max_size=2)
+    resources = st.builds(resource, resource=otlp_resources, **{f"scope_{signal}": scopes})
+    return st.lists(resources, max_size=2).map(
+        lambda groups: request(**{f"resource_{signal}": groups}).SerializeToString()
+    )
+
+
+trace_exports = exports("spans", ExportTraceServiceRequest, ResourceSpans, ScopeSpans, "spans", otlp_spans)
+log_exports = exports("logs", ExportLogsServiceRequest, ResourceLogs, ScopeLogs, "log_records", otlp_records)
 
 
 def _gzipped(parts: list[bytes]) -> bytes:
@@ -252,7 +249,10 @@ def test_no_generated_body_gets_a_5xx_and_the_store_lives_on(tmp_path: Path, ray
         def no_5xx(batch: list[tuple[str, bytes, dict[str, str]]]) -> None:
             nonlocal sent
             for (path, body, _), answer in zip(batch, client.portal.call(post_all, batch)):
-                assert answer.status_code < 500, (path, body[:300], answer.text)
+                if answer.status_code == 503:  # folding behind the bursts (a loaded machine): the sender retries
+                    assert answer.headers["retry-after"] == "1" and "busy" in answer.json()["error"], answer.text
+                else:
+                    assert answer.status_code < 500, (path, body[:300], answer.text)
                 if not (path.startswith("/v1/") and answer.status_code == 200):  # (OTLP's own answer)
                     assert answer.json()["ok"] is (answer.status_code == 200)
             sent += len(batch)
