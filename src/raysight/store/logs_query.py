@@ -315,13 +315,15 @@ def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
     order = "DESC" if page.query.newest else "ASC"  # the same lines as the page's, where a line is of two attempts
     for start, end in _chunks(seq, size):
         lo, hi = int(seq[start]), int(seq[end - 1])
-        found, context = int(end - start - near[start:end].sum()), seq[start:end][near[start:end]].tolist()
+        found, context = seq[start:end][~near[start:end]], seq[start:end][near[start:end]].tolist()
         parts, named = [], {}
-        if found:
+        if len(found):  # read again where they are: the blocks that hold them (a match is in no other)
+            blocks = np.unique(found // log_index.BLOCK_LINES).tolist()
+            lines = _source(log_index.clip(log_index.seq_ranges(blocks, hi), lo, hi), attempts)
             parts.append(
                 f"""SELECT r.seq, to_json(r)::VARCHAR AS line
-                    FROM (SELECT {_columns(attempts)} FROM {_source(log_index.clip(page.ranges, lo, hi), attempts)}
-                          WHERE {" AND ".join(where)} ORDER BY l.seq {order} LIMIT {found}) r"""
+                    FROM (SELECT {_columns(attempts)} FROM {lines} WHERE {" AND ".join(where)}
+                          ORDER BY l.seq {order} LIMIT {len(found)}) r"""
             )
             named.update(params)
         if context:
