@@ -7,8 +7,8 @@ read in many chunks (the timeline's too) is the answer read in one.
 Scaled down: a store of 200,000 log lines (the maximum is 1,000,000) and 30,000 tasks (the recorded session's, copied
 in SQL), built in-process without Ray. A streamed answer holds a chunk at a time, whatever its size, so its bound does
 not scale with it: the server may grow by :data:`BUDGET_MB` while any one answer is made (its peak resident memory,
-reset before each), where before it grew by 2-7 times the answer's JSON (here 20-110 MB; the logs' 110 MB took 770
-MB, and at 1M lines DuckDB's 1 GB limit failed it).
+reset before each), where before it grew by 7-9 times the answer's JSON (here 20-110 MB: the logs' 110 MB grew it by
+835 MB, the tasks' 56 MB by 470 MB; at 1M lines DuckDB's 1 GB limit failed the logs).
 """
 
 from __future__ import annotations
