@@ -5,43 +5,42 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
-import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from raysight import __version__
 from raysight.errors import BadQuery, Forbidden
+from raysight.server.answers import ROWS, answer, pieces, read_json, rendered, streamed
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
+from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
-from raysight.store import queries, summaries
 from raysight.store import timeline as timeline_sql
 from raysight.store import traces as traces_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
-from raysight.store.logs_query import LogQuery, log_lines
+from raysight.store.logs_query import LogQuery
 
 MAX_LIMIT = 1_000_000
 MAX_TOP = 1000  # rows of each `metrics top` table
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    return JSONResponse(data, status_code=status)
-
-
 async def list_resource(request: Request) -> Response:
-    """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail="""
+    """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail=: streamed, a chunk of rows
+    at a time, so that the largest page takes no more memory than a small one."""
     res = queries.resource(request.path_params["resource"])
     params = request.query_params
     limit = int_param(params, "limit", 100)
     if limit is not None and limit > MAX_LIMIT:
         raise BadQuery(f"limit {limit} is over {MAX_LIMIT}; page with offset instead")
     filters = [parse_filter(f) for f in params.getlist("filter")]
-    result = await app_state(request).read(
-        lambda con: queries.list_rows(
+
+    def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        page = queries.list_page(
             con,
             res,
             session=params.get("session"),
@@ -52,8 +51,9 @@ async def list_resource(request: Request) -> Response:
             detail=bool_param(params, "detail"),
             exclude_driver=not bool_param(params, "include_driver"),
         )
-    )
-    return _json({"session": result.session, "total": result.total, "rows": result.rows})
+        return {"session": page.session, "total": page.total, "rows": ROWS}, pieces(queries.page_rows(con, page))
+
+    return await streamed(app_state(request), rows)
 
 
 async def get_resource(request: Request) -> Response:
@@ -61,8 +61,12 @@ async def get_resource(request: Request) -> Response:
     res = queries.resource(request.path_params["resource"])
     entity_id = request.path_params["entity_id"].lower()
     session = request.query_params.get("session")
-    result = await app_state(request).read(lambda con: queries.get_rows(con, res, entity_id, session=session))
-    return _json({"session": result.session, "rows": result.rows})
+
+    def read(con: Any) -> dict[str, Any]:
+        result = queries.get_rows(con, res, entity_id, session=session)
+        return {"session": result.session, "rows": result.rows}
+
+    return await read_json(app_state(request), read)
 
 
 async def summary(request: Request) -> Response:
@@ -72,11 +76,11 @@ async def summary(request: Request) -> Response:
     if what not in functions:
         raise BadQuery(f"summaries exist for tasks and actors, not {what!r}")
     session = request.query_params.get("session")
-    return _json(await app_state(request).read(lambda con: functions[what](con, session)))
+    return await read_json(app_state(request), lambda con: functions[what](con, session))
 
 
 async def sessions(request: Request) -> Response:
-    return _json({"sessions": await app_state(request).read(summaries.list_sessions)})
+    return await read_json(app_state(request), lambda con: {"sessions": summaries.list_sessions(con)})
 
 
 def require_admin(request: Request) -> None:
@@ -94,7 +98,7 @@ async def delete_session(request: Request) -> Response:
     state = app_state(request)
     resolved = await state.read(lambda con: queries.recorded_session(con, name))
     await asyncio.wrap_future(state.writer.call(lambda store: store.delete_session(resolved)))
-    return _json({"ok": True, "deleted": resolved})
+    return answer({"ok": True, "deleted": resolved})
 
 
 async def doctor(request: Request) -> Response:
@@ -109,7 +113,7 @@ async def doctor(request: Request) -> Response:
             "queued": state.forwarder.queued(),
             **vars(state.forwarder.counts),
         }
-    return _json(report)
+    return await rendered(report)
 
 
 async def ping(request: Request) -> Response:
@@ -118,7 +122,7 @@ async def ping(request: Request) -> Response:
     for a quiet server read these two, not the doctor's queries), and the server's pid (`server --detach` checks that
     the server answering is the one it started)."""
     state = app_state(request)
-    return _json(
+    return answer(
         {
             "ok": True,
             "version": __version__,
@@ -134,7 +138,7 @@ async def logs(request: Request) -> Response:
     &regex=&since=&until=&after=&limit=&newest=&markers=&context=&count=: log lines in the order stored
     (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``context``: lines of the
     file around each match, flagged so); ``last_seq`` is where to follow on from; ``dropped`` what the log retention
-    dropped of the session."""
+    dropped of the session. Streamed, a chunk of lines at a time."""
     params = request.query_params
 
     def text(name: str) -> str | None:
@@ -171,11 +175,13 @@ async def logs(request: Request) -> Response:
         context=int_param(params, "context", 0) or 0,
     )
     count = bool_param(params, "count", True)
-    result = await app_state(request).read(lambda con: log_lines(con, query, count=count))
-    head = orjson.dumps(
-        {"session": result.session, "total": result.total, "last_seq": result.last_seq, "dropped": result.dropped}
-    )
-    return Response(head[:-1] + b',"rows":' + result.rows.encode() + b"}", media_type="application/json")
+
+    def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        page = logs_query.log_page(con, query, count=count)
+        shape = {"session": page.session, "total": page.total, "last_seq": page.last_seq, "dropped": page.dropped}
+        return {**shape, "rows": ROWS}, (piece.encode() for piece in logs_query.page_rows(con, page))
+
+    return await streamed(app_state(request), rows)
 
 
 def recorded_session(con: Any, request: Request) -> str:
@@ -201,7 +207,7 @@ async def errors(request: Request) -> Response:
         )
         return {"session": session, "groups": error_groups(con, query)}
 
-    return _json(await app_state(request).read(read))
+    return await read_json(app_state(request), read)
 
 
 async def error_detail(request: Request) -> Response:
@@ -214,7 +220,7 @@ async def error_detail(request: Request) -> Response:
     def read(con: Any) -> dict[str, Any]:
         return failure(con, recorded_session(con, request), failure_id)
 
-    return _json(await app_state(request).read(read))
+    return await read_json(app_state(request), read)
 
 
 async def activity(request: Request) -> Response:
@@ -223,7 +229,7 @@ async def activity(request: Request) -> Response:
     if not 1 <= buckets <= 10_000:
         raise BadQuery(f"buckets must be 1 to 10000, not {buckets}")
     session = request.query_params.get("session")
-    return _json(await app_state(request).read(lambda con: summaries.activity(con, session, buckets)))
+    return await read_json(app_state(request), lambda con: summaries.activity(con, session, buckets))
 
 
 async def status(request: Request) -> Response:
@@ -234,7 +240,7 @@ async def status(request: Request) -> Response:
     def read(con: Any) -> dict[str, Any]:
         return summaries.cluster_status(con, recorded_session(con, request), at)
 
-    return _json(await app_state(request).read(read))
+    return await read_json(app_state(request), read)
 
 
 async def metrics_top(request: Request) -> Response:
@@ -248,7 +254,7 @@ async def metrics_top(request: Request) -> Response:
     def read(con: Any) -> dict[str, Any]:
         return metrics_top_sql.top(con, recorded_session(con, request), at, limit)
 
-    return _json(await app_state(request).read(read))
+    return await read_json(app_state(request), read)
 
 
 def job_param(request: Request) -> str | None:
@@ -261,13 +267,14 @@ def job_param(request: Request) -> str | None:
 
 async def timeline(request: Request) -> Response:
     """GET /api/raysight/timeline?session=&job=: the session's task attempts as Chrome trace JSON (`ray timeline`'s
-    format), one job's where given."""
+    format), one job's where given: streamed, a chunk of events at a time."""
     job = job_param(request)
 
-    def read(con: Any) -> bytes:
-        return timeline_sql.chrome_trace(con, recorded_session(con, request), job)
+    def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        events = timeline_sql.chrome_trace(con, recorded_session(con, request), job)
+        return ROWS, (piece.encode() for piece in events)
 
-    return Response(await app_state(request).read(read), media_type="application/json")
+    return await streamed(app_state(request), rows)
 
 
 async def task_stream(request: Request) -> Response:
@@ -311,21 +318,21 @@ async def traces(request: Request) -> Response:
         until_ns=int_param(params, "until", None),
         limit=limit,
     )
-    return _json(await app_state(request).read(lambda con: traces_sql.list_traces(con, query)))
+    return await read_json(app_state(request), lambda con: traces_sql.list_traces(con, query))
 
 
 async def trace(request: Request) -> Response:
     """GET /api/raysight/traces/{trace_id}: a trace's spans in tree order, each with its depth and whether it is on
     the critical path."""
     trace_id = request.path_params["trace_id"].lower()
-    return _json(await app_state(request).read(lambda con: traces_sql.get_trace(con, trace_id)))
+    return await read_json(app_state(request), lambda con: traces_sql.get_trace(con, trace_id))
 
 
 async def reindex(request: Request) -> Response:
     require_admin(request)
     state = app_state(request)
     events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
-    return _json({"ok": True, "events": events})
+    return answer({"ok": True, "events": events})
 
 
 routes = [

@@ -7,14 +7,16 @@ repeated ``filter_keys/predicates/values``, case-insensitive matches, sort by ID
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from raysight.errors import BadQuery
+from raysight.server.answers import ROWS, answer, pieces, rendered, streamed
 from raysight.server.params import bool_param, int_param
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
@@ -25,12 +27,12 @@ SAMPLED = "Objects are a sample: what raysight's poller saw last (every 30 s whi
 API_VERSION = "4"
 
 
-def envelope(result: Any) -> Response:
-    return JSONResponse({"result": True, "msg": "", "data": {"result": result}})
+def envelope(result: Any) -> dict[str, Any]:
+    return {"result": True, "msg": "", "data": {"result": result}}
 
 
 def envelope_error(status: int, message: str) -> Response:
-    return JSONResponse({"result": False, "msg": message, "data": {"result": None}}, status_code=status)
+    return answer({"result": False, "msg": message, "data": {"result": None}}, status)
 
 
 def _session(request: Request) -> str | None:
@@ -60,8 +62,9 @@ async def list_resource(request: Request) -> Response:
         if f.key not in res.by_name:
             raise BadQuery(f"The given filter column {f.key} is not supported. Supported: {sorted(res.by_name)}")
     detail = bool_param(params, "detail")
-    result = await app_state(request).read(
-        lambda con: queries.list_rows(
+
+    def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        page = queries.list_page(
             con,
             res,
             session=_session(request),
@@ -70,17 +73,17 @@ async def list_resource(request: Request) -> Response:
             detail=detail,
             exclude_driver=bool_param(params, "exclude_driver", True),
         )
-    )
-    return envelope(
-        {
-            "total": result.total,
-            "num_after_truncation": result.total,
-            "num_filtered": result.total,
-            "result": result.rows,
+        shape = {
+            "total": page.total,
+            "num_after_truncation": page.total,
+            "num_filtered": page.total,
+            "result": ROWS,
             "partial_failure_warning": "",
             "warnings": [SAMPLED] if res is queries.OBJECTS else None,
         }
-    )
+        return envelope(shape), pieces(queries.page_rows(con, page))
+
+    return await streamed(app_state(request), rows)
 
 
 async def summarize(request: Request) -> Response:
@@ -127,15 +130,17 @@ async def summarize(request: Request) -> Response:
         total = cluster["total_objects"]
     else:
         raise BadQuery(f"summaries exist for tasks, actors and objects, not {what}")
-    return envelope(
-        {
-            "total": total,
-            "num_after_truncation": total,
-            "num_filtered": total,
-            "result": {"node_id_to_summary": {"cluster": cluster}},
-            "partial_failure_warning": "",
-            "warnings": None,
-        }
+    return await rendered(
+        envelope(
+            {
+                "total": total,
+                "num_after_truncation": total,
+                "num_filtered": total,
+                "result": {"node_id_to_summary": {"cluster": cluster}},
+                "partial_failure_warning": "",
+                "warnings": None,
+            }
+        )
     )
 
 
@@ -148,16 +153,17 @@ def _ray_version() -> str:
 
 async def version(request: Request) -> Response:
     session = await app_state(request).read(lambda con: queries.resolve_session(con, _session(request)))
-    return JSONResponse(
+    return answer(
         {"version": API_VERSION, "ray_version": _ray_version(), "ray_commit": "", "session_name": session or ""}
     )
 
 
 async def jobs(request: Request) -> Response:
-    result = await app_state(request).read(
-        lambda con: queries.list_rows(con, queries.JOBS, session=_session(request), limit=None, detail=True)
-    )
-    return JSONResponse(result.rows)
+    def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        page = queries.list_page(con, queries.JOBS, session=_session(request), limit=None, detail=True)
+        return ROWS, pieces(queries.page_rows(con, page))
+
+    return await streamed(app_state(request), rows)
 
 
 async def job(request: Request) -> Response:
@@ -167,7 +173,7 @@ async def job(request: Request) -> Response:
     )
     for row in result.rows:
         if job_id in (row["job_id"], row["submission_id"]):
-            return JSONResponse(row)
+            return await rendered(row)
     return PlainTextResponse(f"Job {job_id} does not exist", status_code=404)
 
 

@@ -10,11 +10,12 @@ the output of the attempt's worker while it ran (under its ``:task_name:`` marke
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
-import orjson
+import numpy as np
 
 from raysight.errors import BadQuery
 from raysight.ingest.agent_logs import STREAMS
@@ -25,6 +26,10 @@ from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 MAX_CONTEXT = 100
 MAX_CONTEXT_MATCHES = 10_000
+# An answer's lines are read, rendered and sent a chunk at a time: at most this many lines, and about this much text
+CHUNK_ROWS = 5_000
+CHUNK_BYTES = 2 << 20
+LINE_BYTES = 400  # what a line's JSON holds besides its text, about
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
 COLUMNS = (
     "seq",
@@ -210,13 +215,38 @@ def _source(ranges: list[tuple[int, int]], attempts: str = "", alias: str = "l")
     return f"{lines} JOIN ({attempts}) a ON {_OF_ATTEMPT}" if attempts else lines
 
 
-def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogResult:
-    """The lines ``query`` asks for, and how many match in all (when ``count``). Only the blocks that may hold them
-    are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found."""
+@dataclass(frozen=True)
+class LogPage:
+    """The lines a query found (:func:`log_page`), to be read a chunk at a time (:func:`page_rows`)."""
+
+    query: LogQuery
+    session: str | None
+    total: int | None  # every match (None when not counted)
+    last_seq: int  # where to follow on from: the last line given, else the last line stored
+    dropped: dict[str, Any] | None  # what the log retention dropped of the session: lines, through_ms, why
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # the seq ranges that may hold its lines
+    seq: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its lines, ascending (one per attempt)
+    size: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # the length of each one's text
+    stored: int = 0  # the last line stored when the query began
+
+
+def _columns(attempts: str) -> str:
+    """What a line of the answer holds (with its attempt's, for a task's lines)."""
+    columns = ", ".join(f"l.{c}" for c in COLUMNS)
+    if attempts:
+        attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
+        columns += f", a.task_id, a.attempt, {attribution} AS attribution"
+    return columns
+
+
+def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogPage:
+    """Which lines ``query`` asks for, and how many match in all (when ``count``). Only the blocks that may hold them
+    are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found; of each line only its
+    ``seq`` and its text's length are kept here, to cut the page into chunks of about :data:`CHUNK_BYTES`."""
     _check(query)
     session = resolve_session(con, query.session)  # (sessions known by their logs alone too: Store.apply_logs)
     if session is None:
-        return LogResult(None, 0, "[]", query.after_seq or 0)
+        return LogPage(query, None, 0, query.after_seq or 0, None)
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile
     stored = int(con.execute(LAST_LOG_SEQ_SQL).fetchall()[0][0])
     where, params, attempts = _conditions(query, session)
@@ -226,27 +256,22 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
         ranges = log_index.seq_ranges(blocks, stored, int(indexed_from))
     if query.after_seq is not None:
         ranges = log_index.clip(ranges, query.after_seq + 1, stored)
-    columns = ", ".join(f"l.{c}" for c in COLUMNS)
-    if attempts:
-        attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
-        columns += f", a.task_id, a.attempt, {attribution} AS attribution"
     condition = " AND ".join(where)
     order = "DESC" if query.newest else "ASC"
-    pages: list[str] = []
+    seqs, sizes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     found, last = 0, None
     try:
         for window in log_index.windows(ranges, query.newest) if query.limit else ():
-            page, rows, top = con.execute(
-                f"""SELECT string_agg(to_json(r)::VARCHAR, ',' ORDER BY r.seq), count(*), max(r.seq)
-                    FROM (SELECT {columns} FROM {_source(window, attempts)} WHERE {condition}
-                          ORDER BY l.seq {order} LIMIT {int(query.limit) - found}) r""",
+            lines = con.execute(
+                f"""SELECT l.seq, strlen(l.text) AS size FROM {_source(window, attempts)} WHERE {condition}
+                    ORDER BY l.seq {order} LIMIT {int(query.limit) - found}""",
                 params,
-            ).fetchall()[0]
-            if rows:
-                pages.append(page)
-                found += rows
+            ).fetchnumpy()
+            seqs.append(lines["seq"])
+            sizes.append(lines["size"])
+            found += len(lines["seq"])
             if found >= query.limit:
-                last = None if query.newest else top  # the newest were found: nothing after them matches
+                last = None if query.newest else int(lines["seq"][-1])  # the newest found: none after them matches
                 break
         total = None
         if count:
@@ -255,10 +280,70 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
             ).fetchall()[0]
     except duckdb.InvalidInputException as exc:  # a regex RE2 refuses that Python's re took
         raise BadQuery(f"bad query: {exc}") from None
-    rows_json = "[" + ",".join(reversed(pages) if query.newest else pages) + "]"
-    if query.context and found:
-        rows_json = _with_context(con, rows_json, query, stored)
-    return LogResult(session, total, rows_json, stored if last is None else last, _dropped(con, session))
+    seq, size = np.concatenate(seqs), np.concatenate(sizes)
+    ascending = np.argsort(seq, kind="stable")
+    last_seq = stored if last is None else last
+    return LogPage(
+        query, session, total, last_seq, _dropped(con, session), ranges, seq[ascending], size[ascending], stored
+    )
+
+
+def _chunks(seq: np.ndarray, size: np.ndarray) -> Iterator[tuple[int, int]]:
+    """The lines ``seq`` (ascending, with their texts' sizes) cut into chunks (start, end) of at most
+    :data:`CHUNK_ROWS` lines and about :data:`CHUNK_BYTES` (a line longer than that alone); a line's rows (one per
+    attempt it is of) in one."""
+    spent = np.cumsum(size + LINE_BYTES)
+    starts = (np.diff(spent // CHUNK_BYTES, prepend=-1) != 0) | (np.arange(len(seq)) % CHUNK_ROWS == 0)
+    starts &= np.diff(seq, prepend=-1) != 0
+    first = np.flatnonzero(starts)
+    return zip(first.tolist(), [*first[1:].tolist(), len(seq)])
+
+
+def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
+    """The page's lines (with ``context``, and the lines around them in their files, flagged so), a chunk at a time:
+    JSON objects joined by commas, made by DuckDB (a line is never a Python object)."""
+    if page.session is None or not len(page.seq):
+        return
+    where, params, attempts = _conditions(page.query, page.session)
+    seq, size, near = page.seq, page.size, np.zeros(len(page.seq), np.bool_)
+    if page.query.context:
+        around, around_size = _context(con, page)
+        seq, size = np.concatenate([seq, around]), np.concatenate([size, around_size])
+        near = np.concatenate([near, np.ones(len(around), np.bool_)])
+        ascending = np.argsort(seq, kind="stable")
+        seq, size, near = seq[ascending], size[ascending], near[ascending]
+    order = "DESC" if page.query.newest else "ASC"  # the same lines as the page's, where a line is of two attempts
+    for start, end in _chunks(seq, size):
+        lo, hi = int(seq[start]), int(seq[end - 1])
+        found, context = seq[start:end][~near[start:end]], seq[start:end][near[start:end]].tolist()
+        parts, named = [], {}
+        if len(found):  # read again where they are: the blocks that hold them (a match is in no other)
+            blocks = np.unique(found // log_index.BLOCK_LINES).tolist()
+            lines = _source(log_index.clip(log_index.seq_ranges(blocks, hi), lo, hi), attempts)
+            parts.append(
+                f"""SELECT r.seq, to_json(r)::VARCHAR AS line
+                    FROM (SELECT {_columns(attempts)} FROM {lines} WHERE {" AND ".join(where)}
+                          ORDER BY l.seq {order} LIMIT {len(found)}) r"""
+            )
+            named.update(params)
+        if context:
+            parts.append(
+                f"""SELECT c.seq, to_json(c)::VARCHAR AS line
+                    FROM (SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
+                          WHERE l.seq BETWEEN {lo} AND {hi} AND l.seq IN (SELECT unnest($context::BIGINT[]))) c"""
+            )
+            named["context"] = context
+        (piece,) = con.execute(
+            f"SELECT string_agg(line, ',' ORDER BY seq) FROM ({' UNION ALL '.join(parts)})", named
+        ).fetchall()[0]
+        yield piece or ""
+
+
+def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogResult:
+    """The lines ``query`` asks for (:func:`log_page`) read whole: for answers that a caller reads at once."""
+    page = log_page(con, query, count)
+    rows = ",".join(piece for piece in page_rows(con, page) if piece)
+    return LogResult(page.session, page.total, f"[{rows}]", page.last_seq, page.dropped)
 
 
 def _dropped(con: duckdb.DuckDBPyConnection, session: str) -> dict[str, Any] | None:
@@ -269,40 +354,39 @@ def _dropped(con: duckdb.DuckDBPyConnection, session: str) -> dict[str, Any] | N
     return None if row[0] is None else {"lines": int(row[0]), "through_ms": row[1], "why": row[2]}
 
 
-def _with_context(con: duckdb.DuckDBPyConnection, rows_json: str, query: LogQuery, stored: int) -> str:
-    """The matches ``rows_json`` with the ``query.context`` lines before and after each in its file (flagged
-    ``context``). Only the blocks that may hold them are read: the file's own around the match's, back and on until
-    they hold enough of its lines (``log_file_blocks``)."""
-    matches = orjson.loads(rows_json)
-    files = [
-        {"session": s, "host": h, "file_key": k}
-        for s, h, k in {(m["session"], m["host"], m["file_key"]) for m in matches}
-    ]
-    blocks: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
-    for session, host, key, block, lines in con.execute(
-        """SELECT b.session, b.host, b.file_key, b.block, b.lines
-           FROM log_file_blocks b JOIN (SELECT unnest($files, recursive := true)) f USING (session, host, file_key)
-           ORDER BY b.block""",
-        {"files": files},
+def _context(con: duckdb.DuckDBPyConnection, page: LogPage) -> tuple[np.ndarray, np.ndarray]:
+    """The lines within ``context`` lines of the page's in their files (not among the page's): their ``seq`` and
+    text's length, ascending. Only the blocks that may hold them are read: each file's own around a line's, back and
+    on until they hold enough of its lines (``log_file_blocks``); their lines are numbered in each file, and those
+    near a line's number kept (integers all along: the lines themselves are read a chunk at a time)."""
+    lines = con.execute(
+        """SELECT seq, host, file_key FROM log_lines
+           WHERE seq BETWEEN $lo AND $hi AND seq IN (SELECT unnest($seqs::BIGINT[]))""",
+        {"lo": int(page.seq[0]), "hi": int(page.seq[-1]), "seqs": page.seq.tolist()},
+    ).fetchall()
+    files = [{"host": h, "file_key": k, "file": i} for i, (h, k) in enumerate({(h, k) for _, h, k in lines})]
+    blocks: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for host, key, block, count in con.execute(
+        """SELECT b.host, b.file_key, b.block, b.lines
+           FROM log_file_blocks b JOIN (SELECT unnest($files, recursive := true)) f USING (host, file_key)
+           WHERE b.session = $session ORDER BY b.block""",
+        {"files": files, "session": page.session},
     ).fetchall():
-        blocks.setdefault((session, host, key), []).append((block, lines))
-    around, read = [], set()
-    for m in matches:
-        own = log_index.around(blocks[(m["session"], m["host"], m["file_key"])], m["seq"], query.context)
-        read.update(own)
-        lo, hi = own[0] * log_index.BLOCK_LINES, (own[-1] + 1) * log_index.BLOCK_LINES - 1
-        around.append({"seq": m["seq"], **{k: m[k] for k in ("session", "host", "file_key")}, "lo": lo, "hi": hi})
-    markers = "" if query.markers else "AND NOT c.marker"
-    (context,) = con.execute(
-        f"""WITH m AS (SELECT unnest($around, recursive := true)),
-            near AS (SELECT {", ".join(f"c.{c}" for c in COLUMNS)}, true AS context
-                     FROM {_source(log_index.seq_ranges(sorted(read), stored), alias="c")} JOIN m
-                       ON c.session = m.session AND c.host = m.host AND c.file_key = m.file_key
-                          AND c.seq BETWEEN m.lo AND m.hi AND c.seq <> m.seq {markers}
-                     QUALIFY row_number() OVER (PARTITION BY m.seq, c.seq < m.seq ORDER BY abs(c.seq - m.seq))
-                             <= {int(query.context)})
-            SELECT coalesce('[' || string_agg(to_json(r)::VARCHAR, ',') || ']', '[]')
-            FROM (SELECT DISTINCT ON (seq) * FROM near WHERE seq NOT IN (SELECT seq FROM m)) r""",
-        {"around": around},
-    ).fetchall()[0]
-    return orjson.dumps(sorted([*matches, *orjson.loads(context)], key=lambda row: row["seq"])).decode()
+        blocks.setdefault((host, key), []).append((block, count))
+    read = {block for seq, h, k in lines for block in log_index.around(blocks[(h, k)], seq, page.query.context)}
+    markers = "" if page.query.markers else "AND NOT l.marker"
+    context = int(page.query.context)
+    near = con.execute(
+        f"""WITH m AS (SELECT unnest($lines, recursive := true)),
+            f AS (SELECT l.seq, strlen(l.text) AS size, fs.file,
+                         row_number() OVER (PARTITION BY fs.file ORDER BY l.seq) AS n
+                  FROM {_source(log_index.seq_ranges(sorted(read), page.stored))}
+                  JOIN (SELECT unnest($files, recursive := true)) fs USING (host, file_key)
+                  WHERE l.session = $session {markers}),
+            around AS (SELECT f.file, unnest(range(f.n - {context}, f.n + {context} + 1)) AS n
+                       FROM f SEMI JOIN m USING (seq))
+            SELECT DISTINCT f.seq, f.size FROM f JOIN around USING (file, n)
+            WHERE f.seq NOT IN (SELECT seq FROM m) ORDER BY f.seq""",
+        {"lines": [{"seq": seq} for seq, _, _ in lines], "files": files, "session": page.session},
+    ).fetchnumpy()
+    return near["seq"], near["size"]

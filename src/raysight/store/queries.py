@@ -6,10 +6,12 @@ which fields are Ray's base columns, and its ID. Queries filter and sort in Duck
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import numpy as np
 import orjson
 
 from raysight.errors import BadQuery, NotFound
@@ -19,6 +21,7 @@ from raysight.store.reconcile import RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 MS = "// 1000000"
+CHUNK_ROWS = 1000  # rows of a page read, rendered and sent at once
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Resource:
     condition: str = ""  # SQL that every row of the source must meet too
     session: str = ""  # SQL of a row's session, where it is not the first table's `session`
     order: tuple[str, ...] = ()  # the sort when none is asked for (else by ID)
+    row_id: str = ""  # SQL of a BIGINT unique to each row, where its first table's rowid is not
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,6 +58,11 @@ class Resource:
 
     def columns(self, detail: bool) -> list[Field]:
         return [f for f in self.fields if detail or f.base]
+
+    @property
+    def locator(self) -> str:
+        """SQL that finds a row again: what a page is sorted by, and its rows read back with (``list_page``)."""
+        return self.row_id or f"{self.source.split()[1]}.rowid"
 
 
 def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False, late: bool = False) -> Field:
@@ -255,7 +264,7 @@ _JOB_STATUS = """CASE WHEN p.row IS NOT NULL THEN p.state
 _SESSION_OF_JOB = "coalesce(j.session, p.session)"
 JOBS = Resource(
     "jobs",
-    f"""(SELECT * FROM polled WHERE resource = 'jobs' AND row->>'$.type' = 'SUBMISSION') p
+    f"""(SELECT *, rowid AS polled_rowid FROM polled WHERE resource = 'jobs' AND row->>'$.type' = 'SUBMISSION') p
         FULL OUTER JOIN jobs j ON j.session = p.session AND j.job_id = p.row->>'$.job_id'
         JOIN sessions s ON s.session = {_SESSION_OF_JOB}
         LEFT JOIN run_exits r ON {RUN_EXIT_OF_JOB}
@@ -329,6 +338,7 @@ JOBS = Resource(
         _f("session", _SESSION_OF_JOB),
     ],
     session=_SESSION_OF_JOB,
+    row_id="coalesce(j.rowid, -1 - p.polled_rowid)",
 )
 
 
@@ -461,7 +471,18 @@ def recorded_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str
     return resolved
 
 
-def list_rows(
+@dataclass(frozen=True)
+class ListPage:
+    """The rows a list found (:func:`list_page`), in order, to be read a chunk at a time (:func:`page_rows`)."""
+
+    res: Resource
+    session: str | None
+    total: int
+    detail: bool
+    located: np.ndarray  # each row's locator (:attr:`Resource.locator`), in the page's order
+
+
+def list_page(
     con: duckdb.DuckDBPyConnection,
     res: Resource,
     *,
@@ -472,31 +493,58 @@ def list_rows(
     offset: int = 0,
     detail: bool = False,
     exclude_driver: bool = False,
-) -> ListResult:
-    """Rows of ``res`` in one session (``"*"`` for all), filtered, sorted, and paged; ``total`` counts every match."""
+) -> ListPage:
+    """Which rows of ``res`` in one session (``"*"`` for all), filtered, sorted, and paged, are on the page; ``total``
+    counts every match. Only the rows' locators are sorted (a row's fields are read later, a chunk at a time)."""
     if limit is not None and limit < 0:
         raise BadQuery("limit must be 0 or more")
     if offset < 0:
         raise BadQuery("offset must be 0 or more")
     resolved = None if session == "*" else resolve_session(con, session)
     if session != "*" and resolved is None:
-        return ListResult([], 0, None)  # an empty store
+        return ListPage(res, None, 0, detail, np.empty(0, np.int64))  # an empty store
     where, params = _where(res, resolved, filters, exclude_driver)
-    order = _order(res, sort)
-    fields = res.columns(detail)
+    page = "" if limit is None else f" LIMIT {int(limit)}"
+    located = con.execute(
+        f"SELECT {res.locator} AS locator FROM {res.source} WHERE {where} ORDER BY {_order(res, sort)}{page} "
+        f"OFFSET {int(offset)}",
+        params,
+    ).fetchnumpy()["locator"]
+    total_row = con.execute(f"SELECT count(*) FROM {res.source} WHERE {where}", params).fetchone()
+    return ListPage(res, resolved, int(total_row[0]) if total_row else 0, detail, located)
+
+
+def page_rows(con: duckdb.DuckDBPyConnection, page: ListPage) -> Iterator[list[dict[str, Any]]]:
+    """The page's rows, :data:`CHUNK_ROWS` at a time, each with its fields (late ones too, for those rows only). A
+    row deleted since the page was found is left out (a row's locator stays its own: DuckDB never moves the rows of a
+    table with a primary key)."""
+    res, fields = page.res, page.res.columns(page.detail)
     late = [f for f in fields if f.late]
+    decoded = [f for f in fields if f.kind in DECODED]
     select = [f"{f.sql} AS {f.name}" for f in fields if not f.late]
     select += [f"{k} AS __key{i}" for i, k in enumerate(res.keys)] if late else []
-    page = "" if limit is None else f" LIMIT {int(limit)}"
-    sql = f"SELECT {', '.join(select)} FROM {res.source} WHERE {where} ORDER BY {order}{page} OFFSET {int(offset)}"
-    cursor = con.execute(sql, params)
-    names = [d[0] for d in cursor.description]
-    rows = [dict(zip(names, r)) for r in cursor.fetchall()]
-    if late and rows:
-        _add_late(con, res, late, rows)
-    rows = [_decode(res, {f.name: row[f.name] for f in fields}) for row in rows]
-    total_row = con.execute(f"SELECT count(*) FROM {res.source} WHERE {where}", params).fetchone()
-    return ListResult(rows, int(total_row[0]) if total_row else 0, resolved)
+    for start in range(0, len(page.located), CHUNK_ROWS):
+        located = page.located[start : start + CHUNK_ROWS].tolist()
+        cursor = con.execute(
+            f"SELECT {', '.join(select)}, {res.locator} AS __locator FROM {res.source} "
+            f"WHERE {res.locator} IN (SELECT unnest($1::BIGINT[]))",
+            [located],
+        )
+        names = [d[0] for d in cursor.description]
+        found: dict[int, list[dict[str, Any]]] = {}
+        for values in cursor.fetchall():
+            row = dict(zip(names, values))
+            found.setdefault(row.pop("__locator"), []).append(row)
+        rows = [row for locator in located for row in found.pop(locator, ())]
+        if late and rows:
+            _add_late(con, res, late, rows)
+        yield [_decode(decoded, {f.name: row[f.name] for f in fields}) for row in rows]
+
+
+def list_rows(con: duckdb.DuckDBPyConnection, res: Resource, *, session: str | None, **page: Any) -> ListResult:
+    """:func:`list_page`'s rows read whole: for answers that a caller reads at once."""
+    found = list_page(con, res, session=session, **page)
+    return ListResult([row for rows in page_rows(con, found) for row in rows], found.total, found.session)
 
 
 def _add_late(con: duckdb.DuckDBPyConnection, res: Resource, late: list[Field], rows: list[dict[str, Any]]) -> None:
@@ -563,17 +611,21 @@ def _json_object(text: str | None) -> Any:
         return {}
 
 
-def _decode(res: Resource, row: dict[str, Any]) -> dict[str, Any]:
-    for name, value in row.items():
-        kind = res.by_name[name].kind
-        if kind == "json" and isinstance(value, str):
-            row[name] = orjson.loads(value)
-        elif kind == "runtime_env" and isinstance(value, str):
-            row[name] = {"serialized_runtime_env": value}
-        elif kind == "profile" and value:  # each event's extra data parsed, as Ray's state API gives it
+DECODED = ("json", "runtime_env", "profile", "waited")  # the kinds of field read as text and given as objects
+
+
+def _decode(fields: list[Field], row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its ``fields`` (of the kinds :data:`DECODED`) given as objects."""
+    for f in fields:
+        value = row[f.name]
+        if f.kind == "json" and isinstance(value, str):
+            row[f.name] = orjson.loads(value)
+        elif f.kind == "runtime_env" and isinstance(value, str):
+            row[f.name] = {"serialized_runtime_env": value}
+        elif f.kind == "profile" and value:  # each event's extra data parsed, as Ray's state API gives it
             for event in value["events"]:
                 event["extra_data"] = _json_object(event["extra_data"])
-        elif kind == "waited" and value:
+        elif f.kind == "waited" and value:
             value["usage"] = resources.usage(orjson.loads(value["usage"] or "{}"))
             value["demands"] = resources.demands(orjson.loads(value["demands"] or "[]"))
     return row

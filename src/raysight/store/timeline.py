@@ -7,6 +7,8 @@ a session of a million tasks is never millions of Python dicts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import duckdb
 
 from raysight.ingest.events_sql import sql_str
@@ -62,10 +64,15 @@ SELECT to_json({{name: 'thread_name', ph: 'M', pid: pid, tid: tid, args: {{name:
 """
 
 
-def chrome_trace(con: duckdb.DuckDBPyConnection, session: str, job_id: str | None = None) -> bytes:
-    """The session's trace (one job's where ``job_id`` is given): a JSON array of trace events."""
-    rows = con.execute(_EVENTS, {"session": session, "job": job_id}).fetchall()
-    return ("[\n" + ",\n".join(row[0] for row in rows) + "\n]\n").encode()
+CHUNK_EVENTS = 10_000  # trace events read and sent at once
+
+
+def chrome_trace(con: duckdb.DuckDBPyConnection, session: str, job_id: str | None = None) -> Iterator[str]:
+    """The session's trace (one job's where ``job_id`` is given), a JSON array of trace events: its items joined by
+    commas (an event a line), :data:`CHUNK_EVENTS` at a time as they are read."""
+    events = con.execute(_EVENTS, {"session": session, "job": job_id})
+    while rows := events.fetchmany(CHUNK_EVENTS):
+        yield "\n" + ",\n".join(row[0] for row in rows)
 
 
 # The dashboard's task stream: a lane per worker, a bar per attempt that started (named by its function), in
