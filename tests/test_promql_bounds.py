@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
 from raysight.store import promql
-from raysight.store.promql import TOO_MANY_SAMPLES, Matcher, QueryLimits
+from raysight.store.promql import SERIES_COST, TOO_MANY_SAMPLES, Matcher, QueryLimits
 from raysight.store.store import Store
 from tests import test_metrics
 from tests.ray_scenarios import ServerProcess, peak_rss_mb
@@ -84,12 +84,24 @@ def test_a_query_over_its_samples_budget_is_refused_and_the_server_stays_small(p
             params = {"query": query, "start": at(0), "end": at(0) + seconds, "step": step}
             answer = http.get("/api/v1/query_range", params=params)
             assert (answer.status_code, answer.json()) == (422, refused), query
-        # 2,000 series at 296 steps (592k points) and their 120k samples: within the budget
-        within = http.get("/api/v1/query_range", params={"query": "probe", "start": at(0), "end": at(59), "step": "1"})
+        # 2,000 series (each counted as 128 samples: their labels) at 148 steps, and their 120k samples: within it
+        within = http.get("/api/v1/query_range", params={"query": "probe", "start": at(0), "end": at(59), "step": "2"})
         assert within.status_code == 200, within.text[:300]
         result = within.json()["data"]["result"]
-        assert len(result) == SERIES and all(len(r["values"]) == 296 for r in result)
+        assert len(result) == SERIES and all(len(r["values"]) == 148 for r in result)
     assert peak_rss_mb(probed.proc.pid) < 400  # type: ignore[union-attr]
+
+
+def test_each_series_found_counts_for_its_labels(tmp_path: Path) -> None:
+    """A series found holds its labels (~2 KB as Python objects): it counts as SERIES_COST samples, so a query over
+    many series at few steps is bounded too (a session of 1M series would have held 2 GB at one step)."""
+    limits = QueryLimits(max_samples=2 * SERIES_COST)
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=limits)) as server:
+        load(server)
+        one = server.get("/api/v1/query", params={"query": 'req_total{route="/a"}', "time": at(12)})
+        assert one.status_code == 200 and len(one.json()["data"]["result"]) == 1  # 128 + 13 samples + 1 point
+        two = server.get("/api/v1/query", params={"query": "req_total", "time": at(12)})
+        assert two.status_code == 422 and two.json()["error"] == TOO_MANY_SAMPLES  # 2 x (128 + 1), before loading
 
 
 def test_a_query_past_its_time_budget_stops_with_prometheus_timeout(tmp_path: Path) -> None:

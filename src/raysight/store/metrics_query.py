@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 
 from raysight.store import metric_downsample
-from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, Budget, Matcher, Samples
+from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, SERIES_COST, Budget, Matcher, Samples
 
 SERIES_CHUNK = 10_000  # series matched at a time (between checks of a query's budget)
 
@@ -29,7 +29,8 @@ class SessionMetrics:
         self, matchers: list[Matcher], budget: Budget | None = None, points_each: int = 0
     ) -> list[tuple[int, dict[str, str], str, str]]:
         """``(series_no, labels, instance, job)`` of each series every matcher matches (the name's first, in SQL);
-        a chunk of series at a time, each checked against ``budget`` (room for ``points_each`` a series found)."""
+        a chunk of series at a time, each checked against ``budget``: room for the series found, and for
+        ``points_each`` points of each."""
         named = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
         rows = self.con.execute(
             "SELECT series_no, name, labels, instance, job FROM metric_series WHERE session = ?"
@@ -44,7 +45,7 @@ class SessionMetrics:
                     found.append((series_no, labelled, instance, job))
             if budget is not None:
                 budget.check()
-                budget.room(len(found) * points_each)
+                budget.room(len(found) * (SERIES_COST + points_each))
         return found
 
     def select(
@@ -53,6 +54,7 @@ class SessionMetrics:
         found = sorted(self.series(matchers, budget, points_each), key=lambda f: f[0])  # (by number: as stored)
         if not found:
             return []
+        budget.take(len(found) * SERIES_COST)
         most = budget.left() - len(found) * points_each  # (samples past it are not loaded)
         columns = self.con.execute(  # (list_contains is a filter: the rows come as stored, unlike IN's join)
             """SELECT series_no, ts_ms, value FROM metric_samples

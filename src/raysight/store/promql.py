@@ -38,6 +38,9 @@ MAX_NESTING = 200
 # at 0.4-0.5 GB in 2-3.5 s.
 DEFAULT_MAX_SAMPLES = 5_000_000
 DEFAULT_TIMEOUT_S = 30.0  # (Grafana's data source proxy gives up on a request after 30 s)
+# A series found holds its labels as Python objects (~2 KB with the ten of Ray's task metrics): it counts as this
+# many samples (so 5M allow 39k series at once, where 1M series would have held 2 GB)
+SERIES_COST = 128
 TOO_MANY_SAMPLES = "query processing would load too many samples into memory in query execution"
 
 
@@ -52,8 +55,8 @@ class PromQLError(ValueError):
 @dataclass(frozen=True)
 class QueryLimits:
     """What one query may spend (server options): samples held, counted as Prometheus counts them (each loaded from
-    the store, and each point an expression's answer holds at a step; here summed over the query's expressions), and
-    seconds."""
+    the store, and each point an expression's answer holds at a step; here summed over the query's expressions, and
+    each series found as :data:`SERIES_COST`), and seconds."""
 
     max_samples: int = DEFAULT_MAX_SAMPLES
     timeout_s: float = DEFAULT_TIMEOUT_S
