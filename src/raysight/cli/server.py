@@ -225,8 +225,8 @@ def private_data_dir(data_dir: Path) -> None:
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_SAMPLES,
     show_default=True,
-    help="Samples one PromQL query may hold (loaded, and its expressions' points at each step), as Prometheus's "
-    "--query.max-samples; more is refused (422).",
+    help="Samples one PromQL query may hold (those loaded, its expressions' points at each step, 128 for each series "
+    "found), as Prometheus's --query.max-samples; more is refused (422).",
 )
 @click.option(
     "--query-timeout",

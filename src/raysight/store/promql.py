@@ -103,7 +103,8 @@ class Matcher:
 
 # Regexes run in RE2, in time linear in the text (Python's `re` backtracks: `.{12}(?:[\w-]+)+X` against a Ray
 # session name took hours, holding the GIL), anchored as Prometheus 2.42 anchors them (`^(?:…)$`, where `.` matches
-# no newline). Each compiled one holds at most 1 MiB, and the cache keeps the last 256 (re2 keeps its own 128).
+# no newline). Each compiled one holds at most 1 MiB (a larger one, such as 1,000 alternatives of 56-character IDs,
+# is refused), and the cache keeps the last 256 (re2 its own 128): ~220 MB at most, 500 such patterns measured.
 _RE2 = re2.Options()
 _RE2.max_mem = 1 << 20
 _RE2.log_errors = False  # (said in the answer instead)
