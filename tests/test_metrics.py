@@ -24,7 +24,7 @@ from raysight.store import metric_retention, promql
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import MetricsBounds
 from raysight.store.metrics_query import SessionMetrics
-from raysight.store.promql import Matcher
+from raysight.store.promql import Budget, Matcher, QueryLimits
 from raysight.store.retention import Retention
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
@@ -471,7 +471,8 @@ def test_samples_stored_out_of_time_order_are_read_in_order(tmp_path: Path) -> N
     try:
         store.record_scrapes([Scrape(SESSION, T0 + EVERY, "h:1", "ray", f"x 1 {T0 + 3000}\ny 7\n")])
         store.record_scrapes([Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", f"x 2 {T0 + 1000}\ny 8\n")])
-        (x,) = SessionMetrics(store.con, SESSION).select([Matcher("__name__", "=", "x")], T0, T0 + 3 * EVERY)
+        source = SessionMetrics(store.con, SESSION)
+        (x,) = source.select([Matcher("__name__", "=", "x")], T0, T0 + 3 * EVERY, Budget(QueryLimits()), 0)
         assert x.ts.tolist() == [T0 + 1000, T0 + 3000] and x.values.tolist() == [2.0, 1.0]
     finally:
         store.close()

@@ -27,6 +27,7 @@ from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarding
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
+from raysight.store.promql import DEFAULT_MAX_SAMPLES, DEFAULT_TIMEOUT_S, QueryLimits
 from raysight.store.retention import Retention, parse_duration, parse_size
 from raysight.store.trace_sampling import TailSampling
 
@@ -52,6 +53,7 @@ def serve(
     metrics: MetricsBounds,
     forwarding: Forwarding,
     trace_sampling: TailSampling,
+    query_limits: QueryLimits,
 ) -> None:
     """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
     import uvicorn
@@ -94,6 +96,7 @@ def serve(
             metrics_bounds=metrics,
             forwarding=forwarding,
             trace_sampling=trace_sampling,
+            query_limits=query_limits,
         ),
         host=host,
         port=port,
@@ -221,6 +224,21 @@ def private_data_dir(data_dir: Path) -> None:
     help="Metric samples older than RAW become one a minute, older than MINUTES one each 10 minutes; or off.",
 )
 @click.option(
+    "--query-max-samples",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_SAMPLES,
+    show_default=True,
+    help="Samples one PromQL query may hold (those loaded, its expressions' points at each step, 128 for each series "
+    "found), as Prometheus's --query.max-samples; more is refused (422).",
+)
+@click.option(
+    "--query-timeout",
+    type=SECONDS,
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds one PromQL query may run, as Prometheus's --query.timeout; a longer one stops (503).",
+)
+@click.option(
     "--traces-forward",
     envvar="RAYSIGHT_TRACES_FORWARD",
     metavar="URL",
@@ -277,6 +295,8 @@ def server_cmd(
     metrics_retention: str | None,
     metrics_max_size: str | None,
     metrics_downsample: str,
+    query_max_samples: int,
+    query_timeout: float,
     traces_forward: str | None,
     traces_forward_header: tuple[str, ...],
     traces_store: bool,
@@ -311,6 +331,7 @@ def server_cmd(
         ),
         forwarding=Forwarding(traces_forward, headers, traces_store),
         trace_sampling=TailSampling(traces_keep, parse_duration_ns(traces_keep_slow) if traces_keep_slow else None),
+        query_limits=QueryLimits(query_max_samples, query_timeout),
     )
 
 

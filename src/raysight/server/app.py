@@ -24,6 +24,7 @@ from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.store.metric_retention import MetricsBounds
+from raysight.store.promql import QueryLimits
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling
@@ -94,11 +95,13 @@ def create_app(
     metrics_bounds: MetricsBounds | None = None,
     forwarding: Forwarding | None = None,
     trace_sampling: TailSampling | None = None,
+    query_limits: QueryLimits | None = None,
 ) -> Starlette:
     """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
 
     ``secrets`` None: no credentials asked (loopback); ``allowed_hosts`` None: any ``Host`` served; ``forwarding``:
-    where the receiver's spans go besides (or instead of) the store.
+    where the receiver's spans go besides (or instead of) the store; ``query_limits``: what each PromQL query may
+    spend (None: the defaults).
     """
     secrets = secrets or Secrets.loopback()
 
@@ -123,7 +126,16 @@ def create_app(
         bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
         forwarder = Forwarder(forwarding) if forwarding and forwarding.url else None
         app.state.raysight = AppState(
-            store, writer, secrets, metrics_, max_body, max_events, bodies, forwarding or Forwarding(), forwarder
+            store,
+            writer,
+            secrets,
+            metrics_,
+            max_body,
+            max_events,
+            bodies,
+            forwarding or Forwarding(),
+            forwarder,
+            query_limits=query_limits or QueryLimits(),
         )
         try:
             yield

@@ -10,7 +10,9 @@ On loopback the browser is the threat, beyond it the network:
   site's page has no reason to open the JSON, Ray-compatible or Prometheus routes, in a tab or a frame: a query such a
   navigation carries could cost the server dearly.
 - Content type: a POST must carry one that a web page cannot send to another site without a CORS preflight (which
-  this server never grants), so text and form posts from other sites change nothing.
+  this server never grants), so text and form posts from other sites change nothing. But for Prometheus's query
+  API, which takes forms (Grafana POSTs its queries so) and only reads: another site's form carries its ``Origin``,
+  refused above.
 - The read token, on every path but ingest (which checks its own write-only key) and the dashboard's files (which
   hold no data: the page must load to ask for the token).
 """
@@ -27,6 +29,7 @@ from raysight.server.auth import Secrets
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 POST_TYPES = ("application/json", "application/x-protobuf")  # Ray's aggregator and raysight's own posts; OTLP
+FORM_TYPES = ("application/x-www-form-urlencoded",)  # Prometheus's query API's (_PROMETHEUS_API)
 
 
 def host_name(host: str) -> str:
@@ -65,6 +68,12 @@ def open_path(path: str) -> bool:
 
 # Ray's job writes (submit, stop, delete, upload): raysight only refuses them (405), so no body can do harm there
 _REFUSED_WRITES = re.compile(r"(/sessions/[^/]+)?/api/(jobs|packages)/.*")
+_PROMETHEUS_API = re.compile(r"(/sessions/[^/]+)?/api/v1/.*")
+
+
+def post_types(path: str) -> tuple[str, ...]:
+    """The body types a POST to ``path`` may carry."""
+    return FORM_TYPES if _PROMETHEUS_API.fullmatch(path) else POST_TYPES
 
 
 def media_type(content_type: str | None) -> str:
@@ -87,13 +96,14 @@ def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None
         )
     if from_other_site(headers, method, scope["path"]):
         return 403, "refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)"
+    types = post_types(scope["path"])
     if (
         method == "POST"
-        and media_type(headers.get("content-type")) not in POST_TYPES
+        and media_type(headers.get("content-type")) not in types
         and not _REFUSED_WRITES.fullmatch(scope["path"])
     ):
         return 415, (
-            f"POST bodies must be sent as {' or '.join(POST_TYPES)}, "
+            f"POST bodies must be sent as {' or '.join(types)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"
         )
     if not open_path(scope["path"]) and not secrets.token_ok(headers.get("authorization")):

@@ -9,19 +9,25 @@ import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 import numpy as np
-from starlette.datastructures import FormData, QueryParams
+import orjson
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from raysight.errors import BadQuery, NotFound
+from raysight.server.ingest_routes import read_body
 from raysight.server.state import app_state
 from raysight.store import metrics_query, promql, queries
-from raysight.store.promql import Matcher, PromQLError
+from raysight.store.promql import Budget, Matcher, PromQLError
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
+MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql.MAX_QUERY_CHARS)
+MAX_SECONDS = 1e13  # a time or step, in seconds (year ~318,900): its milliseconds, and sums of them, fit in int64
+STATUS = {"bad_data": 400, "execution": 422, "timeout": 503}  # of each error type, as Prometheus answers it
 
 
 def _error(status: int, kind: str, message: str) -> Response:
@@ -33,17 +39,20 @@ def _success(data: Any, warnings: list[str] | None = None) -> Response:
 
 
 def _seconds(value: str | None, name: str, what: str, other: Callable[[str], float]) -> float:
-    """Parameter ``name`` in seconds: a number, or ``other``'s reading of it (a ``what``)."""
+    """Parameter ``name`` in seconds: a number, or ``other``'s reading of it (a ``what``); a finite one within
+    :data:`MAX_SECONDS` of 0."""
     if not value:
         raise PromQLError(f'missing parameter "{name}"')
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        return other(value)
-    except (ValueError, RuntimeError):
-        raise PromQLError(f'invalid parameter "{name}": cannot parse "{value}" to a valid {what}') from None
+        try:
+            seconds = other(value)
+        except (ValueError, RuntimeError, OverflowError):
+            seconds = math.nan  # (refused below)
+    if not abs(seconds) <= MAX_SECONDS:  # (NaN too)
+        raise PromQLError(f'invalid parameter "{name}": cannot parse "{promql.shortened(value)}" to a valid {what}')
+    return seconds
 
 
 def _time(value: str | None, name: str) -> float:
@@ -56,29 +65,23 @@ def _duration(value: str | None, name: str) -> float:
     return _seconds(value, name, "duration", lambda d: float(promql.pp.parse_duration(d).total_seconds()))
 
 
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return np.format_float_positional(value, trim="-")
-
-
-async def _params(request: Request) -> QueryParams | FormData:
-    """The query's parameters: in the URL, or a form body (Grafana POSTs its queries)."""
-    if request.method == "POST":
-        return await request.form()
-    return request.query_params
+async def _params(request: Request) -> QueryParams:
+    """The query's parameters: in the URL, and for a POST in its form body too, first (as Prometheus reads both;
+    Grafana POSTs its queries). The guard lets only a form through (``guard.post_types``)."""
+    if request.method != "POST":
+        return request.query_params
+    form = parse_qsl((await read_body(request, MAX_FORM_BODY)).decode(errors="replace"), keep_blank_values=True)
+    return QueryParams(form + request.query_params.multi_items())
 
 
 def _handled(
-    fn: Callable[[Request, QueryParams | FormData], Awaitable[Response]],
+    fn: Callable[[Request, QueryParams], Awaitable[Response]],
 ) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
         try:
             return await fn(request, await _params(request))
         except PromQLError as exc:
-            return _error(422 if exc.kind == "execution" else 400, exc.kind, str(exc))
+            return _error(STATUS[exc.kind], exc.kind, str(exc))
         except BadQuery as exc:
             return _error(400, "bad_data", str(exc))
         except NotFound as exc:
@@ -96,61 +99,65 @@ def _sorted(labels: dict[str, str]) -> dict[str, str]:
     return dict(sorted(labels.items()))  # (as Prometheus's label sets are)
 
 
-def _answer(value: promql.Value, steps: np.ndarray, instant: bool) -> dict[str, Any]:
+def _answer(value: promql.Value, steps: np.ndarray, instant: bool, budget: Budget) -> tuple[str, list[bytes]]:
+    """The answer's result type, and the JSON of each element of its result."""
+    seconds = (steps / 1000).tolist()
     if isinstance(value, promql.Scalar):
         if instant:
-            return {"resultType": "scalar", "result": [steps[0] / 1000, _number(value.values[0])]}
+            return "scalar", [orjson.dumps(seconds[0]), orjson.dumps(promql.number_text(value.values[0]))]
         value = promql.Vector([promql.Series({}, value.values)])
     if isinstance(value, promql.String):
-        return {"resultType": "string", "result": [steps[0] / 1000, value.value]}
+        return "string", [orjson.dumps(seconds[0]), orjson.dumps(value.value)]
     if isinstance(value, promql.Matrix):
-        return {
-            "resultType": "matrix",
-            "result": [
-                {
-                    "metric": _sorted(labels),
-                    "values": [[t / 1000, _number(v)] for t, v in zip(ts.tolist(), vs.tolist())],
-                }
-                for labels, ts, vs in value.series
-            ],
-        }
-    assert isinstance(value, promql.Vector)
-    seconds = (steps / 1000).tolist()
+        return "matrix", [_series(labels, (ts / 1000).tolist(), vs, budget) for labels, ts, vs in value.series]
     if instant:
-        return {
-            "resultType": "vector",
-            "result": [
-                {"metric": _sorted(s.labels), "value": [seconds[0], _number(s.values[0])]}
-                for s in value.series
-                if not math.isnan(s.values[0])
-            ],
-        }
-    result = []
-    for s in value.series:
-        points = [[t, _number(v)] for t, v in zip(seconds, s.values.tolist()) if not math.isnan(v)]
-        if points:
-            result.append({"metric": _sorted(s.labels), "values": points})
-    result.sort(key=lambda r: sorted(r["metric"].items()))  # type: ignore[attr-defined]
-    return {"resultType": "matrix", "result": result}
+        return "vector", [
+            orjson.dumps({"metric": _sorted(s.labels), "value": [seconds[0], promql.number_text(s.values[0])]})
+            for s in value.series
+            if not math.isnan(s.values[0])
+        ]
+    ordered = sorted(value.series, key=lambda s: sorted(s.labels.items()))
+    return "matrix", [j for s in ordered if (j := _series(s.labels, seconds, s.values, budget))]
+
+
+def _series(labels: dict[str, str], seconds: list[float], values: np.ndarray, budget: Budget) -> bytes:
+    """A series of a matrix as JSON (empty when it has no point): one at a time, so that no rendering call holds
+    the GIL long, nor the objects of every point at once."""
+    budget.check()
+    points = [[t, promql.number_text(v)] for t, v in zip(seconds, values.tolist()) if v == v]  # (NaN: no point)
+    return orjson.dumps({"metric": _sorted(labels), "values": points}) if points else b""
+
+
+def _body(result_type: str, result: list[bytes], warnings: list[str]) -> bytes:
+    """A success's JSON, from its result's elements' (``_answer``)."""
+    shown = b',"warnings":' + orjson.dumps(warnings) if warnings else b""
+    return b'{"status":"success","data":{"resultType":"%s","result":[%s]}%s}' % (
+        result_type.encode(),
+        b",".join(result),
+        shown,
+    )
 
 
 async def _evaluate(
     request: Request, query: str, start: float | None, end: float | None, step: float, instant: bool
 ) -> Response:
     """``query`` from ``start`` to ``end`` (None: now, or the session's last scrape when it has been silent longer
-    than the lookback: an ended session's last values)."""
+    than the lookback: an ended session's last values), within the server's query limits; its answer rendered on
+    the read's thread too."""
     step_ms = max(round(step * 1000), 1)
+    state = app_state(request)
+    budget = Budget(state.query_limits)
 
-    def run(con: Any) -> tuple[dict[str, Any], list[str]]:
+    def run(con: Any) -> bytes:
         source = metrics_query.SessionMetrics(con, _session(con, request))
         default = source.default_at_ms() if start is None or end is None else 0
         start_ms = default if start is None else round(start * 1000)
         end_ms = default if end is None else round(end * 1000)
-        value = promql.evaluate(query, source, start_ms, end_ms, step_ms)
-        answer = _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant)
-        return answer, _dropped_warnings(source.dropped(), start_ms)
+        value = promql.evaluate(query, source, start_ms, end_ms, step_ms, budget)
+        result = _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant, budget)
+        return _body(*result, _dropped_warnings(source.dropped(), start_ms))
 
-    return _success(*await app_state(request).read(run))
+    return Response(await state.read(run), media_type="application/json")
 
 
 def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[str]:
@@ -162,25 +169,25 @@ def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[st
 
 
 @_handled
-async def query(request: Request, params: QueryParams | FormData) -> Response:
+async def query(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/query?query=&time= (default: now; for a session silent longer than the lookback, its last
     scrape)"""
-    expr = str(params.get("query") or "")
+    expr = params.get("query") or ""
     if not expr:
         raise PromQLError('missing parameter "query"')
-    given = _text(params, "time")
+    given = params.get("time")
     at = None if given is None or given == "" else _time(given, "time")
     return await _evaluate(request, expr, at, at, 1.0, instant=True)
 
 
 @_handled
-async def query_range(request: Request, params: QueryParams | FormData) -> Response:
+async def query_range(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/query_range?query=&start=&end=&step="""
-    expr = str(params.get("query") or "")
+    expr = params.get("query") or ""
     if not expr:
         raise PromQLError('missing parameter "query"')
-    start, end = _time(_text(params, "start"), "start"), _time(_text(params, "end"), "end")
-    step = _duration(_text(params, "step"), "step")
+    start, end = _time(params.get("start"), "start"), _time(params.get("end"), "end")
+    step = _duration(params.get("step"), "step")
     if end < start:
         raise PromQLError('invalid parameter "end": end timestamp must not be before start time')
     if step <= 0:
@@ -193,24 +200,19 @@ async def query_range(request: Request, params: QueryParams | FormData) -> Respo
     return await _evaluate(request, expr, start, end, step, instant=False)
 
 
-def _text(params: QueryParams | FormData, name: str) -> str | None:
-    value = params.get(name)
-    return value if isinstance(value, str) else None
-
-
-def _match_sets(params: QueryParams | FormData) -> list[list[Matcher]]:
+def _match_sets(params: QueryParams) -> list[list[Matcher]]:
     """The ``match[]`` selectors, each a list of matchers."""
     sets = []
     for selector in params.getlist("match[]"):
-        node = promql.parse(str(selector))
+        node = promql.parse(selector)
         if type(node).__name__ != "VectorSelector":
-            raise PromQLError(f'invalid parameter "match[]": {selector!r} is not a series selector')
+            raise PromQLError(f'invalid parameter "match[]": "{promql.shortened(selector)}" is not a series selector')
         sets.append(promql._matchers(node))
     return sets
 
 
 @_handled
-async def series(request: Request, params: QueryParams | FormData) -> Response:
+async def series(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/series?match[]=…"""
     sets = _match_sets(params)
     if not sets:
@@ -221,14 +223,14 @@ async def series(request: Request, params: QueryParams | FormData) -> Response:
 
 
 @_handled
-async def labels(request: Request, params: QueryParams | FormData) -> Response:
+async def labels(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/labels[?match[]=…]"""
     sets = _match_sets(params)
     return _success(await app_state(request).read(lambda con: metrics_query.labels(con, _session(con, request), sets)))
 
 
 @_handled
-async def label_values(request: Request, params: QueryParams | FormData) -> Response:
+async def label_values(request: Request, params: QueryParams) -> Response:
     """GET /api/v1/label/<name>/values[?match[]=…]"""
     name, sets = request.path_params["name"], _match_sets(params)
     return _success(
@@ -237,9 +239,9 @@ async def label_values(request: Request, params: QueryParams | FormData) -> Resp
 
 
 @_handled
-async def metadata(request: Request, params: QueryParams | FormData) -> Response:
+async def metadata(request: Request, params: QueryParams) -> Response:
     """GET /api/v1/metadata[?metric=]"""
-    metric = _text(params, "metric")
+    metric = params.get("metric")
     return _success(
         await app_state(request).read(lambda con: metrics_query.metadata(con, _session(con, request), metric))
     )

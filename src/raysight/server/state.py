@@ -15,6 +15,7 @@ from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder, Forwarding
 from raysight.server.resends import Resends
+from raysight.store.promql import QueryLimits
 from raysight.store.store import ApplyResult, Store
 from raysight.store.writer import Writer
 
@@ -124,6 +125,7 @@ class AppState:
     forwarding: Forwarding = field(default_factory=Forwarding)
     forwarder: Forwarder | None = None  # spans sent on to another backend (``forwarding``)
     resends: Resends = field(default_factory=Resends)
+    query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``store/promql.py``)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run a read on a thread with its own cursor."""

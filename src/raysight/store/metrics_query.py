@@ -10,7 +10,9 @@ import duckdb
 import numpy as np
 
 from raysight.store import metric_downsample
-from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, Matcher, Samples
+from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, SERIES_COST, Budget, Matcher, Samples
+
+SERIES_CHUNK = 10_000  # series matched at a time (between checks of a query's budget)
 
 
 def _labelled(name: str, labels: dict[str, str]) -> dict[str, str]:
@@ -23,31 +25,45 @@ class SessionMetrics:
     def __init__(self, con: duckdb.DuckDBPyConnection, session: str) -> None:
         self.con, self.session = con, session
 
-    def series(self, matchers: list[Matcher]) -> list[tuple[int, dict[str, str], str, str]]:
-        """``(series_no, labels, instance, job)`` of each series every matcher matches (the name's first, in SQL)."""
+    def series(
+        self, matchers: list[Matcher], budget: Budget | None = None, points_each: int = 0
+    ) -> list[tuple[int, dict[str, str], str, str]]:
+        """``(series_no, labels, instance, job)`` of each series every matcher matches (the name's first, in SQL);
+        a chunk of series at a time, each checked against ``budget``: room for the series found, and for
+        ``points_each`` points of each."""
         named = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
         rows = self.con.execute(
             "SELECT series_no, name, labels, instance, job FROM metric_series WHERE session = ?"
             + (" AND name = ?" if named is not None else ""),
             [self.session, *([named] if named is not None else [])],
-        ).fetchall()
+        )
         found = []
-        for series_no, name, labels, instance, job in rows:
-            labelled = _labelled(name, labels)
-            if all(m.matches(labelled) for m in matchers):
-                found.append((series_no, labelled, instance, job))
+        while chunk := rows.fetchmany(SERIES_CHUNK):
+            for series_no, name, labels, instance, job in chunk:
+                labelled = _labelled(name, labels)
+                if all(m.matches(labelled) for m in matchers):
+                    found.append((series_no, labelled, instance, job))
+            if budget is not None:
+                budget.check()
+                budget.room(len(found) * (SERIES_COST + points_each))
         return found
 
-    def select(self, matchers: list[Matcher], start_ms: int, end_ms: int) -> list[Samples]:
-        found = sorted(self.series(matchers), key=lambda f: f[0])  # (by number: the order the samples are sorted in)
+    def select(
+        self, matchers: list[Matcher], start_ms: int, end_ms: int, budget: Budget, points_each: int
+    ) -> list[Samples]:
+        found = sorted(self.series(matchers, budget, points_each), key=lambda f: f[0])  # (by number: as stored)
         if not found:
             return []
+        budget.take(len(found) * SERIES_COST)
+        most = budget.left() - len(found) * points_each  # (samples past it are not loaded)
         columns = self.con.execute(  # (list_contains is a filter: the rows come as stored, unlike IN's join)
             """SELECT series_no, ts_ms, value FROM metric_samples
-               WHERE list_contains($1::INTEGER[], series_no) AND ts_ms BETWEEN $2 AND $3""",
-            [[f[0] for f in found], start_ms, end_ms],
+               WHERE list_contains($1::INTEGER[], series_no) AND ts_ms BETWEEN $2 AND $3 LIMIT $4""",
+            [[f[0] for f in found], start_ms, end_ms, most + 1],
         ).fetchnumpy()
         numbers, ts, values = (np.asarray(columns[c]) for c in ("series_no", "ts_ms", "value"))
+        budget.room(len(numbers) + len(found) * points_each)
+        budget.take(len(numbers))
         order = _by_series_then_time([f[0] for f in found], numbers, ts)
         numbers, ts, values = numbers[order], ts[order], values[order]
         bounds = np.searchsorted(numbers, [f[0] for f in found])

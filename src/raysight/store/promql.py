@@ -6,30 +6,86 @@ series of labels with an array of values over the steps (NaN where the series ha
 Prometheus's rules kept: a selector takes each step's latest sample within the 5-minute lookback, unless the series
 went stale (its target scraped without it) since; a range selector the samples within ``[t - range, t]``; ``rate``
 and ``increase`` extrapolate to the range's ends and correct counter resets; arithmetic drops the metric name.
+
+Every query is bounded: its text (length, nesting) before it is parsed, its regexes by RE2's linear time, and its
+evaluation by a :class:`Budget` of samples and seconds (``--query-max-samples``, ``--query-timeout``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import promql_parser as pp
+import re2
 
 LOOKBACK_MS = 300_000
 NAME = "__name__"
 NEVER = np.iinfo(np.int64).max
+MAX_QUERY_CHARS = 256 * 1024  # (a regex of some thousands of alternatives, as a dashboard's variable makes, fits)
+# How deep an expression may nest: promql-parser takes memory quadratic in an expression's depth (1,000 `(`: 80 MB;
+# 5,000: 1.7 GB; 5,000 chained `+` crash it), and the evaluator recurses into it (two or three frames a level)
+MAX_NESTING = 200
+# What one query may spend, as Prometheus's --query.max-samples and --query.timeout (50M, 2 min) but sized for this
+# server's memory: a sample loaded costs up to ~70 bytes while it is sorted, a point 8 bytes and ~30 of JSON, each
+# point is rendered in Python (~1 us). At 5M, 2,000 series' 2.3M samples and 2.7M points answered peaked the server
+# at 0.4-0.5 GB in 2-3.5 s.
+DEFAULT_MAX_SAMPLES = 5_000_000
+DEFAULT_TIMEOUT_S = 30.0  # (Grafana's data source proxy gives up on a request after 30 s)
+# A series found holds its labels as Python objects (~2 KB with the ten of Ray's task metrics): it counts as this
+# many samples (so 5M allow 39k series at once, where 1M series would have held 2 GB)
+SERIES_COST = 128
+TOO_MANY_SAMPLES = "query processing would load too many samples into memory in query execution"
 
 
 class PromQLError(ValueError):
-    """A query Prometheus would refuse: ``kind`` is its error type (bad_data, execution)."""
+    """A query Prometheus would refuse: ``kind`` is its error type (bad_data, execution, timeout)."""
 
     def __init__(self, message: str, kind: str = "bad_data") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may spend (server options): samples held, counted as Prometheus counts them (each loaded from
+    the store, and each point an expression's answer holds at a step; here summed over the query's expressions, and
+    each series found as :data:`SERIES_COST`), and seconds."""
+
+    max_samples: int = DEFAULT_MAX_SAMPLES
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+class Budget:
+    """One query's spending against its :class:`QueryLimits`, from when it was asked. Checked as it goes: a query
+    over it stops at the next expression, series or chunk of its answer."""
+
+    def __init__(self, limits: QueryLimits) -> None:
+        self.limits, self.samples = limits, 0
+        self.deadline = time.monotonic() + limits.timeout_s
+
+    def left(self) -> int:
+        return self.limits.max_samples - self.samples
+
+    def room(self, samples: int) -> None:
+        """Refuse now when ``samples`` more would not fit (before they are made)."""
+        if samples > self.left():
+            raise PromQLError(TOO_MANY_SAMPLES, "execution")
+
+    def take(self, samples: int) -> None:
+        self.room(samples)
+        self.samples += samples
+
+    def check(self) -> None:
+        """Refuse once the query has run past its time."""
+        if time.monotonic() > self.deadline:
+            raise PromQLError("query timed out in expression evaluation", "timeout")
 
 
 @dataclass(frozen=True)
@@ -42,24 +98,35 @@ class Matcher:
         value = labels.get(self.name, "")
         if self.op in ("=", "!="):
             return (value == self.value) == (self.op == "=")
-        return (_regex(self.value).fullmatch(value) is not None) == (self.op == "=~")
+        return (_regex(self.value).search(value) is not None) == (self.op == "=~")
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
+# Regexes run in RE2, in time linear in the text (Python's `re` backtracks: `.{12}(?:[\w-]+)+X` against a Ray
+# session name took hours, holding the GIL), anchored as Prometheus 2.42 anchors them (`^(?:…)$`, where `.` matches
+# no newline). Each compiled one holds at most 1 MiB (a larger one, such as 1,000 alternatives of 56-character IDs,
+# is refused), and the cache keeps the last 256 (re2 its own 128): ~220 MB at most, 500 such patterns measured.
+_RE2 = re2.Options()
+_RE2.max_mem = 1 << 20
+_RE2.log_errors = False  # (said in the answer instead)
+
+
+def _regex(pattern: str) -> Any:
     try:
         return _compiled(pattern)
-    except re.error as exc:
-        raise PromQLError(f"invalid regular expression {pattern!r}: {exc}") from None
+    except re2.error as exc:
+        (why,) = exc.args
+        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+        raise PromQLError(f"invalid regular expression {shortened(pattern)!r}: {why}") from None
 
 
-_REGEXES: dict[str, re.Pattern[str]] = {}
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(f"^(?:{pattern})$", _RE2)
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
-    found = _REGEXES.get(pattern)
-    if found is None:
-        found = _REGEXES[pattern] = re.compile(pattern, re.DOTALL)
-    return found
+def shortened(text: str, most: int = 200) -> str:
+    """``text`` for an error message, cut to ``most`` characters."""
+    return text if len(text) <= most else f"{text[:most]}… ({len(text):,} characters)"
 
 
 @dataclass
@@ -74,8 +141,12 @@ class Samples:
 
 
 class Source(Protocol):
-    def select(self, matchers: list[Matcher], start_ms: int, end_ms: int) -> list[Samples]:
-        """The series every matcher matches, with their samples from ``start_ms`` to ``end_ms`` (inclusive)."""
+    def select(
+        self, matchers: list[Matcher], start_ms: int, end_ms: int, budget: Budget, points_each: int
+    ) -> list[Samples]:
+        """The series every matcher matches, with their samples from ``start_ms`` to ``end_ms`` (inclusive), each
+        sample taken from ``budget``; refused before any is loaded when the series found would leave no room in it
+        for ``points_each`` points a series (what the caller makes of each)."""
         ...
 
     def lookback_ms(self, steps: np.ndarray) -> np.ndarray:
@@ -116,16 +187,79 @@ Value = Vector | Scalar | String | Matrix
 
 
 def parse(query: str) -> pp.Expr:
+    """``query``'s syntax tree; refused first when it is longer than :data:`MAX_QUERY_CHARS` or nests deeper than
+    :data:`MAX_NESTING`."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise PromQLError(f"the query is {len(query):,} characters long, over {MAX_QUERY_CHARS:,}")
+    depth = _nesting(query)
+    if depth > MAX_NESTING:
+        raise PromQLError(
+            f"the query nests too deep: its brackets and operators come to {depth:,} levels, over {MAX_NESTING}"
+        )
     try:
         return pp.parse(query)
     except (ValueError, RuntimeError) as exc:
-        raise PromQLError(f"parse error: {exc}") from None
+        raise PromQLError(f"parse error: {shortened(str(exc), 500)}") from None
 
 
-def evaluate(query: str, source: Source, start_ms: int, end_ms: int, step_ms: int) -> Value:
-    """``query`` at each step from ``start_ms`` to ``end_ms``."""
+_OPERATOR_CHARS = frozenset("+-*/%^=!<>")
+_OPERATOR_WORDS = frozenset({"and", "or", "unless", "atan2"})
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
+
+
+def _nesting(query: str) -> int:
+    """How deep ``query``'s syntax tree can be, read from its text: the deepest its brackets nest plus how many
+    operators it has (outside strings, comments and label matchers), as a node nests within another through one or
+    the other. Refuses an ``@`` time before 1970 too (promql-parser panics reading it back)."""
+    deepest = depth = operators = braces = 0
+    i, n = 0, len(query)
+    while i < n:
+        c = query[i]
+        if c in "\"'`":  # a string: to its closing quote (`…` takes no escapes)
+            i += 1
+            while i < n and query[i] != c:
+                i += 2 if c != "`" and query[i] == "\\" else 1
+        elif c == "#":  # a comment: to the line's end
+            while i < n and query[i] != "\n":
+                i += 1
+        elif c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+            braces += c == "{"
+        elif c in ")]}":
+            depth -= 1
+            braces -= c == "}" and braces > 0
+        elif c in _WORD_CHARS:
+            start = i
+            while i + 1 < n and query[i + 1] in _WORD_CHARS:
+                i += 1
+            operators += not braces and query[start : i + 1].lower() in _OPERATOR_WORDS
+        elif c in _OPERATOR_CHARS:
+            operators += not braces
+        elif c == "@":
+            after = i + 1
+            while after < n and query[after].isspace():
+                after += 1
+            if after < n and query[after] == "-":
+                raise PromQLError("an @ modifier's time before 1970 is not supported")
+        i += 1
+    return deepest + operators
+
+
+def evaluate(
+    query: str, source: Source, start_ms: int, end_ms: int, step_ms: int, budget: Budget | None = None
+) -> Value:
+    """``query`` at each step from ``start_ms`` to ``end_ms``, within ``budget`` (None: the default limits')."""
     steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
-    return _Evaluator(source, steps).eval(parse(query))
+    return _Evaluator(source, steps, budget or Budget(QueryLimits())).eval(parse(query))
+
+
+def _field(node: Any, name: str) -> Any:
+    """``node.name``: a duration or time promql-parser cannot hand over (past Python's) refused."""
+    try:
+        return getattr(node, name)
+    except (ValueError, OverflowError):
+        raise PromQLError(f"the query's {'@ time' if name == 'at' else name} is out of range") from None
 
 
 def _ms(delta: Any) -> int:
@@ -153,15 +287,23 @@ def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 class _Evaluator:
-    def __init__(self, source: Source, steps: np.ndarray) -> None:
-        self.source, self.steps = source, steps
+    def __init__(self, source: Source, steps: np.ndarray, budget: Budget) -> None:
+        self.source, self.steps, self.budget = source, steps, budget
 
     def eval(self, node: Any) -> Value:
+        """``node``'s value, its points (a step's of each series) taken from the budget; the nodes that make
+        series from samples (selectors, range functions) see that there is room for them first."""
+        self.budget.check()
         kind = type(node).__name__
         handler: Callable[[Any], Value] | None = getattr(self, f"_{kind}", None)
         if handler is None:
             raise PromQLError(f"{kind} is not supported")
-        return handler(node)
+        value = handler(node)
+        if isinstance(value, Vector):
+            self.budget.take(len(value.series) * len(self.steps))
+        elif isinstance(value, Scalar):
+            self.budget.take(len(self.steps))
+        return value
 
     # literals and selectors
 
@@ -182,26 +324,28 @@ class _Evaluator:
             return Vector([Series(_without_name(s.labels), -s.values) for s in value.series])
         raise PromQLError("unary minus applies to a scalar or a vector")
 
-    def _selected(self, vs: Any, reach_ms: int) -> tuple[list[Samples], np.ndarray]:
+    def _selected(self, vs: Any, reach_ms: int, points_each: int) -> tuple[list[Samples], np.ndarray]:
         """The series ``vs`` selects with their samples from ``reach_ms`` before the first step, and the steps
-        shifted by its offset or pinned by its ``@``."""
+        shifted by its offset or pinned by its ``@``; with room in the budget for ``points_each`` a series."""
         steps = self.steps
-        if vs.at is not None:
-            if vs.at.type == pp.AtModifierType.Start:
+        if (at := vs.at) is not None:
+            if at.type == pp.AtModifierType.Start:
                 pinned = self.steps[0]
-            elif vs.at.type == pp.AtModifierType.End:
+            elif at.type == pp.AtModifierType.End:
                 pinned = self.steps[-1]
             else:
-                pinned = int(vs.at.at.timestamp() * 1000)
+                pinned = int(_field(at, "at").timestamp() * 1000)
             steps = np.full(len(self.steps), pinned, dtype=np.int64)
-        steps = steps - _ms(vs.offset)
-        found = self.source.select(_matchers(vs), int(steps.min()) - reach_ms, int(steps.max()))
+        steps = steps - _ms(_field(vs, "offset"))
+        found = self.source.select(
+            _matchers(vs), int(steps.min()) - reach_ms, int(steps.max()), self.budget, points_each
+        )
         return found, steps
 
     def _VectorSelector(self, node: Any, times: bool = False) -> Value:
         """Each series' latest sample at each step (its time instead, for ``timestamp()``)."""
         lookback = self.source.lookback_ms(self.steps)
-        found, steps = self._selected(node, int(lookback.max()))
+        found, steps = self._selected(node, int(lookback.max()), len(self.steps))
         out = []
         for s in found:
             i = np.searchsorted(s.ts, steps, side="right") - 1  # the latest sample at or before each step
@@ -213,10 +357,10 @@ class _Evaluator:
                 out.append(Series(_without_name(s.labels) if times else s.labels, np.where(ok, picked, np.nan)))
         return Vector(out)
 
-    def _windows(self, node: Any) -> tuple[list[Samples], np.ndarray, np.ndarray, np.ndarray, int]:
+    def _windows(self, node: Any, points_each: int) -> tuple[list[Samples], np.ndarray, np.ndarray, np.ndarray, int]:
         """A range selector's series, and for each step the index range ``[lo, hi)`` of its samples in range."""
-        range_ms = _ms(node.range)
-        found, steps = self._selected(node.vector_selector, range_ms)
+        range_ms = _ms(_field(node, "range"))
+        found, steps = self._selected(node.vector_selector, range_ms, points_each)
         los = [np.searchsorted(s.ts, steps - range_ms, side="left") for s in found]
         his = [np.searchsorted(s.ts, steps, side="right") for s in found]
         return found, steps, np.array(los), np.array(his), range_ms
@@ -224,7 +368,7 @@ class _Evaluator:
     def _MatrixSelector(self, node: Any) -> Value:
         if len(self.steps) != 1:
             raise PromQLError("a range vector is only an answer to an instant query; apply a function to it")
-        found, _, los, his, _ = self._windows(node)
+        found, _, los, his, _ = self._windows(node, 0)
         return Matrix(
             [
                 (s.labels, s.ts[lo[0] : hi[0]], s.values[lo[0] : hi[0]])
@@ -267,9 +411,10 @@ class _Evaluator:
             if not isinstance(first, Scalar):
                 raise PromQLError(f"{name}() takes a scalar first")
             param = first.values
-        found, steps, los, his, range_ms = self._windows(matrix)
+        found, steps, los, his, range_ms = self._windows(matrix, len(self.steps))
         out = []
         for s, lo, hi in zip(found, los, his):
+            self.budget.check()  # (some reduce each window in Python)
             values = _RANGE_FUNCTIONS[name](s, steps, lo, hi, range_ms, param)
             if not np.isnan(values).all():
                 labels = s.labels if name in ("last_over_time",) else _without_name(s.labels)
@@ -302,6 +447,7 @@ class _Evaluator:
             return self._top(op, param, groups)
         out = []
         for labels, members in groups.values():
+            self.budget.check()
             stack = np.vstack([m.values for m in members])
             present = ~np.isnan(stack)
             count = present.sum(axis=0)
@@ -342,7 +488,8 @@ class _Evaluator:
             members_all += members
             stack = np.vstack([m.values for m in members])
             for i in range(len(self.steps)):
-                k = int(param.values[i])
+                self.budget.check()
+                k = _int(param.values[i])
                 column = stack[:, i]
                 order = [
                     j for j in np.argsort(-column if op == "topk" else column, kind="stable") if not np.isnan(column[j])
@@ -538,9 +685,31 @@ def _apply(op: str, a: np.ndarray, b: np.ndarray, return_bool: bool) -> np.ndarr
     raise PromQLError(f"operator {op} is not supported")
 
 
+def _int(value: float) -> int:
+    """A scalar parameter as Prometheus takes an integer (topk's k): refused where no int64 holds it."""
+    if not -(2.0**63) <= value < 2.0**63:  # (NaN too)
+        shown = repr(float(value))  # (as Go's %v writes it)
+        raise PromQLError(f"Scalar value {_SPECIAL.get(shown, shown)} overflows int64", "execution")
+    return int(value)
+
+
+def number_text(value: float) -> str:
+    """``value`` as Prometheus writes one (strconv's 'f', -1): the shortest digits that read back the same, without
+    an exponent; NaN, +Inf, -Inf."""
+    text = repr(float(value))  # (a numpy float's repr names its type)
+    if text.endswith(".0"):
+        return text[:-2]
+    if "e" in text or text in _SPECIAL:
+        return _SPECIAL.get(text) or np.format_float_positional(value, trim="-")
+    return text
+
+
+_SPECIAL = {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}
+
+
 def _quantile(q: float, values: np.ndarray) -> float:
-    """Prometheus's quantile (φ < 0: -Inf, φ > 1: +Inf, else linear interpolation between ranks)."""
-    if len(values) == 0:
+    """Prometheus's quantile (φ NaN: NaN, φ < 0: -Inf, φ > 1: +Inf, else linear interpolation between ranks)."""
+    if len(values) == 0 or math.isnan(q):
         return math.nan
     if q < 0:
         return -math.inf
@@ -713,6 +882,7 @@ def _histogram_quantile(ev: _Evaluator, args: list[Value]) -> Value:
         groups.setdefault(_key(labels), (labels, []))[1].append((bound, s.values))
     out = []
     for labels, buckets in groups.values():
+        ev.budget.check()
         buckets.sort(key=lambda b: b[0])
         bounds = np.array([b[0] for b in buckets])
         counts = np.vstack([b[1] for b in buckets])
@@ -726,6 +896,8 @@ def _bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float:
     """Prometheus's bucketQuantile: linear interpolation within the bucket the rank falls in."""
     present = ~np.isnan(counts)
     bounds, counts = bounds[present], counts[present]
+    if math.isnan(q):
+        return math.nan
     if q < 0:
         return -math.inf
     if q > 1:
@@ -757,7 +929,7 @@ def _label_replace(ev: _Evaluator, args: list[Value]) -> Value:
     out = []
     for s in vector.series:
         labels = dict(s.labels)
-        if (match := regex.fullmatch(s.labels.get(src, ""))) is not None:
+        if (match := regex.search(s.labels.get(src, ""))) is not None:
             value = _expand(match, replacement)
             if value:
                 labels[dst] = value
@@ -767,17 +939,23 @@ def _label_replace(ev: _Evaluator, args: list[Value]) -> Value:
     return Vector(out)
 
 
-def _expand(match: re.Match[str], template: str) -> str:
-    """``template`` with ``$1`` / ``${name}`` replaced by ``match``'s groups (one it lacks: nothing)."""
+def _expand(match: Any, template: str) -> str:
+    """``template`` with ``$1`` / ``$name`` / ``${name}`` replaced by ``match``'s groups (one it lacks: nothing) and
+    ``$$`` by ``$``, as Go's ``Regexp.Expand``."""
 
     def group(ref: re.Match[str]) -> str:
         name = ref[1] or ref[2]
+        if name is None:
+            return "$"
         try:
-            return match.group(int(name) if name.isdigit() else name) or ""
+            return match.group(int(name) if name.isdecimal() else name) or ""
         except IndexError:
             return ""
 
-    return re.sub(r"\$(\w+)|\$\{(\w+)\}", group, template)
+    return _REFERENCE.sub(group, template)
+
+
+_REFERENCE = re.compile(r"\$(\w+)|\$\{(\w+)\}|\$\$")  # (Python's re: a fixed pattern, which cannot backtrack far)
 
 
 def _vector_fn(ev: _Evaluator, args: list[Value]) -> Value:
