@@ -217,3 +217,15 @@ def test_nan_parameters_evaluate_as_prometheus_and_the_deepest_query_allowed_run
         20.0,
         40.0,
     ]
+
+
+def test_metrics_top_over_the_query_budget_says_so_with_a_503(tmp_path: Path) -> None:
+    """`raysight metrics top` evaluates PromQL too, within the server's budget: past it the answer says which option
+    to raise (it was a 500)."""
+    app = create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=QueryLimits(max_samples=100))
+    page = "".join(f'raysight_process_cpu_seconds_total{{NodeId="n",pid="{pid}"}} 1\n' for pid in range(50))
+    with TestClient(app) as client:
+        body = {"session": RAY_SESSION, "scraped_ms": T0, "target": {"instance": "h", "job": "raysight"}, "text": page}
+        assert client.post("/ingest/agent/metrics", json=body).status_code == 200
+        answer = client.get("/api/raysight/metrics/top", params={"at": T0})
+        assert answer.status_code == 503 and "--query-max-samples" in answer.json()["error"], answer.text

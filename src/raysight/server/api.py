@@ -252,9 +252,10 @@ async def metrics_top(request: Request) -> Response:
         raise BadQuery(f"limit must be at most {MAX_TOP}")
 
     def read(con: Any) -> dict[str, Any]:
-        return metrics_top_sql.top(con, recorded_session(con, request), at, limit)
+        return metrics_top_sql.top(con, recorded_session(con, request), at, limit, state.query_limits)
 
-    return await read_json(app_state(request), read)
+    state = app_state(request)
+    return await read_json(state, read)
 
 
 def job_param(request: Request) -> str | None:

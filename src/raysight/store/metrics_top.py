@@ -10,8 +10,10 @@ from typing import Any
 
 import duckdb
 
+from raysight.errors import Unavailable
 from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
+from raysight.store.promql import QueryLimits
 
 # What each process used at the moment (a rate over the last minute for CPU): key -> PromQL
 PER_PROCESS = {
@@ -40,20 +42,28 @@ LEFT JOIN actors a ON a.session = $session AND a.worker_id = ids.worker_id
 """
 
 
-def _at(source: SessionMetrics, expr: str, at_ms: int) -> list[tuple[dict[str, str], float]]:
-    value = promql.evaluate(expr, source, at_ms, at_ms, 1)
+def _at(source: SessionMetrics, expr: str, at_ms: int, limits: QueryLimits) -> list[tuple[dict[str, str], float]]:
+    try:
+        value = promql.evaluate(expr, source, at_ms, at_ms, 1, promql.Budget(limits))
+    except promql.PromQLError as exc:  # (the server's query budget: a session of too many processes to rank)
+        raise Unavailable(
+            f"ranking the processes goes over the server's query budget ({exc}); raise "
+            "--query-max-samples or --query-timeout"
+        ) from None
     assert isinstance(value, promql.Vector)
     return [(s.labels, float(s.values[0])) for s in value.series if not math.isnan(s.values[0])]
 
 
-def top(con: duckdb.DuckDBPyConnection, session: str, at_ms: int | None, limit: int) -> dict[str, Any]:
+def top(
+    con: duckdb.DuckDBPyConnection, session: str, at_ms: int | None, limit: int, limits: QueryLimits
+) -> dict[str, Any]:
     """The ``limit`` busiest nodes, workers and actors of ``session`` at ``at_ms`` (None: now, or an ended session's
-    last scrape), by CPU."""
+    last scrape), by CPU, each query within ``limits`` (Unavailable past them)."""
     source = SessionMetrics(con, session)
     at_ms = source.default_at_ms() if at_ms is None else at_ms
     processes: dict[tuple[str, str], dict[str, Any]] = {}
     for key, expr in PER_PROCESS.items():
-        for labels, value in _at(source, expr, at_ms):
+        for labels, value in _at(source, expr, at_ms, limits):
             process = processes.setdefault(
                 (labels.get("NodeId", ""), labels.get("pid", "")),
                 {
@@ -84,13 +94,13 @@ def top(con: duckdb.DuckDBPyConnection, session: str, at_ms: int | None, limit: 
     return {
         "session": session,
         "at_ms": at_ms,
-        "nodes": _busiest(_nodes(source, processes.values(), at_ms), limit),
+        "nodes": _busiest(_nodes(source, processes.values(), at_ms, limits), limit),
         "workers": _busiest(workers, limit),
         "actors": _busiest(actors, limit),
     }
 
 
-def _nodes(source: SessionMetrics, processes: Any, at_ms: int) -> list[dict[str, Any]]:
+def _nodes(source: SessionMetrics, processes: Any, at_ms: int, limits: QueryLimits) -> list[dict[str, Any]]:
     """Each node's processes summed, and Ray's own stats of the node."""
     nodes: dict[str, dict[str, Any]] = {}
     for process in processes:
@@ -102,7 +112,7 @@ def _nodes(source: SessionMetrics, processes: Any, at_ms: int) -> list[dict[str,
             if process[key] is not None:
                 node[key] = (node[key] or 0) + process[key]
     for key, expr in PER_NODE.items():
-        for labels, value in _at(source, expr, at_ms):
+        for labels, value in _at(source, expr, at_ms, limits):
             if (node_id := labels.get("NodeId")) is not None:
                 nodes.setdefault(node_id, {"node_id": node_id, "processes": 0, **dict.fromkeys(USAGE)})[key] = value
     return list(nodes.values())
