@@ -376,7 +376,7 @@ async def node_life_sightings(request: Request) -> Response:
     if (refused := _key_refused(request)) is not None:
         return refused
     try:
-        host, sightings = node_life.parse(await read_body(request, NODE_LIFE_MAX_BODY))
+        host, sightings = await run_in_threadpool(node_life.parse, await read_body(request, NODE_LIFE_MAX_BODY))
     except agent_logs_batch.BadBatch as exc:
         app_state(request).metrics.rejected.labels("bad_node_life").inc()
         return _error(400, f"bad node sightings: {exc}")
@@ -413,7 +413,7 @@ async def ray_state(request: Request) -> Response:
     if (refused := _key_refused(request)) is not None:
         return refused
     try:
-        poll = ray_state_poll.parse(await read_body(request, RAY_STATE_MAX_BODY))
+        poll = await run_in_threadpool(ray_state_poll.parse, await read_body(request, RAY_STATE_MAX_BODY))  # (64 MiB)
     except agent_logs_batch.BadBatch as exc:
         app_state(request).metrics.rejected.labels("bad_ray_state").inc()
         return _error(400, f"bad poll: {exc}")
@@ -457,7 +457,8 @@ async def ray_metrics(request: Request) -> Response:
     if (refused := _key_refused(request)) is not None:
         return refused
     try:
-        samples = parse_aggregator_metrics(parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY)))
+        text = parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY))
+        samples = await run_in_threadpool(parse_aggregator_metrics, text)
     except ValueError as exc:  # not Prometheus text
         raise BadQuery(f"bad Ray metrics: {exc}") from None
     return await _record(request, "Ray's metrics", lambda s: s.record_ray_metrics(samples), lambda n: {"samples": n})
