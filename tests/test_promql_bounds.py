@@ -14,8 +14,10 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
 from raysight.store import promql
@@ -229,3 +231,12 @@ def test_metrics_top_over_the_query_budget_says_so_with_a_503(tmp_path: Path) ->
         assert client.post("/ingest/agent/metrics", json=body).status_code == 200
         answer = client.get("/api/raysight/metrics/top", params={"at": T0})
         assert answer.status_code == 503 and "--query-max-samples" in answer.json()["error"], answer.text
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--query-max-samples", "0", "0 is not in the range x>=1"), ("--query-timeout", "soon", "soon")],
+)
+def test_the_query_budget_options_refuse_what_is_no_budget(tmp_path: Path, option: str, value: str, says: str) -> None:
+    refused = CliRunner().invoke(main, ["server", option, value, "--data-dir", str(tmp_path)])
+    assert refused.exit_code == 2 and says in refused.output, refused.output
