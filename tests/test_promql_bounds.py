@@ -240,3 +240,21 @@ def test_metrics_top_over_the_query_budget_says_so_with_a_503(tmp_path: Path) ->
 def test_the_query_budget_options_refuse_what_is_no_budget(tmp_path: Path, option: str, value: str, says: str) -> None:
     refused = CliRunner().invoke(main, ["server", option, value, "--data-dir", str(tmp_path)])
     assert refused.exit_code == 2 and says in refused.output, refused.output
+
+
+def test_queries_past_the_concurrency_bound_wait_their_turn_within_their_time(tmp_path: Path) -> None:
+    """At most ``--query-max-concurrency`` queries are evaluated at once (each may hold its whole samples budget);
+    another waits its turn, and that wait counts in its time: with the one place taken, a query times out in the
+    queue, as in Prometheus; with it free, the same query is answered."""
+    limits = QueryLimits(timeout_s=0.5, max_concurrency=1)
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=limits)) as server:
+        load(server)
+        queries = server.app.state.raysight.queries
+        params = {"query": "sum(rate(req_total[1m]))", "time": at(12)}
+        server.portal.call(queries.acquire)  # (a query being evaluated)
+        try:
+            waited = server.get("/api/v1/query", params=params)
+        finally:
+            server.portal.call(queries.release)
+        assert waited.status_code == 503 and waited.json()["error"] == "query timed out in query queue"
+        assert server.get("/api/v1/query", params=params).json()["status"] == "success"

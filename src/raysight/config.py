@@ -54,3 +54,26 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# What one query may spend, as Prometheus's --query.max-samples and --query.timeout (50M, 2 min) but sized for this
+# server's memory: a sample loaded costs up to ~70 bytes while it is sorted, a point 8 bytes and ~30 of JSON, each
+# point is rendered in Python (~1 us). At 5M, 2,000 series' 2.3M samples and 2.7M points answered peaked the server
+# at 0.4-0.5 GB in 2-3.5 s.
+DEFAULT_MAX_SAMPLES = 5_000_000
+DEFAULT_TIMEOUT_S = 30.0  # (Grafana's data source proxy gives up on a request after 30 s)
+# Queries evaluated at once (the others wait, within their time): each may hold up to its samples budget (~0.5 GB at
+# the default), and threads under the GIL gain little from more; Grafana's ten panels queue behind two
+DEFAULT_MAX_CONCURRENCY = 2
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may spend (server options): samples held, counted as Prometheus counts them (each loaded from
+    the store, and each point an expression's answer holds at a step; here summed over the query's expressions, and
+    each series found as ``store/promql.py``'s ``SERIES_COST``), and seconds; and how many queries are evaluated at
+    once."""
+
+    max_samples: int = DEFAULT_MAX_SAMPLES
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY

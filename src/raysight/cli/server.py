@@ -13,13 +13,17 @@ from raysight.cli.detach import child_args, start_detached, stop_detached
 from raysight.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_SAMPLES,
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_PORT,
+    DEFAULT_TIMEOUT_S,
     ENV_ADMIN_TOKEN,
     ENV_INGEST_KEY,
     ENV_TOKEN,
     Limits,
+    QueryLimits,
     default_data_dir,
     is_loopback,
 )
@@ -27,7 +31,6 @@ from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarding
 from raysight.store.metric_downsample import Downsampling
 from raysight.store.metric_retention import DEFAULT_MAX_SERIES, MetricsBounds
-from raysight.store.promql import DEFAULT_MAX_SAMPLES, DEFAULT_TIMEOUT_S, QueryLimits
 from raysight.store.retention import Retention, parse_duration, parse_size
 from raysight.store.trace_sampling import TailSampling
 
@@ -239,6 +242,14 @@ def private_data_dir(data_dir: Path) -> None:
     help="Seconds one PromQL query may run, as Prometheus's --query.timeout; a longer one stops (503).",
 )
 @click.option(
+    "--query-max-concurrency",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CONCURRENCY,
+    show_default=True,
+    help="PromQL queries evaluated at once, as Prometheus's --query.max-concurrency; the others wait their turn "
+    "within their --query-timeout. Each may hold up to --query-max-samples.",
+)
+@click.option(
     "--traces-forward",
     envvar="RAYSIGHT_TRACES_FORWARD",
     metavar="URL",
@@ -297,6 +308,7 @@ def server_cmd(
     metrics_downsample: str,
     query_max_samples: int,
     query_timeout: float,
+    query_max_concurrency: int,
     traces_forward: str | None,
     traces_forward_header: tuple[str, ...],
     traces_store: bool,
@@ -331,7 +343,7 @@ def server_cmd(
         ),
         forwarding=Forwarding(traces_forward, headers, traces_store),
         trace_sampling=TailSampling(traces_keep, parse_duration_ns(traces_keep_slow) if traces_keep_slow else None),
-        query_limits=QueryLimits(query_max_samples, query_timeout),
+        query_limits=QueryLimits(query_max_samples, query_timeout, query_max_concurrency),
     )
 
 

@@ -5,6 +5,7 @@ shapes (``{"status": "success", "data": …}``; ``{"status": "error", "errorType
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -157,7 +158,17 @@ async def _evaluate(
         result = _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant, budget)
         return _body(*result, _dropped_warnings(source.dropped(), start_ms))
 
-    return Response(await state.read(run), media_type="application/json")
+    if state.queries.locked():  # waiting its turn counts in the query's time, as in Prometheus's queue
+        try:
+            await asyncio.wait_for(state.queries.acquire(), budget.seconds_left())
+        except asyncio.TimeoutError:
+            raise PromQLError("query timed out in query queue", "timeout") from None
+    else:
+        await state.queries.acquire()
+    try:
+        return Response(await state.read(run), media_type="application/json")
+    finally:
+        state.queries.release()
 
 
 def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -126,6 +127,10 @@ class AppState:
     forwarder: Forwarder | None = None  # spans sent on to another backend (``forwarding``)
     resends: Resends = field(default_factory=Resends)
     query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``store/promql.py``)
+    queries: asyncio.Semaphore = field(init=False)  # the PromQL queries evaluated at once
+
+    def __post_init__(self) -> None:
+        self.queries = asyncio.Semaphore(self.query_limits.max_concurrency)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run a read on a thread with its own cursor."""

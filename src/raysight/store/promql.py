@@ -25,6 +25,8 @@ import numpy as np
 import promql_parser as pp
 import re2
 
+from raysight.config import QueryLimits
+
 LOOKBACK_MS = 300_000
 NAME = "__name__"
 NEVER = np.iinfo(np.int64).max
@@ -32,12 +34,6 @@ MAX_QUERY_CHARS = 256 * 1024  # (a regex of some thousands of alternatives, as a
 # How deep an expression may nest: promql-parser takes memory quadratic in an expression's depth (1,000 `(`: 80 MB;
 # 5,000: 1.7 GB; 5,000 chained `+` crash it), and the evaluator recurses into it (two or three frames a level)
 MAX_NESTING = 200
-# What one query may spend, as Prometheus's --query.max-samples and --query.timeout (50M, 2 min) but sized for this
-# server's memory: a sample loaded costs up to ~70 bytes while it is sorted, a point 8 bytes and ~30 of JSON, each
-# point is rendered in Python (~1 us). At 5M, 2,000 series' 2.3M samples and 2.7M points answered peaked the server
-# at 0.4-0.5 GB in 2-3.5 s.
-DEFAULT_MAX_SAMPLES = 5_000_000
-DEFAULT_TIMEOUT_S = 30.0  # (Grafana's data source proxy gives up on a request after 30 s)
 # A series found holds its labels as Python objects (~2 KB with the ten of Ray's task metrics): it counts as this
 # many samples (so 5M allow 39k series at once, where 1M series would have held 2 GB)
 SERIES_COST = 128
@@ -50,16 +46,6 @@ class PromQLError(ValueError):
     def __init__(self, message: str, kind: str = "bad_data") -> None:
         super().__init__(message)
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """What one query may spend (server options): samples held, counted as Prometheus counts them (each loaded from
-    the store, and each point an expression's answer holds at a step; here summed over the query's expressions, and
-    each series found as :data:`SERIES_COST`), and seconds."""
-
-    max_samples: int = DEFAULT_MAX_SAMPLES
-    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 class Budget:
@@ -86,6 +72,9 @@ class Budget:
         """Refuse once the query has run past its time."""
         if time.monotonic() > self.deadline:
             raise PromQLError("query timed out in expression evaluation", "timeout")
+
+    def seconds_left(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
 
 
 @dataclass(frozen=True)
