@@ -173,7 +173,9 @@ def test_ray_own_hook_is_never_doubled_and_its_span_files_import(tmp_path: Path)
             session = client.sessions()[0]["session"]
             tasks = client.list("tasks", limit=100)["rows"]
             assert {"outer", "inner", "Keeper.pid"} <= {t["name"] for t in tasks}
-            assert not [t for t in tasks if t["state"] == "FAILED"]  # no task refused an argument it did not take
+            # no task refused an argument it did not take (the driver, which got every result, exited 0 too); an end
+            # raysight inferred is Ray's loss of a local cluster's last events (the tasks that ran last), not a refusal
+            assert not [t for t in tasks if t["state"] == "FAILED" and not t["state_inferred"]]
         files = [Path(f"/tmp/spans/{pid}.txt") for pid in pids_file.read_text().split()]
         written = sum(f.read_bytes().count(b"\n") for f in files if f.exists())
         assert written >= 6  # a producer span where each call was made, a consumer span where it ran
