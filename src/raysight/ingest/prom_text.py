@@ -32,8 +32,7 @@ from functools import cached_property
 from typing import Any
 
 from raysight.errors import TooMany
-from raysight.ingest.agent_logs import BadBatch, int_field, json_object, text_field
-from raysight.ingest.ids import SESSION_NAME
+from raysight.ingest.agent_logs import BadBatch, int_field, json_object, session_field, text_field
 from raysight.ingest.otlp import INT64_MAX
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)
@@ -81,9 +80,7 @@ def parse(body: bytes) -> Scrape:
     newlines, JSON's ``\\n``, less the escaped backslashes that might end in ``n``)."""
     _at_most_max_lines(body.count(b"\\n") - body.count(b"\\\\"))
     scrape = json_object(body, "target", dict, '{"session", "scraped_ms", "target": {"instance", "job"}, "text"}')
-    session = text_field(scrape.get("session"), "session")
-    if session is None or not SESSION_NAME.fullmatch(session):
-        raise BadBatch("session must name a Ray session (session_…)")
+    session = session_field(scrape.get("session"), "session")
     scraped_ms = int_field(scrape.get("scraped_ms"), "scraped_ms")
     instance = text_field(scrape["target"].get("instance"), "target.instance")
     job = text_field(scrape["target"].get("job"), "target.job")

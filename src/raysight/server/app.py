@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT
+from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT, QueryLimits
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.auth import Secrets
@@ -24,7 +24,6 @@ from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.store.metric_retention import MetricsBounds
-from raysight.store.promql import QueryLimits
 from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling

@@ -171,14 +171,8 @@ async def agent_logs(request: Request) -> Response:
 
 async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
     state = app_state(request)
-    encoding = _encoding(request)
-
-    def parsed() -> tuple[bytes, agent_logs_batch.LogBatch]:
-        data = _decoded(encoding, body, state.max_body)  # (what is journalled: the JSON)
-        return data, agent_logs_batch.parse(data, MAX_LOG_LINES)
-
-    try:
-        body, batch = await run_in_threadpool(parsed)
+    try:  # (what is journalled: the JSON)
+        body, batch = await _off_loop(request, body, lambda data: (data, agent_logs_batch.parse(data, MAX_LOG_LINES)))
     except agent_logs_batch.BadBatch as exc:
         state.metrics.rejected.labels("bad_logs").inc()
         return _error(400, f"bad batch of logs: {exc}")

@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from raysight.config import QueryLimits
 from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder, Forwarding
 from raysight.server.resends import Resends
-from raysight.store.promql import QueryLimits
 from raysight.store.store import ApplyResult, Store
 from raysight.store.writer import Writer
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import duckdb
 
+from raysight.config import QueryLimits
 from raysight.errors import Unavailable
 from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
-from raysight.store.promql import QueryLimits
 
 # What each process used at the moment (a rate over the last minute for CPU): key -> PromQL
 PER_PROCESS = {
