@@ -5,6 +5,7 @@ whole, and session names are Ray's."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import signal
 import threading
@@ -22,8 +23,11 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from starlette.testclient import TestClient
 
 from raysight.ingest.otlp import MAX_SPANS, key_values
+from raysight.server.app import create_app
+from tests.faults import FailingDisk
 from tests.ray_scenarios import ServerProcess, peak_rss_mb, wait_folded
 
 SESSION = "session_2026-11-26_10-00-00_000000_1"
@@ -236,3 +240,29 @@ def test_an_agent_log_batch_whose_file_fields_would_fill_memory_on_every_line_is
         body = gzip.compress(orjson.dumps({"host": "node", "files": [file]}))
         kept = http.post("/ingest/agent/logs", content=body, headers={**GZIP, "Content-Type": "application/json"})
         assert kept.json() == {"ok": True, "lines": n}  # the same lines, with fields of their usual size
+
+
+def test_a_poison_batch_whose_body_cannot_be_kept_aside_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting a poison batch aside writes its body to a file first: a disk that refuses it (full) is waited out
+    like any environmental failure, the batch staying journalled, never released unkept; once the disk takes writes
+    again it is quarantined with its body kept, and folding goes on."""
+    monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.02)
+    monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.05)
+    disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal" / "quarantine", errno.ENOSPC)
+    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, memory_limit="32MB")) as client:
+        doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
+        disk.armed = True
+        assert client.post("/v1/traces", content=poison(), headers=GZIP).status_code == 200
+        deadline = time.monotonic() + 60
+        while "No space left" not in (doctor()["folding"].get("error") or ""):
+            assert time.monotonic() < deadline, "setting the batch aside did not meet the full disk"
+            time.sleep(0.05)
+        report = doctor()
+        assert report["ingest_backlog"]["batches"] == 1 and not report["quarantine"]
+        disk.armed = False
+        wait_folded(client, timeout_s=60)
+        (quarantined,) = doctor()["quarantine"]
+        kept = Path(quarantined["reason"].rpartition("its body is kept in ")[2])
+        assert kept.stat().st_size > 10_000_000
