@@ -312,7 +312,11 @@ def agents_on_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             assert time.monotonic() < deadline, listed
             time.sleep(1)
         out["joined"] = listed
-        with server.client() as client:
+        with server.client() as client:  # the joining node's events may fold after its agent answers
+            agents = {line.split("  ", 1)[0] for line in listed.stdout.splitlines()}
+            while not agents <= {n["node_id"] for n in client.list("nodes", limit=None)["rows"]}:
+                assert time.monotonic() < deadline, listed.stdout
+                time.sleep(0.5)
             out["nodes"] = client.list("nodes", limit=None)["rows"]
         out["stopped"] = raysight_cli(*on_ray, "--stop-on-ray")
         yield out
