@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -17,13 +18,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.cli.detach import child_args
 from raysight.cli.run import free_port
 from raysight.cli.server import server_cmd
 from raysight.client import Client
-from tests.ray_scenarios import ServerProcess
+from raysight.instrument import semconv, task_spans
+from raysight.instrument.task_spans import TaskSpan, new_id
+from raysight.server.app import create_app
+from raysight.server.forward import Forwarding
+from tests import test_inference
+from tests.ray_scenarios import ServerProcess, wait_folded
 
 SESSION = "session_2026-11-24_12-00-00_000000_7"
 
@@ -126,6 +133,62 @@ def test_no_traces_store_only_forwards(tmp_path: Path, backend: str) -> None:
             assert client.doctor()["traces_forward"]["store"] is False
     finally:
         server.stop()
+
+
+def attempt_spans(session: str, tasks: list[dict[str, Any]], raises: bool = False) -> bytes:
+    """raysight's span of each of these task attempts, as the instrumentation in their workers exports it: ended,
+    having returned, or raised."""
+    spans = []
+    for task in tasks:
+        attributes = {semconv.TASK_ID: task["task_id"], semconv.ATTEMPT: task["attempt_number"]}
+        span = TaskSpan(new_id(128), new_id(64), None, task["name"], test_inference.RUN_ENDED_NS - 10**9, attributes)
+        span.end_ns = test_inference.RUN_ENDED_NS - 10**8
+        if raises:
+            span.fail(ValueError(f"{task['name']} raised on purpose"), span.end_ns)
+        spans.append(span)
+    return task_spans.encode_request(spans, {semconv.SESSION: session})
+
+
+def test_an_attempt_whose_end_ray_lost_ends_as_raysights_span_of_it_says(
+    tmp_path: Path, ray_batches: list[list[dict[str, Any]]], backend: str
+) -> None:
+    """The owner's end of three children was lost (outcome unknown); their spans come after that was inferred, to a
+    server that forwards spans without keeping them, and a reindex rebuilds every task from Ray's events alone."""
+    Backend.refuse_first = 0
+    forwarding = Forwarding(f"{backend}/v1/traces", store=False)
+    with TestClient(create_app(tmp_path, fold_linger_s=0, fold_rest=0, spans_linger_s=0, forwarding=forwarding)) as app:
+        test_inference.record(app, ray_batches, "?cluster=rec&run=run-1")
+        test_inference.end_run(app, "run-1")
+        unknown = [t for t in test_inference.rows(app, "tasks") if t["name"] == "child" and t["state"] == "NIL"]
+        assert len(unknown) >= 2, "the recording has children whose owner never sent their end"
+        (session,) = [s["session"] for s in test_inference.sessions(app)]
+        for body in (attempt_spans(session, unknown[:1]), attempt_spans(session, unknown[1:], raises=True)):
+            reply = app.post("/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"})
+            assert reply.status_code == 200, reply.text
+        wait_folded(app)
+        assert app.get("/api/raysight/traces").json()["traces"] == []  # no span kept
+
+        def children() -> dict[str, dict[str, Any]]:
+            return {
+                t["task_id"]: t
+                for t in test_inference.rows(app, "tasks")
+                if t["task_id"] in {u["task_id"] for u in unknown}
+            }
+
+        now = children()
+        returned, raised = now[unknown[0]["task_id"]], [now[t["task_id"]] for t in unknown[1:]]
+        assert (returned["state"], returned["reported_state"], returned["error_type"]) == ("FINISHED", "RUNNING", None)
+        assert returned["inferred_reason"].startswith("raysight's span of this attempt (span ")
+        assert "it could still have failed storing the returned value" in returned["inferred_reason"]
+        for task in raised:
+            assert (task["state"], task["error_type"]) == ("FAILED", "TASK_EXECUTION_EXCEPTION")
+            assert task["error_message"].endswith("\nValueError: child raised on purpose")
+        groups = app.get("/api/raysight/errors").json()["groups"]
+        (group,) = [g for g in groups if g["error"] == "ValueError: child raised on purpose"]
+        assert (group["error_type"], group["count"]) == ("TASK_EXECUTION_EXCEPTION", len(raised))
+        reindexed = app.post("/api/raysight/reindex", json={})
+        assert reindexed.status_code == 200, reindexed.text
+        assert children() == now
 
 
 def test_forwarding_options_are_checked_and_kept_by_a_detached_server(backend: str) -> None:

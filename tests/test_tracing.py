@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from raysight.cli import main
 from raysight.client import Client
 from raysight.store.traces import critical_path, tree_order
+from tests.ray_programs import traced as traced_program
 from tests.ray_scenarios import ServerProcess, ray_run
 
 INCOMING_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -144,6 +145,34 @@ def test_a_tasks_log_lines_lead_to_its_trace_and_the_trace_to_them(traced) -> No
     (hint,) = [line for line in shown if line.startswith("What a span's task printed: raysight logs --task ")]
     task_id = hint.split("--task ")[1].split()[0]
     assert task_id in {s["task_id"] for s in spans}
+
+
+def test_attempts_whose_owner_died_end_as_raysights_spans_of_them_say(traced) -> None:
+    """`lost_owner` died as soon as its leaves had returned or raised, before it sent Ray their end states: Ray shows
+    them RUNNING; raysight's span of each says how it ended, whatever a reindex rebuilds."""
+    server, _ = traced
+
+    def leaves() -> dict[str, dict[str, Any]]:
+        with Client(server.url) as client:
+            rows = client.list("tasks", filters=["name=lost_leaf"], detail=True)["rows"]
+        keys = ("state", "reported_state", "state_inferred", "inferred_reason", "error_type", "error_message")
+        return {t["task_id"]: {key: t[key] for key in keys} for t in rows}
+
+    before = leaves()
+    assert len(before) == traced_program.LOST_LEAVES
+    for task in before.values():
+        assert task["reported_state"] not in ("FINISHED", "FAILED") and task["state_inferred"], task
+        assert task["inferred_reason"].startswith("raysight's span of this attempt (span "), task
+    states = sorted(t["state"] for t in before.values())
+    assert states == ["FAILED"] + ["FINISHED"] * (traced_program.LOST_LEAVES - 1)
+    (failed,) = [t for t in before.values() if t["state"] == "FAILED"]
+    assert failed["error_type"] == "TASK_EXECUTION_EXCEPTION"
+    assert failed["error_message"].endswith(f"ValueError: leaf {traced_program.RAISES} raises on purpose")
+    (finished, *_) = [t for t in before.values() if t["state"] == "FINISHED"]
+    assert "it could still have failed storing the returned value" in finished["inferred_reason"]
+    with Client(server.url) as client:
+        assert client.reindex() > 0
+    assert leaves() == before
 
 
 def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:

@@ -1,16 +1,21 @@
 """Run under `raysight run` (tracing on), with ``TRACEPARENT`` set as a caller inside someone else's trace would: a
 request that goes driver → task → nested task → actor → async actor method, a user's own span inside a task (and a
 log record inside it, in Ray's JSON logging), a task retried after an exception, a streaming generator, and a task
-submitted outside any span."""
+submitted outside any span. Then, in a trace of its own, four tasks whose owner dies right after they returned or
+raised, before it sends Ray their end states."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 
 import ray
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from tests.ray_programs import wait_until_raysight
@@ -67,6 +72,48 @@ def lonely() -> int:
     return 7
 
 
+LOST_LEAVES, RAISES = 4, 3  # the leaves of the owner that dies, and which of them raises
+
+
+@ray.remote(num_cpus=0)
+def lost_leaf(i: int, barrier: str) -> int:
+    """Says it started (its task ID, in a file), waits until every leaf has, then returns, or raises (the last)."""
+    Path(barrier, f"started-{i}").write_text(ray.get_runtime_context().get_task_id())
+    while not Path(barrier, "go").exists():
+        time.sleep(0.001)
+    if i == RAISES:
+        raise ValueError(f"leaf {i} raises on purpose")
+    return i
+
+
+@ray.remote(max_retries=0)
+def lost_owner(barrier: str) -> None:
+    """Owns four leaves that end together, and dies as soon as they have: the leaves' end states, which an owner
+    sends Ray each second, go with it."""
+    leaves = [lost_leaf.remote(i, barrier) for i in range(LOST_LEAVES)]
+    while len(list(Path(barrier).glob("started-*"))) < LOST_LEAVES:
+        time.sleep(0.001)
+    Path(barrier, "go").touch()
+    ray.wait(leaves, num_returns=LOST_LEAVES, fetch_local=False)
+    os._exit(1)
+
+
+def lose_the_owner(barrier: Path) -> None:
+    """Run :func:`lost_owner` in a trace of its own; wait until raysight holds each leaf's span."""
+    barrier.mkdir()
+    with (
+        trace.get_tracer("driver").start_as_current_span("lost-owner", context=otel_context.Context()),
+        contextlib.suppress(ray.exceptions.WorkerCrashedError),
+    ):
+        ray.get(lost_owner.remote(str(barrier)))
+    task_ids = [path.read_text() for path in barrier.glob("started-*")]
+    wait_until_raysight(
+        lambda client: all(client.traces(task_id=task_id)["traces"] for task_id in task_ids),
+        "the spans of the owner's lost leaves",
+        60,
+    )
+
+
 EXPECTED = {"middle", "leaf", "user-span", "Counter.add", "Doubler.work", "flaky", "count_to", "lonely"}
 
 
@@ -90,6 +137,7 @@ def main(marker: str) -> None:
     except TimeoutError as exc:
         raise TimeoutError(f"{exc}: none named {sorted(missing)}") from None
     del counter
+    lose_the_owner(Path(marker).parent / "lost-owner")
 
 
 if __name__ == "__main__":

@@ -62,9 +62,14 @@ class Export:
     rejected: int  # spans refused alone
     reason: str | None  # why the first of them was
 
-    def journalled(self) -> bytes:
-        """What the store folds (``Store.apply_spans``): the spans and, once each, their resources."""
-        return orjson.dumps({"resources": self.resources, "spans": self.spans})
+    def journalled(self, keep_spans: bool = True) -> bytes | None:
+        """What the store folds (``Store.apply_spans``): the spans and, once each, their resources; or, for a server
+        that keeps no span (``keep_spans`` False), raysight's spans of task attempts alone, of which the store keeps
+        how each attempt ended (None when there is none)."""
+        if keep_spans:
+            return orjson.dumps({"resources": self.resources, "spans": self.spans})
+        attempts = [span for span in self.spans if span["scope"] == semconv.TASK_SCOPE]
+        return orjson.dumps({"resources": {}, "spans": attempts, "keep": False}) if attempts else None
 
 
 def parse(body: bytes, json: bool, limit: int = MAX_SPANS) -> Export:

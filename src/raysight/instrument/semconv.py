@@ -12,3 +12,5 @@ ACTOR_ID = "ray.actor_id"
 FUNCTION = "ray.function"  # module.qualname of the task's function, or Class.method
 TASK_KIND = "ray.task.kind"  # "task", "actor_task" or "actor_creation"
 SERVE_REQUEST_ID = "ray.serve.request_id"
+
+TASK_SCOPE = "raysight.ray"  # the instrumentation scope of raysight's span of each task attempt

@@ -241,9 +241,9 @@ async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
         if not forwarded and not state.forwarding.store:
             return _error(503, "busy: the spans to forward wait in a full queue; the exporter will resend", **RETRY)
-    if export.spans and state.forwarding.store:
-        journalled = await run_in_threadpool(export.journalled)
-        if (failed := await _durable(request, journalled, len(export.spans), SPANS, started)) is not None:
+    if export.spans:  # a server that keeps no span still keeps how the task attempts they are of ended
+        kept = await run_in_threadpool(export.journalled, state.forwarding.store)
+        if kept is not None and (failed := await _durable(request, kept, len(export.spans), SPANS, started)):
             return failed
     dropped = request.headers.get(DROPPED_HEADER, "0")
     dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0

@@ -3,7 +3,8 @@
 Ray's stream loses a dying worker's last second, a local cluster's final events, and everything a stopped `ray start`
 cluster would have said of its own end. When other evidence says a task attempt is over (a later attempt, its worker's
 or node's death, its actor coming alive or dying during it, the end of its job or session), the attempt gets
-``inferred_state`` and ``inferred_reason``; when the session is over, so do its nodes, workers and actors that Ray
+``inferred_state`` and ``inferred_reason``: how raysight's span of it ended, where there is one (``attempt_ends``: it
+returned, or raised), else what ended it; when the session is over, so do its nodes, workers and actors that Ray
 still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
 """
 
@@ -127,6 +128,7 @@ job_ends AS (
 ),
 evidence AS (
     SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, rt.next_attempt,
+           s.span_id, s.trace_id, s.error AS span_error,
            w.worker_id AS dead_worker, w.exit_type, w.exit_detail,
            n.node_id AS dead_node, n.why AS death_reason,
            je.ended_ns AS job_ended_ns, e.ended_ns AS session_ended_ns, e.end_reason,
@@ -139,6 +141,7 @@ evidence AS (
     LEFT JOIN ({_DEATHS}) n ON n.session = o.session AND n.node_id = o.node_id
     LEFT JOIN job_ends je ON je.session = o.session AND je.job_id = o.job_id
     LEFT JOIN ends e ON e.session = o.session
+    LEFT JOIN (SELECT * FROM attempt_ends WHERE session IN {_SESSIONS}) s USING (session, task_id, attempt)
 ),
 -- An actor creation task's ID holds its actor's. Each attempt runs the constructor once, so the actor's first ALIVE
 -- or DEAD from that attempt's start until the next one's tells whether that attempt finished.
@@ -155,6 +158,7 @@ verdict AS (
         CASE
           WHEN c.outcome.state = 'ALIVE' THEN 'FINISHED'
           WHEN c.outcome.state = 'DEAD' OR next_attempt IS NOT NULL THEN 'FAILED'
+          WHEN span_id IS NOT NULL AND ended THEN CASE WHEN span_error IS NULL THEN 'FINISHED' ELSE 'FAILED' END
           WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
@@ -166,6 +170,13 @@ verdict AS (
                    coalesce(c.outcome.death_message, 'no reason given'))
           WHEN next_attempt IS NOT NULL THEN
             printf('attempt %d was started, so this attempt failed; Ray never sent its end state', next_attempt)
+          WHEN span_id IS NOT NULL AND ended AND span_error IS NULL THEN
+            printf('raysight''s span of this attempt (span %s of trace %s) ended without an exception, so it '
+                   || 'returned; Ray never sent its end state (it could still have failed storing the returned value)',
+                   span_id, trace_id)
+          WHEN span_id IS NOT NULL AND ended THEN
+            printf('raysight''s span of this attempt (span %s of trace %s) recorded the exception it raised; Ray '
+                   || 'never sent its end state:', span_id, trace_id) || chr(10) || span_error
           WHEN executed_ns IS NOT NULL AND ended
             THEN 'outcome unknown: the executing worker recorded the end of execution, but its owner never sent '
                  || 'whether it finished or failed'
@@ -182,7 +193,9 @@ verdict AS (
         END AS reason,
         CASE
           WHEN c.outcome.state = 'DEAD' THEN 'ACTOR_DIED'
-          WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL OR executed_ns IS NOT NULL THEN NULL
+          WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL THEN NULL
+          WHEN span_id IS NOT NULL AND ended AND span_error IS NOT NULL THEN 'TASK_EXECUTION_EXCEPTION'
+          WHEN executed_ns IS NOT NULL OR span_id IS NOT NULL THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 16
+from raysight.instrument import semconv
+
+SCHEMA_VERSION = 17
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -475,6 +477,24 @@ SPANS_DDL = """CREATE TABLE IF NOT EXISTS spans (
     PRIMARY KEY (trace_id, span_id))"""
 # Each resource's attributes once, by the digest its spans name (``otlp.resource_id``)
 SPAN_RESOURCES_DDL = "CREATE TABLE IF NOT EXISTS span_resources (resource_id VARCHAR PRIMARY KEY, attributes JSON)"
+# How each task attempt's execution ended, as raysight's span of it says: when, and the error it raised, if it did
+# ("Type: message"); what its outcome is inferred from when Ray never sent it (``store/reconcile.py``). Raw input, kept
+# apart from the spans, which tail sampling may delete and a server may not keep at all.
+ATTEMPT_ENDS_DDL = """CREATE TABLE IF NOT EXISTS attempt_ends (
+    session VARCHAR, task_id VARCHAR, attempt INTEGER, trace_id VARCHAR, span_id VARCHAR, end_ns BIGINT, error VARCHAR,
+    PRIMARY KEY (session, task_id, attempt))"""
+
+
+def attempt_ends_sql(spans: str) -> str:
+    """SQL: the ``attempt_ends`` rows of the spans in ``spans`` (a table of span rows): raysight's spans of task
+    attempts (its instrumentation's scope, kind consumer) that name their session, task and attempt."""
+    return f"""SELECT session, task_id, attempt, trace_id, span_id, end_ns,
+                      CASE WHEN status = 'error' THEN coalesce(status_message, '') END AS error
+               FROM {spans}
+               WHERE scope = '{semconv.TASK_SCOPE}' AND kind = 'consumer'
+                 AND session IS NOT NULL AND task_id IS NOT NULL AND attempt IS NOT NULL"""
+
+
 LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
     session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
     job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
@@ -532,6 +552,7 @@ RAW_DDL = [
     # Trace spans as OTLP brought them (``ingest/otlp.py``), raw input: each once, however often it was sent.
     SPANS_DDL,
     SPAN_RESOURCES_DDL,
+    ATTEMPT_ENDS_DDL,
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",
@@ -610,6 +631,10 @@ MIGRATIONS = {
             ON CONFLICT DO NOTHING""",
         f"UPDATE spans SET resource_id = {RESOURCE_ID_SQL} WHERE resource IS NOT NULL",
         "ALTER TABLE spans DROP COLUMN resource",
+    ],
+    17: [  # attempt_ends (all_ddl() makes it), from the spans kept
+        ATTEMPT_ENDS_DDL,
+        f"INSERT INTO attempt_ends {attempt_ends_sql('spans')} ON CONFLICT DO NOTHING",
     ],
 }
 REFOLD_BELOW = 2

@@ -94,6 +94,7 @@ SESSION_TABLES = (
     "metric_refused",
     "metric_dropped",
     "spans",
+    "attempt_ends",
 )
 
 
@@ -440,8 +441,11 @@ class Store:
     def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
         """Store the spans of journalled OTLP exports (``otlp.Export.journalled``) and their resources in one
         transaction, each span once however often it was sent (the first copy: DuckDB's conflict check keeps the
-        first of a batch too); the spans stored."""
+        first of a batch too), and how each task attempt they are of ended (``attempt_ends``), also of the spans of a
+        server that keeps none; the spans stored. An attempt whose outcome was inferred, Ray's end missing, is
+        inferred again with its span's."""
         rows: list[dict[str, Any]] = []
+        passing: list[dict[str, Any]] = []  # spans not kept, read for their attempts' ends
         resources: dict[str, str] = {}
         for body in bodies:
             export = orjson.loads(body)
@@ -451,24 +455,32 @@ class Store:
                     text = row.pop("resource", None) or "{}"
                     row["resource_id"] = otlp.resource_id(text.encode())
                     resources[row["resource_id"]] = text
-            rows += export["spans"]
+            (rows if export.get("keep", True) else passing).extend(export["spans"])
             resources.update(export["resources"])
         spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
-        del rows
+        seen = pa.concat_tables([spans, pa.Table.from_pylist(passing, schema=SPAN_SCHEMA)])
+        del rows, passing
         sessions = pc.unique(spans["session"].drop_null()).to_pylist()
         kept = pa.table({"resource_id": list(resources), "attributes": list(resources.values())})
         with (
             self._one_thread(self.con),
             self._transaction(),
             self._registered("staged_spans", spans),
+            self._registered("seen_spans", seen),
             self._registered("staged_resources", kept),
         ):
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
             self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
+            self._run(f"INSERT INTO attempt_ends {schema.attempt_ends_sql('seen_spans')} ON CONFLICT DO NOTHING")
             if sessions:
                 self._run(
                     "INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions]
                 )
+            inferred = self._run(
+                f"""SELECT DISTINCT session FROM ({schema.attempt_ends_sql("seen_spans")}) e
+                    JOIN tasks t USING (session, task_id, attempt) WHERE t.inferred_state IS NOT NULL"""
+            ).fetchall()
+            reconcile(self._run, sorted(session for (session,) in inferred))
             self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
