@@ -271,7 +271,7 @@ def test_the_lines_of_a_task_on_a_removed_node_are_all_there_through_ray_s_rotat
         check=True,
     ).stdout
     last = "doomed line 0299 of 300, padded to rotate Ray's files sooner .........."
-    assert printed == f"(on_doomed_node pid={lost['worker_pid']}) {last}\n"
+    assert printed == f"(on_doomed_node pid={lost['worker_pid']}, task_id={lost['task_id']}) {last}\n"
 
 
 def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unknown(two_nodes: dict[str, Any]) -> None:
@@ -331,7 +331,8 @@ def test_agents_on_ray_ship_from_every_node_and_each_joining_node_gets_one(agent
     assert started.returncode == 0 and "an agent on each of 1 node(s), and on each that joins" in started.stderr
     assert re.fullmatch(r"[0-9a-f]{56}  (starting|shipping)  \(0 lines shipped\)\n", started.stdout), started.stdout
     assert re.fullmatch(
-        r"\(add_one pid=\d+\) add_one\(2\) ran on a node of the cluster\n", agents_on_ray["logs"].stdout
+        r"\(add_one pid=\d+, task_id=[0-9a-f]{48}\) add_one\(2\) ran on a node of the cluster\n",
+        agents_on_ray["logs"].stdout,
     )
     lines = dict(line.split("  ", 1) for line in joined.stdout.splitlines())
     assert set(lines) == {node["node_id"] for node in agents_on_ray["nodes"]} and len(lines) == 2  # one on each

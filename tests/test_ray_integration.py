@@ -218,12 +218,12 @@ def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs
     by_name = defaultdict(list)
     for task in tasks:
         by_name[task["name"]].append(task)
-    printed = []
+    printed_by = {}
     for child in by_name["child"]:  # nested: submitted by `parent`
         lines = _logs(recorded, "--task", child["task_id"])
         assert len(lines) == 1 and re.fullmatch(r"\(child pid=\d+\) child [012]", lines[0]), lines
-        printed.append(lines[0].rsplit(" ", 1)[1])
-    assert sorted(printed) == ["0", "1", "2"]
+        printed_by[lines[0].rsplit(" ", 1)[1]] = child["task_id"]
+    assert sorted(printed_by) == ["0", "1", "2"]
     crash = by_name["crash_once"][0]["task_id"]  # each attempt its own lines; the first one's worker died
     assert [line.split(") ", 1)[1] for line in _logs(recorded, "--task", crash, "--attempt", "0")] == [
         "crash_once: first attempt, exiting"
@@ -244,12 +244,19 @@ def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs
     (found,) = _logs(recorded, "--grep", "child 2", "--format", "json")
     line = json.loads(found)
     assert (line["task_name"], line["stream"], line["job_id"]) == ("child", "stdout", by_name["child"][0]["job_id"])
+    assert (line["task_id"], line["attempt"]) == (printed_by["2"], 0)  # every line names its task attempt
     (failed,) = [json.loads(x) for x in _logs(recorded, "--task", by_name["fails"][0]["task_id"], "--format", "json")]
     assert (failed["text"], failed["stream"], failed["attribution"]) == ("fails: about to raise", "stderr", "inferred")
     assert _logs(recorded, "--stream", "stderr", "--grep", "about to raise", "--tail", "5") == [
-        f"(fails pid={failed['pid']}) fails: about to raise"
+        f"(fails pid={failed['pid']}, task_id={failed['task_id']}) fails: about to raise"
     ]
-    assert _logs(recorded, "--regex", "^count [0-9]$", "--tail", "2") == calls[1:]
+    (retried,) = _logs(recorded, "--grep", "crash_once: retry")
+    assert re.fullmatch(rf"\(crash_once pid=\d+, task_id={crash}, attempt=1\) crash_once: retry", retried), retried
+    tail = _logs(recorded, "--regex", "^count [0-9]$", "--tail", "2")
+    assert [line.split(") ", 1)[1] for line in tail] == ["count 2", "count 3"]
+    incs = {inc["task_id"] for inc in by_name["Counter.inc"]}  # each line names the actor call that printed it
+    named = [re.match(r"\(Counter pid=\d+, task_id=([0-9a-f]{48})\) ", line) for line in tail]
+    assert all(m and m[1] in incs for m in named), (tail, incs)
 
 
 def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp_path: Path) -> None:

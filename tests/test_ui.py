@@ -521,3 +521,18 @@ def test_a_log_line_written_in_a_span_links_to_its_trace(recorded: ServerProcess
     page.wait_for_url(re.compile(rf".*/ui/sessions/{span['session']}/traces/{listed['trace_id']}$"))
     w.settle()
     assert page.locator(".waterfall .span-row").count() == listed["spans"]
+
+
+@pytest.mark.ray
+def test_a_line_found_by_the_log_search_leads_to_its_task_attempt(recorded: ServerProcess, watched: Any) -> None:
+    with recorded.client() as client:
+        (line,) = client.logs(session="demo", grep="crash_once: retry")["rows"]
+    assert line["attempt"] == 1  # (the retry printed it: attempt 0's worker died)
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/logs?grep=crash_once%3A+retry")
+    page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
+    page.locator("#log-lines .line a.line-task").click()
+    page.wait_for_url(re.compile(rf".*/ui/sessions/{line['session']}/tasks/{line['task_id']}#attempt-1$"))
+    w.settle()
+    assert "crash_once: retry" in page.locator("#attempt-1 pre.log").inner_text()
+    assert not page.locator("pre.log a.line-task").count()  # a task's own lines do not link to it again

@@ -122,7 +122,7 @@ def _show(one: dict[str, Any]) -> None:
         if lines := one["logs"].get(key):
             render.heading(title)
             for row in lines:
-                click.echo(f"  {prefix(row)} {row['text']}")
+                click.echo(f"  {prefix(row, task=False)} {row['text']}")
     if one["beside"]:
         render.table(
             one["beside"],

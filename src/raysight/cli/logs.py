@@ -34,14 +34,18 @@ def parse_time(text: str, now_ns: int) -> int:
     return int(moment.timestamp() * 1e9)
 
 
-def prefix(row: dict[str, Any]) -> str:
+def prefix(row: dict[str, Any], task: bool = True) -> str:
     """Ray's prefix for a line: ``(task_name pid=N)``, ``(ClassName pid=N)`` for an actor's, ``[file]`` for a
-    component's own log."""
+    component's own log; with the task attempt it is of, where known and ``task``: ``(f pid=N, task_id=ID)`` (and
+    ``attempt=N`` after the first)."""
     if row["stream"] == "system" or row["pid"] is None:
         return f"[{row['name']}]"
     actor = row.get("actor_name")
     who = actor.split("(", 1)[0] if actor else row.get("task_name") or "worker"
-    return f"({who} pid={row['pid']})"
+    if not task or row.get("task_id") is None:
+        return f"({who} pid={row['pid']})"
+    attempt = f", attempt={row['attempt']}" if row.get("attempt") else ""
+    return f"({who} pid={row['pid']}, task_id={row['task_id']}{attempt})"
 
 
 def follows(before: dict[str, Any], row: dict[str, Any]) -> bool:
@@ -52,11 +56,11 @@ def follows(before: dict[str, Any], row: dict[str, Any]) -> bool:
     return row["file_key"] == before["file_key"] and row["byte_offset"] == end
 
 
-def _echo(row: dict[str, Any], fmt: str, color: bool) -> None:
+def _echo(row: dict[str, Any], fmt: str, color: bool, task: bool = True) -> None:
     if fmt == "json":
         click.echo(orjson.dumps(row).decode())
         return
-    head = prefix(row)
+    head = prefix(row, task)
     if color:
         head = click.style(head, fg="red" if row["stream"] == "stderr" else "cyan")
     continued = "… " if row["continued"] else ""
@@ -67,8 +71,8 @@ class _Printer:
     """Prints lines once each, in order (a page's context lines may reach into the next page's), with grep's ``--``
     between groups of lines apart when ``separate``."""
 
-    def __init__(self, fmt: str, color: bool, separate: bool) -> None:
-        self.fmt, self.color, self.separate = fmt, color, separate
+    def __init__(self, fmt: str, color: bool, separate: bool, task: bool) -> None:
+        self.fmt, self.color, self.separate, self.task = fmt, color, separate, task
         self.last: dict[str, Any] | None = None
 
     def print(self, rows: list[dict[str, Any]]) -> int:
@@ -78,7 +82,7 @@ class _Printer:
                 continue
             if self.separate and self.fmt == "text" and self.last is not None and not follows(self.last, row):
                 click.echo("--")
-            _echo(row, self.fmt, self.color)
+            _echo(row, self.fmt, self.color, self.task)
             self.last = row
         return sum(1 for row in rows if not row.get("context"))
 
@@ -158,7 +162,8 @@ def logs_cmd(
         "markers": markers or None,
         "context": context or None,
     }
-    printer = _Printer(fmt, fmt == "text" and sys.stdout.isatty(), separate=context > 0)
+    # each line names its task attempt, unless they are one task's
+    printer = _Printer(fmt, fmt == "text" and sys.stdout.isatty(), separate=context > 0, task=task is None)
     with make_client(server) as client:
         if tail is not None or follow:
             data = client.logs(**query, limit=10 if tail is None else tail, newest=True, count=False)

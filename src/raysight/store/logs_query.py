@@ -230,13 +230,28 @@ class LogPage:
     stored: int = 0  # the last line stored when the query began
 
 
+_EXACT = "(a.stdout_start IS NOT NULL OR a.stderr_start IS NOT NULL)"
+
+
 def _columns(attempts: str) -> str:
     """What a line of the answer holds (with its attempt's, for a task's lines)."""
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
-        attribution = "CASE WHEN a.stdout_start IS NULL AND a.stderr_start IS NULL THEN 'inferred' ELSE 'exact' END"
-        columns += f", a.task_id, a.attempt, {attribution} AS attribution"
+        columns += f", a.task_id, a.attempt, CASE WHEN {_EXACT} THEN 'exact' ELSE 'inferred' END AS attribution"
     return columns
+
+
+def _of_their_attempts(lines: str) -> str:
+    """``lines`` (a query of :data:`COLUMNS` and more) with the task attempt each is of, where raysight knows it
+    (``task_id`` and ``attempt``, else null): as a task's lines are found, exact before inferred, the latest begun
+    where two may claim a line. Only the attempts of the lines' workers are read."""
+    return f"""
+    SELECT l.*, a.task_id, a.attempt
+    FROM ({lines}) l
+    LEFT JOIN (SELECT * FROM tasks WHERE session = $session) a
+        ON coalesce(a.worker_id, a.exec_worker_id) = l.worker_id AND ({_OF_ATTEMPT})
+    QUALIFY row_number() OVER (PARTITION BY l.seq
+                               ORDER BY {_EXACT} DESC, coalesce(a.exec_start_ns, a.start_ns, a.first_ns) DESC) = 1"""
 
 
 def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogPage:
@@ -320,19 +335,16 @@ def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
         if len(found):  # read again where they are: the blocks that hold them (a match is in no other)
             blocks = np.unique(found // log_index.BLOCK_LINES).tolist()
             lines = _source(log_index.clip(log_index.seq_ranges(blocks, hi), lo, hi), attempts)
-            parts.append(
-                f"""SELECT r.seq, to_json(r)::VARCHAR AS line
-                    FROM (SELECT {_columns(attempts)} FROM {lines} WHERE {" AND ".join(where)}
-                          ORDER BY l.seq {order} LIMIT {len(found)}) r"""
-            )
+            matches = f"""SELECT {_columns(attempts)} FROM {lines} WHERE {" AND ".join(where)}
+                           ORDER BY l.seq {order} LIMIT {len(found)}"""
+            rows = matches if attempts else _of_their_attempts(matches)  # (a task's lines say their attempt)
+            parts.append(f"SELECT r.seq, to_json(r)::VARCHAR AS line FROM ({rows}) r")
             named.update(params)
         if context:
-            parts.append(
-                f"""SELECT c.seq, to_json(c)::VARCHAR AS line
-                    FROM (SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
-                          WHERE l.seq BETWEEN {lo} AND {hi} AND l.seq IN (SELECT unnest($context::BIGINT[]))) c"""
-            )
-            named["context"] = context
+            around = f"""SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
+                         WHERE l.seq BETWEEN {lo} AND {hi} AND l.seq IN (SELECT unnest($context::BIGINT[]))"""
+            parts.append(f"SELECT c.seq, to_json(c)::VARCHAR AS line FROM ({_of_their_attempts(around)}) c")
+            named.update(context=context, session=page.session)
         (piece,) = con.execute(
             f"SELECT string_agg(line, ',' ORDER BY seq) FROM ({' UNION ALL '.join(parts)})", named
         ).fetchall()[0]

@@ -89,9 +89,14 @@ export function empty(text) {
   return h("p", { class: "empty" }, text);
 }
 
-/** Log lines as `raysight logs` prints them: each with its source, text kept as text; a line written inside a span
- * (its trace ID read from it) links to its trace. */
-export function logLines(rows) {
+/** Log lines as `raysight logs` prints them: each with its source, text kept as text; a line of a known task attempt
+ * links to it (unless ``task`` is false: the lines of one task), and a line written inside a span (its trace ID read
+ * from it) to its trace. */
+export function logLines(rows, { task = true } = {}) {
+  const taskLink = (row) => {
+    const href = `${sessionPath(row.session, "tasks", row.task_id)}#attempt-${row.attempt}`;
+    return [h("a", { class: "line-task", href, title: `its task ${row.task_id}, attempt ${row.attempt}` }, "task"), " "];
+  };
   return h(
     "pre",
     { class: "log" },
@@ -101,6 +106,7 @@ export function logLines(rows) {
         { class: row.context ? "line context" : "line" },
         h("span", { class: "src" }, linePrefix(row)),
         " ",
+        task && row.task_id ? taskLink(row) : "",
         row.trace_id ? [h("a", { class: "line-trace", href: sessionPath(row.session, "traces", row.trace_id), title: `its trace (span ${row.span_id ?? "?"})` }, "trace"), " "] : "",
         row.text,
       ),

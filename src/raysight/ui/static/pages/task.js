@@ -63,7 +63,7 @@ function attempt(session, t, printed) {
         (t.events ?? []).map((e) => h("tr", {}, h("td", {}, time(e.created_ms)), h("td", {}, stateBadge(e.state)))),
       ),
     ),
-    section("What it printed", printed.rows.length ? logLines(printed.rows) : empty("No lines attributed to this attempt.")),
+    section("What it printed", printed.rows.length ? logLines(printed.rows, { task: false }) : empty("No lines attributed to this attempt.")),
   );
 }
 
