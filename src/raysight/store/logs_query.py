@@ -341,9 +341,9 @@ def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
             parts.append(f"SELECT r.seq, to_json(r)::VARCHAR AS line FROM ({rows}) r")
             named.update(params)
         if context:
-            around = f"""SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
+            nearby = f"""SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
                          WHERE l.seq BETWEEN {lo} AND {hi} AND l.seq IN (SELECT unnest($context::BIGINT[]))"""
-            parts.append(f"SELECT c.seq, to_json(c)::VARCHAR AS line FROM ({_of_their_attempts(around)}) c")
+            parts.append(f"SELECT c.seq, to_json(c)::VARCHAR AS line FROM ({_of_their_attempts(nearby)}) c")
             named.update(context=context, session=page.session)
         (piece,) = con.execute(
             f"SELECT string_agg(line, ',' ORDER BY seq) FROM ({' UNION ALL '.join(parts)})", named
