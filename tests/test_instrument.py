@@ -8,16 +8,20 @@ Nothing here patches Ray in the pytest process: what calls ``instrument()`` runs
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -940,3 +944,68 @@ def test_the_carrier_rides_in_ray_s_flattened_arguments_and_comes_out_whole(args
     assert flatten(parameters, args, kwargs) == plain
     with pytest.raises(TypeError):  # Ray's own check of the arguments still holds
         flatten(parameters, (*args, "one too many"), {**kwargs, ray_tracing.CARRIER: carrier})
+
+
+def _raises() -> None:
+    raise ValueError("plain")
+
+
+def _raises_later() -> Iterator[int]:
+    yield 1
+    raise ValueError("generator")
+
+
+async def _raises_async() -> None:
+    raise ValueError("async")
+
+
+async def _raises_async_later() -> AsyncIterator[int]:
+    yield 1
+    raise ValueError("async generator")
+
+
+async def _drained(items: AsyncIterator[int]) -> list[int]:
+    return [item async for item in items]
+
+
+def _raised(function: Callable[[], Any]) -> BaseException:
+    """What calling ``function`` and running what it returns to its end raised."""
+    try:
+        result = function()
+        if inspect.isgenerator(result):
+            list(result)
+        elif inspect.isasyncgen(result):
+            asyncio.run(_drained(result))
+        elif inspect.iscoroutine(result):
+            asyncio.run(result)
+    except ValueError as exc:
+        return exc
+    raise AssertionError(f"{function} raised nothing")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="CPython 3.10 re-raises with the traceback it caught")
+@pytest.mark.parametrize("function", [_raises, _raises_later, _raises_async, _raises_async_later])
+@pytest.mark.parametrize("traced", [True, False], ids=["in a span", "untraced"])
+def test_an_exception_leaves_a_tasks_wrapper_with_the_traceback_it_has_unwrapped(
+    function: Callable[[], Any], traced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper's frames are in no traceback: not the one the exception leaves with (which Ray formats), frame
+    for frame the one it has without the wrapper, nor the one the task's span records; traced in a span or not."""
+    ended: list[TaskSpan] = []
+    ids = SimpleNamespace(hex=lambda: "00" * 24, is_nil=lambda: True)
+    worker = SimpleNamespace(
+        get_current_task_id=lambda: ids, get_current_task_attempt_number=lambda: 0, get_actor_id=lambda: ids
+    )
+    monkeypatch.setattr(ray_tracing, "core_worker", lambda: worker)
+    monkeypatch.setattr(ray_tracing, "_sink", ended.append)
+    monkeypatch.setattr(ray_tracing, "_patches", [("patched", "as in a traced worker", None)] if traced else [])
+    descriptor = SimpleNamespace(class_name="", function_name=function.__name__, module_name=__name__)
+    wrapped = ray_tracing._traced(function, descriptor)
+    frames = traceback.extract_tb(_raised(wrapped).__traceback__)
+    assert [tuple(f) for f in frames] == [tuple(f) for f in traceback.extract_tb(_raised(function).__traceback__)]
+    assert frames[-1].line is not None and frames[-1].line.startswith("raise ValueError(")
+    if traced:
+        (span,) = ended
+        assert span.stack is not None and ray_tracing.__file__ not in span.stack and "raise ValueError(" in span.stack
+    else:
+        assert not ended

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+import raysight.instrument
 from raysight.cli import main
 from raysight.client import Client
 from raysight.store.traces import critical_path, tree_order
@@ -173,6 +174,31 @@ def test_attempts_whose_owner_died_end_as_raysights_spans_of_them_say(traced) ->
     with Client(server.url) as client:
         assert client.reindex() > 0
     assert leaves() == before
+
+
+def test_a_failed_tasks_traceback_is_the_one_it_has_untraced(traced) -> None:
+    """Each kind of task (plain, streaming, a method of a sync actor, of an async one, an async streaming one) failed
+    in the workload twice: in a worker raysight traces, and in one of the same job that skips the job's setup hook,
+    which is what puts raysight in a worker (the same code, Ray and driver; a second Ray run without raysight would
+    cost seconds more). What Ray gave the driver reads the same, frame for frame and line for line, but for its
+    first line (pid, actor); `raysight errors show` and the task's span show no frame of raysight's either."""
+    server, _ = traced
+    own = str(Path(raysight.instrument.__file__).parent)
+    failed = orjson.loads((server.data_dir.parent / "tracebacks.json").read_bytes())
+    kinds = {"task", "streaming task", "method", "async method", "async streaming method"}
+    assert set(failed["traced"]) == set(failed["untraced"]) == kinds
+    for kind, untraced in failed["untraced"].items():
+        text = untraced["text"].splitlines()
+        assert any(line.strip().startswith("raise ValueError(") for line in text), untraced["text"]
+        assert failed["traced"][kind]["text"].splitlines()[1:] == text[1:], kind
+    task_id = failed["traced"]["task"]["task_id"]
+    shown = cli(server, "errors", "show", task_id)
+    assert 'raise ValueError("a task broke")' in shown and own not in shown
+    (trace,) = orjson.loads(cli(server, "traces", "--task", task_id, "--format", "json"))["traces"]
+    spans = orjson.loads(cli(server, "traces", "show", trace["trace_id"], "--format", "json"))["spans"]
+    (event,) = one(spans, "breaks")["events"]
+    stack = event["attributes"]["exception.stacktrace"]
+    assert 'raise ValueError("a task broke")' in stack and own not in stack
 
 
 def test_the_critical_path_follows_what_each_span_waited_on_last() -> None:

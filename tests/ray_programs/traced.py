@@ -1,23 +1,28 @@
 """Run under `raysight run` (tracing on), with ``TRACEPARENT`` set as a caller inside someone else's trace would: a
 request that goes driver → task → nested task → actor → async actor method, a user's own span inside a task (and a
-log record inside it, in Ray's JSON logging), a task retried after an exception, a streaming generator, and a task
-submitted outside any span. Then, in a trace of its own, four tasks whose owner dies right after they returned or
-raised, before it sends Ray their end states."""
+log record inside it, in Ray's JSON logging), a task retried after an exception, a streaming generator, a task
+submitted outside any span, and each kind of task failing in a worker raysight traces and in one it does not. Then,
+in a trace of its own, four tasks whose owner dies right after they returned or raised, before it sends Ray their end
+states."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import ray
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from ray._private.ray_constants import WORKER_PROCESS_SETUP_HOOK_ENV_VAR
 
+import raysight.instrument
 from tests.ray_programs import wait_until_raysight
 
 
@@ -114,6 +119,76 @@ def lose_the_owner(barrier: Path) -> None:
     )
 
 
+# --- tracebacks: each kind of task fails in a worker raysight traces, and in one it does not -----------------------
+
+UNTRACED = {"env_vars": {WORKER_PROCESS_SETUP_HOOK_ENV_VAR: ""}}  # a task's own env: its worker skips the job's hook
+
+
+@ray.remote
+def breaks() -> None:
+    raise ValueError("a task broke")
+
+
+@ray.remote
+def breaks_streaming():  # type: ignore[no-untyped-def]
+    yield 1
+    raise ValueError("a streaming task broke")
+
+
+@ray.remote
+class Breaker:
+    def breaks(self) -> None:
+        raise ValueError("a method broke")
+
+
+@ray.remote
+class AsyncBreaker:
+    async def breaks(self) -> None:
+        await asyncio.sleep(0)
+        raise ValueError("an async method broke")
+
+    async def breaks_streaming(self):  # type: ignore[no-untyped-def]
+        yield 1
+        raise ValueError("an async streaming method broke")
+
+
+def failures(options: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each kind of task, run with ``options``: the task ID of its failure and its text (``str`` of the RayTaskError
+    the driver gets)."""
+    breaker, async_breaker = Breaker.options(**options).remote(), AsyncBreaker.options(**options).remote()
+    calls = {
+        "task": breaks.options(**options).remote(),
+        "streaming task": breaks_streaming.options(**options).remote(),
+        "method": breaker.breaks.remote(),
+        "async method": async_breaker.breaks.remote(),
+        "async streaming method": async_breaker.breaks_streaming.remote(),
+    }
+    failed = {}
+    for kind, call in calls.items():
+        try:
+            for ref in call if isinstance(call, ray.ObjectRefGenerator) else [call]:
+                ray.get(ref)
+        except ray.exceptions.RayTaskError as error:
+            failed[kind] = {"task_id": ref.task_id().hex(), "text": str(error)}
+        else:
+            raise AssertionError(f"the {kind} did not fail")
+    return failed
+
+
+def tracebacks(path: Path) -> None:
+    """Each kind of task failed in a worker raysight traces (its spans in a trace of their own) and in one that runs
+    without raysight (the same code, Ray and driver), written to ``path``; then the plain task's span is in."""
+    with trace.get_tracer("driver").start_as_current_span("tracebacks", context=otel_context.Context()):
+        traced = failures({})
+    raysight.instrument.uninstrument()  # no trace context in what the driver sends: an untraced worker would keep it
+    try:
+        untraced = failures({"runtime_env": UNTRACED})
+    finally:
+        raysight.instrument.instrument()
+    path.write_text(json.dumps({"traced": traced, "untraced": untraced}))
+    wait_until_raysight(lambda client: bool(client.traces(name="breaks")["traces"]), "the failed task's span", 60)
+
+
 EXPECTED = {"middle", "leaf", "user-span", "Counter.add", "Doubler.work", "flaky", "count_to", "lonely"}
 
 
@@ -125,6 +200,7 @@ def main(marker: str) -> None:
         assert ray.get(flaky.remote(marker)) == "ok"
         assert [ray.get(ref) for ref in count_to.remote(3)] == [0, 1, 2]
     assert ray.get(lonely.remote()) == 7  # outside any span: under the caller's incoming context
+    tracebacks(Path(marker).with_name("tracebacks.json"))
 
     missing = set(EXPECTED)
 

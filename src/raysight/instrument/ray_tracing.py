@@ -6,9 +6,9 @@ function's signature: in place of the first positional argument's marker, else a
 ``recover_args`` hands it on as the keyword argument :data:`CARRIER`. Execution: each function a worker loads from
 Ray's function table is wrapped once so that it takes the carrier away before the user's code sees its arguments,
 and runs inside a span whose parent is the submitter's, for plain, async, generator and async-generator functions
-alike. A carrier goes only where it will be taken away: to
-tasks and to the actors of the submitting job, whose workers run this same hook; never to another language's, to
-Ray's internal methods, nor when Ray's own tracing (``--tracing-startup-hook``) propagates already.
+alike; an exception leaves the wrapper without its frames (:class:`Unwrapped`). A carrier goes only where it will be
+taken away: to tasks and to the actors of the submitting job, whose workers run this same hook; never to another
+language's, to Ray's internal methods, nor when Ray's own tracing (``--tracing-startup-hook``) propagates already.
 
 ``ray.get`` and ``ray.wait`` get spans of their own inside a traced span. Nothing here raises into the user's code:
 an error of the instrumentation leaves the call untraced.
@@ -24,6 +24,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -318,45 +319,41 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
 
         async def traced(*args: Any, **kwargs: Any) -> Any:
             running = start(kwargs)
-            if running is None:
-                async for item in executor(*args, **kwargs):
-                    yield item
-                return
-            with running.ended():
-                with running.current():
-                    generator = executor(*args, **kwargs)
-                while True:
+            with UNWRAPPED:
+                if running is None:
+                    async for item in executor(*args, **kwargs):
+                        yield item
+                    return
+                with running.ended():
                     with running.current():
-                        try:
-                            item = await generator.__anext__()
-                        except StopAsyncIteration:
-                            break
-                    yield item
+                        generator = executor(*args, **kwargs)
+                    while True:
+                        with running.current():
+                            try:
+                                item = await generator.__anext__()
+                            except StopAsyncIteration:
+                                break
+                        yield item
 
     elif inspect.iscoroutinefunction(user_fn):
 
         async def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            running = start(kwargs)
-            if running is None:
-                return await executor(*args, **kwargs)
-            with running:
+            with start(kwargs) or UNWRAPPED:
                 return await executor(*args, **kwargs)
 
     elif inspect.isgeneratorfunction(user_fn):
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             running = start(kwargs)
-            if running is None:
-                return (yield from executor(*args, **kwargs))
-            return (yield from _iterate_in(running, lambda: executor(*args, **kwargs)))
+            with UNWRAPPED:
+                if running is None:
+                    return (yield from executor(*args, **kwargs))
+                return (yield from _iterate_in(running, lambda: executor(*args, **kwargs)))
 
     else:
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            running = start(kwargs)
-            if running is None:
-                return executor(*args, **kwargs)
-            with running:
+            with start(kwargs) or UNWRAPPED:
                 return executor(*args, **kwargs)
 
     functools.update_wrapper(traced, executor)
@@ -364,6 +361,34 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     if method is not None:  # what Ray's task executor reads of an actor method's executor
         traced.name, traced.method = executor.name, method  # type: ignore[attr-defined]
     return traced
+
+
+class Unwrapped:
+    """The block of a task's wrapper: an exception leaves it as the user's code left it, without the wrapper's frames
+    at the head of its traceback (:func:`unwrapped`), which would otherwise open the traceback Ray formats from it in
+    the worker (the driver's error, raysight's, the dashboard's). The ``with`` statement re-raises it with the
+    traceback it then has, adding no frame of its own (CPython 3.11 on; 3.10 re-raises with the one it caught)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: TracebackType | None) -> None:
+        if exc is not None:
+            unwrapped(exc)
+
+
+UNWRAPPED = Unwrapped()
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """``exc`` without the frames of this module (a task's wrapper) that begin its traceback: known by their code's
+    file, not by the text of any frame."""
+    traceback = exc.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_filename == __file__:
+        traceback = traceback.tb_next
+    return exc.with_traceback(traceback)
 
 
 def _iterate_in(running: Running, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
@@ -388,7 +413,7 @@ _last_parent: tuple[object, SpanContext | None] = (None, None)  # a worker runs 
 class Running:
     """A task attempt being traced: its light span (None when not sampled) and its span context. As a context
     manager, the span context is current within the block (the user's spans and the tasks it submits nest under it)
-    and the span ends with it, failed if it raised."""
+    and the span ends with it, failed if it raised; the exception leaves it as from :class:`Unwrapped`."""
 
     __slots__ = ("context", "span", "_token")
 
@@ -431,7 +456,7 @@ class Running:
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         otel_context.detach(self._token)
-        self.end(exc)
+        self.end(None if exc is None else unwrapped(exc))
 
     def end(self, exc: BaseException | None = None) -> None:
         """End the span (once), failed by ``exc``, and hand it on to be sent."""
@@ -456,11 +481,12 @@ class Running:
 
     @contextlib.contextmanager
     def ended(self) -> Iterator[None]:
-        """The span ends with the block (a generator's whole run), failed if it raised."""
+        """The span ends with the block (a generator's whole run), failed if it raised (its traceback recorded without
+        the wrapper's frames; the exception leaves with them, for the wrapper's :class:`Unwrapped` to take away)."""
         try:
             yield
         except BaseException as exc:
-            self.end(exc)
+            self.end(unwrapped(exc))
             raise
         self.end()
 
