@@ -296,6 +296,8 @@ def test_errors_lists_each_cause_once_as_a_table_or_json(url: str) -> None:
     assert table.startswith(f"Session: {SESSION}\n") and "4 root failures in 3 groups" in table
     assert on_one_line(table, "1", "task", "TASK_EXECUTION_EXCEPTION", "ValueError:")
     assert on_one_line(table, "2", "worker", "SYSTEM_ERROR")
+    (crashes,) = [line for line in table.splitlines() if "SYSTEM_ERROR" in line]  # the cause, and its latest example
+    assert "connection error code <n>. End of file." in crashes and "connection error code 2. End of file." in crashes
     found = data(url, "errors", "--type", "ACTOR_DIED")
     assert [(g["kind"], g["affected"]) for g in found["groups"]] == [("actor", ["Counter"])]
     assert data(url, "errors", "--job", "01000000", "--since", "2026-11-21T19:00:00")["groups"]

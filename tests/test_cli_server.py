@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from raysight.cli.run import free_port
+from raysight.client import Client
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_cli import SESSION, feed, raysight, run_cli
 
@@ -130,12 +132,32 @@ def test_detach_reports_a_server_that_exits_at_start(data_dir: Path) -> None:
     try:
         failed = run_cli("server", "--detach", "--port", str(running.port), "--data-dir", str(data_dir))
         assert failed.returncode == 1 and "the server exited at start" in failed.stderr, failed.stdout
-        assert "lock" in failed.stderr  # the store's own words, from the server's log
+        assert running.proc and f"a raysight server (pid {running.proc.pid}) already runs on" in failed.stderr
         assert not (data_dir / "server.pid").exists()
         with running.client() as client:
             assert client.ping()
     finally:
         running.stop()
+
+
+def test_a_server_says_it_listens_once_it_serves_and_a_second_on_its_data_dir_is_refused(data_dir: Path) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "raysight", "server", "--port", str(port), "--data-dir", str(data_dir)]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout is not None and select.select([first.stdout], [], [], 60)[0], "nothing said in 60 s"
+        assert first.stdout.readline() == f"raysight listening on http://127.0.0.1:{port}\n"
+        with Client(f"http://127.0.0.1:{port}", timeout=2) as client:
+            assert client.ping()  # said once it serves: its store open, its port bound
+        second = run_cli("server", "--port", str(free_port()), "--data-dir", str(data_dir))
+        assert (second.returncode, second.stdout) == (1, "")  # nothing said of listening
+        assert second.stderr == (  # one line, no traceback
+            f"Error: a raysight server (pid {first.pid}) already runs on {data_dir}; stop it, or give this one "
+            "another --data-dir\n"
+        )
+    finally:
+        first.terminate()
+        first.wait(30)
 
 
 def test_stop_signals_only_this_data_dirs_server(data_dir: Path) -> None:

@@ -47,6 +47,9 @@ def test_each_root_cause_once_with_what_followed_from_it(server: TestClient, ray
     assert crashes["count"] == 2 and crashes["consequences"] == {"tasks": 2, "actors": 1}
     assert {"crash_once", "Fragile", "Fragile.die"} <= set(crashes["affected"])
     assert crashes["error"].startswith("Worker unexpectedly exits with a connection error code <n>. End of file.")
+    latest = server.get(f"/api/raysight/errors/{crashes['group_id']}").json()["failures"][-1]  # (in time order)
+    assert crashes["example"]["id"] == latest["id"] and crashes["last_ms"] == latest["time_ms"]  # its latest failure
+    assert crashes["example"]["error"].startswith("Worker unexpectedly exits with a connection error code 2. End of")
     raised = found["task TASK_EXECUTION_EXCEPTION"]
     assert (raised["exception_type"], raised["error"], raised["affected"]) == (
         "ValueError",
@@ -54,6 +57,7 @@ def test_each_root_cause_once_with_what_followed_from_it(server: TestClient, ray
         ["fails"],
     )
     assert raised["example"]["message"].endswith('raise ValueError("boom")\nValueError: boom')
+    assert raised["example"]["error"] == "ValueError: boom"
     killed = found["actor ACTOR_DIED"]
     assert killed["error"] == "The actor is dead because it was killed by `ray.kill`." and killed["affected"] == [
         "Counter"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from raysight.agent.gpu import GpuProcess, GpuReader
-from raysight.agent.process_stats import RayProcess, Usage, families, page
+from raysight.agent.process_stats import RayProcess
+from tests.test_process_stats import check_gpu_use_reported
 
 HELD_MIB = 768
 
@@ -83,13 +84,4 @@ def test_the_process_stats_page_labels_gpu_use_by_process(
     reader: GpuReader, busy_process: subprocess.Popen[str]
 ) -> None:
     seen = read_until(reader, busy_process.pid, lambda p: p.memory_bytes and p.utilization)
-    process = RayProcess(busy_process.pid, "ab" * 28, "ray::Trainer.fit", "cd" * 28)
-    stranger = GpuProcess(busy_process.pid + 1, 0, seen.uuid, 1 << 20, 5.0)  # not the session's: not reported
-    text = page(families("session_x", [Usage(process, 1.0, 1 << 30, 1 << 29, 4, 10)], [seen, stranger]))
-    labels = (
-        f'SessionName="session_x",NodeId="{"ab" * 28}",pid="{busy_process.pid}",Component="ray::Trainer.fit",'
-        f'WorkerId="{"cd" * 28}",GpuIndex="0",GpuUuid="{seen.uuid}"'
-    )
-    assert f"raysight_process_gpu_memory_bytes{{{labels}}} {float(seen.memory_bytes or 0)}" in text
-    assert f"raysight_process_gpu_utilization_percent{{{labels}}} {seen.utilization}" in text
-    assert f'pid="{busy_process.pid + 1}"' not in text
+    check_gpu_use_reported(RayProcess(busy_process.pid, "ab" * 28, "ray::Trainer.fit", "cd" * 28), seen)

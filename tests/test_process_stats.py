@@ -84,16 +84,40 @@ def test_nvmls_answers_are_folded_per_process() -> None:
     assert utilization_by_pid([], 30) == ({}, 30)
 
 
+def page_samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """A page's samples by name and labels, as Prometheus reads them (the page writes labels sorted by name, and a
+    large value as ``1.587544064e+09``)."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+    }
+
+
+def check_gpu_use_reported(process: RayProcess, seen: GpuProcess) -> None:
+    """The page of ``process`` using a GPU as ``seen`` read it, beside another user's process on the same GPU: its
+    memory and utilization labelled by the process and the GPU; nothing of the other's. (tests/test_gpu.py checks a
+    real read so.)"""
+    stranger = GpuProcess(seen.pid + 1, seen.index, seen.uuid, 1 << 20, 5.0)
+    samples = page_samples(page(families(SESSION, [Usage(process, 1.0, 1 << 30, 1 << 29, 4, 10)], [seen, stranger])))
+    of_process = {"SessionName": SESSION, "NodeId": process.node_id or "", "pid": str(process.pid)}
+    of_process |= {"Component": process.component, "WorkerId": process.worker_id or ""}
+    on_gpu = frozenset({**of_process, "GpuIndex": str(seen.index), "GpuUuid": seen.uuid}.items())
+    assert samples[("raysight_process_gpu_memory_bytes", on_gpu)] == seen.memory_bytes
+    assert samples[("raysight_process_gpu_utilization_percent", on_gpu)] == seen.utilization
+    assert not any(("pid", str(stranger.pid)) in labels for _, labels in samples)
+
+
+def test_a_gpu_process_read_as_on_an_h200_is_labelled_by_its_process() -> None:
+    """What NVML read on an NVIDIA H200 of a process holding a 768 MiB tensor (written ``1.587544064e+09``)."""
+    seen = GpuProcess(4242, 0, "GPU-5c1f3e8a-0d7b-4c39-9f4e-2b6a1d0e7c11", 1_587_544_064, 86.0)
+    check_gpu_use_reported(RayProcess(4242, NODE, "ray::Trainer.fit", WORKER), seen)
+
+
 def test_the_page_labels_each_process_and_reports_only_the_sessions_gpu_use() -> None:
     worker = RayProcess(101, NODE, "ray::Shop", WORKER)
     raylet = RayProcess(100, NODE, "raylet", None)
     usages = [Usage(worker, 2.5, 300 << 20, 200 << 20, 12, 40), Usage(raylet, 1.0, 30 << 20, None, 20, None)]
     gpus = [GpuProcess(101, 0, "GPU-1", 1 << 30, 75.0), GpuProcess(999, 0, "GPU-1", 1 << 20, 10.0)]
-    samples = {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(page(families(SESSION, usages, gpus)))
-        for s in family.samples
-    }
+    samples = page_samples(page(families(SESSION, usages, gpus)))
     of_worker = {("SessionName", SESSION), ("NodeId", NODE), ("pid", "101"), ("Component", "ray::Shop")}
     of_worker.add(("WorkerId", WORKER))
     on_gpu = frozenset(of_worker | {("GpuIndex", "0"), ("GpuUuid", "GPU-1")})

@@ -37,8 +37,15 @@ def test_demo_shows_what_raysight_saw_and_stops(demo: tuple[Path, int, str]) -> 
     assert any(
         "TASK_EXECUTION_EXCEPTION" in line and "ValueError: boom: this task fails on purpose" in line for line in causes
     )
-    assert f"      raysight errors --server http://127.0.0.1:{port}   (then: raysight errors show ID)" in lines
-    assert f"Server: http://127.0.0.1:{port}   data: {data_dir}" in lines
+    assert f"Server: stops with the demo (--exit)   data: {data_dir}" in lines
+    try_ = lines.index(
+        f"Try:  raysight server --data-dir {data_dir} --port {port}   (serves it again; then, in another shell:)"
+    )
+    assert lines[try_ + 1 : try_ + 4] == [  # what works once the demo's server is gone
+        f"      raysight list tasks --server http://127.0.0.1:{port} --filter state=FAILED",
+        f"      ray list actors --address http://127.0.0.1:{port}",
+        f"      raysight errors --server http://127.0.0.1:{port}   (then: raysight errors show ID)",
+    ]
     assert "Serving until Ctrl-C." not in lines  # --exit: the demo's server is gone
     with Client(f"http://127.0.0.1:{port}", timeout=2) as client:
         assert not client.ping()

@@ -11,7 +11,18 @@ from raysight.cli import render
 from raysight.cli.common import client_options, make_client, session_option
 from raysight.cli.logs import parse_time, prefix
 
-ERRORS_COLUMNS = ["group_id", "count", "kind", "error_type", "error", "affected", "consequences", "first_ms", "last_ms"]
+ERRORS_COLUMNS = [
+    "group_id",
+    "count",
+    "kind",
+    "error_type",
+    "error",
+    "example",
+    "affected",
+    "consequences",
+    "first_ms",
+    "last_ms",
+]
 
 
 @click.group("errors", invoke_without_command=True)
@@ -33,8 +44,8 @@ def errors_cmd(
     server: str | None,
 ) -> None:
     """What went wrong in a session: failed task attempts, actors that crashed or were killed, workers and nodes that
-    died, failed drivers — grouped by cause, each root cause once with what followed from it counted under it.
-    `raysight errors show ID` gives one whole."""
+    died, failed drivers — grouped by cause, each root cause once with its latest failure's own message and what
+    followed from it counted under it. `raysight errors show ID` gives one whole."""
     if ctx.invoked_subcommand:
         return
     now = time.time_ns()
@@ -62,9 +73,11 @@ def errors_cmd(
 
 
 def errors_row(group: dict[str, Any]) -> dict[str, Any]:
-    """A group as a table row: what it affected and its consequences, each in one cell."""
+    """A group as a table row: its latest failure's own cause (the pattern's values filled in), what it affected and
+    its consequences, each in one cell."""
     consequences = ", ".join(f"{n} {kind}" for kind, n in group["consequences"].items())
-    return {**group, "affected": ", ".join(group["affected"]), "consequences": consequences}
+    example = (group["example"] or {}).get("error")
+    return {**group, "example": example, "affected": ", ".join(group["affected"]), "consequences": consequences}
 
 
 @errors_cmd.command("show")

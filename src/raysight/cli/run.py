@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -298,10 +299,18 @@ def demo_cmd(data_dir: Path | None, port: int, exit_after: bool) -> None:
             except TimeoutError as exc:
                 click.echo(f"raysight: {exc}; showing what has arrived", err=True)
             show_demo(client)
-        click.echo(f"\nServer: {url}   data: {data_dir}")
-        click.echo(f"Try:  raysight list tasks --server {url} --filter state=FAILED")
-        click.echo(f"      ray list actors --address {url}")
-        click.echo(f"      raysight errors --server {url}   (then: raysight errors show ID)")
+        tries = [
+            f"raysight list tasks --server {url} --filter state=FAILED",
+            f"ray list actors --address {url}",
+            f"raysight errors --server {url}   (then: raysight errors show ID)",
+        ]
+        if exit_after:  # its server stops with it: what serves the store again comes first
+            click.echo(f"\nServer: stops with the demo (--exit)   data: {data_dir}")
+            serve = f"raysight server --data-dir {shlex.quote(str(data_dir))} --port {port}"
+            tries.insert(0, f"{serve}   (serves it again; then, in another shell:)")
+        else:
+            click.echo(f"\nServer: {url}   data: {data_dir}")
+        click.echo("Try:  " + "\n      ".join(tries))
         if not exit_after:
             click.echo("Serving until Ctrl-C.")
             server.wait()

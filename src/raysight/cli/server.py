@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -35,6 +38,8 @@ from raysight.store.retention import Retention, parse_duration, parse_size
 from raysight.store.trace_sampling import TailSampling
 
 SECONDS = click.FloatRange(min=0, min_open=True)
+LOCK_FILE = "server.lock"  # held by the server running on the data dir, and naming it
+HOLDER_WAIT_S = 1.0
 
 
 # A size as DuckDB's memory_limit takes it (512MB, 2GB, 1.5GiB), checked here rather than failing at start
@@ -58,34 +63,31 @@ def serve(
     trace_sampling: TailSampling,
     query_limits: QueryLimits,
 ) -> None:
-    """Run the server in this process. ``given``: the secrets given (None where not), used beyond loopback only."""
-    import uvicorn
-
+    """Run the server in this process, once the data dir is this server's alone, saying where it listens once it
+    does. ``given``: the secrets given (None where not), used beyond loopback only."""
     from raysight.server.app import create_app
     from raysight.server.auth import load_or_create
     from raysight.server.guard import LOOPBACK_HOSTS, host_name, url_host
-    from raysight.server.http_protocol import protocol_with
+    from raysight.server.listen import listen
 
     if allowed_hosts and not is_loopback(host):
         raise click.UsageError("--allowed-host is for a loopback --host; beyond loopback the tokens decide")
     os.umask(0o077)  # what the server writes (store, journal, secrets) is for its user only
     private_data_dir(data_dir)
-    secrets = Secrets.loopback()
-    if not is_loopback(host):
-        try:
-            secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-    click.echo(f"raysight listening on http://{url_host(host)}:{port}")
-    click.echo(f"data in {data_dir}")
-    if secrets.token:
-        click.echo(
-            f"reads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN), deleting and reindexing its "
-            "admin_token (RAYSIGHT_ADMIN_TOKEN); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
-        )
-    sys.stdout.flush()
-    uvicorn.run(
-        create_app(
+    with holding(data_dir):
+        secrets = Secrets.loopback()
+        if not is_loopback(host):
+            try:
+                secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+        banner = f"raysight listening on http://{url_host(host)}:{port}\ndata in {data_dir}"
+        if secrets.token:
+            banner += (
+                f"\nreads need the token in {data_dir / 'secrets.json'} (RAYSIGHT_TOKEN), deleting and reindexing its "
+                "admin_token (RAYSIGHT_ADMIN_TOKEN); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
+            )
+        app = create_app(
             data_dir,
             secrets=secrets,
             # a loopback bind serves loopback names, its own address (127.0.0.2, say) and --allowed-host
@@ -100,13 +102,37 @@ def serve(
             forwarding=forwarding,
             trace_sampling=trace_sampling,
             query_limits=query_limits,
-        ),
-        host=host,
-        port=port,
-        http=protocol_with(limits),
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-    )
+        )
+        listen(app, host, port, limits, banner)
+
+
+@contextlib.contextmanager
+def holding(data_dir: Path) -> Iterator[None]:
+    """Hold ``data_dir`` for this process while the block runs: an exclusive lock on its ``server.lock`` (which the
+    system lets go however the process ends), the file naming this process. A data dir another server holds is
+    refused, naming that server's pid."""
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(
+                f"a raysight server (pid {_holder(fd)}) already runs on {data_dir}; stop it, or give this one "
+                "another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # (lets the lock go)
+
+
+def _holder(fd: int) -> str:
+    """The pid a held lock file names: its holder writes it as soon as it has the lock, so a moment may pass first."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while not (pid := os.pread(fd, 32, 0).decode(errors="replace").strip()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pid or "unknown"
 
 
 def private_data_dir(data_dir: Path) -> None:

@@ -10,7 +10,8 @@ worker whose node died. Only roots are grouped; each group counts the consequenc
 A group's cause is its failures' kind and Ray's error type, with the exception's type and message (the traceback's
 last line naming an exception) or, for a death, the first line of its reason, in which numbers and quantities, hex
 IDs, addresses, URLs, quoted strings and paths are replaced by placeholders: the same fault raised with different
-values is one group, whose ID is a hash of its cause.
+values is one group, whose ID is a hash of its cause. Its example is its latest failure: that cause with its own
+values (``ValueError: shard 42 failed`` beside ``ValueError: shard <n> failed``), and its whole message.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ caused AS (SELECT *, {_EXCEPTION_LINE} AS exception_line FROM failures),
 typed AS (SELECT *, {_EXC_TYPE} AS exception_type FROM caused),
 grouped AS (
     SELECT *, left(md5(kind || ' ' || error_type || ' ' || cause), 12) AS group_id
-    FROM (SELECT *, {template_sql(_CAUSE_TEXT)} AS cause FROM typed)
+    FROM (SELECT *, {template_sql("own_cause")} AS cause FROM (SELECT *, {_CAUSE_TEXT} AS own_cause FROM typed))
 ),
 -- one failure an entity: its first, which a consequence is tied to
 firsts AS (
@@ -230,7 +231,8 @@ SELECT r.group_id, any_value(r.kind) AS kind, any_value(r.error_type) AS error_t
        min(r.ts_ns) // 1000000 AS first_ms, max(r.ts_ns) // 1000000 AS last_ms,
        list(DISTINCT r.name) FILTER (WHERE r.kind <> 'worker') AS names,
        list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
-       arg_min({'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'message': r.message}, r.ts_ns) AS example,
+       arg_max({'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'error': r.own_cause, 'message': r.message},
+               r.ts_ns) AS example,
        (SELECT list({'kind': c.kind, 'count': c.n, 'names': c.names}) FROM consequences c
         WHERE c.group_id = r.group_id) AS consequences
 FROM chosen r WHERE r.root_group IS NULL

@@ -1,0 +1,41 @@
+"""Serving the app with uvicorn, as ``uvicorn.run`` does, but saying where it listens only once it does: its store
+open (the app's startup) and its port bound. A server that fails to start says nothing of listening."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.config import STARTUP_FAILURE
+
+from raysight.config import Limits
+from raysight.server.http_protocol import protocol_with
+
+
+class _Announcing(uvicorn.Server):
+    """A uvicorn server that prints ``banner`` once it has started."""
+
+    def __init__(self, config: uvicorn.Config, banner: str) -> None:
+        super().__init__(config)
+        self.banner = banner
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)  # exits when the app's startup or the bind fails
+        if self.started:
+            print(self.banner, flush=True)
+
+
+def listen(app: ASGIApp, host: str, port: int, limits: Limits, banner: str) -> None:
+    """Serve ``app`` on ``host``:``port`` until a signal ends it, printing ``banner`` once it serves; exit as
+    ``uvicorn.run`` does when it could not start."""
+    config = uvicorn.Config(
+        app, host=host, port=port, http=protocol_with(limits), log_level="warning", timeout_graceful_shutdown=5
+    )
+    server = _Announcing(config, banner)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn raises the signal again once it has stopped
+        server.run()
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
