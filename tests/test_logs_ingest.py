@@ -28,12 +28,14 @@ from raysight.agent.node_agent import NodeAgent, batch_body
 from raysight.agent.tailer import Tailer
 from raysight.cli import main
 from raysight.client import Client
+from raysight.config import USER_AGENT
 from raysight.errors import NotFound
 from tests.ray_scenarios import ServerProcess, agent_command
 
 WORKER = "worker-" + "cd" * 28 + "-01000000-777.out"
 ROTATE_EVERY_S = 0.6  # a file lives at least this long before Ray's rotation deletes it (the agent scans each 0.2 s)
 GZIP = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+JSON = {"Content-Type": "application/json"}
 
 
 def _session(tmp_path: Path) -> Path:
@@ -137,6 +139,30 @@ def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp
     assert (rows[3]["request_id"], rows[3]["trace_id"], rows[3]["span_id"]) == ("r-9", "t-1", "s-2")
     assert [r["text"][:6] for r in _lines(server, level="warning")] == ["[2026-", '{"leve']
     assert [r["stream"] for r in rows] == ["system"] * 5 and rows[0]["name"] == "raylet.out"
+
+
+def test_a_dashboard_s_lines_of_raysight_s_own_requests_are_left_out_unless_asked(
+    server: TestClient, tmp_path: Path
+) -> None:
+    logs = _session(tmp_path)
+    access = (  # Ray 2.60's dashboard.log line of a request it served, as aiohttp's access log writes it
+        "2026-11-26 12:01:21,555\tINFO web_log.py:229 -- 127.0.0.1 [26/Nov/2026:12:01:21 +0000] 'GET {} HTTP/1.1' "
+        "200 205 bytes 542 us '-' '{}'\n"
+    )
+    (logs / "dashboard.log").write_text(
+        access.format("/api/v0/objects?limit=10000&detail=True", USER_AGENT)
+        + access.format("/api/v0/tasks?limit=100", "python-requests/2.32.3")  # `ray list tasks`: the user's
+        + access.format("/api/jobs/", "raysight/0.0.9")  # an older raysight's poller
+        + "2026-11-26 12:01:22,000\tINFO head.py:12 -- a line that quotes 'raysight/0.1.0' is no request of its own\n"
+        + access.format("/api/version", "raysight/")  # (no version: not raysight's)
+    )
+    assert server.post("/ingest/agent/logs", content=_batch(tmp_path, logs), headers=JSON).is_success
+    shown = [row["text"] for row in _lines(server)]
+    assert len(shown) == 3 and not any(text.endswith(("'raysight/0.1.0'", "'raysight/0.0.9'")) for text in shown)
+    assert len(_lines(server, include_own="true")) == 5
+    around = _lines(server, grep="/api/", context=1, limit=100)  # the lines around one found leave them out too
+    assert [str(r["text"]).rsplit(" ", 1)[1] for r in around] == ["'python-requests/2.32.3'", "own", "'raysight/'"]
+    assert len(_lines(server, grep="/api/", include_own="true")) == 4
 
 
 def test_what_an_agent_could_not_read_is_shown_by_the_doctor(server: TestClient, tmp_path: Path) -> None:

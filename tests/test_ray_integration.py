@@ -19,6 +19,7 @@ import pytest
 
 from raysight.cli.run import ray_env
 from raysight.client import Client
+from raysight.config import USER_AGENT
 from tests.ray_scenarios import ServerProcess, assert_nothing_alive_without_a_reason
 
 pytestmark = pytest.mark.ray
@@ -264,6 +265,15 @@ def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs
     incs = {inc["task_id"] for inc in by_name["Counter.inc"]}  # each line names the actor call that printed it
     named = [re.match(r"\(Counter pid=\d+, task_id=([0-9a-f]{48})\) ", line) for line in tail]
     assert all(m and m[1] in incs for m in named), (tail, incs)
+
+
+def test_the_lines_rays_dashboard_logs_of_raysights_own_requests_are_shown_only_when_asked(
+    recorded: ServerProcess,
+) -> None:
+    own = f"'{USER_AGENT}'"  # the User-Agent of raysight's poller, last on each line of Ray's access log
+    assert not [line for line in _logs(recorded, "--file", "dashboard.log") if line.endswith(own)]
+    shown = [line for line in _logs(recorded, "--file", "dashboard.log", "--include-own") if line.endswith(own)]
+    assert shown and all(" 'GET /api/" in line for line in shown), shown
 
 
 def test_rays_aggregator_delivers_what_it_buffered_while_the_server_was_down(tmp_path: Path) -> None:

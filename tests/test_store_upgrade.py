@@ -13,9 +13,10 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight.config import USER_AGENT
 from raysight.ingest import otlp
 from raysight.server.app import create_app
-from raysight.store import schema
+from raysight.store import logs_query, schema
 from raysight.store import store as store_module
 from raysight.store.journal import SPANS, Journal
 from raysight.store.store import DB_FILE, REWRITE_SUFFIX, Store
@@ -179,3 +180,36 @@ def test_a_schema_15_store_keeps_each_span_s_resource_once_and_replays_spans_jou
         assert rows == [("02" * 8, resource), ("03" * 8, resource)]
         assert con.execute("SELECT count(*) FROM span_resources").fetchone() == (1,)
         assert "resource" not in [c[0] for c in con.execute("DESCRIBE spans").fetchall()]
+
+
+def _dashboard_log(start: int, user_agent: str) -> bytes:
+    """A node agent's batch of one dashboard.log line: the request of a client with ``user_agent``, at ``start``."""
+    text = f"2026-11-26 12:01:21,555\tINFO web_log.py:229 -- 127.0.0.1 'GET /api/jobs/ HTTP/1.1' 200 '-' '{user_agent}'"
+    file = {"session": SESSION, "key": "1-2-0", "name": "dashboard.log", "path": "dashboard.log", "stream": "system"}
+    lines = {"offsets": [start], "texts": [text], "continued": [False], "markers": [False]}
+    return orjson.dumps({"host": "node-1", "files": [{**file, **lines, "end": start + 100, "read_ns": 1}]})
+
+
+def test_a_schema_16_store_shows_its_lines_and_flags_raysight_s_own_requests_from_then_on(tmp_path: Path) -> None:
+    """Before schema 17 no line was flagged as a dashboard's line of raysight's own request (nor could be: its
+    requests said python-httpx): after the upgrade those lines are shown, the lines of its requests stored since
+    are not."""
+    store = Store(tmp_path)
+    store.apply_logs([_dashboard_log(0, "python-httpx/0.28.1")])
+    store.close()
+    with duckdb.connect(str(tmp_path / DB_FILE)) as con:  # back to schema 16's log lines
+        con.execute("ALTER TABLE log_lines DROP COLUMN own")
+        con.execute("UPDATE meta SET value = '16' WHERE key = 'schema_version'")
+    store = Store(tmp_path)
+    try:
+        store.apply_logs([_dashboard_log(100, USER_AGENT)])
+
+        def agents(**query: Any) -> list[str]:
+            rows = orjson.loads(logs_query.log_lines(store.con, logs_query.LogQuery(**query)).rows)
+            return [row["text"].rsplit(" ", 1)[1] for row in rows]
+
+        assert agents() == ["'python-httpx/0.28.1'"]
+        assert agents(include_own=True) == ["'python-httpx/0.28.1'", f"'{USER_AGENT}'"]
+    finally:
+        store.close()
+    assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)

@@ -22,6 +22,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from raysight.client import Client
+from raysight.config import USER_AGENT
 from raysight.ingest.otlp import key_values
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
@@ -312,6 +313,16 @@ def test_log_search(recorded: ServerProcess, watched: Any) -> None:
     page.get_by_role("button", name="Search").click()
     page.locator("#log-status", has_text=re.compile("^2 matching")).wait_for(timeout=WAIT_MS)
     w.shot()
+    page.locator("#log-search input[name=regex]").uncheck()  # the lines Ray's dashboard logged of raysight's poller
+    page.locator("#log-search select[name=stream]").select_option("")
+    page.locator("#log-search input[name=grep]").fill(f"'{USER_AGENT}'")
+    page.get_by_role("button", name="Search").click()
+    page.locator("#log-status", has_text=re.compile("^0 matching")).wait_for(timeout=WAIT_MS)
+    page.locator("#log-search input[name=own]").check()
+    page.get_by_role("button", name="Search").click()
+    page.locator("#log-status", has_text=re.compile("^[1-9][0-9]* matching")).wait_for(timeout=WAIT_MS)
+    shown = page.locator("#log-lines .line").all_inner_texts()
+    assert "own=1" in page.url and all(line.endswith(f"'{USER_AGENT}'") for line in shown), shown
 
 
 def test_a_live_sessions_logs_are_followed_as_they_come(tmp_path: Path, watched: Any) -> None:

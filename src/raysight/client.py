@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, default_server
+from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, OWN_HEADERS, default_server
 from raysight.errors import (
     BadQuery,
     BodyTooLarge,
@@ -70,7 +70,9 @@ class Client:
         self.server = (server or default_server()).rstrip("/")
         token = token or os.environ.get(ENV_TOKEN)
         admin_token = admin_token or os.environ.get(ENV_ADMIN_TOKEN)
-        headers = {"Authorization": f"Bearer {token or admin_token}"} if token or admin_token else {}
+        headers = dict(OWN_HEADERS)
+        if token or admin_token:
+            headers["Authorization"] = f"Bearer {token or admin_token}"
         self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
         self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, transport=transport)
 

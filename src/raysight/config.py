@@ -8,6 +8,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+VERSION = "0.1.0"
+# What raysight's own HTTP requests say they are, on every client it makes: a Ray dashboard logs it on the line of each
+# request it serves, which `raysight logs` leaves out unless asked (``ingest/agent_logs.py``'s ``own``)
+USER_AGENT = f"raysight/{VERSION}"
+OWN_HEADERS = {"user-agent": USER_AGENT}
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8271
 DEFAULT_MAX_BODY = 16 * 1024 * 1024

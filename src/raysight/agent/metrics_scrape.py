@@ -32,6 +32,7 @@ from raysight.agent import node_life
 from raysight.agent.process_stats import JOB as PROCESS_JOB
 from raysight.agent.process_stats import ProcessStats
 from raysight.agent.scrape import metrics_ports
+from raysight.config import OWN_HEADERS
 
 log = logging.getLogger("raysight.agent")
 
@@ -143,7 +144,7 @@ class HostScraper:
 
     def __init__(self, send: Callable[[dict[str, Any]], None], families: Families | None = None) -> None:
         self._send, self.families = send, families or Families()
-        self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False)
+        self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS)
         self._pool = ThreadPoolExecutor(MAX_AT_ONCE, thread_name_prefix="raysight-scrape")
         self._stats = ProcessStats()
         self._addresses = host_addresses()

@@ -27,6 +27,7 @@ import orjson
 from raysight.agent import node_life
 from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
 from raysight.agent.tailer import Chunk, Gap, Tailer
+from raysight.config import OWN_HEADERS
 
 log = logging.getLogger("raysight.agent")
 
@@ -115,12 +116,12 @@ class NodeAgent:
             self._lock.close()
             raise RuntimeError(f"another raysight agent uses {state_dir}; give this one its own --state-dir") from None
         self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
-        self._http = httpx.Client(timeout=30)
+        self._http = httpx.Client(timeout=30, headers=OWN_HEADERS)
         self.sent_lines = 0
         self.watch = node_life.NodeWatch(ray_dir)
         self._unsent: dict[node_life.Key, node_life.Sighting] = {}
         self._next_look = 0.0
-        self._metrics_http = httpx.Client(timeout=10)  # (the scraping thread's own)
+        self._metrics_http = httpx.Client(timeout=10, headers=OWN_HEADERS)  # (the scraping thread's own)
         self.scraper = HostScraper(self._send_scrape, families)
 
     def _send(

@@ -18,6 +18,7 @@ import httpx
 from raysight import os_thread
 from raysight.agent import node_life
 from raysight.client import Client
+from raysight.config import OWN_HEADERS
 from raysight.ingest.ray_metrics import PREFIX
 
 SCRAPE_EVERY_S = 2.0
@@ -112,6 +113,8 @@ class Scraper(SessionWatcher):
         """Send every node's aggregator lines to the server; a node or a server that fails is skipped."""
         for port in metrics_ports(session).values():
             with suppress(Exception):
-                page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False)
+                page = httpx.get(
+                    f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS
+                )
                 if lines := aggregator_lines(page.raise_for_status().text):
                     self._client.ray_metrics(lines, self.key)

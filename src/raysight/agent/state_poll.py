@@ -3,7 +3,8 @@ cluster events, submitted jobs, drivers, the cluster's usage and pending demand 
 (``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource a poll (every
 5 s; objects, which every worker must be asked for, every 30 s), each within Ray's own list limit, so the cluster
 pays little. Inside `raysight run` it polls the session the
-driver joined, at the address its head logged; `raysight poll --dashboard URL` polls a `ray start` cluster.
+driver joined, at the address its head logged; `raysight poll --dashboard URL` polls a `ray start` cluster. It sends
+Ray's token as Ray's own processes do, read again whenever the dashboard refuses it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,14 @@ import httpx
 
 from raysight.agent.scrape import SessionWatcher
 from raysight.client import Client
+from raysight.config import OWN_HEADERS
 
 POLL_EVERY_S = 5.0
 # Listing objects asks every worker, the driver too, for its references: sampled less often than the rest
 SAMPLE_OBJECTS_EVERY = 6  # polls
 TIMEOUT_S = 10.0
 RAY_LIST_LIMIT = 10_000  # the most Ray's state API lists at once
+REFUSED = {401: "no token was sent", 403: "the token sent is not the cluster's"}  # Ray's token auth
 STATE_RESOURCES = ("placement_groups", "objects", "runtime_envs", "cluster_events")
 _DASHBOARD_LINE = re.compile(rb"Dashboard head http address: (\S+)")
 
@@ -51,13 +54,52 @@ def ray_auth_headers(env: Mapping[str, str]) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+class RayToken(httpx.Auth):
+    """Ray's token (:func:`ray_auth_headers`) on each request, read again when the dashboard refuses one (401, 403),
+    which is then sent once more if the token changed: Ray writes ``~/.ray/auth_token`` when a machine's first cluster
+    starts, after a poller started with it may have read none."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self._headers = ray_auth_headers(env)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(self._headers)
+        response = yield request
+        if response.status_code in REFUSED and (headers := ray_auth_headers(self._env)) != self._headers:
+            self._headers = headers
+            request.headers.pop("authorization", None)
+            request.headers.update(headers)
+            yield request
+
+
+def dashboard_client(env: Mapping[str, str], trust_env: bool = False) -> httpx.Client:
+    """An HTTP client of a cluster's dashboard: raysight's User-Agent, and Ray's token as :class:`RayToken` sends it."""
+    return httpx.Client(timeout=TIMEOUT_S, trust_env=trust_env, headers=OWN_HEADERS, auth=RayToken(env))
+
+
+class TokenRefused(ValueError):
+    """The dashboard refused raysight's token (or its lack of one)."""
+
+
+def _get(http: httpx.Client, url: str, params: Mapping[str, str | int] | None = None) -> httpx.Response:
+    """A dashboard's answer; one that refuses raysight's token raises, saying so."""
+    response = http.get(url, params=params)
+    if response.status_code in REFUSED:
+        raise TokenRefused(
+            f"{response.status_code} {response.reason_phrase} ({REFUSED[response.status_code]}): the cluster uses "
+            "token auth; raysight sends RAY_AUTH_TOKEN, else the token in RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
+        )
+    return response
+
+
 # Ray's event stream reports no driver's worker: the drivers' rows of Ray's workers, asked for by that filter
 DRIVERS = {"filter_keys": "worker_type", "filter_predicates": "=", "filter_values": "DRIVER"}
 
 
 def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapping[str, str] = {}) -> list[Any]:
     params: dict[str, str | int] = {"limit": RAY_LIST_LIMIT, "detail": "True", "timeout": int(TIMEOUT_S), **filters}
-    body = http.get(f"{dashboard}/api/v0/{resource}", params=params).json()
+    body = _get(http, f"{dashboard}/api/v0/{resource}", params).json()
     if not (isinstance(body, dict) and body.get("result") is True):
         raise ValueError(str(body.get("msg") if isinstance(body, dict) else body)[:500])
     rows: list[Any] = body["data"]["result"]["result"]
@@ -73,30 +115,34 @@ def due(count: int) -> list[str]:
 def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[str, Any]:
     """One poll of the dashboard for ``resources_due``: ``resources`` (each one's rows as Ray lists them, detail
     included), its ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and
-    ``errors`` (why one could not be had: that resource is left out, the others stand)."""
+    ``errors`` (why one could not be had: that resource is left out, the others stand). A dashboard that answered
+    none of them raises why (the cluster is gone or going)."""
     resources: dict[str, Any] = {}
     errors: dict[str, str] = {}
+    unanswered: list[httpx.TransportError] = []
     status = None
     for resource in resources_due:
         try:
             if resource == "jobs":
-                resources[resource] = http.get(f"{dashboard}/api/jobs/").raise_for_status().json()
+                resources[resource] = _get(http, f"{dashboard}/api/jobs/").raise_for_status().json()
             elif resource == "cluster_status":  # (None until the cluster's monitor has reported)
-                status = http.get(f"{dashboard}/api/cluster_status", params={"format": 0}).json()["data"][
-                    "clusterStatus"
-                ]
+                status = _get(http, f"{dashboard}/api/cluster_status", {"format": 0}).json()["data"]["clusterStatus"]
             elif resource == "drivers":
                 resources[resource] = _state_rows(http, dashboard, "workers", DRIVERS)
             else:
                 resources[resource] = _state_rows(http, dashboard, resource)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             errors[resource] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, httpx.TransportError):
+                unanswered.append(exc)
+    if unanswered and len(unanswered) == len(resources_due):
+        raise unanswered[-1]
     return {"resources": resources, "errors": errors, **({"cluster_status": status} if status else {})}
 
 
 def session_name(http: httpx.Client, dashboard: str) -> str:
     """The name of the session the dashboard serves (its ``/api/version``, as Ray's job client reads it)."""
-    name = http.get(f"{dashboard}/api/version").raise_for_status().json().get("session_name")
+    name = _get(http, f"{dashboard}/api/version").raise_for_status().json().get("session_name")
     if not isinstance(name, str) or not name.startswith("session_"):
         raise ValueError(f"{dashboard} names no Ray session in /api/version")
     return name
@@ -106,12 +152,11 @@ def poll_dashboard(
     client: Client, key: str | None, dashboard: str, http: httpx.Client, count: int, session: str | None = None
 ) -> dict[str, Any]:
     """Poll a dashboard (poll number ``count``) and send what it found to the server, for ``session`` (default: the
-    one the dashboard serves then); returns the poll. A poll that found nothing is not sent: the cluster is gone or
-    going. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
+    one the dashboard serves then), every resource it could not have with why (`raysight doctor` shows them); returns
+    the poll. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
     found = poll(http, dashboard, due(count))
     polled = {"session": session or session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
-    if found["resources"]:
-        client.ray_state(polled, key)
+    client.ray_state(polled, key)
     return polled
 
 
@@ -124,7 +169,7 @@ class StatePoller(SessionWatcher):
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         super().__init__(server, key, driver_pid, ray_dir)
-        self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=ray_auth_headers(os.environ))
+        self._http = dashboard_client(os.environ)
         self._polls = 0
 
     def tick(self, session: Path) -> None:

@@ -113,6 +113,11 @@ class _Printer:
     help="N lines of the same file before and after each line found, as grep -C (groups apart are split by --).",
 )
 @click.option("--markers", is_flag=True, help="Also Ray's in-band lines (:task_name:, :actor_name:, :job_id:).")
+@click.option(
+    "--include-own",
+    is_flag=True,
+    help="Also the lines Ray's dashboard logs of raysight's own requests (its poller's: User-Agent raysight/…).",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="json: one object a line.")
 @session_option
 @server_option
@@ -135,6 +140,7 @@ def logs_cmd(
     follow: bool,
     context: int,
     markers: bool,
+    include_own: bool,
     fmt: str,
     session: str | None,
     server: str | None,
@@ -160,6 +166,7 @@ def logs_cmd(
         "since": None if since is None else parse_time(since, now),
         "until": None if until is None else parse_time(until, now),
         "markers": markers or None,
+        "include_own": include_own or None,
         "context": context or None,
     }
     # each line names its task attempt, unless they are one task's

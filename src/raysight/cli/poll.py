@@ -8,7 +8,7 @@ import time
 import click
 import httpx
 
-from raysight.agent.state_poll import POLL_EVERY_S, TIMEOUT_S, poll_dashboard, ray_auth_headers
+from raysight.agent.state_poll import POLL_EVERY_S, dashboard_client, poll_dashboard
 from raysight.cli.common import make_client, server_option
 from raysight.cli.run import key_option
 from raysight.client import Client
@@ -33,10 +33,9 @@ def poll_cmd(dashboard: str, every: float, once: bool, server: str | None, inges
     events, submitted jobs, its usage and pending demand — by polling its dashboard every few seconds, one request per
     resource, until stopped (Ctrl-C). `raysight run` does this by itself for the cluster its driver starts. The
     cluster's token, when it uses token auth, is read as Ray's own processes read it (RAY_AUTH_TOKEN, or
-    ~/.ray/auth_token)."""
+    ~/.ray/auth_token), and read again whenever the dashboard refuses it."""
     dashboard = dashboard.rstrip("/")
-    headers = ray_auth_headers(os.environ)
-    with make_client(server) as client, httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
+    with make_client(server) as client, dashboard_client(os.environ, trust_env=True) as http:
         try:
             count = 0
             while not _poll_once(client, ingest_key, dashboard, http, once, count):

@@ -304,9 +304,14 @@ STAMPED_NS = (
 # a date the program printed); else when the agent read it, or its file was last written if earlier (``read_ns``).
 LINE_TIME = "CASE WHEN stamped BETWEEN read_ns - 86400000000000 AND read_ns + 60000000000 THEN stamped ELSE read_ns END"
 
+# The line a Ray 2.60 dashboard logs of each request it serves (aiohttp's access log, in Ray's format ``%a %t '%r' %s
+# %b bytes %D us '%{Referer}i' '%{User-Agent}i'``) ends with the client's User-Agent: raysight's on its own requests
+# (``config.USER_AGENT``), in SQL over ``text``.
+OWN_REQUEST = "contains(text, ' ''raysight/') AND regexp_matches(text, ' ''raysight/[^'' ]+''$')"
+
 # What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
-# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's) and, for a JSON line (Ray's and Serve's
-# JSON logging), its level, request, trace and span IDs.
+# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON
+# logging), its level, request, trace and span IDs; whether it is a dashboard's line of raysight's own request.
 LINE_FIELDS = {
     "level": f"""CASE
         WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
@@ -321,4 +326,5 @@ LINE_FIELDS = {
         name: f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
         for name in ("request_id", "trace_id", "span_id")
     },
+    "own": OWN_REQUEST,
 }

@@ -31,6 +31,7 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from raysight.config import OWN_HEADERS
 from raysight.instrument import task_spans
 
 MAX_QUEUE = 8192
@@ -150,7 +151,11 @@ class SpanQueue(SpanProcessor):
             self._connection = kind(self.url.hostname or "", self.url.port, timeout=EXPORT_TIMEOUT_S)
         path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
         dropped = self.counts.dropped_full + self.counts.dropped_failed
-        headers = {"Content-Type": "application/x-protobuf", DROPPED_HEADER: str(dropped - self._reported)}
+        headers = {
+            "Content-Type": "application/x-protobuf",
+            DROPPED_HEADER: str(dropped - self._reported),
+            **OWN_HEADERS,
+        }
         self._connection.request("POST", path, body, headers)
         reply = self._connection.getresponse()
         reply.read()

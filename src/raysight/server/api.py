@@ -135,10 +135,11 @@ async def ping(request: Request) -> Response:
 
 async def logs(request: Request) -> Response:
     """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
-    &regex=&since=&until=&after=&limit=&newest=&markers=&context=&count=: log lines in the order stored
-    (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``context``: lines of the
-    file around each match, flagged so); ``last_seq`` is where to follow on from; ``dropped`` what the log retention
-    dropped of the session. Streamed, a chunk of lines at a time."""
+    &regex=&since=&until=&after=&limit=&newest=&markers=&include_own=&context=&count=: log lines in the order stored
+    (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``include_own``: a Ray
+    dashboard's lines of raysight's own requests too; ``context``: lines of the file around each match, flagged so);
+    ``last_seq`` is where to follow on from; ``dropped`` what the log retention dropped of the session. Streamed, a
+    chunk of lines at a time."""
     params = request.query_params
 
     def text(name: str) -> str | None:
@@ -172,6 +173,7 @@ async def logs(request: Request) -> Response:
         limit=1000 if limit is None else limit,
         newest=bool_param(params, "newest"),
         markers=bool_param(params, "markers"),
+        include_own=bool_param(params, "include_own"),
         context=int_param(params, "context", 0) or 0,
     )
     count = bool_param(params, "count", True)

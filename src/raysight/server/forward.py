@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from raysight.config import OWN_HEADERS
+
 log = logging.getLogger("raysight.forward")
 MAX_QUEUE = 1000  # exports (bodies of up to --max-body each)
 GIVE_UP_S = 60.0
@@ -48,7 +50,8 @@ class Forwarder:
     def __init__(self, forwarding: Forwarding, max_queue: int = MAX_QUEUE) -> None:
         assert forwarding.traces_url is not None
         self.url, self.counts = forwarding.traces_url, ForwardCounts()
-        self._client = httpx.Client(headers=dict(forwarding.headers), timeout=10)
+        self._client = httpx.Client(headers=OWN_HEADERS, timeout=10)
+        self._client.headers.update(dict(forwarding.headers))  # (the user's, a User-Agent too)
         self._queue: queue.Queue[tuple[bytes, str] | None] = queue.Queue(max_queue)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raysight-forward", daemon=True)

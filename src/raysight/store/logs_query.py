@@ -98,6 +98,7 @@ class LogQuery:
     limit: int = 1000
     newest: bool = False  # the last ``limit`` matches (still printed oldest first), else the first
     markers: bool = False  # Ray's in-band marker lines too
+    include_own: bool = False  # a Ray dashboard's lines of raysight's own requests too (its poller's, say)
     context: int = 0  # lines of the same file before and after each match (flagged ``context``), as grep -C
 
 
@@ -152,6 +153,14 @@ def _file_conditions(query: LogQuery, t: str) -> tuple[list[str], dict[str, obje
     return where, {name: value for name, (_, value) in tests.items() if value is not None}
 
 
+def _hidden(query: LogQuery, t: str) -> list[str]:
+    """Conditions over the alias ``t`` (a line) that leave out what ``query`` does not ask for: Ray's in-band marker
+    lines, and a dashboard's lines of raysight's own requests."""
+    return [
+        f"NOT {t}.{column}" for column, shown in (("marker", query.markers), ("own", query.include_own)) if not shown
+    ]
+
+
 def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, object], str]:
     """WHERE conditions over ``l`` (log_lines), their named parameters, and the attempts of a task query (SQL)."""
     where, params = _file_conditions(query, "l")
@@ -170,8 +179,7 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
         if value is not None:
             where.append(condition)
             params[name] = value
-    if not query.markers:
-        where.append("NOT l.marker")
+    where += _hidden(query, "l")
     attempts = ""
     if query.task_id is not None:
         attempts = "SELECT * FROM tasks WHERE session = $session AND task_id = $task"
@@ -386,7 +394,7 @@ def _context(con: duckdb.DuckDBPyConnection, page: LogPage) -> tuple[np.ndarray,
     ).fetchall():
         blocks.setdefault((host, key), []).append((block, count))
     read = {block for seq, h, k in lines for block in log_index.around(blocks[(h, k)], seq, page.query.context)}
-    markers = "" if page.query.markers else "AND NOT l.marker"
+    hidden = "".join(f" AND {condition}" for condition in _hidden(page.query, "l"))
     context = int(page.query.context)
     near = con.execute(
         f"""WITH m AS (SELECT unnest($lines, recursive := true)),
@@ -394,7 +402,7 @@ def _context(con: duckdb.DuckDBPyConnection, page: LogPage) -> tuple[np.ndarray,
                          row_number() OVER (PARTITION BY fs.file ORDER BY l.seq) AS n
                   FROM {_source(log_index.seq_ranges(sorted(read), page.stored))}
                   JOIN (SELECT unnest($files, recursive := true)) fs USING (host, file_key)
-                  WHERE l.session = $session {markers}),
+                  WHERE l.session = $session{hidden}),
             around AS (SELECT f.file, unnest(range(f.n - {context}, f.n + {context} + 1)) AS n
                        FROM f SEMI JOIN m USING (seq))
             SELECT DISTINCT f.seq, f.size FROM f JOIN around USING (file, n)

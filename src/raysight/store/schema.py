@@ -499,6 +499,7 @@ LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
     session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
     job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
     PRIMARY KEY (session, host, file_key))"""
+LOG_OWN_COLUMN = "own BOOLEAN DEFAULT false"  # (false for the lines stored before schema 17)
 
 RAW_DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -560,12 +561,13 @@ RAW_DDL = [
         # Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
         # (``continued``), of a file (``file_key``: its device, inode, the agent's ID of its bytes) at ``byte_offset``.
         # ``seq`` orders the lines as they were stored (what `raysight logs --follow` reads on from). ``raw`` keeps
-        # the bytes of a line that is not UTF-8 (``text`` shows them with replacement characters).
-        """CREATE TABLE IF NOT EXISTS log_lines (
+        # the bytes of a line that is not UTF-8 (``text`` shows them with replacement characters). ``own`` flags
+        # a Ray dashboard's line of a request raysight made (``agent_logs.LINE_FIELDS``).
+        f"""CREATE TABLE IF NOT EXISTS log_lines (
             seq BIGINT, session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, stream VARCHAR,
             worker_id VARCHAR, pid INTEGER, job_id VARCHAR, task_name VARCHAR, actor_name VARCHAR, byte_offset BIGINT,
             ts_ns BIGINT, level VARCHAR, request_id VARCHAR, trace_id VARCHAR, span_id VARCHAR, continued BOOLEAN,
-            marker BOOLEAN, text VARCHAR, raw BLOB)""",
+            marker BOOLEAN, text VARCHAR, raw BLOB, {LOG_OWN_COLUMN})""",
         LOG_FILES_DDL,
         # Bytes an agent could not read (a file deleted before its end was read): shown by `raysight doctor`.
         """CREATE TABLE IF NOT EXISTS log_gaps (
@@ -632,7 +634,8 @@ MIGRATIONS = {
         f"UPDATE spans SET resource_id = {RESOURCE_ID_SQL} WHERE resource IS NOT NULL",
         "ALTER TABLE spans DROP COLUMN resource",
     ],
-    17: [  # attempt_ends (all_ddl() makes it), from the spans kept
+    17: [  # attempt_ends (all_ddl() makes it), from the spans kept; log_lines.own (all_ddl() adds it): no line
+        # stored before was flagged raysight's own
         ATTEMPT_ENDS_DDL,
         f"INSERT INTO attempt_ends {attempt_ends_sql('spans')} ON CONFLICT DO NOTHING",
     ],
@@ -646,7 +649,10 @@ REWRITE_BELOW = 5
 def all_ddl() -> list[str]:
     """Every statement that creates the store from nothing (idempotent)."""
     tables: list[str] = [SESSIONS.ddl(), *(t.ddl() for t in ENTITY_TABLES), *(t.ddl() for t in APPEND_TABLES.values())]
-    added = ["ALTER TABLE log_file_blocks ADD COLUMN IF NOT EXISTS bytes BIGINT"]  # (schema 10)
+    added = [
+        "ALTER TABLE log_file_blocks ADD COLUMN IF NOT EXISTS bytes BIGINT",  # (schema 10)
+        f"ALTER TABLE log_lines ADD COLUMN IF NOT EXISTS {LOG_OWN_COLUMN}",  # (schema 17)
+    ]
     inference = [f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {c}" for c in TASK_INFERENCE] + [
         f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c}" for t in INFERRED_ENDS for c in END_INFERENCE
     ]

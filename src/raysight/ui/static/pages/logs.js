@@ -1,4 +1,5 @@
-// Log search: by text or regex and by entity, newest first; for a live session, follow new lines as they come.
+// Log search: by text or regex and by entity, newest first; for a live session, follow new lines as they come. A Ray
+// dashboard's lines of raysight's own requests are left out unless asked for.
 
 import { api } from "../api.js";
 import { showError } from "../banner.js";
@@ -7,6 +8,7 @@ import { empty, h, logLines } from "../dom.js";
 const FOLLOW_EVERY_MS = 1000;
 const ENTITIES = ["task", "actor", "job", "worker", "node"];
 const SHOWN = 500;
+const FLAGS = ["regex", "own", "follow"]; // the checkboxes, kept in the page's address as 1
 
 export async function render(page, { session }) {
   const query = new URLSearchParams(location.search);
@@ -24,6 +26,7 @@ export async function render(page, { session }) {
       "stream ",
       h("select", { name: "stream" }, ["", "stdout", "stderr", "system"].map((s) => h("option", { value: s, selected: query.get("stream") === s }, s || "any"))),
     ),
+    h("label", { title: "the lines Ray's dashboard logs of raysight's own requests (User-Agent raysight/…)" }, h("input", { type: "checkbox", name: "own", checked: query.get("own") === "1" }), " raysight's requests"),
     h("button", { type: "submit" }, "Search"),
     h("label", {}, h("input", { type: "checkbox", name: "follow", checked: query.get("follow") === "1" }), " follow"),
   );
@@ -34,7 +37,7 @@ export async function render(page, { session }) {
   const params = () => {
     const data = new FormData(form);
     const text = data.get("grep");
-    const p = { session, stream: data.get("stream") || undefined };
+    const p = { session, stream: data.get("stream") || undefined, include_own: data.get("own") ? "true" : undefined };
     if (text) p[data.get("regex") ? "regex" : "grep"] = text;
     for (const e of ENTITIES) if (data.get(e)) p[e] = data.get(e).trim();
     return p;
@@ -64,9 +67,8 @@ export async function render(page, { session }) {
     event.preventDefault();
     const data = new FormData(form);
     const next = new URLSearchParams();
-    for (const [k, v] of data) if (v && k !== "regex" && k !== "follow") next.set(k, v);
-    if (data.get("regex")) next.set("regex", "1");
-    if (data.get("follow")) next.set("follow", "1");
+    for (const [k, v] of data) if (v && !FLAGS.includes(k)) next.set(k, v);
+    for (const flag of FLAGS) if (data.get(flag)) next.set(flag, "1");
     history.replaceState(history.state, "", `${location.pathname}${next.toString() ? `?${next}` : ""}`);
     search().catch(showError);
   });
