@@ -104,9 +104,31 @@ def test_show_gives_one_failure_whole_or_a_group_s_failures(server: TestClient, 
     group = server.get(f"/api/raysight/errors/{first['group_id']}").json()
     assert {f["kind"] for f in group["failures"]} == {"task"} and group["group_id"] == first["group_id"]
     unknown = server.get("/api/raysight/errors/" + "ab" * 24)
-    assert unknown.status_code == 404 and "`raysight errors` lists what did" in unknown.json()["error"]
+    assert unknown.status_code == 404 and "`raysight errors` lists what failed" in unknown.json()["error"]
     malformed = server.get("/api/raysight/errors/not-an-id")
     assert malformed.status_code == 400 and "is no ID" in malformed.json()["error"]
+
+
+ENTITY_IDS = {"tasks": "task_id", "actors": "actor_id", "workers": "worker_id", "nodes": "node_id", "jobs": "job_id"}
+
+
+def test_an_entity_that_did_not_fail_has_no_failures_and_an_id_of_nothing_is_not_found(
+    server: TestClient, ray_batches
+) -> None:
+    """What the dashboard's "its failures, if any" asks of every entity's page: an empty list, not a 404, for an
+    entity that did not fail; a 404 only for an ID that names nothing in the session (another session's, say)."""
+    record(server, ray_batches, "?cluster=rec")
+    failed, fine = set(), set()
+    for resource, key in ENTITY_IDS.items():
+        for row in rows(server, resource):
+            answer = server.get(f"/api/raysight/errors/{row[key]}")
+            assert answer.status_code == 200, answer.text
+            (failed if answer.json()["failures"] else fine).add(resource)
+            assert answer.json()["id"] == row[key]
+    assert fine == {"tasks", "workers", "nodes", "jobs"} and failed == {"tasks", "actors", "workers"}
+    for nothing in ("ab" * 24, "ff000000"):
+        answer = server.get(f"/api/raysight/errors/{nothing}")
+        assert answer.status_code == 404 and f"has ID {nothing} in" in answer.json()["error"]
 
 
 ESC = "\x1b"

@@ -80,6 +80,9 @@ def show_cmd(failure_id: str, session: str | None, fmt: str | None, server: str 
     if fmt in ("json", "yaml"):
         render.dump(data, fmt)
         return
+    if not data["failures"]:
+        click.echo(f"{failure_id} did not fail in {data['session']}.")
+        return
     if "group_id" in data:
         render.table(
             data["failures"],

@@ -24,8 +24,9 @@ import orjson
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
 from raysight.ingest.events_sql import sql_str
+from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
-from raysight.store.queries import TASK_STATE
+from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page
 from raysight.store.reconcile import ALL_NODES_DIED, RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.summaries import dict_rows
 
@@ -275,14 +276,22 @@ def _failure_columns(colours: bool) -> str:
     )
 
 
+CAN_FAIL = (TASKS, ACTORS, WORKERS, NODES, JOBS)  # the entities whose failures these are
+
+
 def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colours: bool = False) -> dict[str, Any]:
     """One failure whole (a task's, actor's, worker's, node's or job's ID: each of its failures), or a group (its
     ID: its failures): what failed and where, why, what it followed from, its attempts, the log lines before it, and
-    what failed beside it. Each message without a terminal's escapes, unless ``colours`` (for a terminal). NotFound
-    when nothing of that ID failed in ``session``."""
+    what failed beside it; no failures for an entity that did not fail. Each message without a terminal's escapes,
+    unless ``colours`` (for a terminal). NotFound when that ID names nothing in ``session``."""
     found = _failures(con, session, "id = $id OR group_id = $id", {"id": failure_id}, colours)
     if not found:
-        raise NotFound(f"nothing with ID {failure_id} failed in {session}; `raysight errors` lists what did")
+        if not any(_named(con, res, session, failure_id) for res in CAN_FAIL):
+            raise NotFound(
+                f"no task, actor, worker, node, job or group of failures has ID {failure_id} in {session}; "
+                "`raysight errors` lists what failed"
+            )
+        return {"session": session, "id": failure_id, "failures": []}
     if found[0]["group_id"] == failure_id and found[0]["id"] != failure_id:
         return {"session": session, "group_id": failure_id, "failures": found}
     for one in found:
@@ -320,6 +329,11 @@ def _failures(
     columns = _failure_columns(colours)
     sql = f"SELECT {columns} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
     return dict_rows(con.execute(sql, {"session": session, **params}))
+
+
+def _named(con: duckdb.DuckDBPyConnection, res: Resource, session: str, entity_id: str) -> bool:
+    """Whether ``res`` has an entity of that ID in ``session``."""
+    return list_page(con, res, session=session, filters=[Filter(res.id_field, "=", entity_id)], limit=0).total > 0
 
 
 def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 // lines before it, and what failed beside it.
 
 import { api } from "../api.js";
-import { h, idLink, logLines, section, sessionPath, time } from "../dom.js";
+import { empty, h, idLink, logLines, section, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
 
 const KIND_PAGES = { task: "tasks", actor: "actors", worker: "workers", node: "nodes", job: "jobs" };
@@ -115,7 +115,10 @@ async function detail(page, session, id) {
     ]);
     return null;
   }
-  page.append(h("h1", {}, "Failure ", h("code", {}, id)), ...data.failures.map((f) => failureView(session, f, data.attempts)));
+  page.append(
+    h("h1", {}, "Failure ", h("code", {}, id)),
+    ...(data.failures.length ? data.failures.map((f) => failureView(session, f, data.attempts)) : [empty("It did not fail in this session.")]),
+  );
   return null;
 }
 
