@@ -322,9 +322,27 @@ def test_errors_show_prints_one_failure_whole(url: str) -> None:
     ]
     assert data(url, "errors", "show", raised["group_id"])["failures"][0]["id"] == raised["example"]["id"]
     missing = raysight(url, "errors", "show", "ab" * 24)
-    assert missing.exit_code == 1 and "failed in" in missing.stderr
+    assert missing.exit_code == 1 and "lists what failed" in missing.stderr
     malformed = raysight(url, "errors", "show", "x!")
     assert malformed.exit_code == 2 and "is no ID" in malformed.stderr
+
+
+def test_errors_show_colours_ray_s_traceback_on_a_terminal_only(url: str) -> None:
+    """Ray's colours (``\\x1b[36mray::fails()\\x1b[39m``, as stored) on a terminal; none in JSON or YAML, in a pipe
+    or not, nor in a task's own YAML."""
+    coloured = "\x1b[36mray::fails()\x1b[39m (pid=2398, ip=192.0.2.2)"
+    assert f"  {coloured}" in in_terminal(url, 200, "errors", "show", FAILED_TASK).splitlines()
+    assert "\x1b[" not in in_terminal(url, 200, "errors", "show", FAILED_TASK, "--format", "yaml")
+    (failed,) = data(url, "errors", "show", FAILED_TASK)["failures"]
+    assert "\nray::fails() (pid=2398" in failed["message"] and "\\u001b" not in failed["detail"].lower()
+    as_yaml = ok(url, "errors", "show", FAILED_TASK, "--format", "yaml") + ok(url, "get", "tasks", FAILED_TASK)
+    assert "\\e[" not in as_yaml and "\x1b" not in as_yaml
+
+
+def test_errors_show_of_what_did_not_fail_says_so(url: str) -> None:
+    (child, *_) = data(url, "list", "tasks", "--filter", "func_or_class_name=child")
+    assert ok(url, "errors", "show", child["task_id"]) == f"{child['task_id']} did not fail in {SESSION}.\n"
+    assert data(url, "errors", "show", "01000000") == {"session": SESSION, "id": "01000000", "failures": []}
 
 
 # env and run (without Ray: a trivial program stands in for a Ray driver)

@@ -12,6 +12,8 @@ from starlette.testclient import TestClient
 
 from raysight.store.errors import template_sql
 from tests.test_inference import AGENT_SAW_NS, end_run, record, rows, see, sessions, sighting
+from tests.test_otlp_receiver import JSON, JSON_TRACE, json_export, json_span, settle
+from tests.test_ray_state_ingest import NODE, send
 
 
 def groups(server: TestClient, **params: Any) -> list[dict[str, Any]]:
@@ -106,6 +108,85 @@ def test_show_gives_one_failure_whole_or_a_group_s_failures(server: TestClient, 
     group = server.get(f"/api/raysight/errors/{first['group_id']}").json()
     assert {f["kind"] for f in group["failures"]} == {"task"} and group["group_id"] == first["group_id"]
     unknown = server.get("/api/raysight/errors/" + "ab" * 24)
-    assert unknown.status_code == 404 and "`raysight errors` lists what did" in unknown.json()["error"]
+    assert unknown.status_code == 404 and "`raysight errors` lists what failed" in unknown.json()["error"]
     malformed = server.get("/api/raysight/errors/not-an-id")
     assert malformed.status_code == 400 and "is no ID" in malformed.json()["error"]
+
+
+ENTITY_IDS = {"tasks": "task_id", "actors": "actor_id", "workers": "worker_id", "nodes": "node_id", "jobs": "job_id"}
+
+
+def test_an_entity_that_did_not_fail_has_no_failures_and_an_id_of_nothing_is_not_found(
+    server: TestClient, ray_batches
+) -> None:
+    """What the dashboard's "its failures, if any" asks of every entity's page: an empty list, not a 404, for an
+    entity that did not fail; a 404 only for an ID that names nothing in the session (another session's, say)."""
+    record(server, ray_batches, "?cluster=rec")
+    failed, fine = set(), set()
+    for resource, key in ENTITY_IDS.items():
+        for row in rows(server, resource):
+            answer = server.get(f"/api/raysight/errors/{row[key]}")
+            assert answer.status_code == 200, answer.text
+            (failed if answer.json()["failures"] else fine).add(resource)
+            assert answer.json()["id"] == row[key]
+    assert fine == {"tasks", "workers", "nodes", "jobs"} and failed == {"tasks", "actors", "workers"}
+    for nothing in ("ab" * 24, "ff000000"):
+        answer = server.get(f"/api/raysight/errors/{nothing}")
+        assert answer.status_code == 404 and f"has ID {nothing} in" in answer.json()["error"]
+
+
+ESC = "\x1b"
+LINK = f"{ESC}]8;;https://docs.ray.io{ESC}\\docs{ESC}]8;;{ESC}\\"  # an OSC 8 hyperlink, as rich writes one
+
+
+def coloured(batches: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The recorded session with more escapes in what Ray says of each failure (a task's error, an actor's death, a
+    worker's exit): a colour, a bold, a link. The failed task's error holds Ray's own colours already."""
+
+    def paint(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: f"{ESC}[1;31m{v}{ESC}[0m {LINK}" if k in ("errorMessage", "exitDetail") else paint(v)
+                for k, v in value.items()
+            }
+        return [paint(v) for v in value] if isinstance(value, list) else value
+
+    return paint(batches)  # type: ignore[no-any-return]
+
+
+def test_ray_s_colours_are_stored_as_sent_and_left_out_of_every_answer(server: TestClient, ray_batches) -> None:
+    """Escapes in failures' messages (Ray's own colours, and made-up ones: a bold red, an OSC link) are kept in the
+    store as Ray sent them, and no JSON answer holds one — raysight's lists and gets, the errors and each failure
+    (its message and its detail), Ray's own list API (which Ray's CLI prints as YAML), a span's status and exception
+    — except a failure's message asked for with ``colours``, for a terminal."""
+    record(server, coloured(ray_batches), "?cluster=rec")
+    raised = f"{ESC}[36mray::fails(){ESC}[39m (pid=2398)\nValueError: boom"  # a driver's ray.get re-raised it
+    event = {"name": "exception", "attributes": [{"key": "exception.message", "value": {"stringValue": raised}}]}
+    span = {**json_span("ray.get"), "status": {"code": 2, "message": raised}, "events": [event]}
+    assert server.post("/v1/traces", content=json_export(span), headers=JSON).status_code == 200
+    settle(server)
+    job = {"type": "SUBMISSION", "submission_id": "raysubmit_1", "job_id": "02000000", "status": "FAILED"}
+    polled = {
+        "jobs": [{**job, "message": f"Job failed: {raised}"}],  # the tail of its driver's output
+        "runtime_envs": [{"runtime_env": {"pip": ["nope"]}, "node_id": NODE, "success": False, "error": raised}],
+    }
+    assert send(server, 1_000, polled, session=sessions(server)[0]["session"]).status_code == 200
+    (fails,) = [t for t in rows(server, "tasks") if t["name"] == "fails"]
+    answers = [
+        f"/api/raysight/{resource}?detail=true&limit=1000&session=*" for resource in ("tasks", "actors", "workers")
+    ]
+    answers += [f"/api/raysight/errors/{t['task_id']}" for t in rows(server, "tasks") if t["error_type"]]
+    answers += [f"/api/raysight/errors/{a['actor_id']}" for a in rows(server, "actors")]
+    answers += ["/api/raysight/errors", "/api/v0/tasks?detail=true", "/api/v0/actors?detail=true"]
+    answers += ["/api/v0/workers?detail=true", "/api/jobs/", "/api/v0/runtime_envs?detail=true"]
+    answers += [f"/api/raysight/traces/{JSON_TRACE.lower()}"]
+    replies = {path: server.get(path) for path in answers}
+    assert {path: r.status_code for path, r in replies.items()} == dict.fromkeys(answers, 200)
+    texts = {path: reply.text for path, reply in replies.items()}
+    assert not [path for path, text in texts.items() if "\\u001b" in text.lower() or ESC in text]
+    assert texts[answers[-1]].count("ray::fails() (pid=2398)") == 2  # the span's status, its exception's message
+    assert "ray::fails() (pid=2398" in texts["/api/raysight/errors"] and "docs" in texts[answers[1]]
+    assert all("ray::fails() (pid=2398)" in texts[path] for path in ("/api/jobs/", "/api/v0/runtime_envs?detail=true"))
+    kept = server.get(f"/api/raysight/errors/{fails['task_id']}", params={"colours": "true"}).json()["failures"]
+    assert kept[0]["message"].startswith(f"{ESC}[1;31mUser exception:\n{ESC}[36mray::fails(){ESC}[39m (pid=2398")
+    assert kept[0]["message"].endswith(f"ValueError: boom{ESC}[0m {LINK}")

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,15 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
+# A click on a link to this path, which the dashboard follows itself (no reload)
+FOLLOW = """p => {
+  const a = Object.assign(document.createElement("a"), { href: p });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}"""
+
+
 class Watched:
     """A page whose every console error, uncaught exception, failed request and error response is kept."""
 
@@ -58,10 +68,33 @@ class Watched:
         page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
         page.on("requestfailed", lambda r: self.problems.append(f"failed request: {r.url} {r.failure}"))
         page.on("response", lambda r: self.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        self.pending = 0  # requests sent and not yet answered (or failed)
+        page.on("request", lambda _: self.count(1))
+        page.on("requestfinished", lambda _: self.count(-1))
+        page.on("requestfailed", lambda _: self.count(-1))
+
+    def count(self, change: int) -> None:
+        self.pending += change
 
     def open(self, path: str) -> Any:
         self.page.goto(self.base + path)
         self.settle()
+        return self.page
+
+    def visit(self, path: str, quiet_ms: int = 100) -> Any:
+        """Show a page as following a link to it does (the first loads the dashboard), and wait until it is rendered
+        and no request has been pending for ``quiet_ms`` (its tables fetch their rows after it renders); without a
+        screenshot: a crawl shows many."""
+        if self.page.url.startswith(self.base + "/ui/"):
+            self.page.evaluate(FOLLOW, path)
+        else:
+            self.page.goto(self.base + path)
+        self.page.locator("#page:not([data-loading])").wait_for(state="attached", timeout=WAIT_MS)
+        deadline, quiet = time.monotonic() + WAIT_MS / 1000, 0
+        while quiet < quiet_ms:
+            assert time.monotonic() < deadline, f"{path}: {self.pending} requests still pending"
+            self.page.wait_for_timeout(25)
+            quiet = quiet + 25 if self.pending == 0 else 0
         return self.page
 
     def settle(self) -> None:
@@ -231,6 +264,45 @@ def test_jobs_actors_nodes_and_workers_each_have_a_page(recorded: ServerProcess,
         w.settle()
         assert page.locator("dl.fields").count() == 1
     assert "Tasks it ran" in page.locator("main").inner_text()
+
+
+HEX_ID = re.compile(r"[0-9a-f]{8,}")
+
+
+def page_kind(href: str) -> str:
+    """What kind of page a link opens: its path with each ID as its length (a job's failures, 8 hex digits, are not
+    a task's, 48) and the names of its query's parameters (not their values)."""
+    path, _, query = href.partition("#")[0].partition("?")
+    names = sorted({pair.partition("=")[0] for pair in query.split("&") if pair})
+    return HEX_ID.sub(lambda m: f"<{len(m.group())}>", path) + (f"?{'&'.join(names)}" if names else "")
+
+
+@pytest.mark.ray
+def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: ServerProcess, watched: Any) -> None:
+    """A crawl from a session's overview, link by link, opening one page of each kind: every entity kind's page (a
+    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an entity that did
+    not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no page
+    showing a terminal's colour codes."""
+    w = watched(recorded.url)
+    start = "/ui/sessions/demo"
+    queue, kinds = deque([start]), {page_kind(start)}
+    texts: dict[str, str] = {}
+    while queue:
+        path = queue.popleft()
+        page = w.visit(path)
+        texts[page_kind(path)] = page.locator("#page").inner_text()
+        for href in page.eval_on_selector_all(
+            "#nav a[href], #page a[href]", "as => as.map(a => a.getAttribute('href'))"
+        ):
+            if (href == start or href.startswith(start + "/")) and page_kind(href) not in kinds:
+                kinds.add(page_kind(href))
+                queue.append(href)
+        assert len(kinds) < 60, sorted(kinds)  # bounded: one page of each kind
+    entity_pages = {f"{start}/{kind}/<{n}>" for kind, n in (("tasks", 48), ("actors", 32), ("jobs", 8))}
+    entity_pages |= {f"{start}/{kind}/<56>" for kind in ("nodes", "workers")}
+    assert entity_pages <= kinds, sorted(kinds)
+    assert "did not fail" in texts[f"{start}/errors/<8>"]  # the demo's job, from its page's "its failures"
+    assert not [kind for kind, text in texts.items() if "\x1b" in text]
 
 
 def visible_us(canvas: Any) -> tuple[int, int]:

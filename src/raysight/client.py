@@ -151,9 +151,12 @@ class Client:
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", "/api/raysight/errors", params=given)  # type: ignore[no-any-return]
 
-    def error(self, failure_id: str, session: str | None = None) -> dict[str, Any]:
-        """One failure whole, or a group's failures: ``GET /api/raysight/errors/{id}``."""
+    def error(self, failure_id: str, session: str | None = None, colours: bool = False) -> dict[str, Any]:
+        """One failure whole, or a group's failures: ``GET /api/raysight/errors/{id}``; ``colours``: each message
+        with Ray's colour codes (for a terminal)."""
         params = {"session": session} if session else {}
+        if colours:
+            params["colours"] = "true"
         return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
 
     def traces(self, **params: Any) -> dict[str, Any]:

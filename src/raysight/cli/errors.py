@@ -87,11 +87,14 @@ def errors_row(group: dict[str, Any]) -> dict[str, Any]:
 def show_cmd(failure_id: str, session: str | None, fmt: str | None, server: str | None) -> None:
     """One failure whole — a task, actor, worker, node or job ID: what failed and where, why (the full traceback),
     what it followed from, its attempts, the log lines before it and what failed beside it — or a group's failures
-    (its ID, from `raysight errors`)."""
-    with make_client(server) as client:
-        data = client.error(failure_id, session=session)
+    (its ID, from `raysight errors`). Ray's colours are shown on a terminal only."""
+    with make_client(server) as client:  # colours for the text (click.echo leaves them out in a pipe)
+        data = client.error(failure_id, session=session, colours=fmt not in ("json", "yaml"))
     if fmt in ("json", "yaml"):
         render.dump(data, fmt)
+        return
+    if not data["failures"]:
+        click.echo(f"{failure_id} did not fail in {data['session']}.")
         return
     if "group_id" in data:
         render.table(

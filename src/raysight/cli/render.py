@@ -6,7 +6,6 @@ terminal narrower than the table, text columns (names, messages) are cut short w
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -17,11 +16,12 @@ import click
 import orjson
 import yaml
 
+from raysight.ansi import plain
+
 FORMATS = ("table", "json", "yaml")
 GAP = "  "
 MIN_TEXT_WIDTH = 8  # a text column cut short (its header too) keeps at least this many characters
 _WHOLE = ("session", "ip", "node_ip", "ray_namespace")  # besides *_id and *_ms
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def dump(data: Any, fmt: str) -> None:
@@ -43,7 +43,7 @@ def cell(name: str, value: Any) -> str:
     if isinstance(value, (dict, list)):
         return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip().replace("\n", " ")
     if isinstance(value, str) and "\n" in value:  # a traceback: its last line says what happened
-        lines = [line for line in _ANSI.sub("", value).splitlines() if line.strip()]
+        lines = [line for line in plain(value).splitlines() if line.strip()]
         return lines[-1].strip() if lines else ""
     return str(value)
 

@@ -213,14 +213,16 @@ async def errors(request: Request) -> Response:
 
 
 async def error_detail(request: Request) -> Response:
-    """GET /api/raysight/errors/{id}?session=: one failure whole (a task, actor, worker, node or job ID), or a group's
-    failures (its ID)."""
+    """GET /api/raysight/errors/{id}?session=&colours=: one failure whole (a task, actor, worker, node or job ID; no
+    failures for one that did not fail), or a group's failures (its ID); ``colours``: each message with Ray's colour
+    codes, for a terminal."""
     failure_id = request.path_params["failure_id"].lower()
     if not re.fullmatch(r"[0-9a-f]{8,56}", failure_id):
         raise BadQuery(f"{failure_id!r} is no ID: a task, actor, worker, node or job ID, or a group's, in hex")
+    colours = bool_param(request.query_params, "colours")
 
     def read(con: Any) -> dict[str, Any]:
-        return failure(con, recorded_session(con, request), failure_id)
+        return failure(con, recorded_session(con, request), failure_id, colours)
 
     return await read_json(app_state(request), read)
 

@@ -22,14 +22,15 @@ from typing import Any
 import duckdb
 import orjson
 
+from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
 from raysight.ingest.events_sql import sql_str
+from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
-from raysight.store.queries import TASK_STATE
+from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page
 from raysight.store.reconcile import ALL_NODES_DIED, RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.summaries import dict_rows
 
-_ANSI = r"\x1b\[[0-9;]*m"  # the colours Ray puts in its tracebacks
 _PLACEHOLDERS = [  # in this order: a URL or an address before its path and numbers, an ID (Ray's are 16 hex digits
     # or more) before a quantity that could end like one (1922826240B), a quantity before a short ID
     (r'"[^"]*"', '"<str>"'),
@@ -52,7 +53,7 @@ NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the drive
 
 def template_sql(text: str) -> str:
     """SQL: ``text`` without colours, with its variable parts replaced by placeholders."""
-    sql = f"regexp_replace({text}, {sql_str(_ANSI)}, '', 'g')"
+    sql = plain_sql(text)
     for pattern, placeholder in _PLACEHOLDERS:
         sql = f"regexp_replace({sql}, {sql_str(pattern)}, {sql_str(placeholder)}, 'g')"
     return sql
@@ -61,7 +62,7 @@ def template_sql(text: str) -> str:
 # A traceback's exception (`ValueError: boom`: the last line that names one, for Ray may add lines after it), its
 # type, and the text a failure's cause is made of: that exception, else the first line of its message
 _EXCEPTION = r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)"
-_PLAIN = f"regexp_replace(message, {sql_str(_ANSI)}, '', 'g')"
+_PLAIN = plain_sql("message")
 _EXCEPTION_LINE = f"list_last(regexp_extract_all({_PLAIN}, {sql_str(f'(?m)^{_EXCEPTION}(?::.*)?$')}))"
 _EXC_TYPE = f"nullif(regexp_extract(exception_line, {sql_str(f'^({_EXCEPTION})')}, 1), '')"
 _CAUSE_TEXT = "left(coalesce(exception_line, regexp_extract(" + _PLAIN + r", '(?m)^\s*(\S.*)$', 1)), 300)"
@@ -220,7 +221,9 @@ _GROUPS = (
     "WITH f AS ("
     + _FAILURES
     + """),
-chosen AS (SELECT * FROM f WHERE __WHERE__),
+chosen AS (SELECT * REPLACE ("""
+    + plain_sql("message")
+    + """ AS message) FROM f WHERE __WHERE__),
 consequences AS (
     SELECT root_group AS group_id, kind, count(*) AS n,
            list(DISTINCT name) FILTER (WHERE kind <> 'worker') AS names
@@ -263,19 +266,34 @@ def _group(row: dict[str, Any]) -> dict[str, Any]:
 
 SHOWN_LINES = 20  # of a worker's output before it failed, and of a task attempt's own (twice as many of Ray's own)
 NEARBY_NS = 5 * 10**9  # failures this close in time on the same node or worker are shown beside one
-_FAILURE_COLUMNS = (
-    "kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type, exception_type, "
-    "cause AS error, message, detail, group_id, root_kind, root_id"
-)
 
 
-def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str) -> dict[str, Any]:
+def _failure_columns(colours: bool) -> str:
+    """SQL: what a failure is given as; its message with a terminal's escapes only if ``colours``."""
+    message = "message" if colours else plain_sql("message")
+    return (
+        "kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type, "
+        f"exception_type, cause AS error, {message} AS message, {plain_json_sql('detail')} AS detail, group_id, "
+        "root_kind, root_id"
+    )
+
+
+CAN_FAIL = (TASKS, ACTORS, WORKERS, NODES, JOBS)  # the entities whose failures these are
+
+
+def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colours: bool = False) -> dict[str, Any]:
     """One failure whole (a task's, actor's, worker's, node's or job's ID: each of its failures), or a group (its
     ID: its failures): what failed and where, why, what it followed from, its attempts, the log lines before it, and
-    what failed beside it. NotFound when nothing of that ID failed in ``session``."""
-    found = _failures(con, session, "id = $id OR group_id = $id", {"id": failure_id})
+    what failed beside it; no failures for an entity that did not fail. Each message without a terminal's escapes,
+    unless ``colours`` (for a terminal). NotFound when that ID names nothing in ``session``."""
+    found = _failures(con, session, "id = $id OR group_id = $id", {"id": failure_id}, colours)
     if not found:
-        raise NotFound(f"nothing with ID {failure_id} failed in {session}; `raysight errors` lists what did")
+        if not any(_named(con, res, session, failure_id) for res in CAN_FAIL):
+            raise NotFound(
+                f"no task, actor, worker, node, job or group of failures has ID {failure_id} in {session}; "
+                "`raysight errors` lists what failed"
+            )
+        return {"session": session, "id": failure_id, "failures": []}
     if found[0]["group_id"] == failure_id and found[0]["id"] != failure_id:
         return {"session": session, "group_id": failure_id, "failures": found}
     for one in found:
@@ -308,10 +326,16 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str) -> di
 
 
 def _failures(
-    con: duckdb.DuckDBPyConnection, session: str, where: str, params: dict[str, object]
+    con: duckdb.DuckDBPyConnection, session: str, where: str, params: dict[str, object], colours: bool = False
 ) -> list[dict[str, Any]]:
-    sql = f"SELECT {_FAILURE_COLUMNS} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
+    columns = _failure_columns(colours)
+    sql = f"SELECT {columns} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
     return dict_rows(con.execute(sql, {"session": session, **params}))
+
+
+def _named(con: duckdb.DuckDBPyConnection, res: Resource, session: str, entity_id: str) -> bool:
+    """Whether ``res`` has an entity of that ID in ``session``."""
+    return list_page(con, res, session=session, filters=[Filter(res.id_field, "=", entity_id)], limit=0).total > 0
 
 
 def _logs_before(con: duckdb.DuckDBPyConnection, session: str, one: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """list / get / summary over the folded entities, with the field names of Ray's state API (plus raysight's own).
 
 Each resource is described once as data (:data:`RESOURCES`): its SQL source, its fields with their kinds,
-which fields are Ray's base columns, and its ID. Queries filter and sort in DuckDB; nothing is capped.
+which fields are Ray's base columns, and its ID. Queries filter and sort in DuckDB; nothing is capped. What Ray says
+of a failure (an error, a death, an exit) is given without a terminal's escapes (:mod:`raysight.ansi`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import duckdb
 import numpy as np
 import orjson
 
+from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import BadQuery, NotFound
 from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
@@ -151,7 +153,7 @@ TASKS = Resource(
             "'stderr_start': t.stderr_start, 'stderr_end': t.stderr_end} END",
             "list",
         ),
-        _f("error_message", "coalesce(t.error_message, t.inferred_reason)"),
+        _f("error_message", plain_sql("coalesce(t.error_message, t.inferred_reason)")),
         _f("is_debugger_paused", "t.is_debugger_paused", "bool"),
         _f("call_site", "t.call_site"),
         _f("label_selector", "t.label_selector", "json"),
@@ -175,8 +177,8 @@ ACTORS = Resource(
         _f("ray_namespace", "a.ray_namespace", base=True),
         _f("serialized_runtime_env", "a.serialized_runtime_env"),
         _f("required_resources", "a.required_resources", "json"),
-        _f("death_cause", "a.death_cause", "json"),
-        _f("death_message", "coalesce(a.death_message, a.inferred_reason)"),
+        _f("death_cause", plain_json_sql("a.death_cause"), "json"),
+        _f("death_message", plain_sql("coalesce(a.death_message, a.inferred_reason)")),
         _f("is_detached", "a.is_detached", "bool"),
         _f("placement_group_id", "a.placement_group_id", "id"),
         _f("repr_name", "coalesce(a.repr_name, '')"),
@@ -193,7 +195,7 @@ ACTORS = Resource(
             "events",
             "list_transform(a.history, lambda x: {'state': x.state, 'created_ms': x.ts / 1e6, 'pid': x.pid, "
             "'node_id': x.node_id, 'worker_id': x.worker_id, 'restart_reason': x.restart_reason, "
-            "'death_message': x.death_message})",
+            f"'death_message': {plain_sql('x.death_message')}}})",
             "list",
         ),
         _f("session", "a.session"),
@@ -209,7 +211,7 @@ NODES = Resource(
         _f("node_ip", "coalesce(n.node_ip, '')", base=True),
         _f("is_head_node", "coalesce(n.resources_total LIKE '%node:__internal_head__%', false)", "bool", True),
         _f("state", "coalesce(n.inferred_state, n.state, 'ALIVE')", base=True),
-        _f("state_message", "coalesce(n.death_message, n.inferred_reason)", base=True),
+        _f("state_message", plain_sql("coalesce(n.death_message, n.inferred_reason)"), base=True),
         _f("node_name", "coalesce(n.node_name, n.node_ip, '')", base=True),
         _f("resources_total", "coalesce(n.resources_total, '{}')", "json", True),
         _f("labels", "coalesce(n.labels, '{}')", "json", True),
@@ -235,7 +237,7 @@ WORKERS = Resource(
         _f("ip", "coalesce(n.node_ip, '')", base=True),
         _f("pid", "coalesce(w.pid, 0)", "int", True),
         _f("job_id", "w.job_id", "id"),
-        _f("exit_detail", "w.exit_detail"),
+        _f("exit_detail", plain_sql("w.exit_detail")),
         _f("worker_launch_time_ms", "w.launch_ms", "time_ms"),
         _f("worker_launched_time_ms", "w.launched_ms", "time_ms"),
         _f("start_time_ms", "w.start_ms", "time_ms"),
@@ -284,7 +286,7 @@ JOBS = Resource(
         _f("status", _JOB_STATUS, base=True),
         _f(
             "message",
-            f"CASE WHEN p.row IS NOT NULL THEN {_polled('message')} "
+            f"CASE WHEN p.row IS NOT NULL THEN {plain_sql(_polled('message'))} "
             "WHEN r.exit_code IS NOT NULL THEN printf('driver exited with code %d', r.exit_code) "
             "WHEN j.state IS DISTINCT FROM 'FINISHED' AND e.ended_ns IS NOT NULL "
             "THEN printf('the cluster ended (%s) before Ray reported the end of this job', e.end_reason) END",
@@ -410,7 +412,7 @@ RUNTIME_ENVS = _polled_resource(
         _f("creation_time_ms", _polled("creation_time_ms", "::DOUBLE"), "float", True),
         _f("node_id", _polled("node_id"), "id", True),
         _f("ref_cnt", _polled("ref_cnt", "::INTEGER"), "int"),
-        _f("error", _polled("error")),
+        _f("error", plain_sql(_polled("error"))),
     ],
     order=("-creation_time_ms",),
 )

@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 import orjson
 
+from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import BadQuery, NotFound
 from raysight.store.queries import resolve_session
 
@@ -21,6 +22,8 @@ SPAN_COLUMNS = (
     "attributes", "events", "links", "scope",
 )  # fmt: skip
 JSON_COLUMNS = ("attributes", "events", "links")
+# A span's error text (its status's message, an exception event's) given without a terminal's escapes
+_SELECTED = {"status_message": plain_sql("status_message"), "events": plain_json_sql("events")}
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ def get_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any]:
     if len(trace_id) != TRACE_ID_HEX or any(c not in "0123456789abcdef" for c in trace_id):
         raise BadQuery(f"{trace_id!r} is no trace ID: 32 hex digits, as `raysight traces` shows")
     rows = con.execute(
-        f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trace_id = ? ORDER BY start_ns, span_id", [trace_id]
+        f"SELECT {', '.join(_SELECTED.get(c, c) for c in SPAN_COLUMNS)} FROM spans WHERE trace_id = ? "
+        "ORDER BY start_ns, span_id",
+        [trace_id],
     ).fetchall()
     if not rows:
         raise NotFound(f"no trace {trace_id} has been recorded")

@@ -3,9 +3,8 @@
 // lines before it, and what failed beside it.
 
 import { api } from "../api.js";
-import { h, idLink, logLines, section, sessionPath, time } from "../dom.js";
+import { empty, h, idLink, logLines, section, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
-import { stripColours } from "./task.js";
 
 const KIND_PAGES = { task: "tasks", actor: "actors", worker: "workers", node: "nodes", job: "jobs" };
 const HEX_ID = /^[0-9a-f]{8,56}$/;
@@ -33,7 +32,7 @@ async function groups(page, session) {
       column("Count", "count"),
       column("Kind", "kind"),
       column("Error type", "error_type"),
-      column("Error", "error", (g) => h("code", { title: g.example?.message ? stripColours(g.example.message) : "" }, g.error)),
+      column("Error", "error", (g) => h("code", { title: g.example?.message ?? "" }, g.error)),
       column("Affected", "affected", (g) => g.affected.join(", ")),
       column("Followed from it", "consequences", (g) => Object.entries(g.consequences).map(([k, n]) => `${n} ${k}`).join(", ")),
       column("First", "first_ms", (g) => time(g.first_ms)),
@@ -71,7 +70,7 @@ function failureView(session, f, attempts) {
     f.root_kind
       ? h("p", { class: "root" }, "Followed from the failure of ", f.root_kind, " ", h("a", { href: sessionPath(session, "errors", f.root_id), class: "root-link" }, f.root_id))
       : "",
-    section("Why", h("pre", { class: "traceback" }, stripColours(f.message || f.error || "(Ray gave no message)"))),
+    section("Why", h("pre", { class: "traceback" }, f.message || f.error || "(Ray gave no message)")),
     attempts
       ? section(
           "Attempts",
@@ -116,7 +115,10 @@ async function detail(page, session, id) {
     ]);
     return null;
   }
-  page.append(h("h1", {}, "Failure ", h("code", {}, id)), ...data.failures.map((f) => failureView(session, f, data.attempts)));
+  page.append(
+    h("h1", {}, "Failure ", h("code", {}, id)),
+    ...(data.failures.length ? data.failures.map((f) => failureView(session, f, data.attempts)) : [empty("It did not fail in this session.")]),
+  );
   return null;
 }
 

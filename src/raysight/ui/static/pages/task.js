@@ -50,7 +50,7 @@ function attempt(session, t, printed) {
           "div",
           { class: "error-box" },
           h("h3", {}, "Error ", h("a", { href: sessionPath(session, "errors", t.task_id), class: "to-failure" }, "(cause, retries, what failed beside it →)")),
-          h("pre", { class: "traceback" }, stripColours(t.error_message)),
+          h("pre", { class: "traceback" }, t.error_message),
         )
       : "",
     h(
@@ -65,10 +65,6 @@ function attempt(session, t, printed) {
     ),
     section("What it printed", printed.rows.length ? logLines(printed.rows, { task: false }) : empty("No lines attributed to this attempt.")),
   );
-}
-
-export function stripColours(text) {
-  return String(text).replace(/\u001b\[[0-9;]*m/g, "");
 }
 
 /** The task's attempts, each with what it printed: what a live page redraws. */
