@@ -350,3 +350,21 @@ def test_bad_requests_get_the_error_rays_client_prints(held: str) -> None:
         answer = httpx.get(f"{held}/api/v0/{query}")
         body = answer.json()
         assert answer.status_code == 400 and body["result"] is False and says in body["msg"], (query, body)
+
+
+def test_what_ray_runs_for_itself_and_ends_normally_is_no_failure(held: str) -> None:
+    """Submitting jobs makes Ray's dashboard a driver of its own (job 02000000), which runs until the cluster ends and
+    starts a JobSupervisor actor per job, which exits as asked (``exit_actor()``) when its job is over: neither is a
+    failure. What failed is what the workload made fail: a task it cancelled and a driver exiting 4."""
+    listed = raysight_cli("errors", "--server", held, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    groups = {(g["kind"], g["error_type"]) for g in json.loads(listed.stdout)["groups"]}
+    assert groups == {("task", "TASK_CANCELLED"), ("job", "JOB_FAILED")}
+    with httpx.Client(base_url=held) as http:
+        drivers = http.get(
+            "/api/raysight/tasks", params={"detail": "true", "filter": "type=DRIVER_TASK", "include_driver": "true"}
+        ).json()["rows"]
+    by_job = {t["job_id"]: t for t in drivers}
+    dashboards = by_job["02000000"]  # (Ray never sent its end: the cluster ended with it)
+    assert (dashboards["state"], dashboards["state_inferred"], dashboards["error_type"]) == ("FINISHED", True, None)
+    assert dashboards["inferred_reason"].startswith("a driver's task lasts as long as its driver, which ran until")

@@ -1,8 +1,9 @@
 """A session's failures, grouped by cause, each consequence tied to its root (`raysight errors`).
 
-A failure is a task attempt that failed, an actor that restarted or died other than by its owner's exit or going out
-of scope, a worker that exited unintentionally, a node that died while its cluster went on or took running work with
-it (whatever Ray called its end: a node told to stop with tasks on it failed them), or a driver that exited with an
+A failure is a task attempt that failed (a driver's task aside: a driver's failure is its job's), an actor that
+restarted or died other than by its owner's exit, going out of scope or its own intended exit (``exit_actor()``), a
+worker that exited unintentionally, a node that died while its cluster went on or took running work with it
+(whatever Ray called its end: a node told to stop with tasks on it failed them), or a driver that exited with an
 error. What followed from another failure is a consequence, found along the chain things run on — node,
 worker, actor, task: a task whose actor or worker died (an OOM kill, say), an actor whose worker or node died, a
 worker whose node died. Only roots are grouped; each group counts the consequences of its failures.
@@ -29,6 +30,7 @@ from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page
 from raysight.store.reconcile import ALL_NODES_DIED, RUN_EXIT_OF_JOB, SESSION_ENDS
+from raysight.store.schema import task_kind_sql
 from raysight.store.summaries import dict_rows
 
 _PLACEHOLDERS = [  # in this order: a URL or an address before its path and numbers, an ID (Ray's are 16 hex digits
@@ -49,6 +51,7 @@ NORMAL_WORKER_EXITS = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT")
 NORMAL_NODE_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
 NODE_LOSSES = ("NODE_DIED", "LOCAL_RAYLET_DIED")  # a task's error types that say its node went
 NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the driver that owned it ended, or let it go
+INTENDED_EXIT = "Worker exit type: INTENDED_USER_EXIT"  # Ray's words for an actor that exited as asked (exit_actor())
 
 
 def template_sql(text: str) -> str:
@@ -118,7 +121,7 @@ failures AS (
            CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN actor_id
                 WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN coalesce(worker_id, exec_worker_id)
                 WHEN type_ IN {NODE_LOSSES} THEN node_id END AS parent_id
-    FROM tasks_ WHERE state_ = 'FAILED'
+    FROM tasks_ WHERE state_ = 'FAILED' AND coalesce(type, {task_kind_sql("task_id")}) <> 'DRIVER_TASK'
     UNION ALL
     SELECT 'actor', actor_id, NULL, ts, job_id, on_node, on_worker, class_name,
            CASE WHEN state = 'RESTARTING' THEN 'ACTOR_RESTARTED'
@@ -135,7 +138,8 @@ failures AS (
     FROM actor_steps
     WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
        OR (state = 'DEAD' AND coalesce(json_extract_string(death_cause, '$.actorDiedErrorContext.reason'), '')
-                               NOT IN {NORMAL_ACTOR_DEATHS})
+                               NOT IN {NORMAL_ACTOR_DEATHS}
+           AND coalesce(death_message, '') NOT LIKE '%{INTENDED_EXIT}%')
     UNION ALL
     SELECT 'worker', worker_id, NULL, coalesce(end_ns, end_ms * 1000000), job_id, node_id, worker_id,
            {_WORKER_NAME},

@@ -4,8 +4,10 @@ Ray's stream loses a dying worker's last second, a local cluster's final events,
 cluster would have said of its own end. When other evidence says a task attempt is over (a later attempt, its worker's
 or node's death, its actor coming alive or dying during it, the end of its job or session), the attempt gets
 ``inferred_state`` and ``inferred_reason``: how raysight's span of it ended, where there is one (``attempt_ends``: it
-returned, or raised), else what ended it; when the session is over, so do its nodes, workers and actors that Ray
-still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports later always wins and clears them.
+returned, or raised), else what ended it (a driver's task ends with its driver, finished unless the driver exited with
+an error: Ray's dashboard runs drivers of its own until the cluster ends); when the session is over, so do its nodes,
+workers and actors that Ray still shows alive (with ``inferred_end_ns``). A terminal state that Ray reports later
+always wins and clears them.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state I
 _INFER = f"""
 WITH open AS (
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
-           coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns
+           coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns,
+           {task_kind_sql("task_id")} = 'DRIVER_TASK' AS driver
     FROM tasks
     WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL_SQL}
 ),
@@ -121,17 +124,17 @@ retried AS (
 ),
 ends AS ({_ENDS}),
 job_ends AS (
-    SELECT j.session, j.job_id, coalesce(j.end_ns, r.ended_ns) AS ended_ns
+    SELECT j.session, j.job_id, coalesce(j.end_ns, r.ended_ns) AS ended_ns, r.exit_code
     FROM jobs j JOIN sessions s USING (session)
     LEFT JOIN run_exits r ON {RUN_EXIT_OF_JOB}
     WHERE j.session IN {_SESSIONS}
 ),
 evidence AS (
-    SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, rt.next_attempt,
+    SELECT o.session, o.task_id, o.attempt, o.state, o.executed_ns, o.driver, rt.next_attempt,
            s.span_id, s.trace_id, s.error AS span_error,
            w.worker_id AS dead_worker, w.exit_type, w.exit_detail,
            n.node_id AS dead_node, n.why AS death_reason,
-           je.ended_ns AS job_ended_ns, e.ended_ns AS session_ended_ns, e.end_reason,
+           je.ended_ns AS job_ended_ns, je.exit_code, e.ended_ns AS session_ended_ns, e.end_reason,
            (w.worker_id IS NOT NULL OR n.node_id IS NOT NULL OR je.ended_ns IS NOT NULL
             OR e.ended_ns IS NOT NULL) AS ended
     FROM open o
@@ -159,6 +162,8 @@ verdict AS (
           WHEN c.outcome.state = 'ALIVE' THEN 'FINISHED'
           WHEN c.outcome.state = 'DEAD' OR next_attempt IS NOT NULL THEN 'FAILED'
           WHEN span_id IS NOT NULL AND ended THEN CASE WHEN span_error IS NULL THEN 'FINISHED' ELSE 'FAILED' END
+          WHEN driver AND dead_worker IS NULL AND dead_node IS NULL AND ended
+            THEN CASE WHEN exit_code <> 0 THEN 'FAILED' ELSE 'FINISHED' END
           WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
@@ -177,6 +182,11 @@ verdict AS (
           WHEN span_id IS NOT NULL AND ended THEN
             printf('raysight''s span of this attempt (span %s of trace %s) recorded the exception it raised; Ray '
                    || 'never sent its end state:', span_id, trace_id) || chr(10) || span_error
+          WHEN driver AND dead_worker IS NULL AND dead_node IS NULL AND ended THEN
+            printf('a driver''s task lasts as long as its driver, which %s; Ray never sent its end state',
+                   CASE WHEN exit_code IS NOT NULL THEN printf('exited with code %d', exit_code)
+                        WHEN job_ended_ns IS NOT NULL THEN 'ended with its job'
+                        ELSE printf('ran until the cluster ended (%s)', end_reason) END)
           WHEN executed_ns IS NOT NULL AND ended
             THEN 'outcome unknown: the executing worker recorded the end of execution, but its owner never sent '
                  || 'whether it finished or failed'
@@ -195,7 +205,8 @@ verdict AS (
           WHEN c.outcome.state = 'DEAD' THEN 'ACTOR_DIED'
           WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL THEN NULL
           WHEN span_id IS NOT NULL AND ended AND span_error IS NOT NULL THEN 'TASK_EXECUTION_EXCEPTION'
-          WHEN executed_ns IS NOT NULL OR span_id IS NOT NULL THEN NULL
+          WHEN executed_ns IS NOT NULL OR span_id IS NOT NULL OR (driver AND dead_worker IS NULL AND dead_node IS NULL)
+            THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type
