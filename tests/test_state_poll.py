@@ -3,9 +3,8 @@ when refused) and the User-Agent; what it could not poll, and why, is what `rays
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ from raysight.agent.state_poll import dashboard_client, dashboard_url, due, poll
 from raysight.cli.run import free_port
 from raysight.client import Client
 from raysight.config import USER_AGENT
+from tests.ray_scenarios import serving
 
 SESSION = "session_2026-11-26_12-00-00_000000_3"
 
@@ -86,13 +86,8 @@ class Dashboard(BaseHTTPRequestHandler):
 @pytest.fixture
 def dashboard() -> Iterator[str]:
     Dashboard.token, Dashboard.agents = "", []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Dashboard) as url:
+        yield url
 
 
 def test_a_refused_token_is_read_again_and_the_doctor_keeps_each_resource_s_last_error(

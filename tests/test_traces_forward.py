@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.cli.detach import child_args
-from raysight.cli.run import free_port
 from raysight.cli.server import server_cmd
 from raysight.client import Client
 from raysight.instrument import semconv, task_spans
@@ -30,7 +29,7 @@ from raysight.instrument.task_spans import TaskSpan, new_id
 from raysight.server.app import create_app
 from raysight.server.forward import Forwarding
 from tests import test_inference
-from tests.ray_scenarios import ServerProcess, wait_folded
+from tests.ray_scenarios import ServerProcess, serving, wait_folded
 
 SESSION = "session_2026-11-24_12-00-00_000000_7"
 
@@ -70,13 +69,8 @@ class Backend(BaseHTTPRequestHandler):
 @pytest.fixture
 def backend() -> Iterator[str]:
     Backend.spans, Backend.headers_seen, Backend.refuse_first = {}, [], 2
-    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Backend)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Backend) as url:
+        yield url
 
 
 def send_trace(url: str) -> dict[str, tuple[str, str | None]]:

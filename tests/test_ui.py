@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -575,6 +576,14 @@ def test_a_task_leads_to_its_trace_and_the_trace_back_to_the_task(recorded: Serv
     assert page.locator(f".traces-table a[href$='{listed['trace_id']}']").count() == 1
 
 
+def follow_the_line_found(w: Any, grep: str, link: str) -> Any:
+    """The demo's logs page searching ``grep``, once it found one line, whose link of class ``link`` is clicked."""
+    page = w.open(f"/ui/sessions/demo/logs?{urlencode({'grep': grep})}")
+    page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
+    page.locator(f"#log-lines .line a.{link}").click()
+    return page
+
+
 def test_a_log_line_written_in_a_span_links_to_its_trace(recorded: ServerProcess, watched: Any) -> None:
     """A line that says its trace (here a record of an OTLP log exporter's, sent last, into the demo's session)
     links from the logs page to the trace's waterfall."""
@@ -598,9 +607,7 @@ def test_a_log_line_written_in_a_span_links_to_its_trace(recorded: ServerProcess
     assert reply.status_code == 200, reply.text
     wait_folded(recorded.url)  # acknowledged once journalled; readable once folded
     w = watched(recorded.url)
-    page = w.open("/ui/sessions/demo/logs?grep=paid+in+its+span")
-    page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
-    page.locator("#log-lines .line a.line-trace").click()
+    page = follow_the_line_found(w, "paid in its span", "line-trace")
     page.wait_for_url(re.compile(rf".*/ui/sessions/{span['session']}/traces/{listed['trace_id']}$"))
     w.settle()
     assert page.locator(".waterfall .span-row").count() == listed["spans"]
@@ -612,9 +619,7 @@ def test_a_line_found_by_the_log_search_leads_to_its_task_attempt(recorded: Serv
         (line,) = client.logs(session="demo", grep="crash_once: retry")["rows"]
     assert line["attempt"] == 1  # (the retry printed it: attempt 0's worker died)
     w = watched(recorded.url)
-    page = w.open("/ui/sessions/demo/logs?grep=crash_once%3A+retry")
-    page.locator("#log-status", has_text=re.compile("^1 matching")).wait_for(timeout=WAIT_MS)
-    page.locator("#log-lines .line a.line-task").click()
+    page = follow_the_line_found(w, "crash_once: retry", "line-task")
     page.wait_for_url(re.compile(rf".*/ui/sessions/{line['session']}/tasks/{line['task_id']}#attempt-1$"))
     w.settle()
     assert "crash_once: retry" in page.locator("#attempt-1 pre.log").inner_text()
