@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from raysight.cli.server import server_cmd
 from raysight.ingest import otlp
+from raysight.instrument import semconv
 from raysight.store.journal import SPANS
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling
@@ -49,8 +50,9 @@ def store(tmp_path: Path) -> Store:
 
 def test_failed_slow_and_unfinished_traces_stay_the_rest_go(store: Store) -> None:
     done = NOW - 60 * S  # ended a minute ago: decided by a pass with a 30 s wait
+    task = {"scope": semconv.TASK_SCOPE, "kind": "consumer", "task_id": "ab" * 24, "attempt": 0}
     rows = [
-        span(1, 1, done - S // 10, done),  # quick and fine: dropped
+        {**span(1, 1, done - S // 10, done), **task},  # quick and fine: dropped (a task attempt's span)
         span(1, 2, done - S // 20, done - S // 30),
         span(2, 3, done - S // 10, done, "error"),  # a failed span: kept
         span(2, 4, done - S // 20, done - S // 30),
@@ -61,6 +63,8 @@ def test_failed_slow_and_unfinished_traces_stay_the_rest_go(store: Store) -> Non
     sampling = TailSampling(keep=0.0, slow_ns=2 * S, wait_s=30)
     assert store.sample_traces(sampling, NOW) == 2
     assert traces(store) == {2, 3, 4}
+    ends = store.reader().execute("SELECT task_id, attempt, error FROM attempt_ends").fetchall()
+    assert ends == [("ab" * 24, 0, None)]  # how the attempt ended outlives its span: it returned
     assert store.sample_traces(sampling, NOW) == 0  # decided once
     late = span(1, 7, done, done + 1)  # a span of a trace already decided, come late: kept
     store.apply_spans([orjson.dumps([late])])
