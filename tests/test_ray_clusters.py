@@ -207,11 +207,16 @@ def test_a_node_removed_mid_run_and_the_failing_driver(two_nodes: dict[str, Any]
 
 def test_the_removed_node_is_the_one_root_of_all_that_was_lost_with_it(two_nodes: dict[str, Any]) -> None:
     """A node stopped (SIGTERM: Ray calls it an expected termination) with two tasks and an actor's call running: one
-    group, the node's, with the tasks, the actor and the workers under it; and the failing driver."""
+    group, the node's, with the tasks, the actor and the workers under it; the failing driver; and the task that
+    raised in a driver raysight's variables never reached (its outcome known from raysight's span of it)."""
     listed = raysight_cli("errors", "--server", two_nodes["url"], "--format", "json")
     assert listed.returncode == 0, listed.stderr
     groups = {g["kind"]: g for g in json.loads(listed.stdout)["groups"]}
-    assert set(groups) == {"node", "job"}
+    assert set(groups) == {"node", "job", "task"}
+    assert (groups["task"]["error"], groups["task"]["affected"]) == (  # the plain driver's, its span says
+        "RuntimeError: boom: raised in a task of a plain driver",
+        ["raises"],
+    )
     removed = next(n for n in two_nodes["data"]["nodes"] if not n["is_head_node"])
     node = groups["node"]
     assert (node["example"]["id"], node["error_type"], node["error"]) == (
@@ -271,19 +276,27 @@ def test_the_lines_of_a_task_on_a_removed_node_are_all_there_through_ray_s_rotat
         check=True,
     ).stdout
     last = "doomed line 0299 of 300, padded to rotate Ray's files sooner .........."
-    assert printed == f"(on_doomed_node pid={lost['worker_pid']}, task_id={lost['task_id']}) {last}\n"
+    assert printed == f"(on_doomed_node pid={lost['worker_pid']}) {last}\n"  # (one task's lines: none names it)
 
 
-def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_unknown(two_nodes: dict[str, Any]) -> None:
+def test_a_driver_without_raysights_variables_is_named_and_its_outcomes_are_raysights_spans(
+    two_nodes: dict[str, Any],
+) -> None:
     (warning,) = two_nodes["doctor"]["drivers_without_task_events"]
     assert warning["label"] == "two-nodes" and warning["tasks"] >= 5
     assert "RAY_enable_core_worker_ray_event_to_aggregator=1" in warning["message"]
     assert f"Warning ({warning['session']}): {warning['message']}" in two_nodes["doctor_cli"].splitlines()
     plain = [t for t in two_nodes["data"]["tasks"] if t["job_id"] == warning["job_id"]]
     tasks = by_name(plain)
-    (raises,) = tasks["raises"]  # it raised, yet its executor's end of execution was all that arrived
-    assert (raises["state"], raises["state_inferred"]) == ("NIL", True)
-    assert raises["inferred_reason"].startswith("outcome unknown")
+    (raises,) = tasks["raises"]  # it raised, yet its executor's end of execution was all Ray sent: its span says how
+    assert (raises["state"], raises["state_inferred"], raises["error_type"]) == (
+        "FAILED",
+        True,
+        "TASK_EXECUTION_EXCEPTION",
+    )
+    assert raises["inferred_reason"].startswith("raysight's span of this attempt (span ")
+    assert raises["error_message"].endswith("\nRuntimeError: boom: raised in a task of a plain driver")
+    assert {t["state"] for t in tasks["add_one"]} == {"FINISHED"}  # (returned, their spans say)
     assert {t["type"] for t in tasks["Accumulator.add"]} == {"ACTOR_TASK"}
 
 

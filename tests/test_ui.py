@@ -378,8 +378,8 @@ def test_log_search(recorded: ServerProcess, watched: Any) -> None:
     page.locator("#log-status", has_text=re.compile("^3 matching")).wait_for(timeout=WAIT_MS)
     lines = page.locator("#log-lines .line").all_inner_texts()
     assert [re.sub(r"pid=\d+", "pid=N", line) for line in lines] == [
-        f"(Counter pid=N) count {n}" for n in (3, 2, 1)
-    ]  # newest first
+        f"(Counter pid=N) task count {n}" for n in (3, 2, 1)
+    ]  # newest first, each with a link to the actor call that printed it
     assert "grep=count" in page.url and "stream=stdout" in page.url
     page.locator("#log-search input[name=regex]").check()
     page.locator("#log-search input[name=grep]").fill("count [12]$")
