@@ -52,7 +52,11 @@ COLUMNS = (
     "continued",
     "text",
 )
-_BASENAME = "regexp_extract({}, '[^/]*$')"
+# The attempts a line may be of: each with the names of the files Ray gave its byte ranges in (``stdout_name``,
+# ``stderr_name``), worked out once an attempt, not once a line
+_ATTEMPTS = """SELECT *, regexp_extract(stdout_file, '[^/]*$') AS stdout_name,
+                  regexp_extract(stderr_file, '[^/]*$') AS stderr_name
+           FROM tasks WHERE session = $session"""
 
 
 def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], marked: bool) -> str:
@@ -62,9 +66,9 @@ def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], mar
     (first_offset, last_offset), (first_ns, last_ns) = offsets, times
     named = "AND (a.type <> 'NORMAL_TASK' OR l.task_name = a.name)" if marked else ""
     return f"""
-    (a.stdout_start IS NOT NULL AND {file}.name = {_BASENAME.format("a.stdout_file")}
+    (a.stdout_start IS NOT NULL AND {file}.name = a.stdout_name
         AND {last_offset} >= a.stdout_start AND {first_offset} < a.stdout_end)
-    OR (a.stderr_start IS NOT NULL AND {file}.name = {_BASENAME.format("a.stderr_file")}
+    OR (a.stderr_start IS NOT NULL AND {file}.name = a.stderr_name
         AND {last_offset} >= a.stderr_start AND {first_offset} < a.stderr_end)
     OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND {file}.stream <> 'system'
         AND {file}.worker_id = coalesce(a.worker_id, a.exec_worker_id) {named}
@@ -182,7 +186,7 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     where += _hidden(query, "l")
     attempts = ""
     if query.task_id is not None:
-        attempts = "SELECT * FROM tasks WHERE session = $session AND task_id = $task"
+        attempts = f"{_ATTEMPTS} AND task_id = $task"
         params["task"] = query.task_id
         if query.attempt is not None:
             attempts += " AND attempt = $attempt"
@@ -256,7 +260,7 @@ def _of_their_attempts(lines: str) -> str:
     return f"""
     SELECT l.*, a.task_id, a.attempt
     FROM ({lines}) l
-    LEFT JOIN (SELECT * FROM tasks WHERE session = $session) a
+    LEFT JOIN ({_ATTEMPTS}) a
         ON coalesce(a.worker_id, a.exec_worker_id) = l.worker_id AND ({_OF_ATTEMPT})
     QUALIFY row_number() OVER (PARTITION BY l.seq
                                ORDER BY {_EXACT} DESC, coalesce(a.exec_start_ns, a.start_ns, a.first_ns) DESC) = 1"""
