@@ -161,9 +161,8 @@ verdict AS (
         CASE
           WHEN c.outcome.state = 'ALIVE' THEN 'FINISHED'
           WHEN c.outcome.state = 'DEAD' OR next_attempt IS NOT NULL THEN 'FAILED'
-          WHEN span_id IS NOT NULL AND ended THEN CASE WHEN span_error IS NULL THEN 'FINISHED' ELSE 'FAILED' END
-          WHEN driver AND dead_worker IS NULL AND dead_node IS NULL AND ended
-            THEN CASE WHEN exit_code <> 0 THEN 'FAILED' ELSE 'FINISHED' END
+          WHEN spanned THEN CASE WHEN span_error IS NULL THEN 'FINISHED' ELSE 'FAILED' END
+          WHEN driver_ended THEN CASE WHEN exit_code <> 0 THEN 'FAILED' ELSE 'FINISHED' END
           WHEN executed_ns IS NOT NULL AND ended THEN 'NIL'  -- Ray's "unknown": an end of execution is no success
           WHEN ended THEN 'FAILED'
         END AS state,
@@ -175,14 +174,14 @@ verdict AS (
                    coalesce(c.outcome.death_message, 'no reason given'))
           WHEN next_attempt IS NOT NULL THEN
             printf('attempt %d was started, so this attempt failed; Ray never sent its end state', next_attempt)
-          WHEN span_id IS NOT NULL AND ended AND span_error IS NULL THEN
+          WHEN spanned AND span_error IS NULL THEN
             printf('raysight''s span of this attempt (span %s of trace %s) ended without an exception, so it '
                    || 'returned; Ray never sent its end state (it could still have failed storing the returned value)',
                    span_id, trace_id)
-          WHEN span_id IS NOT NULL AND ended THEN
+          WHEN spanned THEN
             printf('raysight''s span of this attempt (span %s of trace %s) recorded the exception it raised; Ray '
                    || 'never sent its end state:', span_id, trace_id) || chr(10) || span_error
-          WHEN driver AND dead_worker IS NULL AND dead_node IS NULL AND ended THEN
+          WHEN driver_ended THEN
             printf('a driver''s task lasts as long as its driver, which %s; Ray never sent its end state',
                    CASE WHEN exit_code IS NOT NULL THEN printf('exited with code %d', exit_code)
                         WHEN job_ended_ns IS NOT NULL THEN 'ended with its job'
@@ -204,13 +203,14 @@ verdict AS (
         CASE
           WHEN c.outcome.state = 'DEAD' THEN 'ACTOR_DIED'
           WHEN next_attempt IS NOT NULL OR c.outcome IS NOT NULL THEN NULL
-          WHEN span_id IS NOT NULL AND ended AND span_error IS NOT NULL THEN 'TASK_EXECUTION_EXCEPTION'
-          WHEN executed_ns IS NOT NULL OR span_id IS NOT NULL OR (driver AND dead_worker IS NULL AND dead_node IS NULL)
-            THEN NULL
+          WHEN spanned AND span_error IS NOT NULL THEN 'TASK_EXECUTION_EXCEPTION'
+          WHEN executed_ns IS NOT NULL OR spanned OR driver_ended THEN NULL
           WHEN dead_worker IS NOT NULL THEN 'WORKER_DIED'
           WHEN dead_node IS NOT NULL THEN 'NODE_DIED'
         END AS error_type
-    FROM evidence LEFT JOIN created c USING (session, task_id, attempt)
+    FROM (SELECT *, span_id IS NOT NULL AND ended AS spanned,  -- its span says how it ended
+                    driver AND dead_worker IS NULL AND dead_node IS NULL AND ended AS driver_ended  -- with its driver
+          FROM evidence) LEFT JOIN created c USING (session, task_id, attempt)
 )
 UPDATE tasks SET inferred_state = v.state, inferred_reason = v.reason, inferred_error_type = v.error_type
 FROM verdict v
