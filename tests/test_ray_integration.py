@@ -260,6 +260,11 @@ def test_what_each_task_attempt_and_actor_call_printed_is_found_by_raysight_logs
     ]
     (retried,) = _logs(recorded, "--grep", "crash_once: retry")
     assert re.fullmatch(rf"\(crash_once pid=\d+, task_id={crash}, attempt=1\) crash_once: retry", retried), retried
+    with recorded.client() as client:  # each line names the attempt whose lines it is among, as a task's query finds
+        named = {(r["task_id"], r["attempt"]) for r in client.logs(session="second", limit=100_000)["rows"]}
+        for task in (t for t in tasks if t["type"] != "DRIVER_TASK"):
+            for row in client.logs(session="second", task=task["task_id"], attempt=task["attempt_number"])["rows"]:
+                assert (row["task_id"], row["attempt"]) in named, (task["name"], row["text"])
     tail = _logs(recorded, "--regex", "^count [0-9]$", "--tail", "2")
     assert [line.split(") ", 1)[1] for line in tail] == ["count 2", "count 3"]
     incs = {inc["task_id"] for inc in by_name["Counter.inc"]}  # each line names the actor call that printed it

@@ -259,22 +259,29 @@ def _of_their_attempts(lines: str) -> str:
     """``lines`` (a query of :data:`COLUMNS` and more) with the task attempt each is of, where raysight knows it
     (``task_id`` and ``attempt``, else null), by the rules a task's lines are found by (``_OF_ATTEMPT``), exact before
     inferred. Only a line's likely attempts are judged (a worker may have run thousands): in its file, the ones whose
-    byte range (stdout, stderr) begins last before it; on its worker, the one without ranges begun last before it."""
+    byte range (stdout, stderr; one of no bytes holds no line) begins last before it; on its worker, of those without
+    ranges, the one begun last before it (of a plain task's, the one its marker names)."""
     return f"""
     WITH l AS MATERIALIZED ({lines}),
     attempts AS (
-        SELECT *, coalesce(worker_id, exec_worker_id) AS on_worker, coalesce(exec_start_ns, start_ns, first_ns) AS begun
+        SELECT *, coalesce(worker_id, exec_worker_id) AS on_worker,
+               coalesce(exec_start_ns, start_ns, first_ns) AS begun,
+               stdout_start IS NULL AND stderr_start IS NULL AS unranged
         FROM ({_ATTEMPTS}) WHERE coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)
     ),
     likely AS (
-        SELECT l.seq, o.task_id, o.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stdout_start IS NOT NULL) o
+        SELECT l.seq, o.task_id, o.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stdout_end > stdout_start) o
             ON l.name = o.stdout_name AND l.byte_offset >= o.stdout_start
         UNION ALL
-        SELECT l.seq, e.task_id, e.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stderr_start IS NOT NULL) e
+        SELECT l.seq, e.task_id, e.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stderr_end > stderr_start) e
             ON l.name = e.stderr_name AND l.byte_offset >= e.stderr_start
+        UNION ALL  -- a plain task's output is under its name's marker
+        SELECT l.seq, n.task_id, n.attempt
+        FROM l ASOF JOIN (SELECT * FROM attempts WHERE unranged AND coalesce(type, 'NORMAL_TASK') = 'NORMAL_TASK') n
+            ON l.worker_id = n.on_worker AND l.task_name = n.name AND l.ts_ns >= n.begun
         UNION ALL
         SELECT l.seq, i.task_id, i.attempt
-        FROM l ASOF JOIN (SELECT * FROM attempts WHERE stdout_start IS NULL AND stderr_start IS NULL) i
+        FROM l ASOF JOIN (SELECT * FROM attempts WHERE unranged AND type <> 'NORMAL_TASK') i
             ON l.worker_id = i.on_worker AND l.ts_ns >= i.begun
     )
     SELECT l.*, a.task_id, a.attempt
