@@ -30,7 +30,6 @@ MAX_CONTEXT_MATCHES = 10_000
 CHUNK_ROWS = 5_000
 CHUNK_BYTES = 2 << 20
 LINE_BYTES = 400  # what a line's JSON holds besides its text, about
-ATTRIBUTED_LINES = 20_000  # lines whose attempts are found at once, as a page is read (``_Attempts``)
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
 COLUMNS = (
     "seq",
@@ -244,7 +243,6 @@ class LogPage:
 
 
 _EXACT = "(a.stdout_start IS NOT NULL OR a.stderr_start IS NOT NULL)"
-_ATTRIBUTED_BY = "l.name, l.stream, l.worker_id, l.task_name, l.byte_offset, l.ts_ns"  # what _OF_ATTEMPT reads
 
 
 def _columns(attempts: str) -> str:
@@ -257,37 +255,15 @@ def _columns(attempts: str) -> str:
 
 def _of_their_attempts(lines: str) -> str:
     """``lines`` (a query of :data:`COLUMNS` and more) with the task attempt each is of, where raysight knows it
-    (``task_id`` and ``attempt``, else null), by the rules a task's lines are found by (``_OF_ATTEMPT``), exact before
-    inferred. Only a line's likely attempts are judged (a worker may have run thousands): in its file, the ones whose
-    byte range (stdout, stderr; one of no bytes holds no line) begins last before it; on its worker, of those without
-    ranges, the one begun last before it (of a plain task's, the one its marker names)."""
+    (``task_id`` and ``attempt``, else null): as a task's lines are found (``_OF_ATTEMPT``), exact before inferred, the
+    latest begun where two may claim a line. Only the attempts of the lines' workers are read."""
     return f"""
-    WITH l AS MATERIALIZED ({lines}),
-    attempts AS (
-        SELECT *, coalesce(worker_id, exec_worker_id) AS on_worker,
-               coalesce(exec_start_ns, start_ns, first_ns) AS begun,
-               stdout_start IS NULL AND stderr_start IS NULL AS unranged
-        FROM ({_ATTEMPTS}) WHERE coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)
-    ),
-    likely AS (
-        SELECT l.seq, o.task_id, o.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stdout_end > stdout_start) o
-            ON l.name = o.stdout_name AND l.byte_offset >= o.stdout_start
-        UNION ALL
-        SELECT l.seq, e.task_id, e.attempt FROM l ASOF JOIN (SELECT * FROM attempts WHERE stderr_end > stderr_start) e
-            ON l.name = e.stderr_name AND l.byte_offset >= e.stderr_start
-        UNION ALL  -- a plain task's output is under its name's marker
-        SELECT l.seq, n.task_id, n.attempt
-        FROM l ASOF JOIN (SELECT * FROM attempts WHERE unranged AND coalesce(type, 'NORMAL_TASK') = 'NORMAL_TASK') n
-            ON l.worker_id = n.on_worker AND l.task_name = n.name AND l.ts_ns >= n.begun
-        UNION ALL
-        SELECT l.seq, i.task_id, i.attempt
-        FROM l ASOF JOIN (SELECT * FROM attempts WHERE unranged AND type <> 'NORMAL_TASK') i
-            ON l.worker_id = i.on_worker AND l.ts_ns >= i.begun
-    )
+    WITH l AS MATERIALIZED ({lines})
     SELECT l.*, a.task_id, a.attempt
-    FROM l LEFT JOIN (SELECT likely.seq AS line, attempts.* FROM likely JOIN attempts USING (task_id, attempt)) a
-        ON a.line = l.seq AND ({_OF_ATTEMPT})
-    QUALIFY row_number() OVER (PARTITION BY l.seq ORDER BY {_EXACT} DESC, a.begun DESC) = 1"""
+    FROM l LEFT JOIN ({_ATTEMPTS} AND coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)) a
+        ON coalesce(a.worker_id, a.exec_worker_id) = l.worker_id AND ({_OF_ATTEMPT})
+    QUALIFY row_number() OVER (PARTITION BY l.seq
+                               ORDER BY {_EXACT} DESC, coalesce(a.exec_start_ns, a.start_ns, a.first_ns) DESC) = 1"""
 
 
 def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogPage:
@@ -350,50 +326,6 @@ def _chunks(seq: np.ndarray, size: np.ndarray) -> Iterator[tuple[int, int]]:
     return zip(first.tolist(), [*first[1:].tolist(), len(seq)])
 
 
-class _Attempts:
-    """The task attempt each of a page's lines (``seq``, ascending) is of, where raysight knows it: found for up to
-    :data:`ATTRIBUTED_LINES` lines at once, as the page's chunks reach them (a query of its own costs ~10 ms, too
-    much for each chunk; a page's lines at once, too much memory)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, session: str, seq: np.ndarray) -> None:
-        self.con, self.session, self.seq = con, session, seq
-        self.end = 0  # the page's lines before it are judged (from where the last judging began)
-        # of them, those of an attempt (ascending) with its task ID and attempt number
-        self.known: tuple[np.ndarray, np.ndarray, np.ndarray] = (
-            np.empty(0, np.int64),
-            np.empty(0, object),
-            np.empty(0, np.int64),
-        )
-
-    def joined(self, lines: str, start: int, end: int, named: dict[str, object]) -> str:
-        """``lines`` (a query of lines ``seq[start:end]`` among others) with each one's ``task_id`` and ``attempt``
-        (null where unknown); the parameters it names go in ``named``."""
-        if end > self.end:
-            self._judge(start, max(end, start + ATTRIBUTED_LINES))
-        seq, task_id, attempt = self.known
-        lo, hi = np.searchsorted(seq, self.seq[start], "left"), np.searchsorted(seq, self.seq[end - 1], "right")
-        named.update(of_seq=seq[lo:hi].tolist(), of_task=task_id[lo:hi].tolist(), of_attempt=attempt[lo:hi].tolist())
-        of = "SELECT unnest($of_seq) AS seq, unnest($of_task) AS task_id, unnest($of_attempt) AS attempt"
-        return f"SELECT m.*, k.task_id, k.attempt FROM ({lines}) m LEFT JOIN ({of}) k USING (seq)"
-
-    def _judge(self, start: int, end: int) -> None:
-        seqs = self.seq[start:end]
-        lo, hi = int(seqs[0]), int(seqs[-1])
-        blocks = log_index.clip(log_index.seq_ranges(np.unique(seqs // log_index.BLOCK_LINES).tolist(), hi), lo, hi)
-        lines = f"""SELECT l.seq, {_ATTRIBUTED_BY} FROM {_source(blocks)}
-                    WHERE l.seq IN (SELECT unnest($seqs::BIGINT[]))"""
-        found = self.con.execute(
-            f"SELECT seq, task_id, attempt FROM ({_of_their_attempts(lines)}) WHERE task_id IS NOT NULL ORDER BY seq",
-            {"seqs": seqs.tolist(), "session": self.session},
-        ).fetchnumpy()
-        self.known = (
-            np.asarray(found["seq"], np.int64),
-            np.asarray(found["task_id"], object),
-            np.asarray(found["attempt"], np.int64),
-        )
-        self.end = min(end, len(self.seq))
-
-
 def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
     """The page's lines (with ``context``, and the lines around them in their files, flagged so), a chunk at a time:
     JSON objects joined by commas, made by DuckDB (a line is never a Python object)."""
@@ -408,28 +340,23 @@ def page_rows(con: duckdb.DuckDBPyConnection, page: LogPage) -> Iterator[str]:
         ascending = np.argsort(seq, kind="stable")
         seq, size, near = seq[ascending], size[ascending], near[ascending]
     order = "DESC" if page.query.newest else "ASC"  # the same lines as the page's, where a line is of two attempts
-    known = _Attempts(con, page.session, seq) if not attempts else None  # (a task's lines say their attempt)
     for start, end in _chunks(seq, size):
         lo, hi = int(seq[start]), int(seq[end - 1])
         found, context = seq[start:end][~near[start:end]], seq[start:end][near[start:end]].tolist()
-        parts: list[str] = []
-        named: dict[str, object] = {}
+        parts, named = [], {}
         if len(found):  # read again where they are: the blocks that hold them (a match is in no other)
             blocks = np.unique(found // log_index.BLOCK_LINES).tolist()
             lines = _source(log_index.clip(log_index.seq_ranges(blocks, hi), lo, hi), attempts)
             matches = f"""SELECT {_columns(attempts)} FROM {lines} WHERE {" AND ".join(where)}
                            ORDER BY l.seq {order} LIMIT {len(found)}"""
-            if known is not None:
-                matches = known.joined(matches, start, end, named)
-            parts.append(f"SELECT r.seq, to_json(r)::VARCHAR AS line FROM ({matches}) r")
+            rows = matches if attempts else _of_their_attempts(matches)  # (a task's lines say their attempt)
+            parts.append(f"SELECT r.seq, to_json(r)::VARCHAR AS line FROM ({rows}) r")
             named.update(params)
         if context:
             nearby = f"""SELECT {", ".join(f"l.{c}" for c in COLUMNS)}, true AS context FROM log_lines l
                          WHERE l.seq BETWEEN {lo} AND {hi} AND l.seq IN (SELECT unnest($context::BIGINT[]))"""
-            if known is not None:
-                nearby = known.joined(nearby, start, end, named)
-            parts.append(f"SELECT c.seq, to_json(c)::VARCHAR AS line FROM ({nearby}) c")
-            named["context"] = context
+            parts.append(f"SELECT c.seq, to_json(c)::VARCHAR AS line FROM ({_of_their_attempts(nearby)}) c")
+            named.update(context=context, session=page.session)
         (piece,) = con.execute(
             f"SELECT string_agg(line, ',' ORDER BY seq) FROM ({' UNION ALL '.join(parts)})", named
         ).fetchall()[0]
