@@ -471,15 +471,20 @@ class Store:
         ):
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
             self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
-            self._run(f"INSERT INTO attempt_ends {schema.attempt_ends_sql('seen_spans')} ON CONFLICT DO NOTHING")
+            ends = self._returning(
+                f"""INSERT INTO attempt_ends {schema.attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
+                    RETURNING session, task_id, attempt""",
+                ["session", "task_id", "attempt"],
+            )
             if sessions:
                 self._run(
                     "INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions]
                 )
-            inferred = self._run(
-                f"""SELECT DISTINCT session FROM ({schema.attempt_ends_sql("seen_spans")}) e
-                    JOIN tasks t USING (session, task_id, attempt) WHERE t.inferred_state IS NOT NULL"""
-            ).fetchall()
+            with self._registered("new_ends", ends):  # (an end kept before changes nothing)
+                inferred = self._run(
+                    """SELECT DISTINCT session FROM new_ends JOIN tasks t USING (session, task_id, attempt)
+                       WHERE t.inferred_state IS NOT NULL"""
+                ).fetchall()
             reconcile(self._run, sorted(session for (session,) in inferred))
             self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
             if journal_seq is not None:
