@@ -57,6 +57,8 @@ COLUMNS = (
 _ATTEMPTS = """SELECT *, regexp_extract(stdout_file, '[^/]*$') AS stdout_name,
                   regexp_extract(stderr_file, '[^/]*$') AS stderr_name
            FROM tasks WHERE session = $session"""
+_BEGUN = "coalesce(a.exec_start_ns, a.start_ns, a.first_ns)"  # when an attempt ``a`` began, as well as Ray said
+_EXACT = "(a.stdout_start IS NOT NULL OR a.stderr_start IS NOT NULL)"  # whether Ray gave ``a``'s byte ranges
 
 
 def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], marked: bool) -> str:
@@ -70,9 +72,9 @@ def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], mar
         AND {last_offset} >= a.stdout_start AND {first_offset} < a.stdout_end)
     OR (a.stderr_start IS NOT NULL AND {file}.name = a.stderr_name
         AND {last_offset} >= a.stderr_start AND {first_offset} < a.stderr_end)
-    OR (a.stdout_start IS NULL AND a.stderr_start IS NULL AND {file}.stream <> 'system'
+    OR (NOT {_EXACT} AND {file}.stream <> 'system'
         AND {file}.worker_id = coalesce(a.worker_id, a.exec_worker_id) {named}
-        AND {last_ns} >= coalesce(a.exec_start_ns, a.start_ns, a.first_ns)
+        AND {last_ns} >= {_BEGUN}
         AND coalesce({first_ns} - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
 
@@ -242,9 +244,6 @@ class LogPage:
     stored: int = 0  # the last line stored when the query began
 
 
-_EXACT = "(a.stdout_start IS NOT NULL OR a.stderr_start IS NOT NULL)"
-
-
 def _columns(attempts: str) -> str:
     """What a line of the answer holds (with its attempt's, for a task's lines)."""
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
@@ -263,7 +262,7 @@ def _of_their_attempts(lines: str) -> str:
     FROM l LEFT JOIN ({_ATTEMPTS} AND coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)) a
         ON coalesce(a.worker_id, a.exec_worker_id) = l.worker_id AND ({_OF_ATTEMPT})
     QUALIFY row_number() OVER (PARTITION BY l.seq
-                               ORDER BY {_EXACT} DESC, coalesce(a.exec_start_ns, a.start_ns, a.first_ns) DESC) = 1"""
+                               ORDER BY {_EXACT} DESC, {_BEGUN} DESC) = 1"""
 
 
 def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogPage:
