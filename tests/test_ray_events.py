@@ -183,3 +183,48 @@ def test_a_task_event_is_read_from_its_own_payload_and_bad_transitions_never_rea
         and task["task_id"] == b64_to_hex(lifecycle["taskLifecycleEvent"]["taskId"])
     )  # the future event's stray payload made no task
     assert None not in {t["state"] for t in rows(store, "SELECT state FROM task_transitions")}
+
+
+def test_an_event_of_the_nil_task_folds_into_no_task_and_leaves_its_batch_whole(store: Store, ray_batches) -> None:
+    """Ray 2.60 profiles work of no task (``task:store_outputs`` with a taskId of all ones: the nil ID); in a real
+    run's batch it made the whole batch fail to fold (a task of no ID), quarantining the events beside it."""
+    events = [e for b in ray_batches for e in b]
+    lifecycle = next(e for e in events if e["eventType"] == "TASK_LIFECYCLE_EVENT")
+    nil = base64.b64encode(b"\xff" * 24).decode()
+    profiled = {
+        "eventId": "ShT1AhMVlH5xrxg8onrjqfAZnnj5bDO34XQkXw==",  # as the run sent it
+        "sourceType": "CORE_WORKER",
+        "eventType": "TASK_PROFILE_EVENT",
+        "timestamp": "2026-11-26T16:50:36.692705702Z",
+        "severity": "INFO",
+        "sessionName": lifecycle["sessionName"],
+        "taskProfileEvents": {
+            "taskId": nil,
+            "jobId": "AQAAAA==",
+            "profileEvents": {
+                "componentType": "worker",
+                "componentId": "fswC+hvvbG52lJoVobcolbdeIOHW29MTg41sKQ==",
+                "nodeIpAddress": "192.0.2.2",
+                "events": [
+                    {
+                        "startTime": "1795711836692705702",
+                        "endTime": "1795711836692730359",
+                        "extraData": "{}",
+                        "eventName": "task:store_outputs",
+                    }
+                ],
+            },
+            "attemptNumber": 0,
+        },
+        "nodeId": "C4uNJs4D9RsIJwytdc0Pq4NnqIPKNYk6OQDzew==",
+        "message": "",
+    }
+    transitions = copy.deepcopy(lifecycle)  # a lifecycle event of the nil task, its transitions included
+    transitions["eventId"] = base64.b64encode(b"\x09" * 28).decode()
+    transitions["taskLifecycleEvent"]["taskId"] = nil
+    result = store.apply([Post(orjson.dumps([profiled, transitions, lifecycle]))])
+    assert (result.stored, result.quarantined) == (3, 0)
+    (task,) = rows(store, "SELECT task_id FROM tasks")
+    assert task["task_id"] == b64_to_hex(lifecycle["taskLifecycleEvent"]["taskId"])
+    assert rows(store, "SELECT * FROM task_profile WHERE task_id IS NULL") == []
+    assert rows(store, "SELECT * FROM task_transitions WHERE task_id IS NULL") == []

@@ -327,16 +327,17 @@ def _parse_events() -> str:
 
 PARSE_EVENTS = _parse_events()
 
-# One row per state transition and per profile entry of the fresh task events (append tables and task columns).
+# One row per state transition and per profile entry of the fresh task events (append tables and task columns); an
+# event of the nil task (Ray profiles work of no task: ``store_outputs`` with a taskId of all ones) has none.
 TRANSITIONS = """
     SELECT session, task_id, attempt, seq, t.ts AS ts, t.state AS state
-    FROM (SELECT *, unnest(transitions) AS t FROM fresh WHERE transitions IS NOT NULL)"""
+    FROM (SELECT *, unnest(transitions) AS t FROM fresh WHERE transitions IS NOT NULL AND task_id IS NOT NULL)"""
 PROFILE_ENTRIES = """
     SELECT session, task_id, attempt, seq,
            TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
            coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
            profile_component AS component, profile_component_id AS component_id, profile_node_ip AS node_ip
-    FROM (SELECT *, unnest(profile_entries) AS e FROM fresh WHERE profile_entries IS NOT NULL)
+    FROM (SELECT *, unnest(profile_entries) AS e FROM fresh WHERE profile_entries IS NOT NULL AND task_id IS NOT NULL)
     WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
 
 
