@@ -409,6 +409,7 @@ def test_retention_drops_the_oldest_samples_leaves_a_marker_and_queries_that_rea
     server: TestClient,
 ) -> None:
     load(server)  # 13 scrapes, 5 s apart: 6 samples each up to scrape 5, 5 after
+    assert store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=0)) == 0  # (at the epoch)
     dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY))
     assert dropped == 6 * 6  # scrapes 0-5, older than 30 s
     (marker,) = [m for m in server.get("/api/raysight/doctor").json()["metrics_dropped"] if m["session"] == SESSION]
@@ -530,6 +531,7 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
         raw_ts, raw_g = _samples(store, "g")
         raw_c_ts, raw_c = _samples(store, "c_total")
         last_ms = T0 + EVERY * 359
+        assert store.downsample_metrics(Downsampling("1m", "1d"), now_ms=0) == 0  # (at the epoch nothing is old)
         thinned = store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000)
         ts, g = _samples(store, "g")
         minutes = {t // 60_000 for t in raw_ts}
