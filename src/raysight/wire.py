@@ -1,6 +1,6 @@
-"""What crosses the network between raysight's parts, and to and from Ray: URL paths, headers, and (as more are
-moved here) payload shapes and the attribute names spans carry. Imports nothing of raysight, so the agent, the
-instrumentation, the client and the server all share it.
+"""What crosses the network between raysight's parts, and to and from Ray: URL paths, headers, the attribute names
+spans carry, and the shapes of the agent's and `raysight run`'s payloads. Imports nothing of raysight, so the agent,
+the instrumentation, the client and the server all share it.
 
 Paths are templates in Starlette's syntax: the server's route table declares them as they are, and senders fill
 them with :func:`path`, which quotes each value (``{name:path}`` keeps its slashes).
@@ -82,6 +82,21 @@ UI_VENDOR = "/ui/vendor/{name}"
 INGEST_KEY_HEADER = "x-raysight-ingest-key"  # where a sender can set headers (OTLP exporters, the agent)
 SPANS_DROPPED_HEADER = "x-raysight-spans-dropped"  # spans the instrumentation dropped since its last export
 INGEST_KEY_PARAM = "key"  # …or the ingest key in the query string (Ray's aggregator's URL)
+
+# ── the attributes raysight puts on spans and their resources, so that a span leads to its task, worker and logs:
+# written by the instrumentation, read by the receiver. Ray's IDs are hex, as Ray's CLI and raysight show them ──────
+ATTR_SESSION = "ray.session_name"
+ATTR_JOB_ID = "ray.job_id"
+ATTR_NODE_ID = "ray.node_id"
+ATTR_WORKER_ID = "ray.worker_id"
+ATTR_PID = "process.pid"  # OpenTelemetry's own
+ATTR_TASK_ID = "ray.task_id"
+ATTR_ATTEMPT = "ray.task.attempt"
+ATTR_ACTOR_ID = "ray.actor_id"
+ATTR_FUNCTION = "ray.function"  # module.qualname of the task's function, or Class.method
+ATTR_TASK_KIND = "ray.task.kind"  # "task", "actor_task" or "actor_creation"
+ATTR_SERVE_REQUEST_ID = "ray.serve.request_id"
+TASK_SCOPE = "raysight.ray"  # the instrumentation scope of raysight's span of each task attempt
 
 _PARAM = re.compile(r"\{(\w+)(:path)?\}")
 
