@@ -36,7 +36,7 @@ FIXED = ("asctime", "levelname", "message", "name", "trace_id", "span_id")  # a 
 
 @dataclass
 class LogsExport:
-    batches: list[dict[str, Any]] = field(default_factory=list)  # agent-shaped batches, one per host
+    batches: list[wire.AgentLogs] = field(default_factory=list)  # agent-shaped batches, one per host
     lines: int = 0
     rejected: int = 0  # records refused alone
     reason: str | None = None  # why the first of them was
@@ -52,7 +52,7 @@ def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, lim
     decoded)."""
     request = otlp.decoded(ExportLogsServiceRequest(), body, json, limit, signal="Logs", items="logRecords")
     export = LogsExport()
-    hosts: dict[str, list[dict[str, Any]]] = {}
+    hosts: dict[str, list[wire.LogFile]] = {}
     for resource_logs in request.resource_logs:
         resource = otlp.attributes(resource_logs.resource.attributes)
         records = [
@@ -117,7 +117,7 @@ def level(severity_number: int) -> str | None:
     return next((name for low, name in LEVELS if severity_number >= low), None)
 
 
-def _file(resource: dict[str, Any], session: str, lines: list[str], last_ns: int) -> dict[str, Any]:
+def _file(resource: dict[str, Any], session: str, lines: list[str], last_ns: int) -> wire.LogFile:
     """One resource's lines as an agent batch's file, appended to what the store has of it."""
     service = otlp.text_id(resource.get("service.name")) or "unknown"
     pid = resource.get(wire.ATTR_PID)
