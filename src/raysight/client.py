@@ -25,6 +25,7 @@ from raysight.errors import (
     ServerUnreachable,
     Unauthorized,
     Unavailable,
+    UnsupportedEncoding,
 )
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
@@ -39,6 +40,7 @@ _BY_STATUS: dict[int, type[RaysightError]] = {
     403: Forbidden,
     404: NotFound,
     413: BodyTooLarge,
+    415: UnsupportedEncoding,
     503: Unavailable,
 }
 # How long `raysight run` keeps reporting its driver's exit while the server is unreachable or answers 503 (a restart,
