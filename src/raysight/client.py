@@ -260,10 +260,6 @@ class Client:
         """Send what a poll of a live cluster's dashboard found (``ingest/ray_state.py``); returns the rows kept."""
         return self._request("POST", wire.AGENT_RAY_STATE, json=poll, params=wire.key_params(key))["rows"]  # type: ignore[no-any-return]
 
-    def metrics_scrape(self, scrape: wire.MetricsScrape, key: str | None) -> int:
-        """Send one scrape of a Prometheus target (``ingest/prom_text.py``); returns the samples kept."""
-        return self._request("POST", wire.AGENT_METRICS, json=scrape, params=wire.key_params(key))["samples"]  # type: ignore[no-any-return]
-
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
         body: wire.RayMetrics = {"text": text}
