@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from starlette.testclient import TestClient
 
+from raysight import wire
 from raysight.client import Client
 from raysight.errors import UnsupportedEncoding
 from raysight.server.app import create_app
@@ -125,7 +126,7 @@ def pb_export(*spans: PbSpan) -> bytes:
 
 
 def post_traces(
-    client: TestClient, body: bytes, headers: dict[str, str] | None = None, path: str = "/v1/traces"
+    client: TestClient, body: bytes, headers: dict[str, str] | None = None, path: str = wire.OTLP_TRACES
 ) -> httpx.Response:
     return client.post(path, content=body, headers=PROTOBUF if headers is None else headers)
 
@@ -438,9 +439,9 @@ def test_the_client_raises_the_receiver_s_415_as_unsupported_encoding(server: Te
         request.headers["Content-Encoding"] = "br"
         return server._transport.handle_request(request)
 
-    with Client("http://testserver", transport=httpx.MockTransport(brotli)) as client:
-        with pytest.raises(UnsupportedEncoding, match="Content-Encoding 'br' is not supported"):
-            client.export_spans(pb_export(pb_span("good")), None)
+    refused = pytest.raises(UnsupportedEncoding, match="Content-Encoding 'br' is not supported")
+    with Client("http://testserver", transport=httpx.MockTransport(brotli)) as client, refused:
+        client.export_spans(pb_export(pb_span("good")), None)
 
 
 # --- partial success, duplicates ------------------------------------------------------------------------------------
