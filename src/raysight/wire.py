@@ -174,6 +174,8 @@ class NodeLife(TypedDict):
 
 
 class ScrapeTarget(TypedDict):
+    """What a scrape was of."""
+
     instance: str  # host:port
     job: str
     labels: NotRequired[dict[str, str]]  # what the agent knows of it (its node), for the series that lack them

@@ -1,6 +1,6 @@
 """A node agent's batch of log lines (``POST /ingest/agent/logs``): checked, and turned into rows. Pure.
 
-The agent (``agent/node_agent.py``) sends JSON, columns per file::
+The agent (``agent/node_agent.py``) sends JSON (``wire.AgentLogs``), columns per file::
 
     {"host": "node-1", "utc_offset_s": 3600,
      "files": [{"session": "session_…", "key": "2049-1234-0", "name": "worker-….out", "path": "old/worker-….out.1",

@@ -2,7 +2,7 @@
 split into sample lines by :func:`lines`, and the labels of the series new to the store parsed in DuckDB by
 :data:`SERIES` (vectorised). Pure.
 
-The body is JSON::
+The body is JSON (``wire.MetricsScrape``)::
 
     {"session": "session_…", "scraped_ms": 1795288476000,
      "target": {"instance": "10.0.0.5:44217", "job": "ray", "labels": {"NodeId": "…"}},

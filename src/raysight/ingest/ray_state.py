@@ -1,7 +1,7 @@
 """What a live cluster's dashboard answered for what Ray never sends as events (``POST /ingest/agent/ray-state``,
 from the poller: ``agent/state_poll.py``): checked, and turned into rows. Pure.
 
-The poller sends JSON, one object a poll of one session::
+The poller sends JSON (``wire.RayState``), one object a poll of one session::
 
     {"session": "session_…", "polled_ns": 1795288476000000000,
      "resources": {"placement_groups": [<PlacementGroupState rows, detail>], "objects": [...], "runtime_envs": [...],
