@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from raysight.instrument import semconv
+from raysight import wire
 
 SCHEMA_VERSION = 17
 
@@ -490,7 +490,7 @@ def attempt_ends_sql(spans: str) -> str:
     return f"""SELECT session, task_id, attempt, trace_id, span_id, end_ns,
                       CASE WHEN status = 'error' THEN coalesce(status_message, '') END AS error
                FROM {spans}
-               WHERE scope = '{semconv.TASK_SCOPE}' AND kind = 'consumer'
+               WHERE scope = '{wire.TASK_SCOPE}' AND kind = 'consumer'
                  AND session IS NOT NULL AND task_id IS NOT NULL AND attempt IS NOT NULL"""
 
 
