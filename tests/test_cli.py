@@ -412,7 +412,8 @@ def test_logs_of_a_session_without_any_print_nothing_and_succeed(url: str) -> No
 
 
 def test_logs_times_and_ray_s_prefixes() -> None:
-    from raysight.cli.logs import parse_time, prefix
+    from raysight.cli.common import parse_time
+    from raysight.cli.logs import prefix
 
     now = 2_000_000_000 * 10**9
     assert parse_time("30s", now) == now - 30 * 10**9 and parse_time("1.5h", now) == now - 5400 * 10**9

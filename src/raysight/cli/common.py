@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from raysight import units
 from raysight.cli.render import FORMATS
 from raysight.client import Client
 from raysight.config import ENV_SERVER
@@ -74,12 +75,10 @@ class Checked(click.ParamType):
         return value.strip()
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
-_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-
-
-def parse_duration_ns(text: str) -> int:
-    """Nanoseconds in ``250ms``, ``1.5s``, ``2m``…; ValueError otherwise."""
-    if (match := _DURATION.fullmatch(text.strip())) is None:
-        raise ValueError(f"{text!r} is not a duration such as 250ms, 1.5s or 2m")
-    return int(float(match[1]) * _NS[match[2]])
+def parse_time(text: str, now_ns: int) -> int:
+    """Epoch ns of a ``--since``-like option: a time ago (``30s``, ``-10m``), ISO 8601 (UTC unless it says) or epoch ms
+    (:func:`raysight.units.time_ns`)."""
+    try:
+        return units.time_ns(text, now_ns)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, session_option
-from raysight.cli.logs import parse_time, prefix
+from raysight.cli.common import client_options, make_client, parse_time, session_option
+from raysight.cli.logs import prefix
 
 ERRORS_COLUMNS = [
     "group_id",

@@ -3,35 +3,19 @@ show them (``(task_name pid=N) text``), for live and ended sessions alike."""
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import click
 import orjson
 
-from raysight.cli.common import make_client, server_option, session_option
+from raysight.cli.common import make_client, parse_time, server_option, session_option
 from raysight.ingest.agent_logs import STREAMS
 
 PAGE = 10_000  # lines per request while printing everything that matches
 FOLLOW_POLL_S = 0.25
-_AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")
-_UNIT_NS = {"s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
-
-
-def parse_time(text: str, now_ns: int) -> int:
-    """Epoch ns of ``text``: a time ago (``30s``, ``10m``, ``2h``, ``1d``) or an ISO 8601 time (UTC unless it says)."""
-    if m := _AGO.fullmatch(text.strip()):
-        return now_ns - int(float(m[1]) * _UNIT_NS[m[2]])
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither a time ago (30s, 10m, 2h, 1d) nor an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1e9)
 
 
 def prefix(row: dict[str, Any], task: bool = True) -> str:

@@ -10,8 +10,7 @@ from typing import Any
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, session_option
-from raysight.cli.logs import parse_time
+from raysight.cli.common import client_options, make_client, parse_time, session_option
 
 
 @click.group("metrics")

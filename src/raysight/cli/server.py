@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from raysight.cli.common import Checked, parse_duration_ns
+from raysight import units
+from raysight.cli.common import Checked
 from raysight.cli.detach import child_args, start_detached, stop_detached
 from raysight.config import (
     DEFAULT_HOST,
@@ -304,7 +305,7 @@ def private_data_dir(data_dir: Path) -> None:
 )
 @click.option(
     "--traces-keep-slow",
-    type=Checked(parse_duration_ns, "TIME"),
+    type=Checked(units.duration_ns, "TIME"),
     default=None,
     metavar="TIME",
     help="With --traces-keep: always keep traces this long or longer (250ms, 1.5s, 2m).",
@@ -368,7 +369,7 @@ def server_cmd(
             metrics_max_series, Retention(metrics_retention, metrics_max_size), Downsampling.parse(metrics_downsample)
         ),
         forwarding=Forwarding(traces_forward, headers, traces_store),
-        trace_sampling=TailSampling(traces_keep, parse_duration_ns(traces_keep_slow) if traces_keep_slow else None),
+        trace_sampling=TailSampling(traces_keep, units.duration_ns(traces_keep_slow) if traces_keep_slow else None),
         query_limits=QueryLimits(query_max_samples, query_timeout, query_max_concurrency),
     )
 

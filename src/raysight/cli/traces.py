@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from raysight import units
 from raysight.cli import render
-from raysight.cli.common import Checked, client_options, make_client, parse_duration_ns, server_option, session_option
-from raysight.cli.logs import parse_time
+from raysight.cli.common import Checked, client_options, make_client, parse_time, server_option, session_option
 from raysight.cli.run import key_option
 from raysight.ingest import sdk_json
 
@@ -35,7 +35,7 @@ def duration(ns: int) -> str:
 @click.option("--request-id", metavar="ID", help="Only the trace of this Serve request.")
 @click.option("--name", metavar="NAME", help="Only traces with a span of this name (a task's: f, Actor.method).")
 @click.option(
-    "--min-duration", type=Checked(parse_duration_ns, "TIME"), help="Only traces this long or longer: 250ms, 1.5s, 2m."
+    "--min-duration", type=Checked(units.duration_ns, "TIME"), help="Only traces this long or longer: 250ms, 1.5s, 2m."
 )
 @click.option("--errors", is_flag=True, help="Only traces with a failed span.")
 @click.option("--since", metavar="WHEN", help="Only traces from WHEN on: a time ago (30s, 10m, 2h, 1d) or ISO 8601.")
@@ -73,7 +73,7 @@ def traces_cmd(
             actor=actor,
             request=request_id,
             name=name,
-            min_duration=None if min_duration is None else parse_duration_ns(min_duration),
+            min_duration=None if min_duration is None else units.duration_ns(min_duration),
             error=True if errors else None,
             since=None if since is None else parse_time(since, now),
             until=None if until is None else parse_time(until, now),

@@ -6,16 +6,13 @@ plus ``<``, ``>``, ``<=``, ``>=`` on numbers and times (ISO-8601, epoch ms, or r
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
+from raysight import units
 from raysight.errors import BadQuery
 
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
-_RELATIVE = re.compile(r"^([+-]?\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -38,23 +35,13 @@ def parse_filter(text: str) -> Filter:
 
 
 def parse_time_ms(text: str, now_ms: float | None = None) -> float:
-    """A time as epoch milliseconds: epoch ms (``1795290380382``), ISO-8601, or relative to now (``-5m``, ``-1.5h``)."""
-    value = text.strip()
-    match = _RELATIVE.match(value)
-    if match and value[0] in "+-":
-        now = time.time() * 1000 if now_ms is None else now_ms
-        return now + float(match.group(1)) * _UNIT_MS[match.group(2)]
+    """A time as epoch milliseconds: epoch ms (``1795290380382``), ISO-8601, or relative to now (``-5m``, ``-1.5h``),
+    as :func:`raysight.units.time_ns` reads them."""
+    now_ns = time.time_ns() if now_ms is None else int(now_ms * units.MS)
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadQuery(f"{text!r} is not a time: give ISO-8601, epoch milliseconds, or relative like -5m") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp() * 1000
+        return units.time_ns(text, now_ns) / units.MS
+    except ValueError as exc:
+        raise BadQuery(str(exc)) from None
 
 
 def _number(text: str) -> float:
