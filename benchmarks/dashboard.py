@@ -46,7 +46,7 @@ from benchmarks.list_latency import (  # noqa: E402 (after the sys.path line)
 )
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
-from raysight.store.store import DB_FILE  # noqa: E402
+from raysight.settings import DB_FILE  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

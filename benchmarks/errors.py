@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.list_latency import RAY_QUERY, RAY_TASKS, session_copy, url_with  # noqa: E402 (after the sys.path line)
 from raysight import wire  # noqa: E402
-from raysight.store.store import DB_FILE  # noqa: E402
+from raysight.settings import DB_FILE  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 CAUSES = 20

@@ -42,8 +42,9 @@ from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys
 from raysight import wire  # noqa: E402
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
+from raysight.settings import DB_FILE, ENV_SERVER  # noqa: E402
 from raysight.store import schema  # noqa: E402
-from raysight.store.store import DB_FILE, Store  # noqa: E402
+from raysight.store.store import Store  # noqa: E402
 from raysight.store.writer import MAX_GROUP_BYTES  # noqa: E402
 from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb  # noqa: E402
 
@@ -100,7 +101,7 @@ def time_requests(targets: dict[str, str], n: int) -> dict[str, list[float]]:
 
 def time_cli(label: str, argv: list[str]) -> list[float]:
     """Wall time of CLI_RUNS runs; without RAY_ADDRESS, which would override `ray list --address`."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAYSIGHT_SERVER")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", ENV_SERVER)}
     times = []
     for _ in range(CLI_RUNS):
         t0 = time.perf_counter()

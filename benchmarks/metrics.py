@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import wait_idle
 from raysight import wire
 from raysight.cli.run import free_port
+from raysight.settings import DB_FILE
 from tests.ray_scenarios import ServerProcess
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
@@ -227,7 +228,7 @@ def main(rounds: int) -> None:
             f"a day: {samples:,} samples, {day.nodes * day.routes:,} series ({day.nodes} pages of {day.routes}), "
             f"{day.scrapes:,} scrapes {day.every_s} s apart; raysight ingests them at {day_rate:,.0f} samples/s"
         )
-        blocks, store_size = raysight_bytes(home / "raysight" / "raysight.duckdb")
+        blocks, store_size = raysight_bytes(home / "raysight" / DB_FILE)
         took, prom_bytes = backfill(home / "prometheus", day, values)
         print(
             f"bytes/sample: raysight {blocks / samples:.2f} (metric_samples' blocks; the whole store "

@@ -41,6 +41,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from raysight import wire
 from raysight.cli.run import free_port, ray_env, tracing_env, wait_until_quiet
+from raysight.settings import DB_FILE
 from tests.ray_scenarios import ServerProcess
 
 WARMUP = 200
@@ -281,7 +282,7 @@ def receiver(spans: int) -> None:
             server.stop()
         import duckdb
 
-        con = duckdb.connect(str(Path(data_dir) / "raysight.duckdb"), read_only=True)
+        con = duckdb.connect(str(Path(data_dir) / DB_FILE), read_only=True)
         (blocks,) = con.execute(
             "SELECT count(DISTINCT block_id) FROM pragma_storage_info('spans') WHERE block_id >= 0"
         ).fetchone()

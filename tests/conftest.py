@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from raysight.cli.run import free_port
 from raysight.server.app import create_app
+from raysight.settings import ENV_SERVER, Settings
 from tests.ray_scenarios import ServerProcess, ray_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -41,7 +42,9 @@ def ray_batches() -> list[list[dict[str, Any]]]:
 @pytest.fixture
 def server(tmp_path: Path) -> TestClient:
     """The real app over a fresh store, in-process, folding each batch at once (no linger, no rest)."""
-    with TestClient(create_app(tmp_path / "data", max_body=1024 * 1024, fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(max_body=1024 * 1024, fold_linger_s=0, fold_rest=0))
+    ) as client:
         yield client
 
 
@@ -54,7 +57,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
         capture_output=True,
         text=True,
         timeout=300,
-        env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")},
+        env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", ENV_SERVER)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return data_dir, port, done.stdout

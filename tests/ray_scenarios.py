@@ -19,6 +19,7 @@ import httpx
 from raysight import wire
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
+from raysight.settings import ENV_SERVER
 
 JSON = {"Content-Type": "application/json"}  # what Ray's aggregator and raysight's own posts send
 
@@ -140,7 +141,7 @@ def ray_run(
 ) -> None:
     """`raysight run --server URL --cluster NAME -- python …` (exiting with ``expect_code``; ``env`` added to its
     environment), then wait until Ray's last events are in."""
-    env = {**{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}, **(env or {})}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", ENV_SERVER)}, **(env or {})}
     done = subprocess.run(
         [
             sys.executable,

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.server.app import create_app
+from raysight.settings import Settings
 from tests.ray_scenarios import JSON, ServerProcess, peak_rss_mb, wait_folded
 
 MAX_EVENTS = 100_000  # the default of --max-events
@@ -60,7 +61,7 @@ def test_a_fold_group_holds_a_bounded_number_of_events_however_small(
     """Bytes alone do not bound a group: 48 MB of [{},{},…] is 16M events. A group closes at MAX_GROUP_EVENTS."""
     batch = ray_batches[2]
     monkeypatch.setattr("raysight.store.writer.MAX_GROUP_EVENTS", len(batch) + 1, raising=False)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=30)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=30))) as client:
         writer = client.app.state.raysight.writer
         for i in range(4):
             body = orjson.dumps([{**e, "sessionName": f"group_{i}"} for e in batch])

@@ -26,6 +26,7 @@ from raysight import wire
 from raysight.cli import main
 from raysight.cli.run import free_port
 from raysight.client import Client
+from raysight.settings import ENV_INGEST_KEY, ENV_SERVER, ENV_TOKEN
 from tests.conftest import FIXTURES
 from tests.ray_scenarios import JSON, ServerProcess
 
@@ -56,7 +57,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def raysight(url: str, *args: str, input: str | None = None, token: str | None = None) -> Result:
     """`raysight ARGS…` in-process, its output captured as in a pipe."""
-    env = {"RAYSIGHT_SERVER": url, "RAYSIGHT_TOKEN": token, "COLUMNS": "60"}  # COLUMNS: a pipe ignores it
+    env = {ENV_SERVER: url, ENV_TOKEN: token, "COLUMNS": "60"}  # COLUMNS: a pipe ignores it
     return CliRunner().invoke(main, list(args), env=env, input=input, catch_exceptions=False)
 
 
@@ -370,7 +371,7 @@ def test_env_prints_the_export_lines_for_ray_start(url: str) -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    unset = ("RAYSIGHT_SERVER", "RAYSIGHT_TOKEN", "RAYSIGHT_INGEST_KEY", "RAY_ADDRESS")
+    unset = (ENV_SERVER, ENV_TOKEN, ENV_INGEST_KEY, "RAY_ADDRESS")
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run(
         [sys.executable, "-m", "raysight", *args], capture_output=True, text=True, timeout=timeout, env=env

@@ -16,7 +16,9 @@ import httpx
 import pytest
 
 from raysight.cli.run import free_port
+from raysight.cli.server import server_cmd
 from raysight.client import Client
+from raysight.settings import SECRETS_FILE, Retention, Settings
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_cli import SESSION, feed, raysight, run_cli
 
@@ -97,14 +99,28 @@ def test_detach_keeps_the_given_secrets_waits_for_its_server_and_stop_ends_it(da
 
 def test_detach_beyond_loopback_without_secrets_waits_with_those_the_server_made(data_dir: Path) -> None:
     port = free_port()
-    started = run_cli("server", "--detach", "--host", "0.0.0.0", "--port", str(port), "--data-dir", str(data_dir))
+    args = ["--host", "0.0.0.0", "--port", str(port), "--data-dir", str(data_dir)]
+    started = run_cli("server", "--detach", *args, "--traces-keep-slow", "1d", "--log-retention", "500ms")
     assert started.returncode == 0, started.stderr
-    token = json.loads((data_dir / "secrets.json").read_text())["token"]
+    token = json.loads((data_dir / SECRETS_FILE).read_text())["token"]
     url = f"http://127.0.0.1:{port}"
     assert raysight(url, "sessions", token=token).stdout.startswith("No session yet")
     assert raysight(url, "sessions").exit_code == 1
     assert raysight(url, "doctor", token=token).stdout.startswith("Events: none\nAcknowledged, not yet folded: 0")
     assert run_cli("server", "stop", "--data-dir", str(data_dir)).returncode == 0
+
+
+def test_the_options_are_the_settings_table_s_each_read_in_the_one_dialect_of_units(tmp_path: Path) -> None:
+    def settings(*args: str) -> Settings:
+        return Settings.from_options(server_cmd.make_context("server", ["--data-dir", str(tmp_path), *args]).params)
+
+    assert settings() == Settings(tmp_path)  # the table's defaults are the settings' own
+    given = settings(
+        "--traces-keep-slow", "1d", "--log-retention", "500ms", "--header-timeout", "500ms", "--max-body", "1MiB"
+    )
+    assert given.writer.trace_sampling.slow_ns == 86_400 * 10**9 and given.writer.log_retention == Retention("500ms")
+    assert given.http.header_timeout_s == 0.5 and given.http.max_body == 2**20
+    assert settings("--query-timeout", "2m").queries.timeout_s == 120 and settings("--max-body", "9").http.max_body == 9
 
 
 def test_reindex_then_delete_a_session_then_an_empty_store(data_dir: Path) -> None:

@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 from raysight.cli.query import folding_lines
 from raysight.client import Client
 from raysight.server.app import create_app
+from raysight.settings import DB_FILE, Settings
 from raysight.store.store import Store
 from tests.faults import FailingDisk, crash_image, fill, small_tmpfs
 from tests.ray_scenarios import JSON, ServerProcess
@@ -133,7 +134,7 @@ def _until(check, timeout: float = 30, what: str = "the condition") -> None:
 
 def _restarted(image: Path) -> TestClient:
     """A server on ``image`` that has folded what its journal held."""
-    client = TestClient(create_app(image, fold_linger_s=0)).__enter__()
+    client = TestClient(create_app(Settings(image).replace(fold_linger_s=0))).__enter__()
     _until(lambda: not client.get("/api/raysight/doctor").json()["ingest_backlog"]["batches"], what="the replay")
     return client
 
@@ -172,7 +173,7 @@ def test_with_several_cores_a_drained_backlog_is_parsed_ahead_while_the_group_be
     monkeypatch.setattr(Store, "parse", parse_spy)
     monkeypatch.setattr(Store, "apply", slow_apply)
     sessions = [f"ahead_{i}" for i in range(5)]
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         client.app.state.raysight.writer.store.threads = 2  # however many cores this machine has
         with _folding_held(client):
             assert all(_post(client, events, s) == 200 for s in sessions)
@@ -190,7 +191,7 @@ def test_a_failed_journal_append_is_rolled_back_and_what_is_acknowledged_after_i
 ) -> None:
     events = [e for b in ray_batches for e in b]
     disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", error, on)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client, _folding_held(client):
         assert _post(client, events, "before") == 200
         disk.armed = True
         assert _post(client, events, "refused") == 503  # not acknowledged: Ray resends it
@@ -216,7 +217,7 @@ def test_an_append_that_cannot_even_be_cut_off_is_written_over_never_reported_co
     events = [e for b in ray_batches for e in b]
     disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal", errno.EIO, on=("write", "ftruncate"))
     acked = [] if first else ["before"]
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client, _folding_held(client):
         assert all(_post(client, events, s) == 200 for s in acked)
         disk.armed = True
         assert _post(client, events, "refused") == 503
@@ -240,7 +241,7 @@ def test_a_flipped_byte_mid_journal_skips_only_its_record_which_is_counted_and_k
 ) -> None:
     events = ray_batches[2]
     sessions = [f"flip_{i:02d}" for i in range(43)]
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client, _folding_held(client):
         assert all(_post(client, events, s) == 200 for s in sessions)
         image = crash_image(tmp_path / "data", tmp_path / "image")
     (segment,) = (image / "journal").glob("*.log")
@@ -267,7 +268,7 @@ def test_a_torn_append_at_the_journals_end_is_cut_kept_aside_and_not_counted_as_
     tmp_path: Path, ray_batches
 ) -> None:
     """A crash mid-append leaves part of a record that was never acknowledged: cut, and appending goes on."""
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client, _folding_held(client):
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client, _folding_held(client):
         assert all(_post(client, ray_batches[2], f"torn_{i}") == 200 for i in range(3))
         image = crash_image(tmp_path / "data", tmp_path / "image")
     (segment,) = (image / "journal").glob("*.log")
@@ -307,11 +308,11 @@ def test_a_disk_that_refuses_writes_while_folding_is_waited_out_never_quarantine
     monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.2, raising=False)
     events = [e for b in ray_batches for e in b]
     sessions = [f"full_{i}" for i in range(3)]
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
         with _folding_held(client) as release:
             assert all(_post(client, events, s) == 200 for s in sessions)
-            wal = tmp_path / "data" / "raysight.duckdb.wal"
+            wal = tmp_path / "data" / f"{DB_FILE}.wal"
             with _files_limited_to(max(wal.stat().st_size if wal.exists() else 0, 1)):
                 release.set()
                 _until(lambda: doctor()["folding"]["state"] == "retrying", what="folding to fail and retry")
@@ -351,7 +352,7 @@ def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
 
     monkeypatch.setattr(Store, "apply", fail_on_odd)
     events = ray_batches[2]
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         with _folding_held(client):  # the three fold as one group
             assert [_post(client, events, s) for s in ("before", "odd", "after")] == [200] * 3
         doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
@@ -452,7 +453,7 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
     answer 503 within the ingest deadline (never hang, never 500), and the client's report rides out a short stall
     or outage; recording the same exit twice changes nothing."""
     monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         for batch in ray_batches:
             assert client.post("/ingest/ray-events?cluster=rec&run=run-1", json=batch).status_code == 200
         _until(lambda: not client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"], what="folding")

@@ -23,6 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
+from raysight.settings import Settings
 from tests.conftest import FIXTURES
 from tests.ray_scenarios import JSON, wait_folded
 
@@ -230,7 +231,7 @@ def posts(
 def test_no_generated_body_gets_a_5xx_and_the_store_lives_on(tmp_path: Path, ray_batches) -> None:
     templates = list({e["eventType"]: e for batch in ray_batches for e in batch}.values())
     metric_lines = (FIXTURES / "aggregator_metrics.txt").read_text().splitlines()
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0.5)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0.5))) as client:
         sent = 0
 
         async def post_all(batch: list[tuple[str, bytes, dict[str, str]]]) -> list[httpx.Response]:

@@ -27,6 +27,7 @@ from starlette.testclient import TestClient
 
 from raysight.ingest.otlp import MAX_SPANS, key_values
 from raysight.server.app import create_app
+from raysight.settings import DB_FILE, Settings
 from tests.faults import FailingDisk
 from tests.ray_scenarios import ServerProcess, peak_rss_mb, wait_folded
 
@@ -89,7 +90,7 @@ def _varint(n: int) -> bytes:
 
 def stored_spans(data_dir: Path) -> list[tuple[str, int]]:
     """(resource attributes' size, spans) of each resource, read from a copy of the stopped server's store."""
-    with duckdb.connect(str(data_dir / "raysight.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(data_dir / DB_FILE), read_only=True) as con:
         return con.execute(
             """SELECT strlen(r.attributes::VARCHAR), count(*) FROM spans s JOIN span_resources r USING (resource_id)
                GROUP BY ALL ORDER BY 2"""
@@ -251,7 +252,9 @@ def test_a_poison_batch_whose_body_cannot_be_kept_aside_waits_for_the_disk(
     monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.02)
     monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.05)
     disk = FailingDisk(monkeypatch, tmp_path / "data" / "journal" / "quarantine", errno.ENOSPC)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, memory_limit="32MB")) as client:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, memory_limit="32MB"))
+    ) as client:
         doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
         disk.armed = True
         assert client.post("/v1/traces", content=poison(), headers=GZIP).status_code == 200

@@ -40,6 +40,13 @@ from raysight.errors import NotFound
 from raysight.ingest.otlp import key_values
 from raysight.instrument import export, hooks, ray_tracing, settings, task_spans
 from raysight.instrument.task_spans import TaskSpan
+from raysight.settings import (
+    ENV_CHAINED_ENV_HOOK,
+    ENV_CHAINED_SETUP_HOOK,
+    ENV_INGEST_KEY,
+    ENV_OTLP_ENDPOINT,
+    ENV_SERVER,
+)
 from tests.ray_scenarios import ServerProcess
 
 ROOT = Path(__file__).parent.parent
@@ -512,7 +519,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(hooks, "instrument", instrument)
     monkeypatch.setattr(ray_tracing, "set_base", lambda value: done.append(("set_base", value)))
-    for name in (settings.ENDPOINT_ENV, settings.CHAINED_ENV_HOOK, settings.CHAINED_SETUP_HOOK, "TRACEPARENT"):
+    for name in (ENV_OTLP_ENDPOINT, ENV_CHAINED_ENV_HOOK, ENV_CHAINED_SETUP_HOOK, "TRACEPARENT"):
         monkeypatch.delenv(name, raising=False)
     return done
 
@@ -557,11 +564,11 @@ def test_runtime_env_hook_sets_raysights_setup_hook_and_endpoint(
     assert hooks.runtime_env_hook(None) == {settings.SETUP_HOOK_KEY: settings.SETUP_HOOK}
     assert events == [("set_base", None), INSTRUMENTED]
     events.clear()
-    monkeypatch.setenv(settings.ENDPOINT_ENV, "http://h:1")
+    monkeypatch.setenv(ENV_OTLP_ENDPOINT, "http://h:1")
     monkeypatch.setenv("TRACEPARENT", W3C)
     assert hooks.runtime_env_hook({}) == {
         settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
-        "env_vars": {settings.ENDPOINT_ENV: "http://h:1"},
+        "env_vars": {ENV_OTLP_ENDPOINT: "http://h:1"},
     }
     assert events == [("set_base", W3C), INSTRUMENTED]
     assert settings.SETUP_HOOK == "raysight.instrument.worker_setup"  # what Ray loads in each worker
@@ -571,20 +578,20 @@ def test_runtime_env_hook_sets_raysights_setup_hook_and_endpoint(
 def test_runtime_env_hook_keeps_the_users_runtime_env_without_changing_it(
     events: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(settings.ENDPOINT_ENV, "http://h:1")
+    monkeypatch.setenv(ENV_OTLP_ENDPOINT, "http://h:1")
     theirs = {"env_vars": {"A": "1"}, "pip": ["requests"], "working_dir": "."}
     assert hooks.runtime_env_hook(theirs) == {
-        "env_vars": {"A": "1", settings.ENDPOINT_ENV: "http://h:1"},
+        "env_vars": {"A": "1", ENV_OTLP_ENDPOINT: "http://h:1"},
         "pip": ["requests"],
         "working_dir": ".",
         settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
     }
     assert theirs == {"env_vars": {"A": "1"}, "pip": ["requests"], "working_dir": "."}  # a copy was changed
-    their_endpoint = {"env_vars": {settings.ENDPOINT_ENV: "http://theirs:2"}}
-    assert hooks.runtime_env_hook(their_endpoint)["env_vars"] == {settings.ENDPOINT_ENV: "http://theirs:2"}
+    their_endpoint = {"env_vars": {ENV_OTLP_ENDPOINT: "http://theirs:2"}}
+    assert hooks.runtime_env_hook(their_endpoint)["env_vars"] == {ENV_OTLP_ENDPOINT: "http://theirs:2"}
     ours = {settings.SETUP_HOOK_KEY: settings.SETUP_HOOK}  # ray.init twice, or init() and the hook
-    assert hooks.runtime_env_hook(ours)["env_vars"] == {settings.ENDPOINT_ENV: "http://h:1"}
-    assert settings.CHAINED_SETUP_HOOK not in hooks.runtime_env_hook(ours)["env_vars"]
+    assert hooks.runtime_env_hook(ours)["env_vars"] == {ENV_OTLP_ENDPOINT: "http://h:1"}
+    assert ENV_CHAINED_SETUP_HOOK not in hooks.runtime_env_hook(ours)["env_vars"]
     assert events.count(INSTRUMENTED) == 4  # once per call
 
 
@@ -592,7 +599,7 @@ def test_runtime_env_hook_chains_the_users_setup_hook_by_name(events: list[Any])
     env = hooks.runtime_env_hook({settings.SETUP_HOOK_KEY: "mypkg.setup", "env_vars": {"A": "1"}})
     assert env == {
         settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
-        "env_vars": {"A": "1", settings.CHAINED_SETUP_HOOK: "mypkg.setup"},
+        "env_vars": {"A": "1", ENV_CHAINED_SETUP_HOOK: "mypkg.setup"},
     }
     assert events.count(INSTRUMENTED) == 1
 
@@ -621,16 +628,16 @@ def test_runtime_env_hook_chains_the_users_setup_callable(events: list[Any]) -> 
 def test_runtime_env_hook_calls_the_users_env_hook_first_and_keeps_its_changes(
     events: list[Any], user_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(settings.CHAINED_ENV_HOOK, "theirs_hooks.env_hook")
-    monkeypatch.setenv(settings.ENDPOINT_ENV, "http://h:1")
+    monkeypatch.setenv(ENV_CHAINED_ENV_HOOK, "theirs_hooks.env_hook")
+    monkeypatch.setenv(ENV_OTLP_ENDPOINT, "http://h:1")
     env = hooks.runtime_env_hook({"env_vars": {"A": "1"}, settings.SETUP_HOOK_KEY: "mypkg.setup"})
     assert env == {
         settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
         "env_vars": {
             "A": "1",
             "THEIRS": "1",
-            settings.ENDPOINT_ENV: "http://h:1",
-            settings.CHAINED_SETUP_HOOK: "mypkg.setup",
+            ENV_OTLP_ENDPOINT: "http://h:1",
+            ENV_CHAINED_SETUP_HOOK: "mypkg.setup",
         },
     }
     # theirs saw the runtime env as the job gave it, before raysight's changes; then raysight traced the driver
@@ -640,7 +647,7 @@ def test_runtime_env_hook_calls_the_users_env_hook_first_and_keeps_its_changes(
         INSTRUMENTED,
     ]
     events.clear()
-    assert hooks.runtime_env_hook(None)["env_vars"] == {"THEIRS": "1", settings.ENDPOINT_ENV: "http://h:1"}
+    assert hooks.runtime_env_hook(None)["env_vars"] == {"THEIRS": "1", ENV_OTLP_ENDPOINT: "http://h:1"}
     assert events == [("env_hook", {}), ("set_base", None), INSTRUMENTED]
 
 
@@ -664,7 +671,7 @@ def test_worker_setup_traces_the_worker_then_runs_the_users_setup_hook(
     hooks.worker_setup()  # none chained
     assert events == [INSTRUMENTED]
     events.clear()
-    monkeypatch.setenv(settings.CHAINED_SETUP_HOOK, "theirs_hooks.setup")
+    monkeypatch.setenv(ENV_CHAINED_SETUP_HOOK, "theirs_hooks.setup")
     hooks.worker_setup()
     assert events == [INSTRUMENTED, ("setup",)]
     events.clear()
@@ -735,7 +742,7 @@ def test_tracing_startup_hook_sends_rays_spans_and_patches_nothing() -> None:
 
 # --- `raysight env` and `raysight run` -----------------------------------------------------------------------------
 
-NO_SETTINGS = {"RAY_RUNTIME_ENV_HOOK": None, "RAYSIGHT_SERVER": None, "RAYSIGHT_INGEST_KEY": None}
+NO_SETTINGS = {"RAY_RUNTIME_ENV_HOOK": None, ENV_SERVER: None, ENV_INGEST_KEY: None}
 HOOK_LINE = "export RAY_RUNTIME_ENV_HOOK='raysight.instrument.runtime_env_hook'"
 
 
@@ -767,17 +774,17 @@ def test_env_prints_the_tracing_variables() -> None:
 
 
 def test_tracing_env_moves_the_users_env_hook_to_the_chained_one() -> None:
-    ours = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, settings.ENDPOINT_ENV: "http://h:1"}
+    ours = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, ENV_OTLP_ENDPOINT: "http://h:1"}
     assert tracing_env("http://h:1", environ={}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": ""}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": settings.ENV_HOOK}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": "mypkg.env_hook"}) == {
         **ours,
-        settings.CHAINED_ENV_HOOK: "mypkg.env_hook",
+        ENV_CHAINED_ENV_HOOK: "mypkg.env_hook",
     }
     assert tracing_env("http://h:1/", "a/b c", environ={}) == {
         settings.RAY_ENV_HOOK: settings.ENV_HOOK,
-        settings.ENDPOINT_ENV: "http://h:1/ingest/otlp/a%2Fb%20c",
+        ENV_OTLP_ENDPOINT: "http://h:1/ingest/otlp/a%2Fb%20c",
     }
 
 

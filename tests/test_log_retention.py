@@ -12,10 +12,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from raysight import units
 from raysight.client import Client
+from raysight.settings import Retention, age, amount
 from raysight.store import log_index
 from raysight.store.logs_query import LogQuery, log_lines
-from raysight.store.retention import Retention, parse_duration, parse_size
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, agent_command
 from tests.test_log_index import _store_lines
@@ -23,14 +24,16 @@ from tests.test_logs_ingest import Writer, _session
 
 
 def test_durations_and_sizes_read_as_written_and_nothing_else() -> None:
-    assert [parse_duration(t) for t in ("30d", "12h", "90m", "45s", "1.5h")] == [2592000, 43200, 5400, 45, 5400]
-    assert [parse_size(t) for t in ("500MB", "50GB", "1.5GiB", "10B")] == [500 * 10**6, 50 * 10**9, 3 * 2**29, 10]
+    ages = [units.duration_s(age(t)) for t in ("30d", "12h", "90m", "45s", "1.5h")]
+    assert ages == [2592000, 43200, 5400, 45, 5400]
+    sizes = [units.size_bytes(amount(t)) for t in ("500MB", "50GB", "1.5GiB", "10B")]
+    assert sizes == [500 * 10**6, 50 * 10**9, 3 * 2**29, 10]
     for bad in ("30", "d", "-1d", "0s", "1w", "tomorrow"):
         with pytest.raises(ValueError, match="is not a duration such as 30d"):
-            parse_duration(bad)
+            age(bad)
     for bad in ("50", "GB", "0MB", "1PB"):
         with pytest.raises(ValueError, match="is not a size such as 500MB"):
-            parse_size(bad)
+            amount(bad)
 
 
 def _texts(store: Store) -> list[str]:

@@ -21,12 +21,10 @@ from raysight import wire
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
+from raysight.settings import Downsampling, Retention, Settings
 from raysight.store import metric_retention, promql
-from raysight.store.metric_downsample import Downsampling
-from raysight.store.metric_retention import MetricsBounds
 from raysight.store.metrics_query import SessionMetrics
 from raysight.store.promql import Budget, Matcher, QueryLimits
-from raysight.store.retention import Retention
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 
@@ -61,7 +59,9 @@ def values(result: list[dict[str, Any]]) -> list[float]:
 def counters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """A server, for this module's reads, given 13 scrapes 5 s apart: a counter that rises by 10 (route /a) and 5
     (/b) a scrape, /b reset to 0 at scrape 8; a gauge exposed until scrape 5; a histogram's buckets."""
-    with TestClient(create_app(tmp_path_factory.mktemp("metrics") / "data", fold_linger_s=0, fold_rest=0)) as server:
+    with TestClient(
+        create_app(Settings(tmp_path_factory.mktemp("metrics") / "data").replace(fold_linger_s=0, fold_rest=0))
+    ) as server:
         load(server)
         yield server
 
@@ -371,7 +371,7 @@ def test_a_sessions_series_past_the_limit_are_refused_counted_and_taken_once_the
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(3))) as server:
+    with TestClient(create_app(Settings(data).replace(fold_linger_s=0, fold_rest=0, metrics_max_series=3))) as server:
         assert scrape(server, 0, FIVE).json()["samples"] == 3
         assert scrape(server, 1, FIVE).json()["samples"] == 3
         names = server.get(f"/sessions/{SESSION}/api/v1/label/__name__/values").json()["data"]
@@ -383,7 +383,7 @@ def test_a_sessions_series_past_the_limit_are_refused_counted_and_taken_once_the
         ]
         assert (refused["series_held"], refused["series_refused"], refused["samples_dropped"]) == (3, 2, 4)
         assert refused["last_ms"] == T0 + EVERY
-    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(10))) as server:
+    with TestClient(create_app(Settings(data).replace(fold_linger_s=0, fold_rest=0, metrics_max_series=10))) as server:
         assert scrape(server, 2, FIVE).json()["samples"] == 5
         # (after the restart, the lines seen before are found again as the same series, from their labels)
         assert (

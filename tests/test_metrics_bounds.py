@@ -19,7 +19,7 @@ from raysight.errors import TooMany
 from raysight.ingest import prom_text
 from raysight.ingest.agent_logs import BadBatch
 from raysight.server.app import create_app
-from raysight.store.metric_retention import MetricsBounds
+from raysight.settings import Settings
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_metrics import SESSION, T0, at, scrape, store_call, values
 
@@ -162,7 +162,7 @@ def test_refused_series_are_remembered_only_while_their_target_exposes_them(tmp_
     counts each refused series once while it stays exposed."""
     lines = 2_000
     with TestClient(
-        create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, metrics_bounds=MetricsBounds(100))
+        create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, metrics_max_series=100))
     ) as c:
         for i in range(10):
             page = "".join(f'x{{n="{i}-{j}"}} 1\n' for j in range(lines))
@@ -179,7 +179,7 @@ def test_the_lines_remembered_are_bounded_across_targets(tmp_path: Path, monkeyp
     finds its series again by their labels."""
     monkeypatch.setattr("raysight.store.store.MAX_KNOWN_LINES", 5)
     page = "a 1\nb 2\nc 3\n"
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0)) as c:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as c:
         for i, instance in enumerate(("h:1", "h:2", "h:1")):
             assert scrape(c, i, page, instance=instance).json()["samples"] == 3
             assert store_call(c, known_lines) == (3, 3)

@@ -36,6 +36,7 @@ from raysight.ingest import otlp_logs
 from raysight.ingest.otlp import key_values
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
+from raysight.settings import Settings
 from tests.ray_scenarios import ServerProcess, wait_folded
 
 SESSION = "session_2026-11-24_12-00-00_000000_1"
@@ -156,7 +157,7 @@ def test_otlp_json_with_hex_ids_in_the_resource_s_session_and_records_refused_al
 
 
 def test_a_resent_export_is_appended_and_a_resource_without_a_session_goes_to_the_newest(tmp_path: Path) -> None:
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as client:
         nowhere = export_of(record("before any session"))
         reply = client.post("/v1/logs", content=nowhere.SerializeToString(), headers=PROTOBUF)
         answer = ExportLogsServiceResponse.FromString(reply.content)
@@ -194,7 +195,7 @@ def test_malformed_log_exports_get_a_clear_4xx(
     tmp_path: Path, body: bytes, headers: dict, status: int, says: str
 ) -> None:
     headers = {"Content-Type": "application/json", **headers}
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as client:
         reply = client.post("/v1/logs", content=body, headers=headers)
         assert reply.status_code == status and says in reply.json()["error"], reply.text
         wait_folded(client)
@@ -204,7 +205,9 @@ def test_malformed_log_exports_get_a_clear_4xx(
 def test_the_ingest_key_goes_in_the_path_where_the_exporter_appends_v1_logs(tmp_path: Path) -> None:
     secrets = Secrets(token="read-token", ingest_key="write-key", admin_token="admin-token")
     body = export_of(record("keyed"), resource={"ray.session_name": SESSION}).SerializeToString()
-    with TestClient(create_app(tmp_path / "data", secrets=secrets, fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(secrets=secrets, fold_linger_s=0, fold_rest=0))
+    ) as client:
         assert client.post("/v1/logs", content=body, headers=PROTOBUF).status_code == 401
         assert client.post("/ingest/otlp/wrong/v1/logs", content=body, headers=PROTOBUF).status_code == 401
         assert client.post("/ingest/otlp/write-key/v1/logs", content=body, headers=PROTOBUF).status_code == 200

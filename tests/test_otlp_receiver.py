@@ -36,7 +36,7 @@ from raysight.errors import UnsupportedEncoding
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.server.state import AppState
-from raysight.store.store import DB_FILE
+from raysight.settings import DB_FILE, Settings
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_server import counters
 
@@ -497,7 +497,9 @@ READ = {"Authorization": "Bearer read-secret"}
 
 
 def test_beyond_loopback_otlp_takes_the_ingest_key_and_the_key_reads_nothing(tmp_path: Path) -> None:
-    with TestClient(create_app(tmp_path / "data", secrets=SECRETS, fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(secrets=SECRETS, fold_linger_s=0, fold_rest=0))
+    ) as client:
         span = iter(range(1, 100))
 
         def export() -> bytes:
@@ -543,13 +545,13 @@ def test_an_acknowledged_export_survives_a_restart_before_it_is_folded(tmp_path:
     the app closes meanwhile, and the next start folds it from the journal."""
     data_dir = tmp_path / "data"
     body = pb_export(pb_span("kept", span=b"\x0d" * 8), pb_span("kept too", span=b"\x0e" * 8, parent=b"\x0d" * 8))
-    with TestClient(create_app(data_dir, fold_linger_s=30)) as client:
+    with TestClient(create_app(Settings(data_dir).replace(fold_linger_s=30))) as client:
         reply = post_traces(client, body)
         assert (reply.status_code, reply.content) == (200, b"")
         assert raysight(client).writer.backlog()["batches"] == 1  # acknowledged, not yet folded
         journalled = b"".join(path.read_bytes() for path in (data_dir / "journal").glob("*.log"))
         assert b'"name":"kept too"' in journalled  # on disk when answered
-    with TestClient(create_app(data_dir, fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(create_app(Settings(data_dir).replace(fold_linger_s=0, fold_rest=0))) as client:
         settle(client)
         assert [(r["name"], r["parent_span_id"]) for r in stored(client)] == [("kept", None), ("kept too", "0d" * 8)]
         assert span_counters(client) == expect(spans=2, batches=1)

@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
+from raysight.settings import Settings
 from raysight.store import promql
 from raysight.store.promql import SERIES_COST, TOO_MANY_SAMPLES, Matcher, QueryLimits
 from raysight.store.store import Store
@@ -98,7 +99,9 @@ def test_each_series_found_counts_for_its_labels(tmp_path: Path) -> None:
     """A series found holds its labels (~2 KB as Python objects): it counts as SERIES_COST samples, so a query over
     many series at few steps is bounded too (a session of 1M series would have held 2 GB at one step)."""
     limits = QueryLimits(max_samples=2 * SERIES_COST)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=limits)) as server:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, queries=limits))
+    ) as server:
         load(server)
         one = server.get("/api/v1/query", params={"query": 'req_total{route="/a"}', "time": at(12)})
         assert one.status_code == 200 and len(one.json()["data"]["result"]) == 1  # 128 + 13 samples + 1 point
@@ -110,7 +113,7 @@ def test_a_query_past_its_time_budget_stops_with_prometheus_timeout(tmp_path: Pa
     """Each query has a time budget (``--query-timeout``), checked as it goes: past it, Prometheus's timeout error
     (503). (A budget of none: the first check stops it.)"""
     with TestClient(
-        create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=QueryLimits(timeout_s=0))
+        create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, queries=QueryLimits(timeout_s=0)))
     ) as server:
         load(server)
         answer = server.get("/api/v1/query", params={"query": "sum(rate(req_total[1m]))", "time": at(12)})
@@ -224,7 +227,9 @@ def test_nan_parameters_evaluate_as_prometheus_and_the_deepest_query_allowed_run
 def test_metrics_top_over_the_query_budget_says_so_with_a_503(tmp_path: Path) -> None:
     """`raysight metrics top` evaluates PromQL too, within the server's budget: past it the answer says which option
     to raise (it was a 500)."""
-    app = create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=QueryLimits(max_samples=100))
+    app = create_app(
+        Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, queries=QueryLimits(max_samples=100))
+    )
     page = "".join(f'raysight_process_cpu_seconds_total{{NodeId="n",pid="{pid}"}} 1\n' for pid in range(50))
     with TestClient(app) as client:
         body = {"session": RAY_SESSION, "scraped_ms": T0, "target": {"instance": "h", "job": "raysight"}, "text": page}
@@ -247,7 +252,9 @@ def test_queries_past_the_concurrency_bound_wait_their_turn_within_their_time(tm
     another waits its turn, and that wait counts in its time: with the one place taken, a query times out in the
     queue, as in Prometheus; with it free, the same query is answered."""
     limits = QueryLimits(timeout_s=0.5, max_concurrency=1)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=0, query_limits=limits)) as server:
+    with TestClient(
+        create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, queries=limits))
+    ) as server:
         load(server)
         queries = server.app.state.raysight.queries
         params = {"query": "sum(rate(req_total[1m]))", "time": at(12)}

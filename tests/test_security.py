@@ -27,6 +27,7 @@ from raysight.client import Client
 from raysight.errors import Forbidden
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets, load_or_create
+from raysight.settings import DB_FILE, SECRETS_FILE, Settings
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_server import post
 
@@ -37,7 +38,7 @@ READ, ADMIN = ({"Authorization": f"Bearer {t}"} for t in ("read-secret", "admin-
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[TestClient]:
     """The app as bound beyond loopback: all three secrets required."""
-    with TestClient(create_app(tmp_path / "data", secrets=SECRETS, fold_linger_s=0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(secrets=SECRETS, fold_linger_s=0))) as client:
         yield client
 
 
@@ -95,16 +96,16 @@ def test_websocket_handshakes_pass_the_same_checks(tmp_path: Path) -> None:
         await websocket.send_text(await websocket.receive_text())
         await websocket.close()
 
-    for secrets in (None, SECRETS):
-        app = create_app(tmp_path / "data", secrets=secrets)
+    for secrets in (Secrets.loopback(), SECRETS):
+        app = create_app(Settings(tmp_path / "data").replace(secrets=secrets))
         app.router.routes.append(WebSocketRoute("/api/raysight/echo", echo))  # as live views will be
         with TestClient(app) as client:
-            granted = READ if secrets else {}
+            granted = READ if secrets.token else {}
             with client.websocket_connect("/api/raysight/echo", headers=granted) as ws:
                 ws.send_text("hi")
                 assert ws.receive_text() == "hi"
             refused = [{**granted, "Origin": "http://evil.example"}]
-            refused += [{}, {**ADMIN, "Origin": "null"}] if secrets else []
+            refused += [{}, {**ADMIN, "Origin": "null"}] if secrets.token else []
             for headers in refused:
                 with (
                     pytest.raises(WebSocketDenialResponse) as denied,
@@ -137,7 +138,7 @@ def test_the_admin_token_is_generated_and_kept_like_the_others(tmp_path: Path) -
     assert first.admin_token and len({first.token, first.ingest_key, first.admin_token}) == 3
     assert load_or_create(tmp_path, None, None, None) == first
     assert load_or_create(tmp_path, None, None, "given").admin_token == "given"
-    assert stat.S_IMODE((tmp_path / "secrets.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / SECRETS_FILE).stat().st_mode) == 0o600
 
 
 def test_bad_credentials_are_refused_in_one_line(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
@@ -339,12 +340,12 @@ def test_the_three_secrets_must_differ(tmp_path: Path) -> None:
         args = ["server", "--host", "0.0.0.0", "--data-dir", str(tmp_path / "data"), *same]
         refused = CliRunner().invoke(main, args)
         assert refused.exit_code == 2 and "must all differ" in refused.output
-        assert not (tmp_path / "data" / "secrets.json").exists()
+        assert not (tmp_path / "data" / SECRETS_FILE).exists()
 
 
 def test_a_data_dir_of_other_things_keeps_its_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     new, ours, shared = tmp_path / "new", tmp_path / "ours", tmp_path / "shared"
-    for path, content in ((ours, "raysight.duckdb"), (shared, "notes.txt")):
+    for path, content in ((ours, DB_FILE), (shared, "notes.txt")):
         path.mkdir(mode=0o755)
         path.chmod(0o755)
         (path / content).write_text("")

@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
+from raysight.settings import Settings
 from raysight.store.journal import Journal
 from raysight.store.store import Store
 from tests.conftest import FIXTURES
@@ -116,7 +117,7 @@ def test_ray_compatible_api_speaks_rays_envelope(server: TestClient, ray_batches
 
 def test_beyond_loopback_reads_need_the_token_and_the_ingest_key_only_writes(tmp_path: Path, ray_batches) -> None:
     secrets = Secrets(token="read-secret", ingest_key="write-secret", admin_token="admin-secret")
-    with TestClient(create_app(tmp_path, secrets=secrets)) as client:
+    with TestClient(create_app(Settings(tmp_path).replace(secrets=secrets))) as client:
         assert post(client, ray_batches[0]).status_code == 401
         assert post(client, ray_batches[0], "?key=write-secret").status_code == 200
         metrics = {"json": {"text": ""}}
@@ -148,7 +149,7 @@ def test_a_resend_while_the_first_copy_is_still_being_journalled_waits_for_it(
 ) -> None:
     """Past the deadline the caller gets 503 but the write goes on; the resend rides on it instead of queueing again."""
     monkeypatch.setattr("raysight.server.ingest_routes.INGEST_DEADLINE_S", 0.3)
-    with TestClient(create_app(tmp_path / "data")) as client:
+    with TestClient(create_app(Settings(tmp_path / "data"))) as client:
         journal = client.app.state.raysight.writer.journal
         release, append = threading.Event(), journal.append
         monkeypatch.setattr(journal, "append", lambda batches: release.wait(10) and append(batches))  # a slow disk
@@ -173,7 +174,7 @@ def test_journalled_batches_are_folded_when_the_server_starts(tmp_path: Path, ra
     (segment,) = (tmp_path / "data" / "journal").glob("*.log")
     with segment.open("ab") as torn:
         torn.write(b"\x99\x00\x00\x00\x00")
-    with TestClient(create_app(tmp_path / "data")) as client:
+    with TestClient(create_app(Settings(tmp_path / "data"))) as client:
         post(client, [])  # settles once the replayed journal is folded
         assert counters(client)["stored"] == sum(map(len, ray_batches))
         assert client.get("/api/raysight/actors", params={"filter": "class_name=Counter"}).json()["total"] == 1
@@ -223,7 +224,7 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
         return apply(self, posts, journal_seq, parsed)
 
     monkeypatch.setattr(Store, "apply", refuse_poison)
-    with TestClient(create_app(tmp_path / "data")) as client:
+    with TestClient(create_app(Settings(tmp_path / "data"))) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()
         writer.call(lambda store: release.wait(10))  # hold folding so that the three batches fold as one group
@@ -241,7 +242,7 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
 def test_posts_arriving_while_a_group_folds_are_folded_as_the_next_group(tmp_path: Path, ray_batches) -> None:
     """Folding costs a fixed amount per group, so what queues while the fold thread is busy is folded at once, and
     only once; posting does not wait for folding (timings are benchmarks/ingest_http.py's)."""
-    with TestClient(create_app(tmp_path / "data")) as client:
+    with TestClient(create_app(Settings(tmp_path / "data"))) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()
         writer.call(lambda store: release.wait(10))  # hold folding: the POSTs are acknowledged all the same
@@ -256,7 +257,7 @@ def test_posts_arriving_while_a_group_folds_are_folded_as_the_next_group(tmp_pat
 def test_posts_arriving_within_the_linger_of_the_first_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
     """A quiet server folds at once, but not before the POSTs sent at about the same moment (several nodes'
     aggregators) have joined the first one's group."""
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=2.0)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=2.0))) as client:
         for batch in ray_batches[:3]:
             assert post(client, batch, settle=False).status_code == 200
         post(client, [])
@@ -266,7 +267,7 @@ def test_posts_arriving_within_the_linger_of_the_first_are_folded_as_one_group(t
 def test_posts_arriving_while_the_fold_thread_rests_are_folded_as_one_group(tmp_path: Path, ray_batches) -> None:
     """After a group the fold thread rests (a multiple of what the group took, within a bound), so that under load
     groups grow instead of their fixed cost being paid back to back."""
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=0, fold_rest=1000)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=1000))) as client:
         post(client, ray_batches[0])
         for batch in ray_batches[1:3]:
             assert post(client, batch, settle=False).status_code == 200
@@ -280,7 +281,7 @@ def test_behind_a_full_group_the_backlog_folds_without_waiting(tmp_path: Path, r
     bodies = sorted((orjson.dumps(b) for b in ray_batches[:4]), key=len, reverse=True)[:2] + [b"[]"]
     monkeypatch.setattr("raysight.store.writer.MAX_GROUP_BYTES", len(bodies[0]) + len(bodies[1]))
     monkeypatch.setattr("raysight.store.writer.MAX_REST_S", 30.0)
-    with TestClient(create_app(tmp_path / "data", fold_linger_s=30.0, fold_rest=1000)) as client:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=30.0, fold_rest=1000))) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()
         writer.call(lambda store: release.wait(10))  # hold folding while the three batches queue up

@@ -16,10 +16,11 @@ from starlette.testclient import TestClient
 from raysight.config import USER_AGENT
 from raysight.ingest import otlp
 from raysight.server.app import create_app
+from raysight.settings import DB_FILE, Settings
 from raysight.store import logs_query, schema
 from raysight.store import store as store_module
 from raysight.store.journal import SPANS, Journal
-from raysight.store.store import DB_FILE, REWRITE_SUFFIX, Store
+from raysight.store.store import REWRITE_SUFFIX, Store
 from tests.ray_scenarios import wait_folded
 from tests.test_store import post, snapshot
 
@@ -171,7 +172,7 @@ def test_a_schema_15_store_keeps_each_span_s_resource_once_and_replays_spans_jou
     journal = Journal(data / "journal", folded)
     journal.append([(None, None, orjson.dumps([journalled | {"resource": resource}]), 1, SPANS)])
     journal.close()
-    with TestClient(create_app(data, fold_linger_s=0, fold_rest=0)) as client:
+    with TestClient(create_app(Settings(data).replace(fold_linger_s=0, fold_rest=0))) as client:
         wait_folded(client)
         con = client.app.state.raysight.store.reader()
         rows = con.execute(

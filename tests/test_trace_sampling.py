@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from raysight import wire
 from raysight.cli.server import server_cmd
 from raysight.ingest import otlp
+from raysight.settings import TailSampling, WriterSettings
 from raysight.store.journal import SPANS
 from raysight.store.store import Store
-from raysight.store.trace_sampling import TailSampling
 from raysight.store.writer import Writer
 
 S = 1_000_000_000
@@ -109,7 +109,7 @@ def test_exports_arriving_within_the_spans_linger_are_folded_in_one_transaction(
         return apply_spans(bodies, journal_seq)
 
     store.apply_spans = counted  # type: ignore[method-assign]
-    writer = Writer(store, fold_linger_s=0, fold_rest=0, spans_linger_s=linger_s)
+    writer = Writer(store, settings=WriterSettings(fold_linger_s=0, fold_rest=0, spans_linger_s=linger_s))
     try:
         for i in range(5):  # five exports 50 ms apart, as five traced workers' a moment apart
             writer.submit(orjson.dumps([span(1, i + 1, NOW, NOW + S)]), events=1, kind=SPANS).result(timeout=10)

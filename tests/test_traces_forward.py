@@ -28,7 +28,7 @@ from raysight.client import Client
 from raysight.instrument import task_spans
 from raysight.instrument.task_spans import TaskSpan, new_id
 from raysight.server.app import create_app
-from raysight.server.forward import Forwarding
+from raysight.settings import Forwarding, Settings
 from tests import test_inference
 from tests.ray_scenarios import ServerProcess, serving, wait_folded
 
@@ -151,7 +151,9 @@ def test_an_attempt_whose_end_ray_lost_ends_as_raysights_span_of_it_says(
     server that forwards spans without keeping them, and a reindex rebuilds every task from Ray's events alone."""
     Backend.refuse_first = 0
     forwarding = Forwarding(f"{backend}/v1/traces", store=False)
-    with TestClient(create_app(tmp_path, fold_linger_s=0, fold_rest=0, spans_linger_s=0, forwarding=forwarding)) as app:
+    with TestClient(
+        create_app(Settings(tmp_path).replace(fold_linger_s=0, fold_rest=0, spans_linger_s=0, forwarding=forwarding))
+    ) as app:
         test_inference.record(app, ray_batches, "?cluster=rec&run=run-1")
         test_inference.end_run(app, "run-1")
         unknown = [t for t in test_inference.rows(app, "tasks") if t["name"] == "child" and t["state"] == "NIL"]

@@ -15,7 +15,7 @@ import httpx
 import orjson
 
 from raysight import wire
-from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, OWN_HEADERS, default_server
+from raysight.config import OWN_HEADERS
 from raysight.errors import (
     BadQuery,
     BodyTooLarge,
@@ -27,6 +27,7 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
+from raysight.settings import ENV_ADMIN_TOKEN, ENV_SERVER, ENV_TOKEN, default_server
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
 RESOURCES = (
@@ -94,7 +95,7 @@ class Client:
         except httpx.TransportError as exc:
             raise ServerUnreachable(
                 f"no raysight server answers at {self.server} ({type(exc).__name__}); start one with "
-                "`raysight server`, or point --server / RAYSIGHT_SERVER at yours"
+                f"`raysight server`, or point --server / {ENV_SERVER} at yours"
             ) from None
         if raw and response.status_code < 400:
             return response.content

@@ -16,7 +16,7 @@ from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import ray_temp_dir
 from raysight.cli.common import metrics_options, server_option
-from raysight.config import ENV_INGEST_KEY, default_server
+from raysight.settings import ENV_INGEST_KEY, default_server
 
 
 @click.command("agent")

@@ -11,7 +11,7 @@ import click
 from raysight import units
 from raysight.cli.render import FORMATS
 from raysight.client import Client
-from raysight.config import ENV_SERVER
+from raysight.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_METRICS_DROP, ENV_METRICS_KEEP, ENV_SERVER
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,7 +21,7 @@ def server_option(fn: F) -> F:
         "--server",
         envvar=ENV_SERVER,
         metavar="URL",
-        help="raysight server [env RAYSIGHT_SERVER; default http://127.0.0.1:8271].",
+        help=f"raysight server [env {ENV_SERVER}; default http://{DEFAULT_HOST}:{DEFAULT_PORT}].",
     )(fn)
 
 
@@ -48,8 +48,8 @@ def _pattern(ctx: click.Context, param: click.Parameter, value: str | None) -> r
 def metrics_options(fn: F) -> F:
     """--metrics-keep and --metrics-drop: the metric families an agent sends (``agent/metrics_scrape.Families``)."""
     for flag, env, text in (
-        ("--metrics-drop", "RAYSIGHT_METRICS_DROP", "Send no metric whose name this regex matches (whole name)."),
-        ("--metrics-keep", "RAYSIGHT_METRICS_KEEP", "Send only the metrics whose names this regex matches (whole "
+        ("--metrics-drop", ENV_METRICS_DROP, "Send no metric whose name this regex matches (whole name)."),
+        ("--metrics-keep", ENV_METRICS_KEEP, "Send only the metrics whose names this regex matches (whole "
          "name), as Prometheus's metric_relabel_configs keep [default: all]."),
     ):  # fmt: skip
         fn = click.option(flag, envvar=env, metavar="REGEX", callback=_pattern, help=f"{text} [env {env}]")(fn)
@@ -61,17 +61,19 @@ def make_client(server: str | None) -> Client:
 
 
 class Checked(click.ParamType):
-    """A value kept as given, once ``check`` (which raises ValueError saying what is wrong) accepts it; ``says``,
-    when given, is what a refusal says after the value instead."""
+    """A value kept as given (the text, for the settings to read once), once ``check`` (which raises ValueError saying
+    what is wrong) accepts it; a value not given as text (a default) as it is."""
 
-    def __init__(self, check: Callable[[str], object], name: str, says: str | None = None) -> None:
-        self.check, self.name, self.says = check, name, says
+    def __init__(self, check: Callable[[str], object], name: str) -> None:
+        self.check, self.name = check, name
 
-    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
         try:
             self.check(value)
         except ValueError as exc:
-            self.fail(f"{value!r} {self.says}" if self.says else str(exc), param, ctx)
+            self.fail(str(exc), param, ctx)
         return value.strip()
 
 

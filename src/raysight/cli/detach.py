@@ -18,9 +18,8 @@ import click
 import orjson
 
 from raysight.client import Client
-from raysight.config import ENV_TOKEN
 from raysight.errors import RaysightError
-from raysight.server.auth import SECRETS_FILE
+from raysight.settings import ENV_TOKEN, SECRETS_FILE
 
 PIDFILE = "server.pid"
 LOGFILE = "server.log"

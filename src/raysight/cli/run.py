@@ -29,9 +29,19 @@ from raysight.cli.common import metrics_options, server_option
 from raysight.cli.detach import start_detached
 from raysight.cli.errors import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
-from raysight.config import DEFAULT_HOST, DEFAULT_PORT, ENV_INGEST_KEY, default_data_dir, default_server
 from raysight.errors import RaysightError
-from raysight.instrument import settings
+from raysight.instrument.settings import ENV_HOOK, RAY_ENV_HOOK
+from raysight.settings import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_CHAINED_ENV_HOOK,
+    ENV_INGEST_KEY,
+    ENV_OTLP_ENDPOINT,
+    ENV_RAY_SYSTEM_CONFIG,
+    ENV_SERVER,
+    default_data_dir,
+    default_server,
+)
 
 
 def ray_env(
@@ -53,20 +63,20 @@ def tracing_env(server: str, key: str | None = None, environ: dict[str, str] | N
     """The variables that trace a Ray program's tasks and actors to ``server`` (``raysight/instrument``): Ray calls
     raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names."""
     endpoint = server.rstrip("/") + (wire.path(wire.OTLP_KEYED, key=key) if key else "")
-    env = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, settings.ENDPOINT_ENV: endpoint}
-    theirs = (os.environ if environ is None else environ).get(settings.RAY_ENV_HOOK)
-    if theirs and theirs != settings.ENV_HOOK:
-        env[settings.CHAINED_ENV_HOOK] = theirs
+    env = {RAY_ENV_HOOK: ENV_HOOK, ENV_OTLP_ENDPOINT: endpoint}
+    theirs = (os.environ if environ is None else environ).get(RAY_ENV_HOOK)
+    if theirs and theirs != ENV_HOOK:
+        env[ENV_CHAINED_ENV_HOOK] = theirs
     return env
 
 
 def untraced(env: dict[str, str]) -> None:
     """``env`` without raysight's tracing variables (a user's own runtime-env hook, which raysight chained, back)."""
-    if env.get(settings.RAY_ENV_HOOK) == settings.ENV_HOOK:
-        del env[settings.RAY_ENV_HOOK]
-        if chained := env.pop(settings.CHAINED_ENV_HOOK, None):
-            env[settings.RAY_ENV_HOOK] = chained
-    env.pop(settings.ENDPOINT_ENV, None)
+    if env.get(RAY_ENV_HOOK) == ENV_HOOK:
+        del env[RAY_ENV_HOOK]
+        if chained := env.pop(ENV_CHAINED_ENV_HOOK, None):
+            env[RAY_ENV_HOOK] = chained
+    env.pop(ENV_OTLP_ENDPOINT, None)
 
 
 def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
@@ -86,7 +96,6 @@ def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
 # the cluster: without one of the two, a driver started in another shell sends none of its tasks' events (their
 # definitions, failures and end states: the owner's side), and its tasks look as if they had all run fine.
 RAY_SYSTEM_CONFIG = {"enable_ray_event": True, "enable_core_worker_ray_event_to_aggregator": True}
-SYSTEM_CONFIG_VAR = "RAYSIGHT_RAY_SYSTEM_CONFIG"
 
 
 def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> list[str]:
@@ -95,10 +104,11 @@ def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool =
     exports = {
         **ray_env(server, cluster, key=key),
         **(tracing_env(server, key) if tracing else {}),
-        SYSTEM_CONFIG_VAR: json.dumps(RAY_SYSTEM_CONFIG),
+        ENV_RAY_SYSTEM_CONFIG: json.dumps(RAY_SYSTEM_CONFIG),
     }
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
-        f'# on the head node: ray start --head --system-config="${SYSTEM_CONFIG_VAR}" …  (drivers started elsewhere',
+        f'# on the head node: ray start --head --system-config="${ENV_RAY_SYSTEM_CONFIG}" …  '
+        "(drivers started elsewhere",
         "# then send their tasks' events too); on the other nodes: ray start --address=… (these exports, no config)",
         f"# and on every node, for its logs: raysight agent --server {server}"
         + (f" --ingest-key {key}" if key else "")
@@ -202,7 +212,7 @@ def ensure_server(server: str | None) -> str:
     with Client(url, timeout=2) as client:
         if client.ping():
             return url
-    if server or os.environ.get("RAYSIGHT_SERVER"):
+    if server or os.environ.get(ENV_SERVER):
         raise click.ClickException(f"no raysight server answers at {url}")
     data_dir = default_data_dir()
     pid = start_detached(DEFAULT_HOST, DEFAULT_PORT, data_dir)

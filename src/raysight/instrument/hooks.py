@@ -17,15 +17,13 @@ from raysight import wire
 from raysight.instrument import ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.ray_ids import RayIds
-from raysight.instrument.settings import (
-    CHAINED_ENV_HOOK,
-    CHAINED_SETUP_HOOK,
-    ENDPOINT_ENV,
-    ENV_HOOK,
-    RAY_ENV_HOOK,
-    SAMPLE_RATIO_ENV,
-    SETUP_HOOK,
-    SETUP_HOOK_KEY,
+from raysight.instrument.settings import ENV_HOOK, RAY_ENV_HOOK, SETUP_HOOK, SETUP_HOOK_KEY
+from raysight.settings import (
+    ENV_CHAINED_ENV_HOOK,
+    ENV_CHAINED_SETUP_HOOK,
+    ENV_OTLP_ENDPOINT,
+    ENV_TRACES_SAMPLE_RATIO,
+    default_server,
 )
 
 log = logging.getLogger("raysight.instrument")
@@ -39,7 +37,7 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
     global _queue
     with _lock:
         if _queue is None:
-            url = (endpoint or os.environ.get(ENDPOINT_ENV) or _default_server()).rstrip("/") + wire.OTLP_TRACES
+            url = (endpoint or os.environ.get(ENV_OTLP_ENDPOINT) or default_server()).rstrip("/") + wire.OTLP_TRACES
             provider = _provider()
             _queue = SpanQueue(url, _resource(provider))
             provider.add_span_processor(RayIds())
@@ -54,7 +52,7 @@ def _resource(provider: TracerProvider) -> Callable[[], dict[str, Any]]:
 
 def _sample_ratio() -> float:
     try:
-        return min(max(float(os.environ.get(SAMPLE_RATIO_ENV, "1")), 0.0), 1.0)
+        return min(max(float(os.environ.get(ENV_TRACES_SAMPLE_RATIO, "1")), 0.0), 1.0)
     except ValueError:
         return 1.0
 
@@ -82,12 +80,6 @@ def _provider() -> TracerProvider:
     return provider
 
 
-def _default_server() -> str:
-    from raysight.config import default_server
-
-    return default_server()
-
-
 def init(endpoint: str | None = None) -> None:
     """Trace this driver. Called before ``ray.init``, the job's workers are traced too (as `raysight run` does);
     after it, only where the job's runtime env already names :func:`worker_setup`."""
@@ -105,9 +97,9 @@ def init(endpoint: str | None = None) -> None:
         instrument(endpoint, propagate=traced_workers)
         return
     if endpoint:
-        os.environ[ENDPOINT_ENV] = endpoint
+        os.environ[ENV_OTLP_ENDPOINT] = endpoint
     if os.environ.get(RAY_ENV_HOOK) not in (None, "", ENV_HOOK):
-        os.environ[CHAINED_ENV_HOOK] = os.environ[RAY_ENV_HOOK]
+        os.environ[ENV_CHAINED_ENV_HOOK] = os.environ[RAY_ENV_HOOK]
     os.environ[RAY_ENV_HOOK] = ENV_HOOK
     if (uv := uv_run_skips_hooks()) is not None:
         log.warning("raysight: %s", uv)
@@ -117,17 +109,17 @@ def init(endpoint: str | None = None) -> None:
 def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
     """``RAY_RUNTIME_ENV_HOOK``: the job's runtime env with :func:`worker_setup` as its setup hook (chaining the one it
     had) and raysight's endpoint; this driver traced."""
-    if chained := os.environ.get(CHAINED_ENV_HOOK):
+    if chained := os.environ.get(ENV_CHAINED_ENV_HOOK):
         runtime_env = _load(chained)(runtime_env)
     runtime_env = dict(runtime_env or {})
     env_vars = dict(runtime_env.get("env_vars") or {})
-    if endpoint := os.environ.get(ENDPOINT_ENV):
-        env_vars.setdefault(ENDPOINT_ENV, endpoint)
+    if endpoint := os.environ.get(ENV_OTLP_ENDPOINT):
+        env_vars.setdefault(ENV_OTLP_ENDPOINT, endpoint)
     user_hook = runtime_env.get(SETUP_HOOK_KEY)
     if user_hook is None or user_hook == SETUP_HOOK:
         runtime_env[SETUP_HOOK_KEY] = SETUP_HOOK
     elif isinstance(user_hook, str):
-        env_vars[CHAINED_SETUP_HOOK] = user_hook
+        env_vars[ENV_CHAINED_SETUP_HOOK] = user_hook
         runtime_env[SETUP_HOOK_KEY] = SETUP_HOOK
     else:
         runtime_env[SETUP_HOOK_KEY] = _chained_setup(user_hook)
@@ -147,7 +139,7 @@ def worker_setup() -> None:
         instrument()
     except Exception:  # noqa: BLE001
         log.warning("raysight: could not trace this worker", exc_info=True)
-    if chained := os.environ.get(CHAINED_SETUP_HOOK):
+    if chained := os.environ.get(ENV_CHAINED_SETUP_HOOK):
         _load(chained)()
 
 

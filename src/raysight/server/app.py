@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -15,19 +14,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from raysight.config import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, DEFAULT_MEMORY_LIMIT, QueryLimits
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.auth import Secrets
-from raysight.server.forward import Forwarder, Forwarding
+from raysight.server.forward import Forwarder
 from raysight.server.guard import refusal
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
-from raysight.store.metric_retention import MetricsBounds
-from raysight.store.retention import KEEP_ALL, Retention
+from raysight.settings import Settings
 from raysight.store.store import Store
-from raysight.store.trace_sampling import TailSampling
-from raysight.store.writer import FOLD_LINGER_S, FOLD_NICENESS, FOLD_REST, SPANS_LINGER_S, Writer
+from raysight.store.writer import FOLD_NICENESS, Writer
 
 log = logging.getLogger("raysight.server")
 # Bodies of the largest size the server may hold at once (256 MiB at the default --max-body): Ray sends a batch per
@@ -79,62 +75,34 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(app_state(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def create_app(
-    data_dir: str | Path,
-    *,
-    secrets: Secrets | None = None,
-    allowed_hosts: frozenset[str] | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
-    max_events: int = DEFAULT_MAX_EVENTS,
-    memory_limit: str = DEFAULT_MEMORY_LIMIT,
-    fold_linger_s: float = FOLD_LINGER_S,
-    fold_rest: float = FOLD_REST,
-    spans_linger_s: float = SPANS_LINGER_S,
-    log_retention: Retention = KEEP_ALL,
-    metrics_bounds: MetricsBounds | None = None,
-    forwarding: Forwarding | None = None,
-    trace_sampling: TailSampling | None = None,
-    query_limits: QueryLimits | None = None,
-) -> Starlette:
-    """The ASGI app over the store in ``data_dir``; the store opens at startup and closes at shutdown.
+def create_app(settings: Settings) -> Starlette:
+    """The ASGI app over the store in the settings' data dir; the store opens at startup and closes at shutdown.
 
-    ``secrets`` None: no credentials asked (loopback); ``allowed_hosts`` None: any ``Host`` served; ``forwarding``:
-    where the receiver's spans go besides (or instead of) the store; ``query_limits``: what each PromQL query may
-    spend (None: the defaults).
+    Their ``secrets`` are those asked (None: no credentials, as on loopback); their ``allowed_hosts`` None: any
+    ``Host`` served; ``forwarding``: where the receiver's spans go besides (or instead of) the store.
     """
-    secrets = secrets or Secrets.loopback()
+    secrets = Secrets.of(settings.secrets)
+    limits = settings.http
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        bounds = metrics_bounds or MetricsBounds()
-        store = Store(
-            data_dir, worker_niceness=FOLD_NICENESS, memory_limit=memory_limit, metrics_max_series=bounds.max_series
-        )
+        store = Store(settings.data_dir, settings.store, worker_niceness=FOLD_NICENESS)
         metrics_ = Metrics(store)
-        writer = Writer(
-            store,
-            metrics_.committed,
-            fold_linger_s=fold_linger_s,
-            fold_rest=fold_rest,
-            spans_linger_s=spans_linger_s,
-            log_retention=log_retention,
-            metrics=bounds,
-            trace_sampling=trace_sampling,
-        )
+        writer = Writer(store, metrics_.committed, settings.writer)
         metrics_.watch(writer)
-        bodies = BodyBudget(BODIES_HELD * max(max_body, RAY_METRICS_MAX_BODY))
-        forwarder = Forwarder(forwarding) if forwarding and forwarding.url else None
+        bodies = BodyBudget(BODIES_HELD * max(limits.max_body, RAY_METRICS_MAX_BODY))
+        forwarder = Forwarder(settings.forwarding) if settings.forwarding.url else None
         app.state.raysight = AppState(
             store,
             writer,
             secrets,
             metrics_,
-            max_body,
-            max_events,
+            limits.max_body,
+            limits.max_events,
             bodies,
-            forwarding or Forwarding(),
+            settings.forwarding,
             forwarder,
-            query_limits=query_limits or QueryLimits(),
+            query_limits=settings.queries,
         )
         try:
             yield
@@ -156,6 +124,6 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(Guard, secrets=secrets, allowed_hosts=allowed_hosts)],
+        middleware=[Middleware(Guard, secrets=secrets, allowed_hosts=settings.allowed_hosts)],
         exception_handlers={Exception: handle_error, RaysightError: handle_error, ClientDisconnect: client_gone},
     )

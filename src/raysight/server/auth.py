@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-SECRETS_FILE = "secrets.json"
+from raysight.settings import SECRETS_FILE, Credentials
 
 
 def _same(given: str | None, secret: str | None) -> bool:
@@ -30,14 +30,16 @@ def bearer(header: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Secrets:
-    token: str | None  # None: all open (loopback)
-    ingest_key: str | None
-    admin_token: str | None
+class Secrets(Credentials):
+    """The credentials a server asks for (None: all open, as on loopback), and the checks of what a request brings."""
 
     @classmethod
     def loopback(cls) -> Secrets:
         return cls(None, None, None)
+
+    @classmethod
+    def of(cls, credentials: Credentials) -> Secrets:
+        return cls(**asdict(credentials))
 
     def token_ok(self, header: str | None) -> bool:
         """Reads: the read token, or the admin token (which grants everything)."""

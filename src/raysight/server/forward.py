@@ -16,6 +16,7 @@ import httpx
 
 from raysight import wire
 from raysight.config import OWN_HEADERS
+from raysight.settings import Forwarding
 
 log = logging.getLogger("raysight.forward")
 MAX_QUEUE = 1000  # exports (bodies of up to --max-body each)
@@ -23,20 +24,9 @@ GIVE_UP_S = 60.0
 RETRYABLE = {429, 502, 503, 504}
 
 
-@dataclass(frozen=True)
-class Forwarding:
-    """Where the receiver's spans go: ``url`` (an OTLP/HTTP endpoint, ``/v1/traces`` appended unless given), with
-    ``headers`` (an API key, say); ``store`` False: forwarded only."""
-
-    url: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    store: bool = True
-
-    @property
-    def traces_url(self) -> str | None:
-        if self.url is None:
-            return None
-        return self.url if self.url.rstrip("/").endswith(wire.OTLP_TRACES) else self.url.rstrip("/") + wire.OTLP_TRACES
+def traces_url(url: str) -> str:
+    """Forwarding's endpoint, ``/v1/traces`` appended unless given."""
+    return url if url.rstrip("/").endswith(wire.OTLP_TRACES) else url.rstrip("/") + wire.OTLP_TRACES
 
 
 @dataclass
@@ -49,8 +39,8 @@ class ForwardCounts:
 
 class Forwarder:
     def __init__(self, forwarding: Forwarding, max_queue: int = MAX_QUEUE) -> None:
-        assert forwarding.traces_url is not None
-        self.url, self.counts = forwarding.traces_url, ForwardCounts()
+        assert forwarding.url is not None
+        self.url, self.counts = traces_url(forwarding.url), ForwardCounts()
         self._client = httpx.Client(headers=OWN_HEADERS, timeout=10)
         self._client.headers.update(dict(forwarding.headers))  # (the user's, a User-Agent too)
         self._queue: queue.Queue[tuple[bytes, str] | None] = queue.Queue(max_queue)

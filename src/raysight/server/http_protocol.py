@@ -12,7 +12,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from raysight.config import Limits
+from raysight.settings import Limits
 
 
 def _closing_response(status: bytes, message: bytes, *headers: bytes) -> bytes:

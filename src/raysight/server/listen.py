@@ -11,8 +11,8 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.config import STARTUP_FAILURE
 
-from raysight.config import Limits
 from raysight.server.http_protocol import protocol_with
+from raysight.settings import Limits
 
 
 class _Announcing(uvicorn.Server):

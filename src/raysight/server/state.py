@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from raysight.config import QueryLimits
 from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
-from raysight.server.forward import Forwarder, Forwarding
+from raysight.server.forward import Forwarder
 from raysight.server.resends import Resends
+from raysight.settings import DB_FILE, Forwarding, QueryLimits
 from raysight.store.store import ApplyResult, Store
 from raysight.store.writer import Writer
 
@@ -91,7 +91,7 @@ class Metrics:
 
 
 def _size(store: Store) -> float:
-    return float(sum(p.stat().st_size for p in store.data_dir.glob("raysight.duckdb*") if p.is_file()))
+    return float(sum(p.stat().st_size for p in store.data_dir.glob(f"{DB_FILE}*") if p.is_file()))
 
 
 class BodyBudget:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import duckdb
 
+from raysight.settings import Retention
 from raysight.store import log_index
-from raysight.store.retention import Retention
 from raysight.store.schema import LAST_LOG_SEQ_SQL
 
 Run = Callable[..., duckdb.DuckDBPyConnection]

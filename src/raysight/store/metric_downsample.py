@@ -13,49 +13,27 @@ samples) finds one sample or none, as in Thanos.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 
-from raysight.store.retention import parse_duration
+from raysight import units
+from raysight.settings import Downsampling
 
 Run = Callable[..., duckdb.DuckDBPyConnection]
 MINUTE_MS, TEN_MINUTES_MS = 60_000, 600_000
 MAX_SPAN_MS = 86_400_000  # thinned in one go, at most: a store that waited long catches up a day a minute
-_SPEC = re.compile(r"\s*([^,\s]+)\s*,\s*([^,\s]+)\s*")
 
 
-@dataclass(frozen=True)
-class Downsampling:
-    """After how long raw samples become one a minute, and after how long one each 10 minutes (None: never)."""
-
-    raw_for: str | None = "7d"
-    minutes_for: str | None = "90d"
-
-    @classmethod
-    def parse(cls, text: str) -> Downsampling:
-        """``7d,90d``, or ``off``; ValueError otherwise."""
-        if text.strip().lower() == "off":
-            return cls(None, None)
-        match = _SPEC.fullmatch(text)
-        if not match:
-            raise ValueError(f"{text!r} is not RAW,MINUTES such as 7d,90d, or off")
-        raw, minutes = match[1], match[2]
-        if parse_duration(minutes) <= parse_duration(raw):
-            raise ValueError(f"{text!r}: the 10-minute part must begin after the 1-minute part ({minutes} > {raw})")
-        return cls(raw, minutes)
-
-    def tiers(self) -> list[tuple[int, float]]:
-        """(the interval in ms, after how many seconds), coarser last."""
-        if self.raw_for is None or self.minutes_for is None:
-            return []
-        return [(MINUTE_MS, parse_duration(self.raw_for)), (TEN_MINUTES_MS, parse_duration(self.minutes_for))]
-
-
-OFF = Downsampling(None, None)
+def tiers(downsampling: Downsampling) -> list[tuple[int, float]]:
+    """(the interval in ms, after how many seconds), coarser last; none when off."""
+    if downsampling.raw_for is None or downsampling.minutes_for is None:
+        return []
+    return [
+        (MINUTE_MS, units.duration_s(downsampling.raw_for)),
+        (TEN_MINUTES_MS, units.duration_s(downsampling.minutes_for)),
+    ]
 
 
 def _key(interval_ms: int) -> str:
@@ -93,7 +71,7 @@ def downsample(run: Run, downsampling: Downsampling, now_ms: int) -> int:
     """Thin what each tier now covers and was not thinned yet (with ``run``, the store's, inside its transaction);
     the samples dropped."""
     dropped = 0
-    for interval, after_s in downsampling.tiers():
+    for interval, after_s in tiers(downsampling):
         to_ms = (now_ms - int(after_s * 1000)) // interval * interval  # (whole intervals only)
         (done,) = run("SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = ?", [_key(interval)]).fetchall()[0]
         if to_ms <= done:

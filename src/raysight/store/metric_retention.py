@@ -1,6 +1,6 @@
 """Bounds on the metrics the store keeps.
 
-- **Series per session** (`raysight server --metrics-max-series`, default :data:`DEFAULT_MAX_SERIES`): a scrape's
+- **Series per session** (`raysight server --metrics-max-series`, the store's setting): a scrape's
   series new to a session that has reached the limit are refused, and their samples dropped, each scrape, counted
   per session (``metric_refused``, which `raysight doctor` shows). A refused series' line is remembered as such in
   memory while its target exposes it (the lines of each target's last scrape, within the store's bound on them:
@@ -16,26 +16,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import duckdb
 
-from raysight.store.metric_downsample import Downsampling
-from raysight.store.retention import KEEP_ALL, Retention
+from raysight.settings import Retention
 
-DEFAULT_MAX_SERIES = 1_000_000
 UNWRITTEN_BYTES = 20  # a sample's width before DuckDB compresses it into a block: series_no, ts_ms, value
 Run = Callable[..., duckdb.DuckDBPyConnection]
-
-
-@dataclass(frozen=True)
-class MetricsBounds:
-    """The server's bounds on metrics: series per session, the retention of samples (none by default), and their
-    downsampling (``store/metric_downsample.py``)."""
-
-    max_series: int = DEFAULT_MAX_SERIES
-    retention: Retention = field(default_factory=lambda: KEEP_ALL)
-    downsampling: Downsampling = field(default_factory=Downsampling)
 
 
 COUNT_REFUSED = """

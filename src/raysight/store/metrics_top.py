@@ -10,8 +10,8 @@ from typing import Any
 
 import duckdb
 
-from raysight.config import QueryLimits
 from raysight.errors import Unavailable
+from raysight.settings import QueryLimits
 from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
 

@@ -25,7 +25,7 @@ import numpy as np
 import promql_parser as pp
 import re2
 
-from raysight.config import QueryLimits
+from raysight.settings import QueryLimits
 
 LOOKBACK_MS = 300_000
 NAME = "__name__"

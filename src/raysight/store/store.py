@@ -27,13 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raysight import os_thread
-from raysight.config import DEFAULT_MEMORY_LIMIT
 from raysight.ingest import agent_logs, events_sql, otlp, prom_text
 from raysight.ingest.events_sql import sql_str
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
+from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
 from raysight.store import (
     log_index,
     log_retention,
@@ -44,14 +44,10 @@ from raysight.store import (
     trace_sampling,
 )
 from raysight.store.fold import fold
-from raysight.store.metric_downsample import Downsampling
 from raysight.store.reconcile import reconcile
-from raysight.store.retention import Retention
-from raysight.store.trace_sampling import TailSampling
 
 sql_log = logging.getLogger("raysight.store.sql")
 
-DB_FILE = "raysight.duckdb"
 REINDEX_CHUNK = 100_000
 SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
@@ -204,22 +200,20 @@ class Store:
     """One DuckDB database file in ``data_dir``."""
 
     def __init__(
-        self,
-        data_dir: str | os.PathLike[str],
-        worker_niceness: int = 0,
-        memory_limit: str = DEFAULT_MEMORY_LIMIT,
-        metrics_max_series: int = metric_retention.DEFAULT_MAX_SERIES,
+        self, data_dir: str | os.PathLike[str], settings: StoreSettings | None = None, worker_niceness: int = 0
     ) -> None:
         """Open (creating or upgrading) the store; DuckDB's worker threads run at ``worker_niceness`` and take at most
-        ``memory_limit`` (DuckDB's notation: ``1GB``); a session keeps at most ``metrics_max_series`` series."""
+        the settings' ``memory_limit`` (None: the defaults); a session keeps at most their ``metrics_max_series``
+        series."""
+        settings = settings or StoreSettings()
         self.data_dir = Path(data_dir)
-        self.metrics_max_series = metrics_max_series
+        self.metrics_max_series = settings.metrics_max_series
         self._targets: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], _Target] = {}  # scraped targets, LRU
         self._known_lines = 0  # the lines of self._targets, all together
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
-        self._niceness, self._memory_limit = worker_niceness, memory_limit
+        self._niceness, self._memory_limit = worker_niceness, settings.memory_limit
         self.con = self._open()
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}

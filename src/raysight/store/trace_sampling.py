@@ -7,27 +7,12 @@ trace left to judge it with). Spans the server forwards are sent on before any o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import duckdb
+
+from raysight.settings import TailSampling
 
 WATERMARK_KEY = "traces_sampled_through_ns"  # in ``meta``: traces whose last span ended by then were decided
 HASH_BUCKETS = 1_000_000
-
-
-@dataclass(frozen=True)
-class TailSampling:
-    keep: float = 1.0  # of the traces neither failed nor slow
-    slow_ns: int | None = None  # a trace this long is always kept
-    wait_s: float = 30.0  # with no new span for this long, a trace is decided
-
-    @property
-    def active(self) -> bool:
-        return self.keep < 1.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.keep <= 1.0:
-            raise ValueError(f"the fraction of traces kept is 0 to 1, not {self.keep}")
 
 
 def sample(con: duckdb.DuckDBPyConnection, sampling: TailSampling, now_ns: int) -> tuple[int, int]:

@@ -8,8 +8,9 @@ writes (reindex, deletes, run exits) in order between groups. At start, the jour
 first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
 
 On a quiet server a batch is folded (queryable) a fraction of a second after it is acknowledged, having waited only
-:data:`FOLD_LINGER_S` for POSTs arriving with it (several nodes' aggregators). After each group the fold thread
-rests :data:`FOLD_REST` times as long as the group took: under load, what arrives while one group folds and rests
+its settings' ``fold_linger_s`` (:data:`raysight.settings.FOLD_LINGER_S`) for POSTs arriving with it (several nodes'
+aggregators). After each group the fold thread rests ``fold_rest`` (:data:`raysight.settings.FOLD_REST`) times as
+long as the group took: under load, what arrives while one group folds and rests
 makes the next group, so groups grow with the rate, the fixed cost of a group is spread over more events the busier
 the server is, and folding (at the lowest priority) is under way at most about a quarter of the time beside a busy
 Ray. A backlog that fills groups is drained without resting or waiting.
@@ -38,11 +39,9 @@ import duckdb
 from raysight import os_thread
 from raysight.ingest.agent_logs import BadBatch
 from raysight.ingest.prom_text import Scrape
+from raysight.settings import JOURNAL_DIR, WriterSettings
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS, Batch, Journal, Record
-from raysight.store.metric_retention import MetricsBounds
-from raysight.store.retention import KEEP_ALL, Retention
 from raysight.store.store import ApplyResult, Parsed, Post, Store
-from raysight.store.trace_sampling import TailSampling
 
 log = logging.getLogger("raysight.writer")
 
@@ -52,21 +51,7 @@ MAX_GROUP_EVENTS = 50_000  # however small: folding takes ~800 bytes of memory a
 IDLE_S = 0.5
 BUSY_POLL_S = 0.01  # how often the gather thread, draining a backlog, looks whether the fold thread is done
 FOLD_NICENESS = 19
-# Folding a group costs a fixed amount of CPU (DuckDB plans its statements: 0.05-0.25 s) plus tens of µs an event.
-# A group waits this long after its first POST was journalled for others arriving with it (each node's aggregator
-# sends about once a second, at its own moment); it adds to how stale queries are on a quiet server
-# (benchmarks/freshness.py).
-FOLD_LINGER_S = 0.05
-# Spans linger longer: each traced Ray process sends an export up to once a second (and after each burst of tasks),
-# each at its own moment, and a fold's fixed cost (~15 ms of DuckDB statements and a commit) paid for every one of
-# them was most of what the server cost a busy Ray (benchmarks/tracing.py). A trace shows this much later.
-SPANS_LINGER_S = 1.0
-# After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
-# which stretches a fold at niceness 19, lengthens the rest), up to MAX_REST_S: folding takes at most a quarter of
-# the time, and under load groups grow instead of their fixed cost being paid back to back beside a busy Ray
-# (benchmarks/ray_task_throughput.py). A batch arriving once the rest is over folds after FOLD_LINGER_S.
-FOLD_REST = 3.0
-MAX_REST_S = 4.0
+MAX_REST_S = 4.0  # the longest rest after a group (its settings' fold_rest times as long as it took)
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
 PRUNE_EVERY_S = 60.0  # between applications of the retentions, when there are (the first at start)
@@ -124,20 +109,14 @@ class Writer:
         self,
         store: Store,
         on_commit: Callable[[ApplyResult, float], None] | None = None,
-        fold_linger_s: float = FOLD_LINGER_S,
-        fold_rest: float = FOLD_REST,
-        spans_linger_s: float = SPANS_LINGER_S,
-        log_retention: Retention = KEEP_ALL,
-        metrics: MetricsBounds | None = None,
-        trace_sampling: TailSampling | None = None,
+        settings: WriterSettings | None = None,
     ) -> None:
-        self.store = store
-        self.log_retention, self.metrics = log_retention, metrics or MetricsBounds()
-        self.trace_sampling = trace_sampling or TailSampling()
+        """Fold what is journalled into ``store`` (``on_commit`` told of each group committed), as ``settings`` say
+        (None: the defaults)."""
+        self.store, self.settings = store, settings or WriterSettings()
         self._prune_after = 0.0  # monotonic time of the next application of the retention
-        self.fold_linger_s, self.fold_rest, self.spans_linger_s = fold_linger_s, fold_rest, spans_linger_s
         folded = store.journal_folded()
-        self.journal = Journal(store.data_dir / "journal", folded)
+        self.journal = Journal(store.data_dir / JOURNAL_DIR, folded)
         self._to_journal: queue.Queue[Any] = queue.Queue()
         self._to_fold: queue.Queue[Any] = queue.Queue()
         self._to_apply: queue.Queue[Any] = queue.Queue()  # groups gathered (and parsed), calls, _STOP
@@ -309,7 +288,7 @@ class Writer:
             if not draining and not self._until_unfinished(0):
                 return
             group, size, events, after = [item], len(item.body), item.events, None
-            linger = self.spans_linger_s if item.kind == SPANS else self.fold_linger_s
+            linger = self.settings.spans_linger_s if item.kind == SPANS else self.settings.fold_linger_s
             deadline = None if draining else max(item.at + linger, self._rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 if deadline is None:
@@ -384,7 +363,7 @@ class Writer:
                 started = time.monotonic()
                 self._fold(item.records, item.parsed)
                 ended = time.monotonic()
-                self._rest_until = ended + min(self.fold_rest * (ended - started), MAX_REST_S)
+                self._rest_until = ended + min(self.settings.fold_rest * (ended - started), MAX_REST_S)
             else:
                 _settle(item[1], item[0], self.store)
             with self._finished:
@@ -399,8 +378,8 @@ class Writer:
             return
         self._prune_after = time.monotonic() + PRUNE_EVERY_S
         for what, retention, prune in (
-            ("log", self.log_retention, self.store.prune_logs),
-            ("metrics", self.metrics.retention, self.store.prune_metrics),
+            ("log", self.settings.log_retention, self.store.prune_logs),
+            ("metrics", self.settings.metrics_retention, self.store.prune_metrics),
         ):
             try:
                 if retention and (dropped := prune(retention)):
@@ -408,14 +387,14 @@ class Writer:
             except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; all stays until next time)
                 log.warning("%s retention failed, will try again in %.0f s: %s", what, PRUNE_EVERY_S, exc)
         try:
-            if self.trace_sampling.active and (dropped := self.store.sample_traces(self.trace_sampling)):
+            sampling = self.settings.trace_sampling
+            if sampling.active and (dropped := self.store.sample_traces(sampling)):
                 log.info("trace sampling: %d spans of traces neither failed nor slow dropped", dropped)
         except Exception as exc:  # noqa: BLE001 (as above)
             log.warning("trace sampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
         try:
-            if self.metrics.downsampling.tiers() and (
-                thinned := self.store.downsample_metrics(self.metrics.downsampling)
-            ):
+            downsampling = self.settings.metrics_downsampling
+            if downsampling and (thinned := self.store.downsample_metrics(downsampling)):
                 log.info("metrics downsampling: %d samples thinned away", thinned)
         except Exception as exc:  # noqa: BLE001 (as above)
             log.warning("metrics downsampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
