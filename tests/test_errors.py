@@ -89,8 +89,11 @@ def test_errors_filter_by_type_job_and_time(server: TestClient, ray_batches) -> 
     assert [g["error_type"] for g in groups(server, type="task_execution_exception")] == ["TASK_EXECUTION_EXCEPTION"]
     assert len(groups(server, job="01000000")) == 3 and groups(server, job="ff000000") == []
     assert groups(server, since=2**62) == [] and len(groups(server, until=2**62)) == 3
+    assert len(groups(server, since="2020-01-01")) == 3 and groups(server, until="2020-01-01T00:00:00Z") == []
+    assert groups(server, since="-1d") == [] and len(groups(server, until="+1d")) == 3  # (recorded in 2026)
     bad = server.get("/api/raysight/errors", params={"since": "yesterday"})
     assert bad.status_code == 400 and "since" in bad.json()["error"]
+    assert "nor an ISO 8601 time nor epoch ns" in bad.json()["error"]
     unknown = server.get("/api/raysight/errors", params={"session": "session_nope"})
     assert unknown.status_code == 404 and "raysight sessions" in unknown.json()["error"]
 

@@ -176,6 +176,9 @@ def test_a_gzip_body_of_several_members_is_read_whole_and_a_truncated_one_refuse
         wait_folded(http)
         found = http.get("/api/raysight/traces", params={"session": SESSION, "limit": 100}).json()["traces"]
         assert {t["trace_id"] for t in found} >= {(i).to_bytes(16, "big").hex() for i in (100, 101, 200, 201, 202)}
+        for min_duration, kept in (("1", len(found)), ("1us", 0)):  # each span lasts 1 ns; a bare number is ns
+            params = {"session": SESSION, "limit": 100, "min_duration": min_duration}
+            assert len(http.get("/api/raysight/traces", params=params).json()["traces"]) == kept
         cut = http.post("/v1/traces", content=gzip.compress(first)[:-6], headers=GZIP)
         assert cut.status_code == 400 and "ends within its stream" in cut.json()["error"]
 

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from raysight import __version__
+from raysight import __version__, units
 from raysight.errors import BadQuery, Forbidden
 from raysight.server.answers import ROWS, answer, pieces, read_json, rendered, streamed
-from raysight.server.params import bool_param, int_param
+from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.state import app_state
 from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
@@ -136,10 +136,10 @@ async def ping(request: Request) -> Response:
 async def logs(request: Request) -> Response:
     """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
     &regex=&since=&until=&after=&limit=&newest=&markers=&include_own=&context=&count=: log lines in the order stored
-    (``since``/``until`` in epoch ns; ``after``: lines stored after this ``seq``, to follow; ``include_own``: a Ray
-    dashboard's lines of raysight's own requests too; ``context``: lines of the file around each match, flagged so);
-    ``last_seq`` is where to follow on from; ``dropped`` what the log retention dropped of the session. Streamed, a
-    chunk of lines at a time."""
+    (``since``/``until``: epoch ns, ISO 8601 or a time ago, -5m; ``after``: lines stored after this ``seq``, to follow;
+    ``include_own``: a Ray dashboard's lines of raysight's own requests too; ``context``: lines of the file around each
+    match, flagged so); ``last_seq`` is where to follow on from; ``dropped`` what the log retention dropped of the
+    session. Streamed, a chunk of lines at a time."""
     params = request.query_params
 
     def text(name: str) -> str | None:
@@ -167,8 +167,8 @@ async def logs(request: Request) -> Response:
         level=text("level"),
         grep=text("grep"),
         regex=text("regex"),
-        since_ns=int_param(params, "since", None),
-        until_ns=int_param(params, "until", None),
+        since_ns=time_param(params, "since", units.NS),
+        until_ns=time_param(params, "until", units.NS),
         after_seq=int_param(params, "after", None),
         limit=1000 if limit is None else limit,
         newest=bool_param(params, "newest"),
@@ -193,7 +193,8 @@ def recorded_session(con: Any, request: Request) -> str:
 
 async def errors(request: Request) -> Response:
     """GET /api/raysight/errors?session=&job=&since=&until=&type=: the session's root failures grouped by cause (most
-    frequent first), each with its consequences (``store/errors.py``); ``since``/``until`` in epoch ns."""
+    frequent first), each with its consequences (``store/errors.py``); ``since``/``until``: epoch ns, ISO 8601 or a time
+    ago."""
     params = request.query_params
 
     def read(con: Any) -> dict[str, Any]:
@@ -203,8 +204,8 @@ async def errors(request: Request) -> Response:
         query = ErrorQuery(
             session,
             job_id=(params.get("job") or "").lower() or None,
-            since_ns=int_param(params, "since", None),
-            until_ns=int_param(params, "until", None),
+            since_ns=time_param(params, "since", units.NS),
+            until_ns=time_param(params, "until", units.NS),
             error_type=params.get("type") or None,
         )
         return {"session": session, "groups": error_groups(con, query)}
@@ -237,9 +238,9 @@ async def activity(request: Request) -> Response:
 
 
 async def status(request: Request) -> Response:
-    """GET /api/raysight/status?session=&at=: what the cluster had and what waited for it at ``at`` (epoch ns; default
-    the last sample the poller took), as `ray status` shows it (``store/summaries.py``)."""
-    at = int_param(request.query_params, "at", None)
+    """GET /api/raysight/status?session=&at=: what the cluster had and what waited for it at ``at`` (epoch ns, ISO 8601
+    or a time ago; default the last sample the poller took), as `ray status` shows it (``store/summaries.py``)."""
+    at = time_param(request.query_params, "at", units.NS)
 
     def read(con: Any) -> dict[str, Any]:
         return summaries.cluster_status(con, recorded_session(con, request), at)
@@ -248,9 +249,9 @@ async def status(request: Request) -> Response:
 
 
 async def metrics_top(request: Request) -> Response:
-    """GET /api/raysight/metrics/top?session=&at=&limit=: the busiest nodes, workers and actors at ``at`` (epoch ms;
-    default now, or an ended session's last scrape), by CPU (``store/metrics_top.py``)."""
-    at = int_param(request.query_params, "at", None)
+    """GET /api/raysight/metrics/top?session=&at=&limit=: the busiest nodes, workers and actors at ``at`` (epoch ms, ISO
+    8601 or a time ago; default now, or an ended session's last scrape), by CPU (``store/metrics_top.py``)."""
+    at = time_param(request.query_params, "at", units.MS)
     limit = int_param(request.query_params, "limit", 10) or 10
     if limit > MAX_TOP:
         raise BadQuery(f"limit must be at most {MAX_TOP}")
@@ -300,8 +301,9 @@ MAX_TRACES = 10_000
 
 
 async def traces(request: Request) -> Response:
-    """GET /api/raysight/traces?session=&job=&task=&actor=&request=&name=&min_duration=&error=&since=&until=&limit=:
-    the traces with a span that matches, newest first (``min_duration``, ``since``, ``until`` in ns)."""
+    """GET /api/raysight/traces?session=&job=&task=&actor=&request=&name=&min_duration=&error=&since=&until=&limit=: the
+    traces with a span that matches, newest first (``min_duration`` in ns or with its unit, 250ms; ``since``, ``until``:
+    epoch ns, ISO 8601 or a time ago)."""
     params = request.query_params
 
     def entity(name: str) -> str | None:
@@ -317,10 +319,10 @@ async def traces(request: Request) -> Response:
         actor_id=entity("actor"),
         request_id=params.get("request") or None,
         name=params.get("name") or None,
-        min_duration_ns=int_param(params, "min_duration", None),
+        min_duration_ns=duration_param(params, "min_duration"),
         errors_only=bool_param(params, "error"),
-        since_ns=int_param(params, "since", None),
-        until_ns=int_param(params, "until", None),
+        since_ns=time_param(params, "since", units.NS),
+        until_ns=time_param(params, "until", units.NS),
         limit=limit,
     )
     return await read_json(app_state(request), lambda con: traces_sql.list_traces(con, query))
