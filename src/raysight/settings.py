@@ -538,7 +538,7 @@ CLIENT_ENVIRONMENT: tuple[Variable, ...] = (
     Variable(ENV_SERVER, f"The server the CLI's commands talk to [default http://{DEFAULT_HOST}:{DEFAULT_PORT}]."),
     Variable(ENV_TOKEN, "The read token the CLI sends (a server beyond loopback asks for it)."),
     Variable(ENV_ADMIN_TOKEN, "The admin token the CLI sends to delete sessions and reindex."),
-    Variable(ENV_INGEST_KEY, "The ingest key `raysight run`, `raysight env` and `raysight agent` send."),
+    Variable(ENV_INGEST_KEY, "The ingest key `raysight run`, `env`, `agent`, `poll` and `traces import` send."),
     Variable(ENV_DATA, "The data dir of the server `raysight run` starts, and of `raysight server stop`."),
     Variable(ENV_METRICS_KEEP, "`raysight run` and `raysight agent`: send only the metrics this regex matches."),
     Variable(ENV_METRICS_DROP, "`raysight run` and `raysight agent`: send no metric this regex matches."),
