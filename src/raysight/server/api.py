@@ -17,6 +17,7 @@ from raysight.errors import BadQuery, Forbidden
 from raysight.server.answers import ROWS, answer, pieces, read_json, rendered, streamed
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.state import app_state
+from raysight.settings import ENV_ADMIN_TOKEN, SECRETS_FILE
 from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import timeline as timeline_sql
@@ -87,8 +88,8 @@ def require_admin(request: Request) -> None:
     """Destructive operations take the admin token, not the read token (when bound beyond loopback)."""
     if not app_state(request).secrets.admin_ok(request.headers.get("authorization")):
         raise Forbidden(
-            "deleting sessions and reindexing need the admin token (`admin_token` in the server's secrets.json): "
-            "set RAYSIGHT_ADMIN_TOKEN or send it as Authorization: Bearer"
+            f"deleting sessions and reindexing need the admin token (`admin_token` in the server's {SECRETS_FILE}): "
+            f"set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
         )
 
 
