@@ -4,14 +4,14 @@
 RaysightError
  ├─ BadQuery        a filter, sort, limit or parameter the caller must fix (HTTP 400; Prometheus's "bad_data")
  │   └─ BadIngest   a body its ingest route cannot read: not JSON, not an array of Ray events, not an OTLP export,
- │                  not what the agent sends (a ValueError too, as the parsers' checks of each value raise)
+ │                  not what the agent sends (a ValueError too, as the parsers' own errors were)
  ├─ QueryFailed     a query that failed as it ran: too many samples, a value past int64 (HTTP 422; "execution")
  ├─ NotFound        an unknown session, resource or ID (HTTP 404)
  ├─ Unauthorized    a missing or wrong token (HTTP 401)
  ├─ Forbidden       a token that does not grant this, or a request another site sent (HTTP 403)
  ├─ BodyTooLarge    a request body over its route's limit (HTTP 413)
  │   └─ TooMany     a body of more items (spans, records, lines) than its route takes at once
- ├─ UnsupportedEncoding  a request body in a Content-Encoding the route does not read (HTTP 415)
+ ├─ UnsupportedEncoding  a request body of a type or Content-Encoding the route does not read (HTTP 415)
  ├─ Unavailable     the server cannot take this now (folding behind or stalled): retry (HTTP 503; "unavailable")
  │   ├─ QueryTimeout     a query past its time budget (Prometheus's "timeout")
  │   └─ QueueFull        the writer's backlog is full: the store is too far behind to journal more now
