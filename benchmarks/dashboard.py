@@ -36,7 +36,14 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.list_latency import run_tasks, session_copy, wait_for  # noqa: E402 (after the sys.path line)
+from benchmarks.list_latency import (  # noqa: E402 (after the sys.path line)
+    OWN_TASKS,
+    RAY_TASKS,
+    run_tasks,
+    session_copy,
+    url_with,
+    wait_for,
+)
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.store.store import DB_FILE  # noqa: E402
@@ -240,9 +247,9 @@ def against_ray(browser: Browser, n_tasks: int, repeat: int) -> None:
             job = ray.get_runtime_context().get_job_id()
             run_tasks(n_tasks)
             with httpx.Client(timeout=60) as http:
-                ray_total = f"{dashboard}/api/v0/tasks?limit=1&exclude_driver=True"
+                ray_total = url_with(dashboard, RAY_TASKS, [("limit", "1"), ("exclude_driver", "True")])
                 wait_for("Ray: every task", lambda: http.get(ray_total).json()["data"]["result"]["total"] >= n_tasks)
-                own = f"{url}/api/raysight/tasks?session=bench-ray&limit=0"
+                own = url_with(url, OWN_TASKS, [("session", "bench-ray"), ("limit", "0")])
                 wait_for("raysight: every task", lambda: http.get(own).json()["total"] >= n_tasks)
             with Client(url) as client:
                 wait_until_quiet(client)

@@ -24,7 +24,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.list_latency import RAY_QUERY, session_copy, url_with  # noqa: E402 (after the sys.path line)
+from benchmarks.list_latency import RAY_QUERY, RAY_TASKS, session_copy, url_with  # noqa: E402 (after the sys.path line)
+from raysight import wire  # noqa: E402
 from raysight.store.store import DB_FILE  # noqa: E402
 from tests.ray_scenarios import ServerProcess  # noqa: E402
 
@@ -80,7 +81,7 @@ def main() -> None:
     server = ServerProcess(data_dir, start_timeout_s=120).start()
     try:
         with httpx.Client(timeout=120) as http:
-            errors_url, list_url = f"{server.url}/api/raysight/errors", url_with(server.url, "/api/v0/tasks", RAY_QUERY)
+            errors_url, list_url = server.url + wire.ERRORS, url_with(server.url, RAY_TASKS, RAY_QUERY)
             timed(http, errors_url, 1)  # warm
             errors, answer = timed(http, errors_url, args.requests)
             listed, _ = timed(http, list_url, args.requests)

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys.path line)
+from raysight import wire  # noqa: E402
 from raysight.cli.run import free_port, ray_env  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.errors import NotFound  # noqa: E402
@@ -92,7 +93,8 @@ def idle(n_batches: int) -> None:
                         for e in map(orjson.loads, texts)
                         if "taskLifecycleEvent" in e
                     )
-                    http.post("/ingest/ray-events?cluster=idle", content=body(texts), headers=JSON).raise_for_status()
+                    posted = http.post(wire.RAY_EVENTS, params={"cluster": "idle"}, content=body(texts), headers=JSON)
+                    posted.raise_for_status()
                     acknowledged = time.time()
                     lags.append(wait_shown(client, task_id, END_STATES) - acknowledged)
                     time.sleep(1 + 0.1 * (i % 10))  # the server idles between batches: 1-1.9 s
@@ -167,7 +169,7 @@ def trickle(seconds: float, every: float, on_done: Callable[[str, float], None])
 def folds(http: httpx.Client) -> tuple[int, float]:
     """(groups folded, seconds they took) since the server started, from its /metrics."""
     prefix = "raysight_store_commit_seconds_"
-    samples = dict(line.rsplit(" ", 1) for line in http.get("/metrics").text.splitlines() if line.startswith(prefix))
+    samples = dict(line.rsplit(" ", 1) for line in http.get(wire.METRICS).text.splitlines() if line.startswith(prefix))
     return int(float(samples[prefix + "count"])), float(samples[prefix + "sum"])
 
 

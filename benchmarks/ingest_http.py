@@ -31,6 +31,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import cpu_by_thread_name, cpu_seconds, wait_idle
 from benchmarks.recorded import body, parse_only, synth_batches
+from raysight import wire
 from raysight.client import Client
 from tests.ray_scenarios import JSON, ServerProcess
 
@@ -85,7 +86,7 @@ class Round:
 
 def measure(server: ServerProcess, bodies: list[bytes], events: int, connections: int) -> Round:
     """One round's figures for one server, its CPU split between acknowledging and folding by thread name."""
-    url = f"{server.url}/ingest/ray-events?cluster=bench"
+    url = f"{server.url}{wire.RAY_EVENTS}?cluster=bench"
     assert server.proc is not None
     pid = server.proc.pid
     with server.client() as client:

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.recorded import body, synth_batches  # noqa: E402 (after the sys.path line)
+from raysight import wire  # noqa: E402
 from raysight.cli.run import free_port, ray_env, wait_until_quiet  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.store import schema  # noqa: E402
@@ -113,6 +114,10 @@ def ratio(label: str, slow: list[float], fast: list[float]) -> None:
     print(f"  {label:<34} {statistics.median(slow) / statistics.median(fast):6.1f}x")
 
 
+RAY_TASKS = wire.path(wire.RAY_STATE, resource="tasks")  # Ray's state API, as raysight answers it too
+OWN_TASKS = wire.path(wire.RESOURCE, resource="tasks")
+
+
 def url_with(base: str, path: str, query: list[tuple[str, str]]) -> str:
     return str(httpx.URL(base + path, params=query))
 
@@ -179,8 +184,8 @@ def live(n_tasks: int, n_requests: int) -> None:
                 dashboard = f"http://{context.dashboard_url}"
                 run_tasks(n_tasks)
                 failed = n_tasks // 10
-                ray_total = url_with(dashboard, "/api/v0/tasks", [("limit", "1"), ("exclude_driver", "True")])
-                own_failed = url_with(server.url, "/api/raysight/tasks", [*OWN_QUERY[:1], ("limit", "0")])
+                ray_total = url_with(dashboard, RAY_TASKS, [("limit", "1"), ("exclude_driver", "True")])
+                own_failed = url_with(server.url, OWN_TASKS, [*OWN_QUERY[:1], ("limit", "0")])
                 with Client(server.url) as client, httpx.Client(timeout=60) as http:
                     wait_for("raysight: every failed task", lambda: http.get(own_failed).json()["total"] >= failed)
                     wait_until_quiet(client)
@@ -189,9 +194,9 @@ def live(n_tasks: int, n_requests: int) -> None:
                         lambda: http.get(ray_total).json()["data"]["result"]["total"] >= n_tasks,
                     )
                 targets = {
-                    "Ray dashboard /api/v0/tasks": url_with(dashboard, "/api/v0/tasks", RAY_QUERY),
-                    "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
-                    "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY),
+                    "Ray dashboard /api/v0/tasks": url_with(dashboard, RAY_TASKS, RAY_QUERY),
+                    "raysight /api/v0/tasks": url_with(server.url, RAY_TASKS, RAY_QUERY),
+                    "raysight /api/raysight/tasks": url_with(server.url, OWN_TASKS, OWN_QUERY),
                 }
                 http_times = time_requests(targets, n_requests)
                 ray_cli = time_cli("ray list --address <Ray dashboard>", ray_list(dashboard))
@@ -230,7 +235,7 @@ def build(data_dir: Path, n_tasks: int) -> dict[str, float]:
     took: seconds, the server's peak RSS, and the store's bytes after a CHECKPOINT."""
     shutil.rmtree(data_dir, ignore_errors=True)
     server = ServerProcess(data_dir).start()
-    url = f"{server.url}/ingest/ray-events?cluster=bench1m"
+    url = url_with(server.url, wire.RAY_EVENTS, [("cluster", "bench1m")])
     events, t0 = 0, time.perf_counter()
     try:
         with server.client() as client, httpx.Client(timeout=60) as http:
@@ -298,8 +303,8 @@ def synth(n_tasks: int, n_requests: int) -> None:
         server.start()
         time_requests(
             {
-                "raysight /api/v0/tasks": url_with(server.url, "/api/v0/tasks", RAY_QUERY),
-                "raysight /api/raysight/tasks": url_with(server.url, "/api/raysight/tasks", OWN_QUERY),
+                "raysight /api/v0/tasks": url_with(server.url, RAY_TASKS, RAY_QUERY),
+                "raysight /api/raysight/tasks": url_with(server.url, OWN_TASKS, OWN_QUERY),
             },
             n_requests,
         )

@@ -32,6 +32,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.ingest_http import post_all, wait_folded
+from raysight import wire
 from raysight.client import Client
 from raysight.errors import NotFound
 from tests.ray_scenarios import ServerProcess, agent_command
@@ -210,7 +211,7 @@ def main() -> None:
                 wait_folded(client)
                 queryable = time.perf_counter() - started
                 stored = client.logs(limit=1, markers=True)["total"]
-                post_all(f"{server.url}/ingest/ray-events?cluster=bench", task_events(tasks), 2)
+                post_all(f"{server.url}{wire.RAY_EVENTS}?cluster=bench", task_events(tasks), 2)
                 wait_folded(client)
                 first = client.logs(limit=1)["rows"][0]["ts_ns"]
                 last = client.logs(limit=1, newest=True)["rows"][0]["ts_ns"]

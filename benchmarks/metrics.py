@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import wait_idle
+from raysight import wire
 from raysight.cli.run import free_port
 from tests.ray_scenarios import ServerProcess
 
@@ -94,7 +95,7 @@ def ingest_raysight(url: str, load: Load, values: np.ndarray) -> float:
                     "target": {"instance": f"10.0.0.{node}:8080", "job": "ray"},
                     "text": load.page(values[i], node),
                 }
-                while (status := http.post(f"{url}/ingest/agent/metrics", json=body).status_code) == 503:
+                while (status := http.post(url + wire.AGENT_METRICS, json=body).status_code) == 503:
                     time.sleep(0.01)
                 if status != 200:
                     raise SystemExit(f"ingest answered {status}")
@@ -150,7 +151,7 @@ def raysight_bytes(store: Path) -> tuple[float, int]:
 def query(url: str, start: float, end: float) -> tuple[float, dict[str, list[tuple[float, float]]]]:
     params = {"query": QUERY, "start": start, "end": end, "step": 60}
     started = time.perf_counter()
-    answer = httpx.get(f"{url}/api/v1/query_range", params=params, timeout=120).json()
+    answer = httpx.get(url + wire.PROM_QUERY_RANGE, params=params, timeout=120).json()
     took = time.perf_counter() - started
     assert answer["status"] == "success", answer
     return took, {r["metric"]["node"]: [(t, float(v)) for t, v in r["values"]] for r in answer["data"]["result"]}

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.list_latency import url_with  # noqa: E402 (after the sys.path line)
+from raysight import wire  # noqa: E402
 from raysight.agent.state_poll import (  # noqa: E402
     TIMEOUT_S,
     due,
@@ -180,12 +181,13 @@ def reads(server: str, dashboard: str, runs: int) -> None:
     with Client(server) as client, httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
         poll_dashboard(client, None, dashboard, http, 0)
         query = [("limit", "100"), ("timeout", "24"), ("detail", "False"), ("server_timeout_multiplier", "0.8")]
+        listed = wire.path(wire.RAY_STATE, resource="placement_groups")
         targets = {"Ray's dashboard": dashboard, "raysight": server}
         times: dict[str, dict[str, list[float]]] = {t: {"http": [], "pgs": [], "jobs": []} for t in targets}
         for _ in range(runs):
             for name, url in targets.items():
                 started = time.perf_counter()
-                http.get(url_with(url, "/api/v0/placement_groups", query)).raise_for_status()
+                http.get(url_with(url, listed, query)).raise_for_status()
                 times[name]["http"].append(time.perf_counter() - started)
                 times[name]["pgs"].append(cli_wall(["list", "placement-groups", "--address", url]))
                 times[name]["jobs"].append(cli_wall(["job", "list", "--address", url]))

@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from raysight import wire
 from raysight.cli.run import free_port, ray_env, tracing_env, wait_until_quiet
 from tests.ray_scenarios import ServerProcess
 
@@ -264,13 +265,13 @@ def receiver(spans: int) -> None:
     sent = len(bodies) * BATCH
     sink = ThreadingHTTPServer(("127.0.0.1", free_port()), Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
-    sink_s = post_all(f"http://127.0.0.1:{sink.server_address[1]}/v1/traces", bodies)
+    sink_s = post_all(f"http://127.0.0.1:{sink.server_address[1]}{wire.OTLP_TRACES}", bodies)
     sink.shutdown()
     sink.server_close()
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
         server = ServerProcess(Path(data_dir), prefix=["taskset", "-c", "0"]).start()
         try:
-            acked_s = post_all(server.url + "/v1/traces", bodies)
+            acked_s = post_all(server.url + wire.OTLP_TRACES, bodies)
             t0 = time.perf_counter()
             with server.client() as client:
                 wait_until_quiet(client, quiet_s=0.5, timeout_s=600)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from raysight import wire
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
 
@@ -103,7 +104,7 @@ def wait_folded(server: str | httpx.Client, timeout_s: float = 30) -> None:
         if isinstance(http, str):
             http = stack.enter_context(httpx.Client(base_url=http, timeout=5, trust_env=False))
         deadline = time.monotonic() + timeout_s
-        while http.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+        while http.get(wire.PING).json()["ingest_backlog"]["batches"]:
             assert time.monotonic() < deadline, "the server did not fold what it acknowledged"
             time.sleep(0.05)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from raysight import wire
 from raysight.cli import main
 from raysight.cli.run import free_port
 from raysight.client import Client
@@ -37,7 +38,7 @@ def feed(url: str, query: str = f"?cluster={LABEL}", token: str | None = None, t
     batches = orjson.loads((FIXTURES / "ray_batches.json").read_bytes())
     with httpx.Client(base_url=url, timeout=10) as http:
         for batch in batches:
-            sent = http.post("/ingest/ray-events" + query, content=orjson.dumps(batch), headers=JSON)
+            sent = http.post(wire.RAY_EVENTS + query, content=orjson.dumps(batch), headers=JSON)
             assert sent.status_code == 200, sent.text
     with Client(url, token=token) as client:
         deadline = time.monotonic() + timeout_s

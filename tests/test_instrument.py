@@ -32,12 +32,13 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
+from raysight import wire
 from raysight.cli import main
 from raysight.cli.run import free_port, tracing_env, uv_run_warning
 from raysight.client import Client
 from raysight.errors import NotFound
 from raysight.ingest.otlp import key_values
-from raysight.instrument import export, hooks, ray_tracing, semconv, settings, task_spans
+from raysight.instrument import export, hooks, ray_tracing, settings, task_spans
 from raysight.instrument.task_spans import TaskSpan
 from tests.ray_scenarios import ServerProcess
 
@@ -159,7 +160,7 @@ def test_task_spans_encode_as_the_protobuf_library_would() -> None:
         (resource_spans,) = request.resource_spans
         assert resource_spans.resource == Resource(attributes=key_values(resource))
         (scope_spans,) = resource_spans.scope_spans
-        assert scope_spans.scope.name == semconv.TASK_SCOPE
+        assert scope_spans.scope.name == wire.TASK_SCOPE
         assert list(scope_spans.spans) == [expected_span(span) for span in spans]
     sdk_spans = ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=Resource())]).SerializeToString()
     both = ExportTraceServiceRequest.FromString(sdk_spans + task_spans.encode_request(spans, resource))

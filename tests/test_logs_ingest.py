@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from raysight import wire
 from raysight.agent import node_agent
 from raysight.agent.node_agent import NodeAgent, batch_body
 from raysight.agent.tailer import Tailer
@@ -53,7 +54,7 @@ def _batch(tmp_path: Path, logs: Path) -> bytes:
 def _lines(client: TestClient, **params: object) -> list[dict[str, object]]:
     """The lines stored, once every batch acknowledged is folded."""
     deadline = time.monotonic() + 10
-    while client.get("/api/raysight/ping").json()["ingest_backlog"]["batches"]:
+    while client.get(wire.PING).json()["ingest_backlog"]["batches"]:
         assert time.monotonic() < deadline, "the batches were not folded"
         time.sleep(0.02)
     return client.get("/api/raysight/logs", params={"limit": 100_000, **params}).json()["rows"]  # type: ignore[no-any-return]
@@ -64,9 +65,9 @@ def test_a_batch_is_stored_once_however_often_sent_and_gzip_or_not(server: TestC
     (logs / WORKER).write_bytes(b":job_id:01000000\n:task_name:f\nhello\nbad \xff byte\n")
     body = _batch(tmp_path, logs)
     for _ in range(2):
-        answer = server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"})
+        answer = server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"})
         assert answer.status_code == 200 and answer.json() == {"ok": True, "lines": 4}
-    assert server.post("/ingest/agent/logs", content=gzip.compress(body), headers=GZIP).status_code == 200
+    assert server.post(wire.AGENT_LOGS, content=gzip.compress(body), headers=GZIP).status_code == 200
     rows = _lines(server)
     assert [(r["text"], r["task_name"], r["job_id"], r["pid"]) for r in rows] == [
         ("hello", "f", "01000000", 777),
@@ -83,13 +84,13 @@ def test_a_session_known_by_its_logs_alone_is_listed_and_deleting_it_deletes_its
     logs = _session(tmp_path)
     (logs / WORKER).write_bytes(b"hello\n")
     body = _batch(tmp_path, logs)
-    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    assert server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).is_success
     assert [r["text"] for r in _lines(server)] == ["hello"]
     listed = server.get("/api/raysight/sessions").json()["sessions"]
     assert [(s["session"], s["events"]) for s in listed] == [(logs.parent.name, 0)]  # known by its logs alone
     assert server.delete(f"/api/raysight/sessions/{logs.parent.name}").is_success
     assert server.get("/api/raysight/sessions").json()["sessions"] == [] and _lines(server) == []
-    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    assert server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).is_success
     assert [r["text"] for r in _lines(server)] == ["hello"]  # stored anew: nothing said it was there
 
 
@@ -116,7 +117,7 @@ def test_a_line_s_time_is_its_own_stamp_else_when_its_file_was_last_written(
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
-    assert server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).is_success
+    assert server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).is_success
     times = [row["ts_ns"] for row in _lines(server)]
     assert times == [own, own, own, written, written]
 
@@ -131,9 +132,7 @@ def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp
         "a plain line\n"
     )
     body = _batch(tmp_path, logs)
-    assert (
-        server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).status_code == 200
-    )
+    assert server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).status_code == 200
     rows = _lines(server)
     assert [r["level"] for r in rows] == ["WARNING", "ERROR", "INFO", "WARNING", None]
     assert (rows[3]["request_id"], rows[3]["trace_id"], rows[3]["span_id"]) == ("r-9", "t-1", "s-2")
@@ -156,7 +155,7 @@ def test_a_dashboard_s_lines_of_raysight_s_own_requests_are_left_out_unless_aske
         + "2026-11-26 12:01:22,000\tINFO head.py:12 -- a line that quotes 'raysight/0.1.0' is no request of its own\n"
         + access.format("/api/version", "raysight/")  # (no version: not raysight's)
     )
-    assert server.post("/ingest/agent/logs", content=_batch(tmp_path, logs), headers=JSON).is_success
+    assert server.post(wire.AGENT_LOGS, content=_batch(tmp_path, logs), headers=JSON).is_success
     shown = [row["text"] for row in _lines(server)]
     assert len(shown) == 3 and not any(text.endswith(("'raysight/0.1.0'", "'raysight/0.0.9'")) for text in shown)
     assert len(_lines(server, include_own="true")) == 5
@@ -170,8 +169,7 @@ def test_what_an_agent_could_not_read_is_shown_by_the_doctor(server: TestClient,
     body = orjson.dumps({"host": "node-1", "files": [], "gaps": [gap, gap]})
     for _ in range(2):  # a resend counts once
         assert (
-            server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"}).status_code
-            == 200
+            server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).status_code == 200
         )
     _lines(server)
     report = server.get("/api/raysight/doctor").json()
@@ -201,20 +199,20 @@ def test_bad_batches_are_refused_with_a_reason_and_lose_nothing_else(server: Tes
         orjson.dumps({**good, "files": [{**file, "key": "k" * 256}]}): "key must be a string of 1 to 255",
     }
     for body, why in bad.items():
-        answer = server.post("/ingest/agent/logs", content=body, headers={"Content-Type": "application/json"})
+        answer = server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"})
         assert answer.status_code == 400 and why in answer.json()["error"], (why, answer.json())
-    assert server.post("/ingest/agent/logs", content=b"not gzip", headers=GZIP).status_code == 400
+    assert server.post(wire.AGENT_LOGS, content=b"not gzip", headers=GZIP).status_code == 400
     bomb = gzip.compress(b"[" + b" " * (2 * 1024 * 1024) + b"]")  # 2 MiB inflated, over the fixture's 1 MiB
-    answer = server.post("/ingest/agent/logs", content=bomb, headers=GZIP)
+    answer = server.post(wire.AGENT_LOGS, content=bomb, headers=GZIP)
     assert answer.status_code == 413 and "decompressed" in answer.json()["error"]
     assert (
         server.post(
-            "/ingest/agent/logs", content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "identity"}
+            wire.AGENT_LOGS, content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "identity"}
         ).status_code
         == 200
     )
     assert [r["text"] for r in _lines(server)] == ["kept"]
-    answer = server.post("/ingest/agent/logs", content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "br"})
+    answer = server.post(wire.AGENT_LOGS, content=orjson.dumps(good), headers=GZIP | {"Content-Encoding": "br"})
     assert answer.status_code == 415 and "'br'" in answer.json()["error"]  # named, not misread as a bad batch
 
 
@@ -222,7 +220,7 @@ def test_bad_log_queries_get_400_with_what_to_do(server: TestClient, tmp_path: P
     logs = _session(tmp_path)
     (logs / WORKER).write_text("hello\n")
     json = {"Content-Type": "application/json"}
-    assert server.post("/ingest/agent/logs", content=_batch(tmp_path, logs), headers=json).status_code == 200
+    assert server.post(wire.AGENT_LOGS, content=_batch(tmp_path, logs), headers=json).status_code == 200
     for params, why in [
         ({"context": "101"}, "context must be 0 to 100 lines"),
         ({"context": "-1"}, "context must be an integer from 0"),
@@ -445,7 +443,7 @@ def test_context_prints_the_lines_of_the_file_around_each_found_as_grep_c(tmp_pa
     server = ServerProcess(tmp_path / "data").start()
     try:
         body, json = _batch(tmp_path, logs), {"Content-Type": "application/json"}
-        assert httpx.post(f"{server.url}/ingest/agent/logs", content=body, headers=json).status_code == 200
+        assert httpx.post(server.url + wire.AGENT_LOGS, content=body, headers=json).status_code == 200
         _until_stored(server, 30)
         result = CliRunner().invoke(main, ["logs", "--server", server.url, "--grep", "needle", "-C", "2"])
         assert result.exit_code == 0, result.output

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
+from raysight import wire
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
 from raysight.server.app import create_app
@@ -36,7 +37,7 @@ EVERY = 5_000
 
 def scrape(server: TestClient, i: int, text: str, instance: str = "10.0.0.1:8080", session: str = SESSION) -> Any:
     body = {"session": session, "scraped_ms": T0 + EVERY * i, "target": {"instance": instance, "job": "ray"}}
-    return server.post("/ingest/agent/metrics", json={**body, "text": text})
+    return server.post(wire.AGENT_METRICS, json={**body, "text": text})
 
 
 def at(i: float) -> float:
@@ -44,8 +45,8 @@ def at(i: float) -> float:
     return (T0 + EVERY * i) / 1000
 
 
-def instant(server: TestClient, query: str, i: float, path: str = "") -> list[dict[str, Any]]:
-    answer = server.get(f"{path}/api/v1/query", params={"query": query, "time": at(i)})
+def instant(server: TestClient, query: str, i: float, session: str | None = None) -> list[dict[str, Any]]:
+    answer = server.get(wire.in_session(wire.PROM_QUERY, session), params={"query": query, "time": at(i)})
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["status"] == "success" and body["data"]["resultType"] == "vector", body
@@ -143,7 +144,7 @@ def test_each_session_by_its_path(server: TestClient) -> None:
     other = "session_2026-11-24_11-00-00_000000_2"
     assert scrape(server, 20, "req_total 1\n", session=other).status_code == 200
     assert values(instant(server, "req_total", 20)) == [1.0]  # the newest session
-    assert values(instant(server, "req_total", 4, path=f"/sessions/{SESSION}")) == [40.0, 20.0]  # /a, /b
+    assert values(instant(server, "req_total", 4, SESSION)) == [40.0, 20.0]  # /a, /b
     missing = server.get("/sessions/session_nope/api/v1/query", params={"query": "up"})
     assert missing.status_code == 404 and missing.json()["status"] == "error"
 
@@ -170,12 +171,12 @@ def test_a_targets_own_labels_label_the_series_that_lack_them(server: TestClient
         "target": {"instance": "h:1", "job": "ray", "labels": {"NodeId": node}},
     }
     page = f'ray_node_cpu_count{{ip="10.0.0.1"}} 2\nray_tasks{{NodeId="{"cd" * 28}"}} 1\n'
-    assert server.post("/ingest/agent/metrics", json={**body, "text": page}).json()["samples"] == 2
+    assert server.post(wire.AGENT_METRICS, json={**body, "text": page}).json()["samples"] == 2
     series = server.get("/api/v1/series", params={"match[]": '{job="ray"}'}).json()["data"]
     assert {s["__name__"]: s.get("NodeId") for s in series} == {"ray_node_cpu_count": node, "ray_tasks": "cd" * 28}
     # the target's labels name its series: the same line under another NodeId is another series
     again = {**body, "scraped_ms": T0 + EVERY, "target": {**body["target"], "labels": {"NodeId": "ef" * 28}}}
-    assert server.post("/ingest/agent/metrics", json={**again, "text": page}).json()["samples"] == 2
+    assert server.post(wire.AGENT_METRICS, json={**again, "text": page}).json()["samples"] == 2
     assert len(server.get("/api/v1/series", params={"match[]": "ray_node_cpu_count"}).json()["data"]) == 2
 
 
@@ -237,7 +238,7 @@ def test_a_range_of_too_many_points_is_refused(counters: TestClient) -> None:
     ],
 )
 def test_a_body_that_is_not_a_scrape_gets_a_400(server: TestClient, body: bytes, says: str) -> None:
-    answer = server.post("/ingest/agent/metrics", content=body, headers={"Content-Type": "application/json"})
+    answer = server.post(wire.AGENT_METRICS, content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and says in answer.json()["error"], answer.text
 
 
@@ -388,15 +389,15 @@ def test_a_sessions_series_past_the_limit_are_refused_counted_and_taken_once_the
         assert (
             len(server.get(f"/sessions/{SESSION}/api/v1/series", params={"match[]": '{job="ray"}'}).json()["data"]) == 5
         )
-        assert values(instant(server, "count_over_time(a[1m])", 2, f"/sessions/{SESSION}")) == [3.0]
-        assert values(instant(server, '{__name__=~"d|e"}', 2, f"/sessions/{SESSION}")) == [1.0, 1.0]
+        assert values(instant(server, "count_over_time(a[1m])", 2, SESSION)) == [3.0]
+        assert values(instant(server, '{__name__=~"d|e"}', 2, SESSION)) == [1.0, 1.0]
 
 
 def test_the_series_limit_is_a_server_option_and_the_doctor_shows_what_it_refused(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", options=["--metrics-max-series", "2"]).start()
     try:
         body = {"session": SESSION, "scraped_ms": T0, "target": {"instance": "h:1", "job": "ray"}, "text": FIVE}
-        assert httpx.post(f"{server.url}/ingest/agent/metrics", json=body).json()["samples"] == 2
+        assert httpx.post(server.url + wire.AGENT_METRICS, json=body).json()["samples"] == 2
         shown = CliRunner().invoke(main, ["doctor", "--server", server.url])
         assert shown.exit_code == 0, shown.output
         section = shown.output[shown.output.index("Metric series refused") :]
@@ -409,6 +410,7 @@ def test_retention_drops_the_oldest_samples_leaves_a_marker_and_queries_that_rea
     server: TestClient,
 ) -> None:
     load(server)  # 13 scrapes, 5 s apart: 6 samples each up to scrape 5, 5 after
+    assert store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=0)) == 0  # (at the epoch)
     dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY))
     assert dropped == 6 * 6  # scrapes 0-5, older than 30 s
     (marker,) = [m for m in server.get("/api/raysight/doctor").json()["metrics_dropped"] if m["session"] == SESSION]
@@ -489,7 +491,7 @@ def test_metrics_top_sums_each_nodes_processes_and_orders_the_busiest_first(serv
 
     for i in range(3):  # 30 s apart: a minute
         body = {"session": SESSION, "scraped_ms": T0 + 30_000 * i, "target": {"instance": "h", "job": "raysight"}}
-        assert server.post("/ingest/agent/metrics", json={**body, "text": page(i)}).json()["samples"] == 4
+        assert server.post(wire.AGENT_METRICS, json={**body, "text": page(i)}).json()["samples"] == 4
     top = server.get("/api/raysight/metrics/top", params={"at": T0 + 60_000, "limit": 1}).json()
     assert top["session"] == SESSION and top["at_ms"] == T0 + 60_000
     (node,) = top["nodes"]  # (the busiest of two)
@@ -530,6 +532,7 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
         raw_ts, raw_g = _samples(store, "g")
         raw_c_ts, raw_c = _samples(store, "c_total")
         last_ms = T0 + EVERY * 359
+        assert store.downsample_metrics(Downsampling("1m", "1d"), now_ms=0) == 0  # (at the epoch nothing is old)
         thinned = store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000)
         ts, g = _samples(store, "g")
         minutes = {t // 60_000 for t in raw_ts}

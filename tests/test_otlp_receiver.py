@@ -30,6 +30,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from starlette.testclient import TestClient
 
+from raysight import wire
+from raysight.client import Client
+from raysight.errors import UnsupportedEncoding
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.server.state import AppState
@@ -123,7 +126,7 @@ def pb_export(*spans: PbSpan) -> bytes:
 
 
 def post_traces(
-    client: TestClient, body: bytes, headers: dict[str, str] | None = None, path: str = "/v1/traces"
+    client: TestClient, body: bytes, headers: dict[str, str] | None = None, path: str = wire.OTLP_TRACES
 ) -> httpx.Response:
     return client.post(path, content=body, headers=PROTOBUF if headers is None else headers)
 
@@ -427,6 +430,18 @@ def test_malformed_exports_get_a_clear_4xx_and_harm_nothing(server: TestClient) 
     settle(server)
     assert [r["name"] for r in stored(server)] == ["good", "zipped"]
     assert span_counters(server) == expect(spans=2, batches=2)
+
+
+def test_the_client_raises_the_receiver_s_415_as_unsupported_encoding(server: TestClient) -> None:
+    """An export in an encoding the receiver does not read: the SDK raises its error of raysight's tree (415)."""
+
+    def brotli(request: httpx.Request) -> httpx.Response:
+        request.headers["Content-Encoding"] = "br"
+        return server._transport.handle_request(request)
+
+    refused = pytest.raises(UnsupportedEncoding, match="Content-Encoding 'br' is not supported")
+    with Client("http://testserver", transport=httpx.MockTransport(brotli)) as client, refused:
+        client.export_spans(pb_export(pb_span("good")), None)
 
 
 # --- partial success, duplicates ------------------------------------------------------------------------------------

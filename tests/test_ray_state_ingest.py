@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from raysight import wire
 from tests.test_inference import end_run, record, rows
 
 SESSION = "session_2026-11-24_10-00-00_000000_1"
@@ -72,11 +73,11 @@ def send(
     body = {"session": session, "polled_ns": ns, "resources": resources, "errors": errors or {}}
     if cluster_status is not None:
         body["cluster_status"] = cluster_status
-    return server.post("/ingest/agent/ray-state", json=body)
+    return server.post(wire.AGENT_RAY_STATE, json=body)
 
 
 def ray_list(server: TestClient, resource: str, **params: Any) -> dict[str, Any]:
-    answer = server.get(f"/api/v0/{resource}", params={"detail": "True", **params})
+    answer = server.get(wire.path(wire.RAY_STATE, resource=resource), params={"detail": "True", **params})
     assert answer.status_code == 200, answer.text
     result: dict[str, Any] = answer.json()["data"]["result"]
     return result
@@ -252,7 +253,7 @@ def test_status_at_a_moment_is_the_sample_at_or_before_it(server: TestClient) ->
     ],
 )
 def test_a_body_that_is_not_a_poll_gets_a_400_that_says_why(server: TestClient, body: bytes, says: str) -> None:
-    answer = server.post("/ingest/agent/ray-state", content=body, headers={"Content-Type": "application/json"})
+    answer = server.post(wire.AGENT_RAY_STATE, content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and says in answer.json()["error"], answer.text
     assert ray_list(server, "objects")["total"] == 0
 
@@ -271,7 +272,7 @@ def test_a_task_that_waited_shows_what_the_cluster_had_then(server: TestClient, 
         "resources": {},
         "cluster_status": sample(2.0, [[{"CPU": 1.0}, 3]]),
     }
-    assert server.post("/ingest/agent/ray-state", json=body).status_code == 200
+    assert server.post(wire.AGENT_RAY_STATE, json=body).status_code == 200
     (row,) = [
         r
         for r in server.get(f"/api/raysight/tasks/{waited['task_id']}", params={"detail": "true"}).json()["rows"]
@@ -296,7 +297,7 @@ def test_a_sample_taken_when_no_node_was_alive_is_not_shown(server: TestClient, 
     alive_ns = (node["start_time_ms"] + 1000) * 1_000_000
     for ns, used in ((alive_ns, 1.0), ((node["start_time_ms"] - 1000) * 1_000_000, 2.0)):
         body = {"session": session, "polled_ns": ns, "resources": {}, "cluster_status": sample(used, [])}
-        assert server.post("/ingest/agent/ray-state", json=body).status_code == 200
+        assert server.post(wire.AGENT_RAY_STATE, json=body).status_code == 200
     before = server.get("/api/raysight/status", params={"at": alive_ns - 1}).json()
     assert before["sampled_ms"] is None  # the one sample then came before the node: not shown
     assert server.get("/api/raysight/status").json()["usage"]["CPU"]["used"] == 1.0

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight import wire
 from raysight.agent.state_poll import dashboard_client, dashboard_url, due, poll_dashboard, ray_auth_headers
 from raysight.cli.run import free_port
 from raysight.client import Client
@@ -65,9 +66,9 @@ class Dashboard(BaseHTTPRequestHandler):
         sent, path = self.headers.get("authorization"), urlsplit(self.path).path
         if sent != f"Bearer {Dashboard.token}":
             self._answer(401 if sent is None else 403, b"401: Unauthorized", "text/plain")
-        elif path == "/api/jobs/":
+        elif path == wire.RAY_JOBS:
             self._answer(200, b"[]")
-        elif path == "/api/cluster_status":
+        elif path == wire.RAY_CLUSTER_STATUS:
             self._answer(200, orjson.dumps({"data": {"clusterStatus": {"loadMetricsReport": {}}}}))
         else:
             self._answer(200, orjson.dumps({"result": True, "msg": "", "data": {"result": {"result": []}}}))

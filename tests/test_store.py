@@ -95,6 +95,16 @@ def test_reindex_rebuilds_the_same_entities(store: Store, ray_batches) -> None:
     assert snapshot(store) == before
 
 
+def test_deleting_a_session_deletes_the_driver_exits_seen_in_it_and_no_other(store: Store, ray_batches) -> None:
+    load(store, ray_batches)  # (a session `raysight run` started, as run-1)
+    (session,) = store.reader().execute("SELECT session FROM sessions").fetchone()
+    store.record_run_exit("run-1", 1, 3, 1795290400000000000)
+    store.record_run_exit("run-2", 2, 0, 1795290400000000000, session=session)  # a driver that joined it
+    store.record_run_exit("run-3", 3, 0, 1795290400000000000, session="session_other")
+    assert store.delete_session(session)
+    assert store.reader().execute("SELECT run_id FROM run_exits").fetchall() == [("run-3",)]
+
+
 def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_batches) -> None:
     load(store, ray_batches)
     open_before = [t for t in snapshot(store)["tasks"] if t["state"] not in ("FINISHED", "FAILED")]

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from raysight import wire
 from raysight.cli.server import server_cmd
 from raysight.ingest import otlp
-from raysight.instrument import semconv
 from raysight.store.journal import SPANS
 from raysight.store.store import Store
 from raysight.store.trace_sampling import TailSampling
@@ -50,7 +50,7 @@ def store(tmp_path: Path) -> Store:
 
 def test_failed_slow_and_unfinished_traces_stay_the_rest_go(store: Store) -> None:
     done = NOW - 60 * S  # ended a minute ago: decided by a pass with a 30 s wait
-    task = {"scope": semconv.TASK_SCOPE, "kind": "consumer", "task_id": "ab" * 24, "attempt": 0}
+    task = {"scope": wire.TASK_SCOPE, "kind": "consumer", "task_id": "ab" * 24, "attempt": 0}
     rows = [
         {**span(1, 1, done - S // 10, done), **task},  # quick and fine: dropped (a task attempt's span)
         span(1, 2, done - S // 20, done - S // 30),

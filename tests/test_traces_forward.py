@@ -20,11 +20,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from starlette.testclient import TestClient
 
+from raysight import wire
 from raysight.cli import main
 from raysight.cli.detach import child_args
 from raysight.cli.server import server_cmd
 from raysight.client import Client
-from raysight.instrument import semconv, task_spans
+from raysight.instrument import task_spans
 from raysight.instrument.task_spans import TaskSpan, new_id
 from raysight.server.app import create_app
 from raysight.server.forward import Forwarding
@@ -134,13 +135,13 @@ def attempt_spans(session: str, tasks: list[dict[str, Any]], raises: bool = Fals
     having returned, or raised."""
     spans = []
     for task in tasks:
-        attributes = {semconv.TASK_ID: task["task_id"], semconv.ATTEMPT: task["attempt_number"]}
+        attributes = {wire.ATTR_TASK_ID: task["task_id"], wire.ATTR_ATTEMPT: task["attempt_number"]}
         span = TaskSpan(new_id(128), new_id(64), None, task["name"], test_inference.RUN_ENDED_NS - 10**9, attributes)
         span.end_ns = test_inference.RUN_ENDED_NS - 10**8
         if raises:
             span.fail(ValueError(f"{task['name']} raised on purpose"), span.end_ns)
         spans.append(span)
-    return task_spans.encode_request(spans, {semconv.SESSION: session})
+    return task_spans.encode_request(spans, {wire.ATTR_SESSION: session})
 
 
 def test_an_attempt_whose_end_ray_lost_ends_as_raysights_span_of_it_says(

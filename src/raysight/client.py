@@ -10,11 +10,11 @@ import builtins
 import os
 import time
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import orjson
 
+from raysight import wire
 from raysight.config import ENV_ADMIN_TOKEN, ENV_TOKEN, OWN_HEADERS, default_server
 from raysight.errors import (
     BadQuery,
@@ -25,6 +25,7 @@ from raysight.errors import (
     ServerUnreachable,
     Unauthorized,
     Unavailable,
+    UnsupportedEncoding,
 )
 
 # What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
@@ -39,6 +40,7 @@ _BY_STATUS: dict[int, type[RaysightError]] = {
     403: Forbidden,
     404: NotFound,
     413: BodyTooLarge,
+    415: UnsupportedEncoding,
     503: Unavailable,
 }
 # How long `raysight run` keeps reporting its driver's exit while the server is unreachable or answers 503 (a restart,
@@ -107,7 +109,7 @@ class Client:
 
     def ping(self) -> bool:
         try:
-            self._http.get("/api/raysight/ping", timeout=2)
+            self._http.get(wire.PING, timeout=2)
         except httpx.TransportError:
             return False
         return True
@@ -128,28 +130,28 @@ class Client:
             params["limit"] = limit
         if session:
             params["session"] = session
-        return self._request("GET", f"/api/raysight/{resource}", params=params)  # type: ignore[no-any-return]
+        return self._request("GET", wire.path(wire.RESOURCE, resource=resource), params=params)  # type: ignore[no-any-return]
 
     def get(self, resource: str, entity_id: str, *, session: str | None = None) -> dict[str, Any]:
         params = {"session": session} if session else {}
-        return self._request("GET", f"/api/raysight/{resource}/{entity_id}", params=params)  # type: ignore[no-any-return]
+        return self._request("GET", wire.path(wire.ENTITY, resource=resource, entity_id=entity_id), params=params)  # type: ignore[no-any-return]
 
     def summary(self, resource: str, *, session: str | None = None) -> dict[str, Any]:
         params = {"session": session} if session else {}
-        return self._request("GET", f"/api/raysight/summary/{resource}", params=params)  # type: ignore[no-any-return]
+        return self._request("GET", wire.path(wire.SUMMARY, resource=resource), params=params)  # type: ignore[no-any-return]
 
     def logs(self, **params: Any) -> dict[str, Any]:
         """Log lines: ``GET /api/raysight/logs`` with these parameters (``task``, ``actor``, ``grep``, ``after``, …;
         None leaves one out). Returns ``session``, ``total``, ``rows``, ``last_seq`` (to follow on from) and
         ``dropped`` (what the server's log retention dropped of the session, or None)."""
         given = {k: v for k, v in params.items() if v is not None}
-        return self._request("GET", "/api/raysight/logs", params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.LOGS, params=given)  # type: ignore[no-any-return]
 
     def errors(self, **params: Any) -> dict[str, Any]:
         """A session's failures grouped by cause: ``GET /api/raysight/errors`` with ``session``, ``job``, ``since``,
         ``until`` (epoch ns) and ``type`` (None leaves one out). Returns ``session`` and ``groups``."""
         given = {k: v for k, v in params.items() if v is not None}
-        return self._request("GET", "/api/raysight/errors", params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.ERRORS, params=given)  # type: ignore[no-any-return]
 
     def error(self, failure_id: str, session: str | None = None, colours: bool = False) -> dict[str, Any]:
         """One failure whole, or a group's failures: ``GET /api/raysight/errors/{id}``; ``colours``: each message
@@ -157,61 +159,60 @@ class Client:
         params = {"session": session} if session else {}
         if colours:
             params["colours"] = "true"
-        return self._request("GET", f"/api/raysight/errors/{quote(failure_id, safe='')}", params=params)  # type: ignore[no-any-return]
+        return self._request("GET", wire.path(wire.ERROR, failure_id=failure_id), params=params)  # type: ignore[no-any-return]
 
     def traces(self, **params: Any) -> dict[str, Any]:
         """Traces with a span that matches: ``GET /api/raysight/traces`` with ``session``, ``job``, ``task``,
         ``actor``, ``request``, ``name``, ``min_duration`` (ns), ``error``, ``since``, ``until`` (epoch ns) and
         ``limit`` (None leaves one out). Returns ``session`` and ``traces``, newest first."""
         given = {k: v for k, v in params.items() if v is not None}
-        return self._request("GET", "/api/raysight/traces", params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.TRACES, params=given)  # type: ignore[no-any-return]
 
     def trace(self, trace_id: str) -> dict[str, Any]:
         """One trace's spans in tree order: ``GET /api/raysight/traces/{id}``."""
-        return self._request("GET", f"/api/raysight/traces/{quote(trace_id, safe='')}")  # type: ignore[no-any-return]
+        return self._request("GET", wire.path(wire.TRACE, trace_id=trace_id))  # type: ignore[no-any-return]
 
     def status(self, session: str | None = None, at: int | None = None) -> dict[str, Any]:
         """What the cluster had and what waited for it at ``at`` (epoch ns; default its last sample):
         ``GET /api/raysight/status``."""
         given = {k: v for k, v in {"session": session, "at": at}.items() if v is not None}
-        return self._request("GET", "/api/raysight/status", params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.STATUS, params=given)  # type: ignore[no-any-return]
 
     def prometheus(self, path: str, params: dict[str, Any], session: str | None = None) -> Any:
         """Prometheus's query API (``/api/v1/<path>``: ``query``, ``query_range``, ``series``, ``labels``,
         ``label/<name>/values``, ``metadata``) over the newest session's metrics, or ``session``'s: its ``data``."""
-        prefix = f"/sessions/{session}" if session else ""
-        return self._request("GET", f"{prefix}/api/v1/{path}", params=params)["data"]
+        return self._request("GET", wire.in_session(f"{wire.PROM_API}/{path}", session), params=params)["data"]
 
     def metrics_top(self, session: str | None = None, at_ms: int | None = None, limit: int = 10) -> dict[str, Any]:
         """The busiest nodes, workers and actors at ``at_ms`` (default: now, or an ended session's end)."""
         given = {k: v for k, v in {"session": session, "at": at_ms, "limit": limit}.items() if v is not None}
-        return self._request("GET", "/api/raysight/metrics/top", params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.METRICS_TOP, params=given)  # type: ignore[no-any-return]
 
     def timeline(self, session: str | None = None, job: str | None = None) -> bytes:
         """A session's task attempts as Chrome trace JSON (`ray timeline`'s format): ``GET /api/raysight/timeline``."""
         given = {k: v for k, v in {"session": session, "job": job}.items() if v is not None}
-        return self._request("GET", "/api/raysight/timeline", raw=True, params=given)  # type: ignore[no-any-return]
+        return self._request("GET", wire.TIMELINE, raw=True, params=given)  # type: ignore[no-any-return]
 
     def sessions(self) -> builtins.list[dict[str, Any]]:
-        return self._request("GET", "/api/raysight/sessions")["sessions"]  # type: ignore[no-any-return]
+        return self._request("GET", wire.SESSIONS)["sessions"]  # type: ignore[no-any-return]
 
     def delete_session(self, name: str) -> str:
-        body = self._request("DELETE", f"/api/raysight/sessions/{quote(name, safe='')}", headers=self._admin_headers)
+        body = self._request("DELETE", wire.path(wire.SESSION, session=name), headers=self._admin_headers)
         return body["deleted"]  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, Any]:
         """The server's liveness answer: its version, pid and ingest backlog; raises when it does not answer."""
-        return self._request("GET", "/api/raysight/ping")  # type: ignore[no-any-return]
+        return self._request("GET", wire.PING)  # type: ignore[no-any-return]
 
     def ingest_backlog(self) -> dict[str, int]:
         """Batches (and bytes) the server has acknowledged but not yet folded into its store; cheap to poll."""
         return self.info()["ingest_backlog"]  # type: ignore[no-any-return]
 
     def doctor(self) -> dict[str, Any]:
-        return self._request("GET", "/api/raysight/doctor")  # type: ignore[no-any-return]
+        return self._request("GET", wire.DOCTOR)  # type: ignore[no-any-return]
 
     def reindex(self) -> int:
-        body = self._request("POST", "/api/raysight/reindex", json={}, headers=self._admin_headers)  # POSTs are JSON
+        body = self._request("POST", wire.REINDEX, json={}, headers=self._admin_headers)  # POSTs are JSON
         return body["events"]  # type: ignore[no-any-return]
 
     def run_exit(
@@ -227,13 +228,17 @@ class Client:
         """Report how a driver ended (in ``session``, the one it joined, when known), retried with back-off while the
         server is unreachable or answers 503, for up to ``deadline_s`` (recording the same exit twice, after a
         timed-out try that went through, is harmless)."""
-        params = {"key": key} if key else {}
-        body = {"run_id": run_id, "driver_pid": driver_pid, "exit_code": exit_code, "ended_ns": ended_ns}
-        body["session"] = session
+        body: wire.RunExit = {
+            "run_id": run_id,
+            "driver_pid": driver_pid,
+            "exit_code": exit_code,
+            "ended_ns": ended_ns,
+            "session": session,
+        }
         deadline, delay = time.monotonic() + deadline_s, 0.5
         while True:
             try:
-                self._request("POST", "/ingest/agent/run-exit", json=body, params=params)
+                self._request("POST", wire.AGENT_RUN_EXIT, json=body, params=wire.key_params(key))
                 return
             except (ServerUnreachable, Unavailable):
                 if time.monotonic() + delay > deadline:
@@ -245,23 +250,17 @@ class Client:
         """Send one OTLP protobuf trace export to the receiver, as an exporter would; returns the spans it refused."""
         from raysight.ingest.otlp import rejected_spans
 
-        params = {"key": key} if key else {}
         headers = {"Content-Type": "application/x-protobuf"}
-        answer = self._request("POST", "/v1/traces", raw=True, content=body, params=params, headers=headers)
+        answer = self._request(
+            "POST", wire.OTLP_TRACES, raw=True, content=body, params=wire.key_params(key), headers=headers
+        )
         return rejected_spans(answer)
 
-    def ray_state(self, poll: dict[str, Any], key: str | None) -> int:
+    def ray_state(self, poll: wire.RayState, key: str | None) -> int:
         """Send what a poll of a live cluster's dashboard found (``ingest/ray_state.py``); returns the rows kept."""
-        params = {"key": key} if key else {}
-        return self._request("POST", "/ingest/agent/ray-state", json=poll, params=params)["rows"]  # type: ignore[no-any-return]
-
-    def metrics_scrape(self, scrape: dict[str, Any], key: str | None) -> int:
-        """Send one scrape of a Prometheus target (``ingest/prom_text.py``); returns the samples kept."""
-        params = {"key": key} if key else {}
-        return self._request("POST", "/ingest/agent/metrics", json=scrape, params=params)["samples"]  # type: ignore[no-any-return]
+        return self._request("POST", wire.AGENT_RAY_STATE, json=poll, params=wire.key_params(key))["rows"]  # type: ignore[no-any-return]
 
     def ray_metrics(self, text: str, key: str | None) -> int:
         """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
-        params = {"key": key} if key else {}
-        body = self._request("POST", "/ingest/agent/ray-metrics", json={"text": text}, params=params)
-        return body["samples"]  # type: ignore[no-any-return]
+        body: wire.RayMetrics = {"text": text}
+        return self._request("POST", wire.AGENT_RAY_METRICS, json=body, params=wire.key_params(key))["samples"]  # type: ignore[no-any-return]

@@ -1,6 +1,6 @@
-"""What crosses the network between raysight's parts, and to and from Ray: URL paths, headers, and (as more are
-moved here) payload shapes and the attribute names spans carry. Imports nothing of raysight, so the agent, the
-instrumentation, the client and the server all share it.
+"""What crosses the network between raysight's parts, and to and from Ray: URL paths, headers, the attribute names
+spans carry, and the shapes of the agent's and `raysight run`'s payloads. Imports nothing of raysight, so the agent,
+the instrumentation, the client and the server all share it.
 
 Paths are templates in Starlette's syntax: the server's route table declares them as they are, and senders fill
 them with :func:`path`, which quotes each value (``{name:path}`` keeps its slashes).
@@ -9,6 +9,8 @@ them with :func:`path`, which quotes each value (``{name:path}`` keeps its slash
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
 # ── raysight's own API (``/api/raysight/…``): named routes before the generic ones ─────────────────────────────
@@ -83,6 +85,151 @@ INGEST_KEY_HEADER = "x-raysight-ingest-key"  # where a sender can set headers (O
 SPANS_DROPPED_HEADER = "x-raysight-spans-dropped"  # spans the instrumentation dropped since its last export
 INGEST_KEY_PARAM = "key"  # …or the ingest key in the query string (Ray's aggregator's URL)
 
+# ── the attributes raysight puts on spans and their resources, so that a span leads to its task, worker and logs:
+# written by the instrumentation, read by the receiver. Ray's IDs are hex, as Ray's CLI and raysight show them ──────
+ATTR_SESSION = "ray.session_name"
+ATTR_JOB_ID = "ray.job_id"
+ATTR_NODE_ID = "ray.node_id"
+ATTR_WORKER_ID = "ray.worker_id"
+ATTR_PID = "process.pid"  # OpenTelemetry's own
+ATTR_TASK_ID = "ray.task_id"
+ATTR_ATTEMPT = "ray.task.attempt"
+ATTR_ACTOR_ID = "ray.actor_id"
+ATTR_FUNCTION = "ray.function"  # module.qualname of the task's function, or Class.method
+ATTR_TASK_KIND = "ray.task.kind"  # "task", "actor_task" or "actor_creation"
+ATTR_SERVE_REQUEST_ID = "ray.serve.request_id"
+TASK_SCOPE = "raysight.ray"  # the instrumentation scope of raysight's span of each task attempt
+
+# ── payloads: the JSON bodies of the agent's and `raysight run`'s routes, built to these shapes by the sender and read
+# by these names by the route's parser (mypy checks both); the parser still checks every value: a body is what was sent
+
+
+class LogColumns(TypedDict):
+    """A file's records in a log batch (``ingest/agent_logs.py`` says what each holds): a list each, as long as
+    ``offsets``; a column whose values may be null may be left out, or null: all null."""
+
+    offsets: list[int]
+    texts: list[str]
+    raw: NotRequired[list[str | None] | None]
+    continued: list[bool]
+    markers: list[bool]
+    jobs: list[str | None]
+    tasks: NotRequired[list[str | None]]
+    actors: NotRequired[list[str | None]]
+
+
+class LogFile(LogColumns):
+    """A file of a log batch: which file, where the next batch of it starts (``end``), and its records."""
+
+    session: str
+    key: str
+    name: str
+    path: str
+    stream: str  # stdout, stderr or system
+    worker_id: str | None
+    job_id: str | None
+    pid: int | None
+    end: int
+    read_ns: int
+    append: NotRequired[bool]  # offsets from 0, placed after what the store has of the file (the OTLP receiver's)
+
+
+class LogGap(TypedDict):
+    """Bytes of a file that were never read (``end`` None: to its end)."""
+
+    session: str
+    key: str
+    name: str
+    start: int
+    end: int | None
+    why: str
+
+
+class AgentLogs(TypedDict):
+    """``AGENT_LOGS``: a batch of a node's log lines."""
+
+    host: str
+    utc_offset_s: int
+    files: list[LogFile]
+    gaps: NotRequired[list[LogGap]]
+
+
+class Sighting(TypedDict):
+    """A change in what a node agent sees of one of its Ray processes (``agent/node_life.py``)."""
+
+    session: str
+    process: str  # raylet or gcs_server
+    node_id: str  # the raylet's node, "" for a GCS
+    pid: int | None
+    alive: bool
+    ns: int
+    last_alive_ns: int | None
+
+
+class NodeLife(TypedDict):
+    """``AGENT_NODE_LIFE``: a node agent's sightings."""
+
+    host: str
+    sightings: list[Sighting]
+
+
+class ScrapeTarget(TypedDict):
+    """What a scrape was of."""
+
+    instance: str  # host:port
+    job: str
+    labels: NotRequired[dict[str, str]]  # what the agent knows of it (its node), for the series that lack them
+
+
+class MetricsScrape(TypedDict):
+    """``AGENT_METRICS``: one scrape of a Prometheus target, its page as it was."""
+
+    session: str
+    scraped_ms: int
+    target: ScrapeTarget
+    text: str
+
+
+class RayStateFound(TypedDict):
+    """What one poll of a live cluster's dashboard found (``agent/state_poll.py``)."""
+
+    resources: dict[str, list[Any]]  # each resource's rows as Ray lists them; one left out was not polled
+    errors: dict[str, str]  # a resource (or cluster_status) → why it could not be had
+    cluster_status: NotRequired[dict[str, Any]]  # the dashboard's, once the cluster's monitor has reported
+
+
+class RayState(RayStateFound):
+    """``AGENT_RAY_STATE``: a poll, of one session."""
+
+    session: str
+    polled_ns: int
+
+
+class RunExit(TypedDict):
+    """``AGENT_RUN_EXIT``: how `raysight run`'s driver ended."""
+
+    run_id: str
+    driver_pid: int | None
+    exit_code: int
+    ended_ns: int
+    session: str | None  # the session the driver joined, when known
+
+
+class RayMetrics(TypedDict):
+    """``AGENT_RAY_METRICS``: a node's Prometheus text (its aggregator's lines suffice)."""
+
+    text: str
+
+
+Payload = TypeVar("Payload", bound=Mapping[str, object])
+
+
+def shaped(value: Mapping[str, Any], payload: type[Payload]) -> Payload:
+    """A JSON object as sent, to be read as ``payload`` (one of the shapes above) by subscript, whose names mypy
+    checks: a key it lacks reads None. Its values are what was sent: the reader checks each one it reads."""
+    return cast(Payload, {**dict.fromkeys(payload.__annotations__), **value})
+
+
 _PARAM = re.compile(r"\{(\w+)(:path)?\}")
 
 
@@ -95,3 +242,8 @@ def path(template: str, /, **values: str) -> str:
 def in_session(template: str, session: str | None) -> str:
     """A Ray-compatible or Prometheus path as answered for ``session`` (None: the newest)."""
     return path(IN_SESSION, session=session) + template if session else template
+
+
+def key_params(key: str | None) -> dict[str, str]:
+    """The query string that carries the ingest key (none without one)."""
+    return {INGEST_KEY_PARAM: key} if key else {}

@@ -6,12 +6,13 @@ import os
 import time
 from collections.abc import Callable
 
+from raysight import wire
 from raysight.client import Client
 
 
 def raysight_server() -> str:
     """The server `raysight run` pointed Ray at."""
-    return os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split("/ingest/")[0]
+    return os.environ["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"].split(wire.RAY_EVENTS)[0]
 
 
 def wait_until_raysight(holds: Callable[[Client], bool], what: str, timeout_s: float) -> None:

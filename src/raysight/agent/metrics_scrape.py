@@ -28,6 +28,7 @@ import httpx
 import orjson
 import psutil
 
+from raysight import wire
 from raysight.agent import node_life
 from raysight.agent.process_stats import JOB as PROCESS_JOB
 from raysight.agent.process_stats import ProcessStats
@@ -142,7 +143,7 @@ class HostScraper:
     """Scrapes the sessions running on this host, each through ``send`` (a scrape's JSON body, as
     ``ingest/prom_text.py`` takes it); closed with its agent."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], None], families: Families | None = None) -> None:
+    def __init__(self, send: Callable[[wire.MetricsScrape], None], families: Families | None = None) -> None:
         self._send, self.families = send, families or Families()
         self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS)
         self._pool = ThreadPoolExecutor(MAX_AT_ONCE, thread_name_prefix="raysight-scrape")
@@ -176,13 +177,13 @@ class HostScraper:
         other); the pages sent."""
         scraped_ms = time.time_ns() // 1_000_000
         try:
-            page = self._http.get(f"http://{target.instance}/metrics").raise_for_status().text
+            page = self._http.get(f"http://{target.instance}{wire.METRICS}").raise_for_status().text
         except httpx.HTTPError:  # a node going or gone: the others stand
             return 0
         return self._page(session, scraped_ms, target, page)
 
     def _page(self, session: Path, scraped_ms: int, target: Target, page: str) -> int:
-        body = {
+        body: wire.MetricsScrape = {
             "session": session.name,
             "scraped_ms": scraped_ms,
             "target": {"instance": target.instance, "job": target.job, "labels": dict(target.labels)},

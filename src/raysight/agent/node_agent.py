@@ -17,13 +17,13 @@ import os
 import socket
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 import orjson
 
+from raysight import wire
 from raysight.agent import node_life
 from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
 from raysight.agent.tailer import Chunk, Gap, Tailer
@@ -34,16 +34,13 @@ log = logging.getLogger("raysight.agent")
 BATCH_BYTES = 4 * 1024 * 1024  # read per batch, at most (about)
 POLL_S = 0.2  # between looks at the files when there was nothing new
 MAX_BACKOFF_S = 5.0
-ROUTE = "/ingest/agent/logs"
-NODE_LIFE_ROUTE = "/ingest/agent/node-life"
-METRICS_ROUTE = "/ingest/agent/metrics"
 LOOK_S = 1.0  # between looks at the node's Ray processes
 
 
 def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
     """The JSON the server's ``/ingest/agent/logs`` takes (``ingest/agent_logs.py``)."""
     now = time.time_ns()
-    files = []
+    files: list[wire.LogFile] = []
     for chunk in chunks:
         info = chunk.file.info
         texts: list[str] = []
@@ -77,7 +74,7 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
                 "actors": [context.get("actor_name") for _, context, _ in chunk.pieces],
             }
         )
-    gap_rows = [
+    gap_rows: list[wire.LogGap] = [
         {
             "session": g.file.session,
             "key": g.file.key,
@@ -89,7 +86,8 @@ def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
         for g in gaps
     ]
     offset = time.localtime().tm_gmtoff  # Ray stamps its lines in local time
-    return orjson.dumps({"host": host, "utc_offset_s": offset, "files": files, "gaps": gap_rows})
+    batch: wire.AgentLogs = {"host": host, "utc_offset_s": offset, "files": files, "gaps": gap_rows}
+    return orjson.dumps(batch)
 
 
 class NodeAgent:
@@ -130,16 +128,16 @@ class NodeAgent:
         """POST ``body`` (``what`` it holds) to ``route``. Taken once the server made it durable, or refused its
         content (400: a bug on one side, said in the log; sending it again cannot help); raises httpx.HTTPError
         otherwise (to be sent again)."""
-        params = {"key": self.key} if self.key else {}
         headers = {"Content-Type": "application/json", **({"Content-Encoding": "gzip"} if gzipped else {})}
+        params = wire.key_params(self.key)
         response = (http or self._http).post(f"{self.server}{route}", content=body, params=params, headers=headers)
         if response.status_code == 400:
             log.error("the server refused %s: %s", what, response.text[:500])
         else:
             response.raise_for_status()
 
-    def _send_scrape(self, scrape: dict[str, Any]) -> None:
-        self._send(METRICS_ROUTE, orjson.dumps(scrape), "a scrape", http=self._metrics_http)
+    def _send_scrape(self, scrape: wire.MetricsScrape) -> None:
+        self._send(wire.AGENT_METRICS, orjson.dumps(scrape), "a scrape", http=self._metrics_http)
 
     def scrape_metrics(self, stop: threading.Event) -> None:
         """Scrape the host's part of the sessions followed every :data:`SCRAPE_EVERY_S`, on a fixed schedule (as
@@ -162,9 +160,9 @@ class NodeAgent:
             self._unsent[sighting.key] = sighting
         if not self._unsent:
             return
-        body = orjson.dumps({"host": self.host, "sightings": [asdict(s) for s in self._unsent.values()]})
+        sightings: wire.NodeLife = {"host": self.host, "sightings": [s.sent() for s in self._unsent.values()]}
         try:
-            self._send(NODE_LIFE_ROUTE, body, "node sightings")
+            self._send(wire.AGENT_NODE_LIFE, orjson.dumps(sightings), "node sightings")
             self._unsent.clear()
         except httpx.HTTPError as exc:
             log.warning("could not report node sightings to %s (%s); retrying", self.server, exc)
@@ -178,7 +176,7 @@ class NodeAgent:
         if not chunks and not gaps:
             return 0
         body = gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1)
-        self._send(ROUTE, body, "a batch of logs", gzipped=True)
+        self._send(wire.AGENT_LOGS, body, "a batch of logs", gzipped=True)
         self.tailer.commit(chunks, gaps)
         lines = sum(len(c.pieces) for c in chunks)
         self.sent_lines += lines

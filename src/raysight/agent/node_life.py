@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from raysight import wire
+
 QUIET_S = 60.0
 RAYLET, GCS = "raylet", "gcs_server"
 _PORT_FILE = re.compile(r"(?P<what>[a-z_]+)_port_(?P<node>[0-9a-f]{56})")
@@ -44,6 +46,18 @@ class Sighting:
     @property
     def key(self) -> Key:
         return self.session, self.process, self.node_id
+
+    def sent(self) -> wire.Sighting:
+        """As the agent sends it."""
+        return {
+            "session": self.session,
+            "process": self.process,
+            "node_id": self.node_id,
+            "pid": self.pid,
+            "alive": self.alive,
+            "ns": self.ns,
+            "last_alive_ns": self.last_alive_ns,
+        }
 
 
 def parse_cmdline(args: list[str]) -> Key | None:

@@ -15,7 +15,7 @@ from typing import Self
 
 import httpx
 
-from raysight import os_thread
+from raysight import os_thread, wire
 from raysight.agent import node_life
 from raysight.client import Client
 from raysight.config import OWN_HEADERS
@@ -114,7 +114,7 @@ class Scraper(SessionWatcher):
         for port in metrics_ports(session).values():
             with suppress(Exception):
                 page = httpx.get(
-                    f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS
+                    f"http://127.0.0.1:{port}{wire.METRICS}", timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS
                 )
                 if lines := aggregator_lines(page.raise_for_status().text):
                     self._client.ray_metrics(lines, self.key)

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from raysight import wire
 from raysight.agent.scrape import SessionWatcher
 from raysight.client import Client
 from raysight.config import OWN_HEADERS
@@ -99,7 +100,7 @@ DRIVERS = {"filter_keys": "worker_type", "filter_predicates": "=", "filter_value
 
 def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapping[str, str] = {}) -> list[Any]:
     params: dict[str, str | int] = {"limit": RAY_LIST_LIMIT, "detail": "True", "timeout": int(TIMEOUT_S), **filters}
-    body = _get(http, f"{dashboard}/api/v0/{resource}", params).json()
+    body = _get(http, dashboard + wire.path(wire.RAY_STATE, resource=resource), params).json()
     if not (isinstance(body, dict) and body.get("result") is True):
         raise ValueError(str(body.get("msg") if isinstance(body, dict) else body)[:500])
     rows: list[Any] = body["data"]["result"]["result"]
@@ -112,21 +113,21 @@ def due(count: int) -> list[str]:
     return [r for r in (*STATE_RESOURCES, "jobs", "drivers", "cluster_status") if r != "objects" or sampled]
 
 
-def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[str, Any]:
+def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> wire.RayStateFound:
     """One poll of the dashboard for ``resources_due``: ``resources`` (each one's rows as Ray lists them, detail
     included), its ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and
     ``errors`` (why one could not be had: that resource is left out, the others stand). A dashboard that answered
     none of them raises why (the cluster is gone or going)."""
-    resources: dict[str, Any] = {}
+    resources: dict[str, list[Any]] = {}
     errors: dict[str, str] = {}
     unanswered: list[httpx.TransportError] = []
     status = None
     for resource in resources_due:
         try:
             if resource == "jobs":
-                resources[resource] = _get(http, f"{dashboard}/api/jobs/").raise_for_status().json()
+                resources[resource] = _get(http, dashboard + wire.RAY_JOBS).raise_for_status().json()
             elif resource == "cluster_status":  # (None until the cluster's monitor has reported)
-                status = _get(http, f"{dashboard}/api/cluster_status", {"format": 0}).json()["data"]["clusterStatus"]
+                status = _get(http, dashboard + wire.RAY_CLUSTER_STATUS, {"format": 0}).json()["data"]["clusterStatus"]
             elif resource == "drivers":
                 resources[resource] = _state_rows(http, dashboard, "workers", DRIVERS)
             else:
@@ -137,12 +138,15 @@ def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> dict[s
                 unanswered.append(exc)
     if unanswered and len(unanswered) == len(resources_due):
         raise unanswered[-1]
-    return {"resources": resources, "errors": errors, **({"cluster_status": status} if status else {})}
+    found: wire.RayStateFound = {"resources": resources, "errors": errors}
+    if status:
+        found["cluster_status"] = status
+    return found
 
 
 def session_name(http: httpx.Client, dashboard: str) -> str:
     """The name of the session the dashboard serves (its ``/api/version``, as Ray's job client reads it)."""
-    name = _get(http, f"{dashboard}/api/version").raise_for_status().json().get("session_name")
+    name = _get(http, dashboard + wire.RAY_VERSION).raise_for_status().json().get("session_name")
     if not isinstance(name, str) or not name.startswith("session_"):
         raise ValueError(f"{dashboard} names no Ray session in /api/version")
     return name
@@ -150,12 +154,12 @@ def session_name(http: httpx.Client, dashboard: str) -> str:
 
 def poll_dashboard(
     client: Client, key: str | None, dashboard: str, http: httpx.Client, count: int, session: str | None = None
-) -> dict[str, Any]:
+) -> wire.RayState:
     """Poll a dashboard (poll number ``count``) and send what it found to the server, for ``session`` (default: the
     one the dashboard serves then), every resource it could not have with why (`raysight doctor` shows them); returns
     the poll. A dashboard that cannot be reached, or a server that refuses, raises (httpx's or raysight's)."""
     found = poll(http, dashboard, due(count))
-    polled = {"session": session or session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
+    polled: wire.RayState = {"session": session or session_name(http, dashboard), "polled_ns": time.time_ns(), **found}
     client.ray_state(polled, key)
     return polled
 

@@ -15,10 +15,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import click
 
+from raysight import wire
 from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import Scraper, ray_temp_dir
@@ -37,8 +38,8 @@ def ray_env(
     server: str, cluster: str | None = None, run_id: str | None = None, key: str | None = None
 ) -> dict[str, str]:
     """The variables that make Ray (2.60) export its events to ``server``; set them where Ray starts."""
-    query = {k: v for k, v in (("cluster", cluster), ("run", run_id), ("key", key)) if v}
-    url = server.rstrip("/") + "/ingest/ray-events" + (f"?{urlencode(query)}" if query else "")
+    query = {k: v for k, v in (("cluster", cluster), ("run", run_id)) if v} | wire.key_params(key)
+    url = server.rstrip("/") + wire.RAY_EVENTS + (f"?{urlencode(query)}" if query else "")
     return {
         "RAY_enable_ray_event": "1",
         "RAY_enable_core_worker_ray_event_to_aggregator": "1",
@@ -51,7 +52,7 @@ def ray_env(
 def tracing_env(server: str, key: str | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The variables that trace a Ray program's tasks and actors to ``server`` (``raysight/instrument``): Ray calls
     raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names."""
-    endpoint = server.rstrip("/") + (f"/ingest/otlp/{quote(key, safe='')}" if key else "")
+    endpoint = server.rstrip("/") + (wire.path(wire.OTLP_KEYED, key=key) if key else "")
     env = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, settings.ENDPOINT_ENV: endpoint}
     theirs = (os.environ if environ is None else environ).get(settings.RAY_ENV_HOOK)
     if theirs and theirs != settings.ENV_HOOK:

@@ -1,6 +1,6 @@
 """A node agent's batch of log lines (``POST /ingest/agent/logs``): checked, and turned into rows. Pure.
 
-The agent (``agent/node_agent.py``) sends JSON, columns per file::
+The agent (``agent/node_agent.py``) sends JSON (``wire.AgentLogs``), columns per file::
 
     {"host": "node-1", "utc_offset_s": 3600,
      "files": [{"session": "session_…", "key": "2049-1234-0", "name": "worker-….out", "path": "old/worker-….out.1",
@@ -24,12 +24,15 @@ for the local time Ray stamps its lines in.
 from __future__ import annotations
 
 import binascii
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, get_args, get_origin, get_type_hints
 
 import orjson
 import pyarrow as pa
 
+from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.ids import SESSION_NAME
 
@@ -38,15 +41,28 @@ MAX_NAME = 1024
 MAX_KEY = 255  # a file's key, name and worker ID, and the host: each stored on every line of the file
 # What those fields take, repeated on each line of a batch: a 16 MiB body of 200k lines must not become gigabytes
 MAX_REPEATED_BYTES = 64 * 1024 * 1024
-_COLUMNS = {  # column: (element type, nullable)
-    "offsets": (int, False),
-    "texts": (str, False),
-    "raw": (str, True),
-    "continued": (bool, False),
-    "markers": (bool, False),
-    "jobs": (str, True),
-    "tasks": (str, True),
-    "actors": (str, True),
+
+
+def _less_none(hint: Any) -> tuple[Any, bool]:
+    """``hint`` less its ``| None``, and whether it had one."""
+    if get_origin(hint) is not UnionType or NoneType not in get_args(hint):
+        return hint, False
+    (rest,) = (arg for arg in get_args(hint) if arg is not NoneType)
+    return rest, True
+
+
+# A file's columns, as wire.LogColumns declares them (``list[str | None] | None``): (element type, nullable)
+_COLUMNS = {
+    name: _less_none(get_args(_less_none(hint)[0])[0]) for name, hint in get_type_hints(wire.LogColumns).items()
+}
+# …and the column of LINES_SCHEMA each becomes, where named otherwise
+_LINE_COLUMN = {
+    "offsets": "byte_offset",
+    "texts": "text",
+    "markers": "marker",
+    "jobs": "job_id",
+    "tasks": "task_name",
+    "actors": "actor_name",
 }
 LINES_SCHEMA = pa.schema(
     [
@@ -150,7 +166,7 @@ def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high:
     return value
 
 
-def _column(file: dict[str, Any], name: str, count: int, where: str) -> list[Any]:
+def _column(file: Mapping[str, Any], name: str, count: int, where: str) -> list[Any]:
     kind, nullable = _COLUMNS[name]
     values = file.get(name)
     if values is None and nullable:
@@ -185,39 +201,41 @@ def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], s
 
 def parse(body: bytes, max_lines: int) -> LogBatch:
     """The rows of an agent's batch; BadIngest says what is wrong with one that is not well formed."""
-    batch, host = agent_batch(body, "files", '{"host", "files": [...], "gaps": [...]}')
-    utc_offset = int_field(batch.get("utc_offset_s"), "utc_offset_s", optional=True, low=-86400, high=86400)
+    sent, host = agent_batch(body, "files", '{"host", "files": [...], "gaps": [...]}')
+    batch = wire.shaped(sent, wire.AgentLogs)
+    utc_offset = int_field(batch["utc_offset_s"], "utc_offset_s", optional=True, low=-86400, high=86400)
     lines: dict[str, list[Any]] = {name: [] for name in LINES_SCHEMA.names}
     files: dict[str, list[Any]] = {name: [] for name in FILES_SCHEMA.names}
     appends: list[tuple[int, int, int]] = []
     repeated = 0
-    for i, file in enumerate(batch["files"]):
+    for i, sent_file in enumerate(batch["files"]):
         where = f"files[{i}]"
-        if not isinstance(file, dict):
+        if not isinstance(sent_file, dict):
             raise BadIngest(f"{where} must be an object")
-        offsets = file.get("offsets")
+        file = wire.shaped(sent_file, wire.LogFile)
+        offsets = file["offsets"]
         if not isinstance(offsets, list):
             raise BadIngest(f"{where}: offsets must be a list")
         count = len(offsets)
         if len(lines["text"]) + count > max_lines:
             raise BadIngest(f"over {max_lines} lines in one batch")
         columns = {name: _column(file, name, count, where) for name in _COLUMNS}
-        end = int_field(file.get("end"), f"{where}: end")
+        end = int_field(file["end"], f"{where}: end")
         assert end is not None
         if any(b <= a for a, b in zip(offsets, offsets[1:])) or (offsets and (offsets[0] < 0 or offsets[-1] >= end)):
             raise BadIngest(f"{where}: offsets must increase, from 0 and below end")
-        stream = file.get("stream")
+        stream = file["stream"]
         if stream not in STREAMS:
             raise BadIngest(f"{where}: stream must be one of {', '.join(STREAMS)}")
         meta = {
-            "session": session_field(file.get("session"), f"{where}: session"),
+            "session": session_field(file["session"], f"{where}: session"),
             "host": host,
-            "file_key": text_field(file.get("key"), f"{where}: key", limit=MAX_KEY),
-            "name": text_field(file.get("name"), f"{where}: name", limit=MAX_KEY),
+            "file_key": text_field(file["key"], f"{where}: key", limit=MAX_KEY),
+            "name": text_field(file["name"], f"{where}: name", limit=MAX_KEY),
             "stream": stream,
-            "worker_id": text_field(file.get("worker_id"), f"{where}: worker_id", optional=True, limit=MAX_KEY),
-            "pid": int_field(file.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
-            "read_ns": int_field(file.get("read_ns"), f"{where}: read_ns"),
+            "worker_id": text_field(file["worker_id"], f"{where}: worker_id", optional=True, limit=MAX_KEY),
+            "pid": int_field(file["pid"], f"{where}: pid", optional=True, high=2**31 - 1),
+            "read_ns": int_field(file["read_ns"], f"{where}: read_ns"),
         }
         repeated += count * sum(len(value) for value in meta.values() if isinstance(value, str))
         if repeated > MAX_REPEATED_BYTES:
@@ -231,25 +249,16 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
             lines[name].extend([value] * count)
             files[name].append(value)
         lines["utc_offset_s"].extend([utc_offset] * count)
-        files["path"].append(text_field(file.get("path"), f"{where}: path"))
-        files["job_id"].append(text_field(file.get("job_id"), f"{where}: job_id", optional=True))
+        files["path"].append(text_field(file["path"], f"{where}: path"))
+        files["job_id"].append(text_field(file["job_id"], f"{where}: job_id", optional=True))
         files["end_offset"].append(end)
-        if (append := file.get("append", False)) is not False:
+        if (append := file["append"]) is not None and append is not False:
             if append is not True:
                 raise BadIngest(f"{where}: append must be true or false")
             appends.append((len(files["end_offset"]) - 1, len(lines["text"]), count))
-        for name, column in (
-            ("byte_offset", "offsets"),
-            ("text", "texts"),
-            ("raw", "raw"),
-            ("continued", "continued"),
-            ("marker", "markers"),
-            ("job_id", "jobs"),
-            ("task_name", "tasks"),
-            ("actor_name", "actors"),
-        ):
-            lines[name].extend(columns[column])
-    return LogBatch(lines, files, _gaps(batch.get("gaps"), host), appends)
+        for name, values in columns.items():
+            lines[_LINE_COLUMN.get(name, name)].extend(values)
+    return LogBatch(lines, files, _gaps(batch["gaps"], host), appends)
 
 
 def placed(batch: LogBatch, ends: dict[tuple[str, str, str], int]) -> LogBatch:
@@ -268,23 +277,24 @@ def placed(batch: LogBatch, ends: dict[tuple[str, str, str], int]) -> LogBatch:
     return LogBatch(lines, files, batch.gaps, batch.appends)
 
 
-def _gaps(gaps: Any, host: str | None) -> dict[str, list[Any]]:
+def _gaps(gaps: list[wire.LogGap] | None, host: str | None) -> dict[str, list[Any]]:
     rows: dict[str, list[Any]] = {name: [] for name in GAPS_SCHEMA.names}
     if gaps is None:
         gaps = []
     if not isinstance(gaps, list):
         raise BadIngest("gaps must be a list")
-    for i, gap in enumerate(gaps):
+    for i, sent_gap in enumerate(gaps):
         where = f"gaps[{i}]"
-        if not isinstance(gap, dict):
+        if not isinstance(sent_gap, dict):
             raise BadIngest(f"{where} must be an object")
-        rows["session"].append(session_field(gap.get("session"), f"{where}: session"))
+        gap = wire.shaped(sent_gap, wire.LogGap)
+        rows["session"].append(session_field(gap["session"], f"{where}: session"))
         rows["host"].append(host)
-        rows["file_key"].append(text_field(gap.get("key"), f"{where}: key"))
-        rows["name"].append(text_field(gap.get("name"), f"{where}: name"))
-        rows["start_offset"].append(int_field(gap.get("start"), f"{where}: start"))
-        rows["end_offset"].append(int_field(gap.get("end"), f"{where}: end", optional=True))
-        rows["why"].append(text_field(gap.get("why"), f"{where}: why"))
+        rows["file_key"].append(text_field(gap["key"], f"{where}: key"))
+        rows["name"].append(text_field(gap["name"], f"{where}: name"))
+        rows["start_offset"].append(int_field(gap["start"], f"{where}: start"))
+        rows["end_offset"].append(int_field(gap["end"], f"{where}: end", optional=True))
+        rows["why"].append(text_field(gap["why"], f"{where}: why"))
     return rows
 
 

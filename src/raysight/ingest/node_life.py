@@ -1,7 +1,7 @@
 """A node agent's sightings of its Ray processes (``POST /ingest/agent/node-life``): checked, and turned into rows.
 Pure.
 
-The agent (``agent/node_life.py``) sends JSON, one object a change it saw::
+The agent (``agent/node_life.py``) sends JSON (``wire.NodeLife``), one object a change it saw::
 
     {"host": "node-1",
      "sightings": [{"session": "session_…", "process": "raylet", "node_id": "<56 hex digits>", "pid": 997,
@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import agent_batch, int_field, session_field
 
@@ -37,10 +38,11 @@ SCHEMA = pa.schema(
 )
 
 
-def _sighting(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
+def _sighting(sent: Any, where: str) -> dict[str, Any]:
+    if not isinstance(sent, dict):
         raise BadIngest(f"{where} must be an object")
-    process, node_id, alive = value.get("process"), value.get("node_id"), value.get("alive")
+    value = wire.shaped(sent, wire.Sighting)
+    process, node_id, alive = value["process"], value["node_id"], value["alive"]
     if process not in PROCESSES:
         raise BadIngest(f"{where}: process must be one of {', '.join(PROCESSES)}")
     if not (node_id == "" if process == "gcs_server" else isinstance(node_id, str) and _NODE_ID.fullmatch(node_id)):
@@ -48,20 +50,21 @@ def _sighting(value: Any, where: str) -> dict[str, Any]:
     if type(alive) is not bool:
         raise BadIngest(f"{where}: alive must be true or false")
     return {
-        "session": session_field(value.get("session"), f"{where}: session"),
+        "session": session_field(value["session"], f"{where}: session"),
         "process": process,
         "node_id": node_id,
-        "pid": int_field(value.get("pid"), f"{where}: pid", optional=True, high=2**31 - 1),
+        "pid": int_field(value["pid"], f"{where}: pid", optional=True, high=2**31 - 1),
         "alive": alive,
-        "ns": int_field(value.get("ns"), f"{where}: ns"),
-        "last_alive_ns": int_field(value.get("last_alive_ns"), f"{where}: last_alive_ns", optional=True),
+        "ns": int_field(value["ns"], f"{where}: ns"),
+        "last_alive_ns": int_field(value["last_alive_ns"], f"{where}: last_alive_ns", optional=True),
     }
 
 
 def parse(body: bytes) -> tuple[str, pa.Table]:
     """The host and its sightings (the newest of each process); BadIngest says what is wrong with a body that is not
     well formed."""
-    batch, host = agent_batch(body, "sightings", '{"host", "sightings": [...]}')
+    sent, host = agent_batch(body, "sightings", '{"host", "sightings": [...]}')
+    batch = wire.shaped(sent, wire.NodeLife)
     if len(batch["sightings"]) > MAX_SIGHTINGS:
         raise BadIngest(f"over {MAX_SIGHTINGS} sightings in one batch")
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}

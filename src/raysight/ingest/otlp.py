@@ -1,7 +1,7 @@
 """OTLP/HTTP trace exports (``ExportTraceServiceRequest``, protobuf or JSON) → span rows. Pure.
 
 A row is what the store keeps of a span: its IDs in lowercase hex, name, kind, times, status, its attributes, events
-and links as JSON text, and the Ray IDs read from its attributes or its resource's (``instrument/semconv.py``), by
+and links as JSON text, and the Ray IDs read from its attributes or its resource's (``wire.py``), by
 which a span leads to its task, worker and logs. A resource's attributes are kept once, under their digest, which
 each of its spans names (``resource_id``): a resource is any size, and a thousand spans of one must not copy it a
 thousand times. A span the receiver cannot keep (an ID of the wrong size, an end before its start) is rejected alone,
@@ -25,9 +25,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest import otlp_count
-from raysight.instrument import semconv
 
 KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
 STATUSES = {v: k.removeprefix("STATUS_CODE_").lower() for k, v in Status.StatusCode.items()}
@@ -36,13 +36,13 @@ SCOPE_MAX = 256  # an instrumentation scope's name (a module's), copied into eac
 MAX_SPANS = 65_536  # in one export, resources and scopes counted too: 128 of the SDK's batches, 8 of a collector's
 INT64_MAX = 2**63 - 1
 ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
-    "session": semconv.SESSION,
-    "job_id": semconv.JOB_ID,
-    "node_id": semconv.NODE_ID,
-    "worker_id": semconv.WORKER_ID,
-    "task_id": semconv.TASK_ID,
-    "actor_id": semconv.ACTOR_ID,
-    "request_id": semconv.SERVE_REQUEST_ID,
+    "session": wire.ATTR_SESSION,
+    "job_id": wire.ATTR_JOB_ID,
+    "node_id": wire.ATTR_NODE_ID,
+    "worker_id": wire.ATTR_WORKER_ID,
+    "task_id": wire.ATTR_TASK_ID,
+    "actor_id": wire.ATTR_ACTOR_ID,
+    "request_id": wire.ATTR_SERVE_REQUEST_ID,
 }
 _COLUMN_OF = {name: column for column, name in ID_COLUMNS.items()}
 COLUMNS = (
@@ -65,7 +65,7 @@ class Export:
         how each attempt ended (None when there is none)."""
         if keep_spans:
             return orjson.dumps({"resources": self.resources, "spans": self.spans})
-        attempts = [span for span in self.spans if span["scope"] == semconv.TASK_SCOPE]
+        attempts = [span for span in self.spans if span["scope"] == wire.TASK_SCOPE]
         return orjson.dumps({"resources": {}, "spans": attempts, "keep": False}) if attempts else None
 
 
@@ -102,7 +102,7 @@ class _Resource:
     def of(cls, attributes: dict[str, Any]) -> _Resource:
         columns = {column: text_id(attributes.get(name)) for column, name in ID_COLUMNS.items()}
         columns["service"] = text_id(attributes.get("service.name"))
-        columns["pid"] = attributes.get(semconv.PID)
+        columns["pid"] = attributes.get(wire.ATTR_PID)
         text = orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS)
         return cls(text.decode(), resource_id(text), columns)
 
@@ -132,7 +132,7 @@ def row(span: Span, resource: _Resource, scope: str | None) -> dict[str, Any]:
     for key, value in attrs.items():
         if (column := _COLUMN_OF.get(key)) is not None:
             columns[column] = text_id(value)
-    pid, attempt = attrs.get(semconv.PID, columns["pid"]), attrs.get(semconv.ATTEMPT)
+    pid, attempt = attrs.get(wire.ATTR_PID, columns["pid"]), attrs.get(wire.ATTR_ATTEMPT)
     if type(pid) is not int or not 0 <= pid <= INT64_MAX:
         pid = None
     if type(attempt) is not int or not 0 <= attempt < 2**31:

@@ -25,9 +25,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
+from raysight import wire
 from raysight.ingest import otlp
 from raysight.ingest.ids import SESSION_NAME
-from raysight.instrument import semconv
 
 HOST = "otlp"  # the host of a resource that names none
 LEVELS = ((21, "CRITICAL"), (17, "ERROR"), (13, "WARNING"), (9, "INFO"), (5, "DEBUG"), (1, "TRACE"))  # OTel's numbers
@@ -36,7 +36,7 @@ FIXED = ("asctime", "levelname", "message", "name", "trace_id", "span_id")  # a 
 
 @dataclass
 class LogsExport:
-    batches: list[dict[str, Any]] = field(default_factory=list)  # agent-shaped batches, one per host
+    batches: list[wire.AgentLogs] = field(default_factory=list)  # agent-shaped batches, one per host
     lines: int = 0
     rejected: int = 0  # records refused alone
     reason: str | None = None  # why the first of them was
@@ -52,7 +52,7 @@ def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, lim
     decoded)."""
     request = otlp.decoded(ExportLogsServiceRequest(), body, json, limit, signal="Logs", items="logRecords")
     export = LogsExport()
-    hosts: dict[str, list[dict[str, Any]]] = {}
+    hosts: dict[str, list[wire.LogFile]] = {}
     for resource_logs in request.resource_logs:
         resource = otlp.attributes(resource_logs.resource.attributes)
         records = [
@@ -63,7 +63,7 @@ def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, lim
         ]
         if not records:
             continue
-        session = otlp.text_id(resource.get(semconv.SESSION)) or default_session
+        session = otlp.text_id(resource.get(wire.ATTR_SESSION)) or default_session
         if session is None:
             export.refuse(len(records), "no Ray session known yet: give the resource a ray.session_name attribute")
             continue
@@ -117,14 +117,14 @@ def level(severity_number: int) -> str | None:
     return next((name for low, name in LEVELS if severity_number >= low), None)
 
 
-def _file(resource: dict[str, Any], session: str, lines: list[str], last_ns: int) -> dict[str, Any]:
+def _file(resource: dict[str, Any], session: str, lines: list[str], last_ns: int) -> wire.LogFile:
     """One resource's lines as an agent batch's file, appended to what the store has of it."""
     service = otlp.text_id(resource.get("service.name")) or "unknown"
-    pid = resource.get(semconv.PID)
+    pid = resource.get(wire.ATTR_PID)
     pid = pid if type(pid) is int and 0 < pid < 2**31 else None
     name = f"otlp-{service}" + (f"-{pid}" if pid else "") + ".log"
     key = "otlp-" + hashlib.sha256(orjson.dumps(resource, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
-    job = otlp.text_id(resource.get(semconv.JOB_ID))
+    job = otlp.text_id(resource.get(wire.ATTR_JOB_ID))
     count = len(lines)
     return {
         "session": session,
@@ -132,7 +132,7 @@ def _file(resource: dict[str, Any], session: str, lines: list[str], last_ns: int
         "name": name[:256],
         "path": name[:256],
         "stream": "stdout",
-        "worker_id": otlp.text_id(resource.get(semconv.WORKER_ID)),
+        "worker_id": otlp.text_id(resource.get(wire.ATTR_WORKER_ID)),
         "job_id": job,
         "pid": pid,
         "append": True,

@@ -2,7 +2,7 @@
 split into sample lines by :func:`lines`, and the labels of the series new to the store parsed in DuckDB by
 :data:`SERIES` (vectorised). Pure.
 
-The body is JSON::
+The body is JSON (``wire.MetricsScrape``)::
 
     {"session": "session_…", "scraped_ms": 1795288476000,
      "target": {"instance": "10.0.0.5:44217", "job": "ray", "labels": {"NodeId": "…"}},
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from raysight import wire
 from raysight.errors import BadIngest, TooMany
 from raysight.ingest.agent_logs import int_field, json_object, session_field, text_field
 from raysight.ingest.otlp import INT64_MAX
@@ -79,12 +80,14 @@ def parse(body: bytes) -> Scrape:
     one that is not well formed, TooMany that its page is over :data:`MAX_LINES` lines (on the wire: the text's
     newlines, JSON's ``\\n``, less the escaped backslashes that might end in ``n``)."""
     _at_most_max_lines(body.count(b"\\n") - body.count(b"\\\\"))
-    scrape = json_object(body, "target", dict, '{"session", "scraped_ms", "target": {"instance", "job"}, "text"}')
-    session = session_field(scrape.get("session"), "session")
-    scraped_ms = int_field(scrape.get("scraped_ms"), "scraped_ms")
-    instance = text_field(scrape["target"].get("instance"), "target.instance")
-    job = text_field(scrape["target"].get("job"), "target.job")
-    text: Any = scrape.get("text")
+    sent = json_object(body, "target", dict, '{"session", "scraped_ms", "target": {"instance", "job"}, "text"}')
+    scrape = wire.shaped(sent, wire.MetricsScrape)
+    target = wire.shaped(scrape["target"], wire.ScrapeTarget)
+    session = session_field(scrape["session"], "session")
+    scraped_ms = int_field(scrape["scraped_ms"], "scraped_ms")
+    instance = text_field(target["instance"], "target.instance")
+    job = text_field(target["job"], "target.job")
+    text: Any = scrape["text"]
     if not isinstance(text, str):
         raise BadIngest("text must be the target's page, a string")
     assert scraped_ms is not None and instance is not None and job is not None
@@ -95,7 +98,7 @@ def parse(body: bytes) -> Scrape:
         if (at := text.find(separator)) != -1:
             line = text.count("\n", 0, at) + 1
             raise BadIngest(f"line {line}: a character the store cannot keep ({separator!r})")
-    parsed = Scrape(session, scraped_ms, instance, job, text, target_labels(scrape["target"].get("labels")))
+    parsed = Scrape(session, scraped_ms, instance, job, text, target_labels(target["labels"]))
     parsed.page  # noqa: B018 (split and checked here, on the caller's thread)
     return parsed
 

@@ -1,7 +1,7 @@
 """What a live cluster's dashboard answered for what Ray never sends as events (``POST /ingest/agent/ray-state``,
 from the poller: ``agent/state_poll.py``): checked, and turned into rows. Pure.
 
-The poller sends JSON, one object a poll of one session::
+The poller sends JSON (``wire.RayState``), one object a poll of one session::
 
     {"session": "session_…", "polled_ns": 1795288476000000000,
      "resources": {"placement_groups": [<PlacementGroupState rows, detail>], "objects": [...], "runtime_envs": [...],
@@ -21,11 +21,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import pyarrow as pa
 
+from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import int_field, json_object, session_field
 from raysight.ingest.ray_events import Key, Patch
@@ -72,7 +73,7 @@ KINDS = {
         lambda r: "ALIVE" if r.get("is_alive") is not False else "DEAD",
     ),
 }
-STATUS = "cluster_status"
+STATUS: Final = "cluster_status"  # (wire.RayState's)
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 SCHEMA = pa.schema(
     [
@@ -145,18 +146,19 @@ def driver_patch(session: str, row: dict[str, Any], seen_dead_ns: int) -> tuple[
 
 def parse(body: bytes) -> Poll:
     """The poll a body carries; BadIngest says what is wrong with one that is not well formed."""
-    poll = json_object(body, "resources", dict, '{"session", "polled_ns", "resources": {...}, "errors": {...}}')
-    session = session_field(poll.get("session"), "session")
-    polled_ns = int_field(poll.get("polled_ns"), "polled_ns")
+    sent = json_object(body, "resources", dict, '{"session", "polled_ns", "resources": {...}, "errors": {...}}')
+    poll = wire.shaped(sent, wire.RayState)
+    session = session_field(poll["session"], "session")
+    polled_ns = int_field(poll["polled_ns"], "polled_ns")
     assert polled_ns is not None
     unknown = set(poll["resources"]) - set(KINDS)
     if unknown:
         raise BadIngest(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
-    errors = poll.get("errors") or {}
+    errors = poll["errors"] or {}
     polled = [*KINDS, STATUS]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadIngest("errors must map a resource to a message")
-    status = poll.get(STATUS)
+    status = poll[STATUS]
     if status is not None and not (isinstance(status, dict) and isinstance(status.get("loadMetricsReport"), dict)):
         raise BadIngest(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
     fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])

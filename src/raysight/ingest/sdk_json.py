@@ -12,9 +12,9 @@ import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
+from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.otlp import key_values
-from raysight.instrument import semconv
 
 KINDS = {f"SpanKind.{name.removeprefix('SPAN_KIND_')}": value for name, value in Span.SpanKind.items()}
 STATUSES = {name.removeprefix("STATUS_CODE_"): value for name, value in Status.StatusCode.items()}
@@ -34,7 +34,7 @@ def exports(lines: Iterable[bytes], session: str | None, batch: int = 512) -> It
             refused += 1
             continue
         if session is not None:
-            resource.setdefault(semconv.SESSION, session)
+            resource.setdefault(wire.ATTR_SESSION, session)
         key = orjson.dumps(resource, option=orjson.OPT_SORT_KEYS)
         if key not in by_resource:
             by_resource[key] = request.resource_spans.add()
@@ -56,7 +56,7 @@ def parse(line: bytes) -> tuple[dict[str, Any], Span]:
         context = data["context"]
         attributes = dict(data.get("attributes") or {})
         if isinstance(attributes.get("ray.pid"), str) and attributes["ray.pid"].isdigit():
-            attributes[semconv.PID] = int(attributes["ray.pid"])  # (Ray's hook writes it as text)
+            attributes[wire.ATTR_PID] = int(attributes["ray.pid"])  # (Ray's hook writes it as text)
         span = Span(
             trace_id=_id(context["trace_id"], 16),
             span_id=_id(context["span_id"], 8),

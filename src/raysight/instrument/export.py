@@ -31,6 +31,7 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from raysight import wire
 from raysight.config import OWN_HEADERS
 from raysight.instrument import task_spans
 
@@ -40,7 +41,6 @@ LINGER_S = 1.0  # Ray's task_events_report_interval_ms
 QUIET_S = 0.05
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
-DROPPED_HEADER = "X-Raysight-Spans-Dropped"  # the spans this process dropped since its last export that went through
 
 
 @dataclass
@@ -153,7 +153,7 @@ class SpanQueue(SpanProcessor):
         dropped = self.counts.dropped_full + self.counts.dropped_failed
         headers = {
             "Content-Type": "application/x-protobuf",
-            DROPPED_HEADER: str(dropped - self._reported),
+            wire.SPANS_DROPPED_HEADER: str(dropped - self._reported),  # (since the last export that went through)
             **OWN_HEADERS,
         }
         self._connection.request("POST", path, body, headers)

@@ -13,6 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
+from raysight import wire
 from raysight.instrument import ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.ray_ids import RayIds
@@ -38,7 +39,7 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
     global _queue
     with _lock:
         if _queue is None:
-            url = (endpoint or os.environ.get(ENDPOINT_ENV) or _default_server()).rstrip("/") + "/v1/traces"
+            url = (endpoint or os.environ.get(ENDPOINT_ENV) or _default_server()).rstrip("/") + wire.OTLP_TRACES
             provider = _provider()
             _queue = SpanQueue(url, _resource(provider))
             provider.add_span_processor(RayIds())

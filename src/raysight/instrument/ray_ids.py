@@ -7,7 +7,7 @@ from __future__ import annotations
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from raysight.instrument import semconv
+from raysight import wire
 from raysight.instrument.ray_tracing import core_worker, process_attributes
 
 
@@ -15,11 +15,11 @@ class RayIds(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             span.set_attributes(process_attributes())
-            if span.attributes is not None and semconv.TASK_ID not in span.attributes:
+            if span.attributes is not None and wire.ATTR_TASK_ID not in span.attributes:
                 from ray._private import worker
 
                 if worker.global_worker.mode == worker.WORKER_MODE:
-                    span.set_attribute(semconv.TASK_ID, core_worker().get_current_task_id().hex())
+                    span.set_attribute(wire.ATTR_TASK_ID, core_worker().get_current_task_id().hex())
         except Exception:  # noqa: BLE001 (a span without its IDs rather than an error in the user's code)
             pass
 

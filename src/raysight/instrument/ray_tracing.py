@@ -31,7 +31,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
-from raysight.instrument import semconv
+from raysight import wire
 from raysight.instrument.task_spans import TaskSpan, new_id
 
 CARRIER = "__raysight_trace__"
@@ -303,7 +303,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
         name = f"{class_name}.{method_name}"
     else:
         kind, name = "task", descriptor.function_name
-    attributes = {semconv.FUNCTION: f"{descriptor.module_name}.{name}", semconv.TASK_KIND: kind}
+    attributes = {wire.ATTR_FUNCTION: f"{descriptor.module_name}.{name}", wire.ATTR_TASK_KIND: kind}
     silent = method_name.startswith("__ray")
 
     def start(kwargs: dict[str, Any]) -> Running | None:
@@ -443,11 +443,11 @@ class Running:
         worker = core_worker()
         task = {
             **attributes,
-            semconv.TASK_ID: worker.get_current_task_id().hex(),
-            semconv.ATTEMPT: worker.get_current_task_attempt_number(),
+            wire.ATTR_TASK_ID: worker.get_current_task_id().hex(),
+            wire.ATTR_ATTEMPT: worker.get_current_task_attempt_number(),
         }
         if not (actor_id := worker.get_actor_id()).is_nil():
-            task[semconv.ACTOR_ID] = actor_id.hex()
+            task[wire.ATTR_ACTOR_ID] = actor_id.hex()
         parent_id = parent.span_id if parent is not None else None
         return cls(TaskSpan(trace_id, span_context.span_id, parent_id, name, time.time_ns(), task), context)
 
@@ -530,16 +530,16 @@ def process_attributes() -> dict[str, Any]:
     forked child has its own pid)."""
     import ray
 
-    if _process.get(semconv.PID) == os.getpid():
+    if _process.get(wire.ATTR_PID) == os.getpid():
         return _process
     worker = ray._private.worker.global_worker
-    attributes: dict[str, Any] = {semconv.PID: os.getpid()}
+    attributes: dict[str, Any] = {wire.ATTR_PID: os.getpid()}
     if not getattr(worker, "connected", False):
         return attributes
-    attributes[semconv.SESSION] = worker.node.session_name
-    attributes[semconv.JOB_ID] = worker.current_job_id.hex()
-    attributes[semconv.NODE_ID] = worker.current_node_id.hex()
-    attributes[semconv.WORKER_ID] = worker.worker_id.hex() if isinstance(worker.worker_id, bytes) else None
+    attributes[wire.ATTR_SESSION] = worker.node.session_name
+    attributes[wire.ATTR_JOB_ID] = worker.current_job_id.hex()
+    attributes[wire.ATTR_NODE_ID] = worker.current_node_id.hex()
+    attributes[wire.ATTR_WORKER_ID] = worker.worker_id.hex() if isinstance(worker.worker_id, bytes) else None
     _process.clear()
     _process.update({k: v for k, v in attributes.items() if v is not None})
     return _process

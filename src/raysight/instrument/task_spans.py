@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from raysight.instrument import semconv
+from raysight import wire
 
 _random = random.Random()
 
@@ -54,7 +54,7 @@ STATUS_CODE_ERROR = 2
 def encode_request(spans: list[TaskSpan], resource: dict[str, Any]) -> bytes:
     """The task spans of one process as an ``ExportTraceServiceRequest`` (its Ray IDs once, on the resource);
     appended to another request's bytes, the two read as one."""
-    scope = _delimited(b"\x0a", _delimited(b"\x0a", semconv.TASK_SCOPE.encode()))  # ScopeSpans.scope: its name
+    scope = _delimited(b"\x0a", _delimited(b"\x0a", wire.TASK_SCOPE.encode()))  # ScopeSpans.scope: its name
     scope_spans = scope + b"".join(_delimited(b"\x12", _span(span)) for span in spans)
     resource_spans = _delimited(b"\x0a", _attributes(b"\x0a", resource)) + _delimited(b"\x12", scope_spans)
     return _delimited(b"\x0a", resource_spans)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from raysight import wire
 from raysight.config import OWN_HEADERS
 
 log = logging.getLogger("raysight.forward")
@@ -35,7 +36,7 @@ class Forwarding:
     def traces_url(self) -> str | None:
         if self.url is None:
             return None
-        return self.url if self.url.rstrip("/").endswith("/v1/traces") else self.url.rstrip("/") + "/v1/traces"
+        return self.url if self.url.rstrip("/").endswith(wire.OTLP_TRACES) else self.url.rstrip("/") + wire.OTLP_TRACES
 
 
 @dataclass

@@ -322,8 +322,7 @@ def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
     return bytes(data)
 
 
-def _int_field(body: dict[str, Any], name: str, low: int, high: int) -> int:
-    value = body.get(name)
+def _int_field(value: Any, name: str, low: int, high: int) -> int:
     if type(value) is not int or not low <= value <= high:  # `true` is no exit code
         raise BadQuery(f"bad run exit: {name} must be an integer from {low} to {high}, not {str(value)[:40]}")
     return value
@@ -338,15 +337,16 @@ def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
         raise BadQuery(f"bad run exit: body is not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise BadQuery('bad run exit: the body must be a JSON object {"run_id", "driver_pid", "exit_code", "ended_ns"}')
-    run_id = fields.get("run_id")
+    exit_ = wire.shaped(fields, wire.RunExit)
+    run_id = exit_["run_id"]
     if not (isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_MAX):
         raise BadQuery(f"bad run exit: run_id must be a string of 1 to {RUN_ID_MAX} characters")
-    pid = None if fields.get("driver_pid") is None else _int_field(fields, "driver_pid", 0, INT64_MAX)
-    code = _int_field(fields, "exit_code", -(2**31), 2**31 - 1)
-    session = fields.get("session")
+    pid = None if exit_["driver_pid"] is None else _int_field(exit_["driver_pid"], "driver_pid", 0, INT64_MAX)
+    code = _int_field(exit_["exit_code"], "exit_code", -(2**31), 2**31 - 1)
+    session = exit_["session"]
     if session is not None and not (isinstance(session, str) and SESSION_NAME.fullmatch(session)):
         raise BadQuery("bad run exit: session must be the name of a Ray session (session_…), or null")
-    return run_id, pid, code, _int_field(fields, "ended_ns", 0, INT64_MAX), session
+    return run_id, pid, code, _int_field(exit_["ended_ns"], "ended_ns", 0, INT64_MAX), session
 
 
 async def run_exit(request: Request) -> Response:
@@ -418,9 +418,9 @@ def parse_metrics_post(body: bytes) -> str:
         fields = orjson.loads(body)
     except orjson.JSONDecodeError:
         fields = None
-    if not (isinstance(fields, dict) and isinstance(fields.get("text"), str)):
+    text = wire.shaped(fields, wire.RayMetrics)["text"] if isinstance(fields, dict) else None
+    if not isinstance(text, str):
         raise BadQuery('bad Ray metrics: the body must be a JSON object {"text": "<Prometheus text>"}')
-    text: str = fields["text"]
     return text
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from raysight.instrument import semconv
+from raysight import wire
 
 SCHEMA_VERSION = 17
 
@@ -468,7 +468,6 @@ def _copy_raw_events(ddl: str, name: str, columns: str) -> list[str]:
     ]
 
 
-# Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
 SPANS_DDL = """CREATE TABLE IF NOT EXISTS spans (
     trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind VARCHAR, start_ns BIGINT,
     end_ns BIGINT, status VARCHAR, status_message VARCHAR, service VARCHAR, session VARCHAR, job_id VARCHAR,
@@ -491,10 +490,11 @@ def attempt_ends_sql(spans: str) -> str:
     return f"""SELECT session, task_id, attempt, trace_id, span_id, end_ns,
                       CASE WHEN status = 'error' THEN coalesce(status_message, '') END AS error
                FROM {spans}
-               WHERE scope = '{semconv.TASK_SCOPE}' AND kind = 'consumer'
+               WHERE scope = '{wire.TASK_SCOPE}' AND kind = 'consumer'
                  AND session IS NOT NULL AND task_id IS NOT NULL AND attempt IS NOT NULL"""
 
 
+# Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
 LOG_FILES_DDL = """CREATE TABLE IF NOT EXISTS log_files (
     session VARCHAR, host VARCHAR, file_key VARCHAR, name VARCHAR, path VARCHAR, stream VARCHAR, worker_id VARCHAR,
     job_id VARCHAR, pid INTEGER, end_offset BIGINT, first_ns BIGINT, last_ns BIGINT,
@@ -516,8 +516,6 @@ RAW_DDL = [
         session VARCHAR, source VARCHAR, metric VARCHAR, event_type VARCHAR, kind VARCHAR, value DOUBLE,
         updated_at TIMESTAMPTZ, PRIMARY KEY (session, source, metric, event_type))""",
     """CREATE TABLE IF NOT EXISTS counters (name VARCHAR PRIMARY KEY, value BIGINT)""",
-    # What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host:
-    # running with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
     # What a live cluster's dashboard answered for what Ray never sends as events (``ingest/ray_state.py``): each
     # entity's last row as Ray gave it, when first and last polled, its state then and every change of it; a sampled
     # resource (objects) holds the last poll's rows only. Raw input.
@@ -554,6 +552,8 @@ RAW_DDL = [
     SPANS_DDL,
     SPAN_RESOURCES_DDL,
     ATTEMPT_ENDS_DDL,
+    # What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host:
+    # running with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
     """CREATE TABLE IF NOT EXISTS node_evidence (
         session VARCHAR, host VARCHAR, process VARCHAR, node_id VARCHAR, pid BIGINT, alive BOOLEAN, ns BIGINT,
         last_alive_ns BIGINT, PRIMARY KEY (session, host, process, node_id))""",

@@ -98,6 +98,14 @@ SESSION_TABLES = (
 )
 
 
+# The driver exits `raysight run` saw in a session (joined, or started under the run's ID) that no other session shares
+_DELETE_RUN_EXITS = """
+    DELETE FROM run_exits r
+    WHERE (r.session = $1 OR r.run_id IN (SELECT run_id FROM sessions WHERE session = $1))
+      AND NOT (r.session IS NOT NULL AND r.session <> $1)
+      AND r.run_id NOT IN (SELECT run_id FROM sessions WHERE session <> $1 AND run_id IS NOT NULL)"""
+
+
 @dataclass
 class _Target:
     """What the store knows of a scraped target: its last scrape's time, and the series of each line that scrape
@@ -972,17 +980,17 @@ class Store:
     def downsample_metrics(self, downsampling: Downsampling, now_ms: int | None = None) -> int:
         """Thin old samples (``store/metric_downsample.py``); the samples dropped."""
         with self._one_thread(self.con), self._transaction():
-            return metric_downsample.downsample(self._run, downsampling, now_ms or time.time_ns() // 1_000_000)
+            return metric_downsample.downsample(self._run, downsampling, _or_now(now_ms, 1_000_000))
 
     def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
         with self._one_thread(self.con), self._transaction():
-            return metric_retention.prune(self._run, retention, now_ms or time.time_ns() // 1_000_000)
+            return metric_retention.prune(self._run, retention, _or_now(now_ms, 1_000_000))
 
     def sample_traces(self, sampling: TailSampling, now_ns: int | None = None) -> int:
         """Tail-sample the traces complete since the last pass (``store/trace_sampling.py``); the spans deleted."""
         with self._one_thread(self.con), self._transaction():
-            traces, spans = trace_sampling.sample(self.con, sampling, time.time_ns() if now_ns is None else now_ns)
+            traces, spans = trace_sampling.sample(self.con, sampling, _or_now(now_ns))
             if traces:
                 self.count(traces_sampled_out=traces, spans_sampled_out=spans)
         return spans
@@ -990,7 +998,7 @@ class Store:
     def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
         with self._one_thread(self.con), self._transaction():
-            dropped = log_retention.prune(self._run, retention, now_ns or time.time_ns())
+            dropped = log_retention.prune(self._run, retention, _or_now(now_ns))
             if dropped:
                 self.count(log_lines_dropped=dropped)
         return dropped
@@ -1055,6 +1063,7 @@ class Store:
                 "DELETE FROM metric_samples WHERE series_no IN (SELECT series_no FROM metric_series WHERE session = ?)",
                 [session],
             )
+            con.execute(_DELETE_RUN_EXITS, [session])  # (before the sessions naming their runs)
             for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
                 con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
             con.execute(  # the resources no span names any more
@@ -1063,6 +1072,11 @@ class Store:
             )
         self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
         return bool(found and found[0])
+
+
+def _or_now(given: int | None, unit_ns: int = 1) -> int:
+    """``given`` (the epoch, 0, too), else now, in units of ``unit_ns``."""
+    return time.time_ns() // unit_ns if given is None else given
 
 
 def _posts_table(posts: Sequence[Post]) -> pa.Table:
