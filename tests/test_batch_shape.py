@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
+from raysight.errors import BadIngest
 from raysight.ingest import batch_shape
-from raysight.ingest.batch_shape import NotAnArray, array_length
+from raysight.ingest.batch_shape import array_length
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,7 @@ def test_an_array_is_counted_by_its_top_level_elements(body: bytes, length: int)
     ("body", "kind"), [(b'{"a": 1}', "an object"), (b"7", "a number"), (b'"x"', "a string"), (b"null", "null")]
 )
 def test_json_of_another_kind_says_what_it_is(body: bytes, kind: str) -> None:
-    with pytest.raises(NotAnArray, match=f"is {kind}, not an array"):
+    with pytest.raises(BadIngest, match=f"is {kind}, not an array"):
         array_length(body)
 
 
@@ -32,7 +33,7 @@ def test_json_of_another_kind_says_what_it_is(body: bytes, kind: str) -> None:
 def test_what_is_not_json_is_refused_and_the_parser_serves_the_next_body(body: bytes) -> None:
     with pytest.raises(ValueError) as refused:
         array_length(body)
-    assert not isinstance(refused.value, NotAnArray)
+    assert not isinstance(refused.value, BadIngest)
     assert array_length(b"[1, 2]") == 2
 
 

@@ -15,9 +15,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from raysight.errors import TooMany
+from raysight.errors import BadIngest, TooMany
 from raysight.ingest import prom_text
-from raysight.ingest.agent_logs import BadBatch
 from raysight.server.app import create_app
 from raysight.settings import Settings
 from tests.ray_scenarios import JSON, ServerProcess
@@ -112,7 +111,7 @@ def test_escaped_newlines_in_label_values_are_not_lines() -> None:
     ],
 )
 def test_a_line_the_store_cannot_keep_is_refused_naming_it(text: str, says: str) -> None:
-    with pytest.raises(BadBatch) as refused:
+    with pytest.raises(BadIngest) as refused:
         prom_text.parse(body(text, instance="h:1"))
     assert says in str(refused.value)
 
@@ -128,7 +127,7 @@ def test_a_line_the_store_cannot_keep_is_refused_naming_it(text: str, says: str)
     ],
 )
 def test_a_target_the_store_cannot_keep_is_refused(target: dict[str, Any], says: str) -> None:
-    with pytest.raises(BadBatch) as refused:
+    with pytest.raises(BadIngest) as refused:
         prom_text.parse(body("x 1\n", **target))
     assert says in str(refused.value)
 

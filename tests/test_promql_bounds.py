@@ -109,6 +109,36 @@ def test_each_series_found_counts_for_its_labels(tmp_path: Path) -> None:
         assert two.status_code == 422 and two.json()["error"] == TOO_MANY_SAMPLES  # 2 x (128 + 1), before loading
 
 
+def test_each_error_is_typed_as_prometheus_types_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prometheus's type of each error (``web/api/v1/api.go``), with its status: a parameter the caller must fix is
+    bad_data (400), a query over its samples budget execution (422), one the server is too busy to take unavailable
+    (503), a failure of the server's own internal (500). (All but the query's own errors said bad_data.)"""
+    limits = QueryLimits(max_samples=2 * SERIES_COST)
+    app = create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, queries=limits))
+    with TestClient(app, raise_server_exceptions=False) as server:
+        load(server)
+        query = {"query": "req_total", "time": str(at(12))}
+        assert server.get("/api/v1/query").json()["errorType"] == "bad_data"
+        too_many = server.get("/api/v1/query", params=query)
+        assert (too_many.status_code, too_many.json()["errorType"]) == (422, "execution")
+        bodies = server.app.state.raysight.bodies
+        bodies.held = bodies.limit  # (as many bodies being read as the server holds at once)
+        busy = server.post("/api/v1/query", content=urlencode(query), headers=GRAFANA)
+        bodies.held = 0
+        assert (busy.status_code, busy.json()["errorType"]) == (503, "unavailable"), busy.text
+
+        def fails(*args: object) -> None:
+            raise RuntimeError("a failure of the server's own")
+
+        monkeypatch.setattr("raysight.store.metrics_query.metadata", fails)
+        failed = server.get("/api/v1/metadata")
+        assert failed.status_code == 500 and failed.json() == {
+            "status": "error",
+            "errorType": "internal",
+            "error": "internal error (RuntimeError); the server's log says more",
+        }
+
+
 def test_a_query_past_its_time_budget_stops_with_prometheus_timeout(tmp_path: Path) -> None:
     """Each query has a time budget (``--query-timeout``), checked as it goes: past it, Prometheus's timeout error
     (503). (A budget of none: the first check stops it.)"""

@@ -33,6 +33,7 @@ import orjson
 import pyarrow as pa
 
 from raysight import wire
+from raysight.errors import BadIngest
 from raysight.ingest.ids import SESSION_NAME
 
 STREAMS = ("stdout", "stderr", "system")
@@ -112,10 +113,6 @@ GAPS_SCHEMA = pa.schema(
 )
 
 
-class BadBatch(ValueError):
-    """A batch that is not what the agent sends (the message says what is wrong)."""
-
-
 @dataclass(frozen=True)
 class LogBatch:
     """A batch checked, as columns (lists): the ingest route only counts its lines, the store makes tables of them."""
@@ -142,14 +139,14 @@ def text_field(value: Any, what: str, optional: bool = False, limit: int = MAX_N
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value or len(value) > limit:
-        raise BadBatch(f"{what} must be a string of 1 to {limit} characters")
+        raise BadIngest(f"{what} must be a string of 1 to {limit} characters")
     return value
 
 
 def session_field(value: Any, what: str) -> str:
     """A Ray session's name (``session_…``), as every route checks it."""
     if not (isinstance(value, str) and SESSION_NAME.fullmatch(value)):
-        raise BadBatch(f"{what} must be the name of a Ray session (session_…)")
+        raise BadIngest(f"{what} must be the name of a Ray session (session_…)")
     return value
 
 
@@ -165,7 +162,7 @@ def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high:
     if value is None and optional:
         return None
     if type(value) is not int or not low <= value <= high:
-        raise BadBatch(f"{what} must be an integer from {low} to {high}")
+        raise BadIngest(f"{what} must be an integer from {low} to {high}")
     return value
 
 
@@ -175,27 +172,27 @@ def _column(file: Mapping[str, Any], name: str, count: int, where: str) -> list[
     if values is None and nullable:
         return [None] * count
     if not isinstance(values, list) or len(values) != count:
-        raise BadBatch(f"{where}: {name} must be a list as long as offsets")
+        raise BadIngest(f"{where}: {name} must be a list as long as offsets")
     for value in values:
         if not (type(value) is kind or (value is None and nullable)):
-            raise BadBatch(f"{where}: {name} holds {type(value).__name__}, not {kind.__name__}")
+            raise BadIngest(f"{where}: {name} holds {type(value).__name__}, not {kind.__name__}")
     return values
 
 
 def json_object(body: bytes, field: str, kind: type, shape: str) -> dict[str, Any]:
-    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadBatch otherwise."""
+    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadIngest otherwise."""
     try:
         found = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadBatch(f"body is not JSON: {exc}") from None
+        raise BadIngest(f"body is not JSON: {exc}") from None
     if not isinstance(found, dict) or not isinstance(found.get(field), kind):
-        raise BadBatch(f"body must be a JSON object {shape}")
+        raise BadIngest(f"body must be a JSON object {shape}")
     return found
 
 
 def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], str]:
     """A node agent's JSON body, an object of ``shape`` whose field ``listed`` is a list, and the host it names;
-    BadBatch otherwise."""
+    BadIngest otherwise."""
     batch = json_object(body, listed, list, shape)
     host = text_field(batch.get("host"), "host", limit=MAX_KEY)
     assert host is not None
@@ -203,7 +200,7 @@ def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], s
 
 
 def parse(body: bytes, max_lines: int) -> LogBatch:
-    """The rows of an agent's batch; BadBatch says what is wrong with one that is not well formed."""
+    """The rows of an agent's batch; BadIngest says what is wrong with one that is not well formed."""
     sent, host = agent_batch(body, "files", '{"host", "files": [...], "gaps": [...]}')
     batch = wire.shaped(sent, wire.AgentLogs)
     utc_offset = int_field(batch["utc_offset_s"], "utc_offset_s", optional=True, low=-86400, high=86400)
@@ -214,22 +211,22 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
     for i, sent_file in enumerate(batch["files"]):
         where = f"files[{i}]"
         if not isinstance(sent_file, dict):
-            raise BadBatch(f"{where} must be an object")
+            raise BadIngest(f"{where} must be an object")
         file = wire.shaped(sent_file, wire.LogFile)
         offsets = file["offsets"]
         if not isinstance(offsets, list):
-            raise BadBatch(f"{where}: offsets must be a list")
+            raise BadIngest(f"{where}: offsets must be a list")
         count = len(offsets)
         if len(lines["text"]) + count > max_lines:
-            raise BadBatch(f"over {max_lines} lines in one batch")
+            raise BadIngest(f"over {max_lines} lines in one batch")
         columns = {name: _column(file, name, count, where) for name in _COLUMNS}
         end = int_field(file["end"], f"{where}: end")
         assert end is not None
         if any(b <= a for a, b in zip(offsets, offsets[1:])) or (offsets and (offsets[0] < 0 or offsets[-1] >= end)):
-            raise BadBatch(f"{where}: offsets must increase, from 0 and below end")
+            raise BadIngest(f"{where}: offsets must increase, from 0 and below end")
         stream = file["stream"]
         if stream not in STREAMS:
-            raise BadBatch(f"{where}: stream must be one of {', '.join(STREAMS)}")
+            raise BadIngest(f"{where}: stream must be one of {', '.join(STREAMS)}")
         meta = {
             "session": session_field(file["session"], f"{where}: session"),
             "host": host,
@@ -242,12 +239,12 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         }
         repeated += count * sum(len(value) for value in meta.values() if isinstance(value, str))
         if repeated > MAX_REPEATED_BYTES:
-            raise BadBatch(
+            raise BadIngest(
                 f"{where}: its file's fields, stored on each of its lines, take the batch over "
                 f"{MAX_REPEATED_BYTES:,} bytes: send fewer lines per batch"
             )
         if bad := next((value for value in columns["raw"] if value is not None and not _base64(value)), None):
-            raise BadBatch(f"{where}: raw holds {bad[:40]!r}, not base64")
+            raise BadIngest(f"{where}: raw holds {bad[:40]!r}, not base64")
         for name, value in meta.items():
             lines[name].extend([value] * count)
             files[name].append(value)
@@ -257,7 +254,7 @@ def parse(body: bytes, max_lines: int) -> LogBatch:
         files["end_offset"].append(end)
         if (append := file["append"]) is not None and append is not False:
             if append is not True:
-                raise BadBatch(f"{where}: append must be true or false")
+                raise BadIngest(f"{where}: append must be true or false")
             appends.append((len(files["end_offset"]) - 1, len(lines["text"]), count))
         for name, values in columns.items():
             lines[_LINE_COLUMN.get(name, name)].extend(values)
@@ -285,11 +282,11 @@ def _gaps(gaps: list[wire.LogGap] | None, host: str | None) -> dict[str, list[An
     if gaps is None:
         gaps = []
     if not isinstance(gaps, list):
-        raise BadBatch("gaps must be a list")
+        raise BadIngest("gaps must be a list")
     for i, sent_gap in enumerate(gaps):
         where = f"gaps[{i}]"
         if not isinstance(sent_gap, dict):
-            raise BadBatch(f"{where} must be an object")
+            raise BadIngest(f"{where} must be an object")
         gap = wire.shaped(sent_gap, wire.LogGap)
         rows["session"].append(session_field(gap["session"], f"{where}: session"))
         rows["host"].append(host)

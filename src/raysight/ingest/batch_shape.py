@@ -12,6 +12,8 @@ import threading
 import orjson
 import simdjson
 
+from raysight.errors import BadIngest
+
 _local = threading.local()  # a parser holds one document at a time: one per thread
 REUSED_UP_TO = 2 * 1024 * 1024  # a parser keeps the buffers of the largest body it read: larger ones get their own
 BOM = b"\xef\xbb\xbf"  # simdjson skips a byte-order mark; orjson, and DuckDB's JSON reader after it, refuse one
@@ -20,13 +22,9 @@ BOM = b"\xef\xbb\xbf"  # simdjson skips a byte-order mark; orjson, and DuckDB's 
 _KINDS = {str: "a string", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
 
 
-class NotAnArray(ValueError):
-    """Valid JSON, but not an array (the message names what it is)."""
-
-
 def array_length(body: bytes) -> int:
-    """The number of elements of the JSON array ``body``; ValueError when it is not JSON, NotAnArray when it is JSON
-    of another kind."""
+    """The number of elements of the JSON array ``body``; ValueError when it is not JSON, BadIngest when it is JSON
+    of another kind (the message names what it is)."""
     parser = getattr(_local, "parser", None) if len(body) <= REUSED_UP_TO else simdjson.Parser()
     if parser is None:
         parser = _local.parser = simdjson.Parser()
@@ -42,4 +40,4 @@ def array_length(body: bytes) -> int:
         kind = _KINDS.get(type(document), "an object")
     finally:
         del document  # the parser is reused only once its document is gone
-    raise NotAnArray(f"body is {kind}, not an array of Ray events")
+    raise BadIngest(f"body is {kind}, not an array of Ray events")

@@ -19,7 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from raysight import wire
-from raysight.ingest.agent_logs import BadBatch, agent_batch, int_field, session_field
+from raysight.errors import BadIngest
+from raysight.ingest.agent_logs import agent_batch, int_field, session_field
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
@@ -39,15 +40,15 @@ SCHEMA = pa.schema(
 
 def _sighting(sent: Any, where: str) -> dict[str, Any]:
     if not isinstance(sent, dict):
-        raise BadBatch(f"{where} must be an object")
+        raise BadIngest(f"{where} must be an object")
     value = wire.shaped(sent, wire.Sighting)
     process, node_id, alive = value["process"], value["node_id"], value["alive"]
     if process not in PROCESSES:
-        raise BadBatch(f"{where}: process must be one of {', '.join(PROCESSES)}")
+        raise BadIngest(f"{where}: process must be one of {', '.join(PROCESSES)}")
     if not (node_id == "" if process == "gcs_server" else isinstance(node_id, str) and _NODE_ID.fullmatch(node_id)):
-        raise BadBatch(f'{where}: node_id must be a raylet\'s node ID (56 hex digits), or "" for the GCS')
+        raise BadIngest(f'{where}: node_id must be a raylet\'s node ID (56 hex digits), or "" for the GCS')
     if type(alive) is not bool:
-        raise BadBatch(f"{where}: alive must be true or false")
+        raise BadIngest(f"{where}: alive must be true or false")
     return {
         "session": session_field(value["session"], f"{where}: session"),
         "process": process,
@@ -60,12 +61,12 @@ def _sighting(sent: Any, where: str) -> dict[str, Any]:
 
 
 def parse(body: bytes) -> tuple[str, pa.Table]:
-    """The host and its sightings (the newest of each process); BadBatch says what is wrong with a body that is not
+    """The host and its sightings (the newest of each process); BadIngest says what is wrong with a body that is not
     well formed."""
     sent, host = agent_batch(body, "sightings", '{"host", "sightings": [...]}')
     batch = wire.shaped(sent, wire.NodeLife)
     if len(batch["sightings"]) > MAX_SIGHTINGS:
-        raise BadBatch(f"over {MAX_SIGHTINGS} sightings in one batch")
+        raise BadIngest(f"over {MAX_SIGHTINGS} sightings in one batch")
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for i, value in enumerate(batch["sightings"]):
         row = _sighting(value, f"sightings[{i}]")

@@ -26,6 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from raysight import wire
+from raysight.errors import BadIngest
 from raysight.ingest import otlp_count
 
 KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
@@ -49,10 +50,6 @@ COLUMNS = (
     "service", "session", "job_id", "node_id", "worker_id", "pid", "task_id", "attempt", "actor_id", "request_id",
     "attributes", "events", "links", "resource_id", "scope",
 )  # fmt: skip
-
-
-class BadExport(ValueError):
-    """A body that is not an OTLP trace export (the message says what is wrong)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +218,7 @@ M = TypeVar("M", bound=Message)
 
 def decoded(message: M, body: bytes, json: bool, limit: int, signal: str = "Spans", items: str = "spans") -> M:
     """``message`` (an OTLP export request of ``resource{signal}``) read from ``body``, protobuf or OTLP/JSON;
-    BadExport when it is not one, TooMany when it holds over ``limit`` resources, scopes and ``items``."""
+    BadIngest when it is not one, TooMany when it holds over ``limit`` resources, scopes and ``items``."""
     what = {"Spans": "trace", "Logs": "log"}.get(signal, signal.lower())
     try:
         otlp_count.count(body, json, signal, items, limit, "spans" if signal == "Spans" else "log records")
@@ -231,7 +228,7 @@ def decoded(message: M, body: bytes, json: bool, limit: int, signal: str = "Span
         else:
             message.ParseFromString(body)
     except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
-        raise BadExport(f"not an OTLP {what} export ({'JSON' if json else 'protobuf'}): {exc}") from None
+        raise BadIngest(f"not an OTLP {what} export ({'JSON' if json else 'protobuf'}): {exc}") from None
     return message
 
 
@@ -240,7 +237,7 @@ def json_ids_to_base64(document: Any, signal: str = "Spans", items: str = "spans
     (in an export's ``resource{signal}[].scope{signal}[].{items}[]`` and their links) so that one parser reads both
     encodings."""
     if not isinstance(document, dict):
-        raise BadExport(f'an OTLP/JSON export is a JSON object {{"resource{signal}": […]}}')
+        raise BadIngest(f'an OTLP/JSON export is a JSON object {{"resource{signal}": […]}}')
     for resource_group in _list(document.get(f"resource{signal}")):
         for scope_group in _list(_dict(resource_group).get(f"scope{signal}")):
             for item in _list(_dict(scope_group).get(items)):
@@ -255,7 +252,7 @@ def _hex_to_base64(text: str) -> str:
     try:
         return base64.b64encode(bytes.fromhex(text)).decode()
     except ValueError:
-        raise BadExport(f"an OTLP/JSON ID is hex: {text[:40]!r}") from None
+        raise BadIngest(f"an OTLP/JSON ID is hex: {text[:40]!r}") from None
 
 
 def _list(value: Any) -> list[Any]:

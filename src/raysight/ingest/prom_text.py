@@ -19,7 +19,7 @@ Bounds, as Prometheus's scrape config sets them (``sample_limit``, ``label_limit
 :data:`MAX_LINES` lines is refused (TooMany: 413), counted on the wire before the body is decoded; a sample line of
 more than :data:`MAX_LABELS` labels, a name longer than :data:`MAX_NAME_LENGTH` or a label value longer than
 :data:`MAX_VALUE_LENGTH` characters (as written), a time the store cannot keep (past int64), or a NUL or ``\x01``
-anywhere (the store's separators between a series' labels) is refused (BadBatch: 400, naming the line). Ray's own
+anywhere (the store's separators between a series' labels) is refused (BadIngest: 400, naming the line). Ray's own
 lines name at most a dozen labels (11 in its aggregator's page); a head node's page with Serve running is about 2,000
 lines.
 """
@@ -32,8 +32,8 @@ from functools import cached_property
 from typing import Any
 
 from raysight import wire
-from raysight.errors import TooMany
-from raysight.ingest.agent_logs import BadBatch, int_field, json_object, session_field, text_field
+from raysight.errors import BadIngest, TooMany
+from raysight.ingest.agent_logs import int_field, json_object, session_field, text_field
 from raysight.ingest.otlp import INT64_MAX
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)
@@ -76,7 +76,7 @@ class Scrape:
 
 
 def parse(body: bytes) -> Scrape:
-    """The scrape a body carries, its lines split and checked against the bounds; BadBatch says what is wrong with
+    """The scrape a body carries, its lines split and checked against the bounds; BadIngest says what is wrong with
     one that is not well formed, TooMany that its page is over :data:`MAX_LINES` lines (on the wire: the text's
     newlines, JSON's ``\\n``, less the escaped backslashes that might end in ``n``)."""
     _at_most_max_lines(body.count(b"\\n") - body.count(b"\\\\"))
@@ -89,7 +89,7 @@ def parse(body: bytes) -> Scrape:
     job = text_field(target["job"], "target.job")
     text: Any = scrape["text"]
     if not isinstance(text, str):
-        raise BadBatch("text must be the target's page, a string")
+        raise BadIngest("text must be the target's page, a string")
     assert scraped_ms is not None and instance is not None and job is not None
     _at_most_max_lines(text.count("\n"))
     for what, value in (("target.instance", instance), ("target.job", job)):
@@ -97,7 +97,7 @@ def parse(body: bytes) -> Scrape:
     for separator in SEPARATORS:
         if (at := text.find(separator)) != -1:
             line = text.count("\n", 0, at) + 1
-            raise BadBatch(f"line {line}: a character the store cannot keep ({separator!r})")
+            raise BadIngest(f"line {line}: a character the store cannot keep ({separator!r})")
     parsed = Scrape(session, scraped_ms, instance, job, text, target_labels(target["labels"]))
     parsed.page  # noqa: B018 (split and checked here, on the caller's thread)
     return parsed
@@ -110,7 +110,7 @@ def _at_most_max_lines(lines: int) -> None:
 
 def _without_separators(value: str, what: str) -> None:
     if any(separator in value for separator in SEPARATORS):
-        raise BadBatch(f"{what} holds a character the store cannot keep (\\x00 or \\x01)")
+        raise BadIngest(f"{what} holds a character the store cannot keep (\\x00 or \\x01)")
 
 
 def target_labels(labels: Any) -> dict[str, str]:
@@ -119,14 +119,14 @@ def target_labels(labels: Any) -> dict[str, str]:
     if labels is None:
         return {}
     if not isinstance(labels, dict) or len(labels) > MAX_TARGET_LABELS:
-        raise BadBatch(f"target.labels must be an object of at most {MAX_TARGET_LABELS} labels")
+        raise BadIngest(f"target.labels must be an object of at most {MAX_TARGET_LABELS} labels")
     for name, value in labels.items():
         if len(name) > MAX_NAME_LENGTH:
-            raise BadBatch(f"target.labels: a name is over {MAX_NAME_LENGTH} characters")
+            raise BadIngest(f"target.labels: a name is over {MAX_NAME_LENGTH} characters")
         if not _LABEL_NAME.fullmatch(name) or name.startswith("__") or name in TARGET_LABELS:
-            raise BadBatch(f"target.labels: {name!r} is not a label a target may add")
+            raise BadIngest(f"target.labels: {name!r} is not a label a target may add")
         if not isinstance(value, str) or len(value) > MAX_VALUE_LENGTH:
-            raise BadBatch(f"target.labels: the value of {name} must be a string of at most {MAX_VALUE_LENGTH}")
+            raise BadIngest(f"target.labels: the value of {name} must be a string of at most {MAX_VALUE_LENGTH}")
         _without_separators(value, f"target.labels: the value of {name}")
     return {name: value for name, value in sorted(labels.items()) if value}
 
@@ -160,7 +160,7 @@ class Lines:
 
 def lines(text: str, scraped_ms: int) -> Lines:
     """The sample lines of a page, split as Ray's exporters write them (tokens apart by spaces; a sample without a
-    time of its own takes the scrape's); comments, blank lines and lines that are not samples skipped; BadBatch for
+    time of its own takes the scrape's); comments, blank lines and lines that are not samples skipped; BadIngest for
     a sample past the bounds (its labels are read only where their length or their ``=`` signs say they might be).
     Plain string operations: a Ray node's page of ~1,000 lines in about half a millisecond."""
     out = Lines()
@@ -197,7 +197,7 @@ def lines(text: str, scraped_ms: int) -> Lines:
         except ValueError:
             continue
         if not -INT64_MAX - 1 <= ts <= INT64_MAX:
-            raise BadBatch(f"line {number} ({line[:60]!r}): a time past what the store keeps (int64 ms)")
+            raise BadIngest(f"line {number} ({line[:60]!r}): a time past what the store keeps (int64 ms)")
         if brace > MAX_NAME_LENGTH or len(head) - brace > _SHORT or head.count("=", brace) > MAX_LABELS:
             _within_bounds(head, brace, f"line {number} ({line[:60]!r})")
         heads(head)
@@ -207,20 +207,20 @@ def lines(text: str, scraped_ms: int) -> Lines:
 
 
 def _within_bounds(head: str, brace: int, line: str) -> None:
-    """BadBatch, naming the ``line``, unless the name (``head`` up to ``brace``) and labels of a sample are within
+    """BadIngest, naming the ``line``, unless the name (``head`` up to ``brace``) and labels of a sample are within
     the bounds. The labels are read up to the length of the longest line within them, so that no one line holds the
     regular expression (and the GIL) for long."""
     if brace > MAX_NAME_LENGTH:
-        raise BadBatch(f"{line}: a name over {MAX_NAME_LENGTH} characters")
+        raise BadIngest(f"{line}: a name over {MAX_NAME_LENGTH} characters")
     for count, label in enumerate(_LABELS.finditer(head, brace + 1, min(len(head) - 1, _LONGEST)), 1):
         if count > MAX_LABELS:
-            raise BadBatch(f"{line}: over {MAX_LABELS} labels (Prometheus's label_limit)")
+            raise BadIngest(f"{line}: over {MAX_LABELS} labels (Prometheus's label_limit)")
         if label.end(1) - label.start(1) > MAX_NAME_LENGTH:
-            raise BadBatch(f"{line}: a label's name over {MAX_NAME_LENGTH} characters")
+            raise BadIngest(f"{line}: a label's name over {MAX_NAME_LENGTH} characters")
         if label.end(2) - label.start(2) > MAX_VALUE_LENGTH:
-            raise BadBatch(f"{line}: the value of {label[1]} over {MAX_VALUE_LENGTH} characters")
+            raise BadIngest(f"{line}: the value of {label[1]} over {MAX_VALUE_LENGTH} characters")
     if len(head) > _LONGEST:
-        raise BadBatch(f"{line}: over {_LONGEST:,} characters, more than any line within the bounds")
+        raise BadIngest(f"{line}: over {_LONGEST:,} characters, more than any line within the bounds")
 
 
 def name_and_labels(head: str) -> tuple[str, str]:

@@ -27,7 +27,8 @@ import orjson
 import pyarrow as pa
 
 from raysight import wire
-from raysight.ingest.agent_logs import BadBatch, int_field, json_object, session_field
+from raysight.errors import BadIngest
+from raysight.ingest.agent_logs import int_field, json_object, session_field
 from raysight.ingest.ray_events import Key, Patch
 
 
@@ -97,14 +98,14 @@ class Poll:
 
 def _rows(resource: str, values: Any) -> list[dict[str, str]]:
     if not isinstance(values, list):
-        raise BadBatch(f"resources.{resource} must be a list of rows")
+        raise BadIngest(f"resources.{resource} must be a list of rows")
     if len(values) > MAX_ROWS:
-        raise BadBatch(f"resources.{resource}: over {MAX_ROWS} rows in one poll")
+        raise BadIngest(f"resources.{resource}: over {MAX_ROWS} rows in one poll")
     kind, out = KINDS[resource], {}
     for i, row in enumerate(values):
         entity = kind.id(row) if isinstance(row, dict) else None
         if not isinstance(entity, str):
-            raise BadBatch(f"resources.{resource}[{i}] is not a row of {resource} (an object with its ID)")
+            raise BadIngest(f"resources.{resource}[{i}] is not a row of {resource} (an object with its ID)")
         out[entity] = {"resource": resource, "id": entity, "state": kind.state(row), "row": orjson.dumps(row).decode()}
     return list(out.values())  # (a row listed twice is kept once: the last)
 
@@ -144,7 +145,7 @@ def driver_patch(session: str, row: dict[str, Any], seen_dead_ns: int) -> tuple[
 
 
 def parse(body: bytes) -> Poll:
-    """The poll a body carries; BadBatch says what is wrong with one that is not well formed."""
+    """The poll a body carries; BadIngest says what is wrong with one that is not well formed."""
     sent = json_object(body, "resources", dict, '{"session", "polled_ns", "resources": {...}, "errors": {...}}')
     poll = wire.shaped(sent, wire.RayState)
     session = session_field(poll["session"], "session")
@@ -152,22 +153,22 @@ def parse(body: bytes) -> Poll:
     assert polled_ns is not None
     unknown = set(poll["resources"]) - set(KINDS)
     if unknown:
-        raise BadBatch(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
+        raise BadIngest(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
     errors = poll["errors"] or {}
     polled = [*KINDS, STATUS]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
-        raise BadBatch("errors must map a resource to a message")
+        raise BadIngest("errors must map a resource to a message")
     status = poll[STATUS]
     if status is not None and not (isinstance(status, dict) and isinstance(status.get("loadMetricsReport"), dict)):
-        raise BadBatch(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
+        raise BadIngest(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
     fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
     if both := set(errors) & set(fetched):
-        raise BadBatch(f"{sorted(both)} both polled and failed")
+        raise BadIngest(f"{sorted(both)} both polled and failed")
     try:  # (kept as JSON: orjson writes at most 254 levels, which no row of Ray's comes near)
         rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
         status_json = None if status is None else orjson.dumps(status).decode()
     except orjson.JSONEncodeError as exc:
-        raise BadBatch(f"a row or the cluster status cannot be kept: {exc}") from None
+        raise BadIngest(f"a row or the cluster status cannot be kept: {exc}") from None
     drivers = [driver_patch(session, row, polled_ns) for row in poll["resources"].get("drivers", [])]  # (checked)
     return Poll(
         session,

@@ -13,14 +13,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from raysight import wire
+from raysight.errors import BadIngest
 from raysight.ingest.otlp import key_values
 
 KINDS = {f"SpanKind.{name.removeprefix('SPAN_KIND_')}": value for name, value in Span.SpanKind.items()}
 STATUSES = {name.removeprefix("STATUS_CODE_"): value for name, value in Status.StatusCode.items()}
-
-
-class BadSpan(ValueError):
-    """A line that is not a span as the SDK writes it."""
 
 
 def exports(lines: Iterable[bytes], session: str | None, batch: int = 512) -> Iterator[tuple[bytes, int, int]]:
@@ -33,7 +30,7 @@ def exports(lines: Iterable[bytes], session: str | None, batch: int = 512) -> It
             continue
         try:
             resource, span = parse(line)
-        except BadSpan:
+        except BadIngest:
             refused += 1
             continue
         if session is not None:
@@ -53,7 +50,7 @@ def exports(lines: Iterable[bytes], session: str | None, batch: int = 512) -> It
 
 
 def parse(line: bytes) -> tuple[dict[str, Any], Span]:
-    """A line's resource attributes and span; BadSpan when it is not one."""
+    """A line's resource attributes and span; BadIngest when it is not one."""
     try:
         data = orjson.loads(line)
         context = data["context"]
@@ -88,7 +85,7 @@ def parse(line: bytes) -> tuple[dict[str, Any], Span]:
             )
         resource = dict((data.get("resource") or {}).get("attributes") or {})
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BadSpan(f"not a span as the OpenTelemetry SDK writes it: {exc}") from None
+        raise BadIngest(f"not a span as the OpenTelemetry SDK writes it: {exc}") from None
     return resource, span
 
 

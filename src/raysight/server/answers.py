@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from raysight.errors import RaysightError
 from raysight.server.state import AppState
 
 JSON = "application/json"
@@ -47,9 +48,14 @@ def render(data: Any) -> bytes:
         return json.dumps(data, default=_mark, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def answer(data: Any, status: int = 200) -> Response:
+def answer(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """A small answer, rendered where it is made."""
-    return Response(render(data), status_code=status, media_type=JSON)
+    return Response(render(data), status_code=status, headers=headers, media_type=JSON)
+
+
+def raysight_error(error: RaysightError) -> Response:
+    """raysight's error envelope, of its own API, ingest and the dashboard: ``{"ok": false, "error", "status"}``."""
+    return answer({"ok": False, "error": str(error), "status": error.status}, error.status, error.headers)
 
 
 async def rendered(data: Any, status: int = 200) -> Response:

@@ -10,14 +10,13 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from raysight import __version__, units
-from raysight.errors import BadQuery, Forbidden
-from raysight.server.answers import ROWS, answer, pieces, read_json, rendered, streamed
+from raysight import __version__, units, wire
+from raysight.errors import BadQuery
+from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_json, rendered, streamed
 from raysight.server.params import bool_param, duration_param, int_param, time_param
+from raysight.server.routing import Access, route
 from raysight.server.state import app_state
-from raysight.settings import ENV_ADMIN_TOKEN, SECRETS_FILE
 from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import timeline as timeline_sql
@@ -84,17 +83,7 @@ async def sessions(request: Request) -> Response:
     return await read_json(app_state(request), lambda con: {"sessions": summaries.list_sessions(con)})
 
 
-def require_admin(request: Request) -> None:
-    """Destructive operations take the admin token, not the read token (when bound beyond loopback)."""
-    if not app_state(request).secrets.admin_ok(request.headers.get("authorization")):
-        raise Forbidden(
-            f"deleting sessions and reindexing need the admin token (`admin_token` in the server's {SECRETS_FILE}): "
-            f"set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
-        )
-
-
 async def delete_session(request: Request) -> Response:
-    require_admin(request)
     name = request.path_params["session"]
     state = app_state(request)
     resolved = await state.read(lambda con: queries.recorded_session(con, name))
@@ -337,29 +326,28 @@ async def trace(request: Request) -> Response:
 
 
 async def reindex(request: Request) -> Response:
-    require_admin(request)
     state = app_state(request)
     events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
     return answer({"ok": True, "events": events})
 
 
 routes = [
-    Route("/api/raysight/ping", ping),
-    Route("/api/raysight/sessions", sessions),
-    Route("/api/raysight/sessions/{session:path}", delete_session, methods=["DELETE"]),
-    Route("/api/raysight/doctor", doctor),
-    Route("/api/raysight/reindex", reindex, methods=["POST"]),
-    Route("/api/raysight/summary/{resource}", summary),
-    Route("/api/raysight/logs", logs),
-    Route("/api/raysight/errors", errors),
-    Route("/api/raysight/errors/{failure_id}", error_detail),
-    Route("/api/raysight/activity", activity),
-    Route("/api/raysight/status", status),
-    Route("/api/raysight/timeline", timeline),
-    Route("/api/raysight/task-stream", task_stream),
-    Route("/api/raysight/metrics/top", metrics_top),
-    Route("/api/raysight/traces", traces),
-    Route("/api/raysight/traces/{trace_id}", trace),
-    Route("/api/raysight/{resource}", list_resource),
-    Route("/api/raysight/{resource}/{entity_id}", get_resource),
+    route(wire.PING, ping, access=Access.READ, envelope=raysight_error),
+    route(wire.SESSIONS, sessions, access=Access.READ, envelope=raysight_error),
+    route(wire.SESSION, delete_session, access=Access.ADMIN, envelope=raysight_error, methods=["DELETE"]),
+    route(wire.DOCTOR, doctor, access=Access.READ, envelope=raysight_error),
+    route(wire.REINDEX, reindex, access=Access.ADMIN, envelope=raysight_error, methods=["POST"]),
+    route(wire.SUMMARY, summary, access=Access.READ, envelope=raysight_error),
+    route(wire.LOGS, logs, access=Access.READ, envelope=raysight_error),
+    route(wire.ERRORS, errors, access=Access.READ, envelope=raysight_error),
+    route(wire.ERROR, error_detail, access=Access.READ, envelope=raysight_error),
+    route(wire.ACTIVITY, activity, access=Access.READ, envelope=raysight_error),
+    route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
+    route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
+    route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
+    route(wire.METRICS_TOP, metrics_top, access=Access.READ, envelope=raysight_error),
+    route(wire.TRACES, traces, access=Access.READ, envelope=raysight_error),
+    route(wire.TRACE, trace, access=Access.READ, envelope=raysight_error),
+    route(wire.RESOURCE, list_resource, access=Access.READ, envelope=raysight_error),
+    route(wire.ENTITY, get_resource, access=Access.READ, envelope=raysight_error),
 ]

@@ -10,16 +10,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.routing import Mount
 
+from raysight import wire
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
+from raysight.server.answers import raysight_error
 from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder
-from raysight.server.guard import refusal
+from raysight.server.guard import Guard
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
+from raysight.server.routing import Access, envelope_of, route
 from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.settings import Settings
 from raysight.store.store import Store
@@ -31,44 +33,19 @@ log = logging.getLogger("raysight.server")
 BODIES_HELD = 16
 
 
-def _is_ray_path(path: str) -> bool:
-    return path.startswith(("/api/v0", "/api/jobs", "/api/version", "/sessions/"))
-
-
-def error_response(path: str, status: int, message: str) -> Response:
-    """The one error shape: ``{"ok": false, "error", "status"}``, or Ray's envelope on Ray's paths."""
-    if "/api/v1/" in path:
-        return JSONResponse({"status": "error", "errorType": "bad_data", "error": message}, status_code=status)
-    if _is_ray_path(path):
-        return ray_compat.envelope_error(status, message)
-    return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status)
-
-
 async def handle_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, RaysightError) and exc.status != 500:  # the caller's error, or 503: try again
-        return error_response(request.url.path, exc.status, str(exc))
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    # never the exception's text: it may quote SQL or paths; the log has it
-    return error_response(request.url.path, 500, f"internal error ({type(exc).__name__}); the server's log says more")
+    """What a handler raised, in its route's envelope (``routing.py``): a :class:`RaysightError` as it says, anything
+    else as a 500."""
+    if not (isinstance(exc, RaysightError) and exc.status != 500):  # (not the caller's error, nor 503: try again)
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        # never the exception's text: it may quote SQL or paths; the log has it
+        exc = RaysightError(f"internal error ({type(exc).__name__}); the server's log says more")
+    return envelope_of(request.scope)(exc)
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
     """The client hung up (or was cut off as too slow) mid-body: nobody to answer, nothing to log."""
     return Response(status_code=499)
-
-
-class Guard:
-    """Refuses what :func:`guard.refusal` refuses, before any route (plain ASGI: bodies pass straight through)."""
-
-    def __init__(self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> None:
-        self.app, self.secrets, self.allowed_hosts = app, secrets, allowed_hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refused = refusal(scope, self.secrets, self.allowed_hosts) if scope["type"] in ("http", "websocket") else None
-        if refused is None:
-            await self.app(scope, receive, send)
-        else:  # a WebSocket handshake gets the same HTTP answer (ASGI's denial response)
-            await error_response(scope["path"], *refused)(scope, receive, send)
 
 
 async def metrics(request: Request) -> Response:
@@ -117,8 +94,8 @@ def create_app(settings: Settings) -> Starlette:
         *ingest_routes.routes,
         *api.routes,
         *per_session,
-        Mount("/sessions/{session}", routes=per_session),
-        Route("/metrics", metrics),
+        Mount(wire.IN_SESSION, routes=per_session),
+        route(wire.METRICS, metrics, access=Access.READ, envelope=raysight_error),
         *ui_routes.routes,
     ]
     return Starlette(

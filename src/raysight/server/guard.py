@@ -1,4 +1,5 @@
-"""What a request must pass before any route sees it, HTTP and WebSocket handshakes alike: pure checks of its scope.
+"""What a request must pass before any route sees it, HTTP and WebSocket handshakes alike: checks of its scope against
+what its route declares (``routing.py``), made by the :class:`Guard` middleware before any body is read.
 
 On loopback the browser is the threat, beyond it the network:
 
@@ -12,24 +13,29 @@ On loopback the browser is the threat, beyond it the network:
 - Content type: a POST must carry one that a web page cannot send to another site without a CORS preflight (which
   this server never grants), so text and form posts from other sites change nothing. But for Prometheus's query
   API, which takes forms (Grafana POSTs its queries so) and only reads: another site's form carries its ``Origin``,
-  refused above.
-- The read token, on every path but ingest (which checks its own write-only key) and the dashboard's files (which
-  hold no data: the page must load to ask for the token).
+  refused above; and Ray's job writes, which raysight refuses whatever they carry (405).
+- Credentials, as the route declares: none for the dashboard's files (which hold no data: the page must load to ask
+  for the token), the write-only ingest key for ingest, the read token (or the admin token) for reads, the admin
+  token for what destroys data.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.types import Scope
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from raysight import wire
+from raysight.errors import BadQuery, Forbidden, RaysightError, Unauthorized, UnsupportedEncoding
+from raysight.server import routing
 from raysight.server.auth import Secrets
+from raysight.server.routing import Access, Declaration
+from raysight.settings import ENV_ADMIN_TOKEN, ENV_TOKEN, SECRETS_FILE
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
-POST_TYPES = ("application/json", "application/x-protobuf")  # Ray's aggregator and raysight's own posts; OTLP
-FORM_TYPES = ("application/x-www-form-urlencoded",)  # Prometheus's query API's (_PROMETHEUS_API)
 
 
 def host_name(host: str) -> str:
@@ -45,35 +51,16 @@ def url_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def from_other_site(headers: Headers, method: str, path: str) -> bool:
+def from_other_site(headers: Headers, method: str, dashboard: bool) -> bool:
+    """Whether another site's page sent the request (``dashboard``: the route is the dashboard's, which a link from
+    anywhere may open)."""
     origin = headers.get("origin")
     if origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower():
         return True  # "null" (a sandboxed or file: page) too
     if headers.get("sec-fetch-site") in ("cross-site", "same-site"):  # same-site: e.g. another port of localhost
         followed_link = method in ("GET", "HEAD") and headers.get("sec-fetch-mode") == "navigate"
-        return not (followed_link and headers.get("sec-fetch-dest") == "document" and dashboard_path(path))
+        return not (followed_link and headers.get("sec-fetch-dest") == "document" and dashboard)
     return False
-
-
-def dashboard_path(path: str) -> bool:
-    """The dashboard's pages and files, which a link from anywhere may open."""
-    return path in ("/", "/ui") or path.startswith("/ui/")
-
-
-def open_path(path: str) -> bool:
-    """Paths served without the read token: ingest (its own key: OTLP's at its standard paths too) and the
-    dashboard's files."""
-    return path.startswith(("/ingest/", "/v1/")) or dashboard_path(path)
-
-
-# Ray's job writes (submit, stop, delete, upload): raysight only refuses them (405), so no body can do harm there
-_REFUSED_WRITES = re.compile(r"(/sessions/[^/]+)?/api/(jobs|packages)/.*")
-_PROMETHEUS_API = re.compile(r"(/sessions/[^/]+)?/api/v1/.*")
-
-
-def post_types(path: str) -> tuple[str, ...]:
-    """The body types a POST to ``path`` may carry."""
-    return FORM_TYPES if _PROMETHEUS_API.fullmatch(path) else POST_TYPES
 
 
 def media_type(content_type: str | None) -> str:
@@ -81,31 +68,87 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").partition(";")[0].strip().lower()
 
 
-def refusal(scope: Scope, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> tuple[int, str] | None:
-    """Why an HTTP request or WebSocket handshake is refused, as (status, message); None when it may pass.
+READ_TOKEN_NEEDED = f"this raysight server needs its read token: set {ENV_TOKEN} or send Authorization: Bearer"
+ADMIN_TOKEN_NEEDED = (
+    f"deleting sessions and reindexing need the admin token (`admin_token` in the server's {SECRETS_FILE}): "
+    f"set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
+)
+INGEST_KEY_NEEDED = "this ingest URL needs the server's ingest key (`raysight env` prints the URL)"
+
+
+def credential_refusal(
+    access: Access, connection: HTTPConnection, path_params: dict[str, Any], secrets: Secrets
+) -> RaysightError | None:
+    """Why the request's credentials do not grant ``access``; None when they do. The ingest key is looked for in
+    the URL (``?key=``, or in the path, where Ray's aggregator and OTLP exporters append their own) and in a header;
+    the tokens in ``Authorization: Bearer``."""
+    if access is Access.OPEN:
+        return None
+    if access is Access.INGEST:
+        key = (
+            connection.query_params.get(wire.INGEST_KEY_PARAM)
+            or path_params.get(wire.INGEST_KEY_PARAM)
+            or connection.headers.get(wire.INGEST_KEY_HEADER)
+        )
+        return None if secrets.ingest_ok(key) else Unauthorized(INGEST_KEY_NEEDED)
+    authorization = connection.headers.get("authorization")
+    if not secrets.token_ok(authorization):
+        return Unauthorized(READ_TOKEN_NEEDED)
+    if access is Access.ADMIN and not secrets.admin_ok(authorization):
+        return Forbidden(ADMIN_TOKEN_NEEDED)
+    return None
+
+
+def refusal(
+    scope: Scope,
+    secrets: Secrets,
+    allowed_hosts: frozenset[str] | None,
+    declaration: Declaration,
+    path_params: dict[str, Any],
+) -> RaysightError | None:
+    """Why an HTTP request or WebSocket handshake to a route of ``declaration`` (its path's ``path_params``) is
+    refused; None when it may pass.
 
     ``allowed_hosts`` None: any Host (bound beyond loopback).
     """
-    headers = Headers(scope=scope)
+    connection = HTTPConnection(scope)
+    headers = connection.headers
     method = scope.get("method", "GET")  # a WebSocket handshake is a GET
     host = headers.get("host", "")
     if allowed_hosts is not None and host_name(host) not in allowed_hosts:
-        return 400, (
+        return BadQuery(
             f"this raysight server is bound to loopback and serves loopback names only, not Host {host!r}; "
             "start it with --allowed-host NAME to serve another name"
         )
-    if from_other_site(headers, method, scope["path"]):
-        return 403, "refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)"
-    types = post_types(scope["path"])
-    if (
-        method == "POST"
-        and media_type(headers.get("content-type")) not in types
-        and not _REFUSED_WRITES.fullmatch(scope["path"])
-    ):
-        return 415, (
+    if from_other_site(headers, method, declaration.access is Access.OPEN):
+        return Forbidden("refused: another site's page sent this request (its Origin or Sec-Fetch-Site says so)")
+    types = declaration.bodies
+    if method == "POST" and types is not None and media_type(headers.get("content-type")) not in types:
+        return UnsupportedEncoding(
             f"POST bodies must be sent as {' or '.join(types)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"
         )
-    if not open_path(scope["path"]) and not secrets.token_ok(headers.get("authorization")):
-        return 401, "this raysight server needs its read token: set RAYSIGHT_TOKEN or send Authorization: Bearer"
-    return None
+    return credential_refusal(declaration.access, connection, path_params, secrets)
+
+
+class Guard:
+    """Refuses what :func:`refusal` refuses, before any route, in the envelope of the route the request is for
+    (plain ASGI: bodies pass straight through); leaves the route's declaration for the app's error handler."""
+
+    def __init__(self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> None:
+        self.app, self.secrets, self.allowed_hosts = app, secrets, allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        declaration, path_params = routing.find(scope["app"].routes, scope)
+        routing.remember(scope, declaration)
+        refused = refusal(scope, self.secrets, self.allowed_hosts, declaration, path_params)
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        if declaration.access is Access.INGEST and isinstance(refused, Unauthorized):
+            scope["app"].state.raysight.metrics.rejected.labels("key").inc()
+        # a WebSocket handshake gets the same HTTP answer (ASGI's denial response)
+        await declaration.envelope(refused)(scope, receive, send)

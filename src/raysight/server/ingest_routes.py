@@ -1,5 +1,8 @@
 """Ingest: Ray's aggregator batches; from node agents their logs and what they saw of their node's Ray processes;
-from `raysight run` its driver's exit and Ray's aggregator metrics. Acknowledged only once durable."""
+from `raysight run` its driver's exit and Ray's aggregator metrics. Acknowledged only once durable.
+
+Each route takes the ingest key, which the guard checks (``guard.py``); a refusal is raised, counted by its reason in
+``raysight_ingest_rejected``, and answered in raysight's envelope (503s with ``Retry-After``: the sender resends)."""
 
 from __future__ import annotations
 
@@ -8,33 +11,43 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import orjson
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from raysight import wire
 from raysight.config import INGEST_DEADLINE_S
-from raysight.errors import BadQuery, BodyTooLarge, TooMany, Unavailable, UnsupportedEncoding
+from raysight.errors import (
+    BadIngest,
+    BadQuery,
+    BodyTooLarge,
+    QueueFull,
+    RaysightError,
+    TooMany,
+    Unavailable,
+    UnsupportedEncoding,
+)
 from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest import node_life, otlp, otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
-from raysight.ingest.batch_shape import NotAnArray, array_length
+from raysight.ingest.batch_shape import array_length
 from raysight.ingest.ids import SESSION_NAME
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
+from raysight.server.answers import raysight_error
 from raysight.server.guard import media_type
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
+from raysight.server.routing import Access, route
 from raysight.server.state import app_state
-from raysight.store.journal import AGENT_LOGS, SPANS
+from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS
 from raysight.store.queries import latest_session
 from raysight.store.store import MAX_LOG_LINES, Store
-from raysight.store.writer import CONTENT_ERRORS, QueueFull
+from raysight.store.writer import CONTENT_ERRORS
 
 log = logging.getLogger("raysight.ingest")
 T = TypeVar("T")
@@ -46,8 +59,6 @@ RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list 
 RUN_ID_MAX = 128
 JOURNALLED_PER_BODY = 4  # what an export may take in the journal (its rows as JSON), in bodies of the largest size
 RETRY = {"Retry-After": "1"}
-KEY_HEADER = "x-raysight-ingest-key"
-DROPPED_HEADER = "x-raysight-spans-dropped"  # what raysight's instrumentation dropped before this export
 
 
 @contextlib.asynccontextmanager
@@ -81,15 +92,25 @@ async def read_body(request: Request, limit: int) -> bytes:
         return body
 
 
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
-    return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status, headers=headers)
+def _rejected(request: Request, reason: str, error: RaysightError) -> RaysightError:
+    """``error``, counted as ``reason`` in the server's ingest refusals."""
+    app_state(request).metrics.rejected.labels(reason).inc()
+    return error
+
+
+@contextlib.contextmanager
+def _counted(request: Request, reason: str, refusal: type[RaysightError]) -> Iterator[None]:
+    """Count a ``refusal`` that leaves the block as ``reason`` in the server's ingest refusals."""
+    try:
+        yield
+    except refusal:
+        app_state(request).metrics.rejected.labels(reason).inc()
+        raise
 
 
 async def ray_events(request: Request) -> Response:
     """POST /ingest/ray-events?cluster=NAME: one JSON array of Ray events from a node's aggregator agent."""
     started = time.perf_counter()
-    if (refused := _key_refused(request)) is not None:
-        return refused
     return await _with_body(request, lambda body: _journal(request, body, started), "Ray")
 
 
@@ -97,17 +118,25 @@ async def _with_body(request: Request, handle: Callable[[bytes], Awaitable[Respo
     """``handle``'s answer to the request's body, which is held against the server's body budget meanwhile; 413 for
     a body over --max-body, 503 (``sender`` resends) when the budget is spent."""
     state = app_state(request)
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            body = await held.enter_async_context(held_body(request, state.max_body))
+        except BodyTooLarge as exc:
+            raise _rejected(request, "too_large", BodyTooLarge(f"{exc} (raise --max-body)")) from None
+        except Unavailable as exc:
+            raise _rejected(request, "bodies", Unavailable(f"{exc}; {sender} will resend", headers=RETRY)) from None
+        return await handle(body)
+
+
+def _submit(
+    request: Request, sender: str, body: bytes, events: int, kind: str, label: str | None = None, run: str | None = None
+) -> Future[Any]:
+    """Hand ``body`` to the writer to journal (``Writer.submit``); 503 while its backlog is full (``sender``
+    resends)."""
     try:
-        async with held_body(request, state.max_body) as body:
-            return await handle(body)
-    except BodyTooLarge as exc:
-        state.metrics.rejected.labels("too_large").inc()
-        return _error(413, f"{exc} (raise --max-body)")
-    except Unavailable as exc:
-        state.metrics.rejected.labels("bodies").inc()
-        return _error(503, f"{exc}; {sender} will resend", **RETRY)
-    except ClientDisconnect:
-        return Response(status_code=499)
+        return app_state(request).writer.submit(body, label, run, events, kind)
+    except QueueFull as exc:
+        raise _rejected(request, "busy", Unavailable(f"busy: {exc}; {sender} will resend", headers=RETRY)) from None
 
 
 async def _journal(request: Request, body: bytes, started: float) -> Response:
@@ -122,68 +151,50 @@ async def _journal(request: Request, body: bytes, started: float) -> Response:
     if prior is None:
         try:
             received = array_length(body)
-        except NotAnArray as exc:
-            state.metrics.rejected.labels("not_array").inc()
-            return _error(400, str(exc))
+        except BadIngest as exc:  # JSON, of another kind
+            raise _rejected(request, "not_array", exc) from None
         except ValueError as exc:
-            state.metrics.rejected.labels("not_json").inc()
-            return _error(400, f"body is not JSON: {exc}")
+            raise _rejected(request, "not_json", BadIngest(f"body is not JSON: {exc}")) from None
         if received > state.max_events:
-            state.metrics.rejected.labels("too_many_events").inc()
-            return _error(413, f"{received} events in one body, over {state.max_events} (raise --max-events)")
-        try:
-            future: Future[Any] = state.writer.submit(
-                body, request.query_params.get("cluster") or None, request.query_params.get("run") or None, received
-            )
-        except QueueFull as exc:
-            state.metrics.rejected.labels("busy").inc()
-            return _error(503, f"busy: {exc}; Ray will resend", **RETRY)
+            why = f"{received} events in one body, over {state.max_events} (raise --max-events)"
+            raise _rejected(request, "too_many_events", TooMany(why))
+        cluster, run_id = request.query_params.get("cluster") or None, request.query_params.get("run") or None
+        future = _submit(request, "Ray", body, received, RAY_EVENTS, cluster, run_id)
         state.resends.track(key, future, received)
     else:
         future, received = prior  # type: ignore[assignment]  # a pending first copy (find() says so)
-    if (failed := await _until_durable(request, future, started, "Ray")) is not None:
-        return failed
+    await _until_durable(request, future, started, "Ray")
     state.metrics.latency.observe(time.perf_counter() - started)
     return JSONResponse({"ok": True, "received": received, "resend": prior is not None})
 
 
-async def _until_durable(request: Request, future: Future[Any], started: float, sender: str) -> Response | None:
-    """None once the journalled body is durable, else the 503 that makes ``sender`` send it again."""
+async def _until_durable(request: Request, future: Future[Any], started: float, sender: str) -> None:
+    """Once the journalled body is durable; else the 503 that makes ``sender`` send it again."""
     remaining = INGEST_DEADLINE_S - (time.perf_counter() - started)
     try:
         # shielded: a caller that gives up must not cancel the write (resends wait on the same future)
         await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout=max(remaining, 0.01))
     except asyncio.TimeoutError:
-        app_state(request).metrics.rejected.labels("deadline").inc()
-        return _error(503, f"not yet durable; {sender} will resend and duplicates are ignored", **RETRY)
+        why = f"not yet durable; {sender} will resend and duplicates are ignored"
+        raise _rejected(request, "deadline", Unavailable(why, headers=RETRY)) from None
     except OSError as exc:
-        return _error(503, f"could not journal the batch ({exc}); {sender} will resend", **RETRY)
-    return None
+        raise Unavailable(f"could not journal the batch ({exc}); {sender} will resend", headers=RETRY) from None
 
 
 async def agent_logs(request: Request) -> Response:
     """POST /ingest/agent/logs: a node agent's batch of log lines (JSON, gzip-compressed or not), acknowledged once
     durable; a resent batch's lines are stored once."""
     started = time.perf_counter()
-    if (refused := _key_refused(request)) is not None:
-        return refused
     return await _with_body(request, lambda body: _journal_logs(request, body, started), "the agent")
 
 
 async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
-    state = app_state(request)
     try:  # (what is journalled: the JSON)
         body, batch = await _off_loop(request, body, lambda data: (data, agent_logs_batch.parse(data, MAX_LOG_LINES)))
-    except agent_logs_batch.BadBatch as exc:
-        state.metrics.rejected.labels("bad_logs").inc()
-        return _error(400, f"bad batch of logs: {exc}")
-    try:
-        future = state.writer.submit(body, events=batch.line_count, kind=AGENT_LOGS)
-    except QueueFull as exc:
-        state.metrics.rejected.labels("busy").inc()
-        return _error(503, f"busy: {exc}; the agent will resend", **RETRY)
-    if (failed := await _until_durable(request, future, started, "the agent")) is not None:
-        return failed
+    except BadIngest as exc:
+        raise _rejected(request, "bad_logs", BadIngest(f"bad batch of logs: {exc}")) from None
+    future = _submit(request, "the agent", body, batch.line_count, AGENT_LOGS)
+    await _until_durable(request, future, started, "the agent")
     return JSONResponse({"ok": True, "lines": batch.line_count})
 
 
@@ -205,24 +216,15 @@ OtlpHandler = Callable[[Request, bytes, bool], Awaitable[Response]]
 
 
 async def _otlp(request: Request, handle: OtlpHandler) -> Response:
-    """An OTLP/HTTP export: the key checked, the body read, then ``handle(request, body, json)``, which inflates and
-    decodes it off the event loop (``_off_loop``), then journals it; a body that is not an export of the kind gets
-    400, one of too many items 413. (The ingest deadline runs from when it is decoded: an export of tens of thousands
-    of items, answered 503 after being kept, would be sent again.)"""
-    if (refused := _key_refused(request)) is not None:
-        return refused
-    state = app_state(request)
+    """An OTLP/HTTP export (its key checked by the guard): the body read, then ``handle(request, body, json)``, which
+    inflates and decodes it off the event loop (``_off_loop``), then journals it; a body that is not an export of the
+    kind gets 400, one of too many items 413. (The ingest deadline runs from when it is decoded: an export of tens of
+    thousands of items, answered 503 after being kept, would be sent again.)"""
     json = media_type(request.headers.get("content-type")) == "application/json"
 
     async def handled(body: bytes) -> Response:
-        try:
+        with _counted(request, "bad_otlp", BadIngest), _counted(request, "too_many_items", TooMany):
             return await handle(request, body, json)
-        except (otlp.BadExport, agent_logs_batch.BadBatch) as exc:
-            state.metrics.rejected.labels("bad_otlp").inc()
-            return _error(400, str(exc))
-        except TooMany as exc:
-            state.metrics.rejected.labels("too_many_items").inc()
-            return _error(413, str(exc))
 
     return await _with_body(request, handled, "the exporter")
 
@@ -231,7 +233,13 @@ async def _off_loop(request: Request, body: bytes, parse: Callable[[bytes], T]) 
     """``parse`` of the inflated ``body``, both run on a thread: decoding an export of tens of thousands of items
     takes longer than the event loop may be held."""
     encoding, limit = _encoding(request), app_state(request).max_body
-    return await run_in_threadpool(lambda: parse(_decoded(encoding, body, limit)))
+
+    def decoded_and_parsed() -> T:
+        with _counted(request, "too_large", BodyTooLarge):
+            data = _decoded(encoding, body, limit)
+        return parse(data)
+
+    return await run_in_threadpool(decoded_and_parsed)
 
 
 async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
@@ -241,12 +249,13 @@ async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
     if state.forwarder is not None and export.spans:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
         if not forwarded and not state.forwarding.store:
-            return _error(503, "busy: the spans to forward wait in a full queue; the exporter will resend", **RETRY)
+            why = "busy: the spans to forward wait in a full queue; the exporter will resend"
+            raise Unavailable(why, headers=RETRY)
     if export.spans:  # a server that keeps no span still keeps how the task attempts they are of ended
         kept = await run_in_threadpool(export.journalled, state.forwarding.store)
-        if kept is not None and (failed := await _durable(request, kept, len(export.spans), SPANS, started)):
-            return failed
-    dropped = request.headers.get(DROPPED_HEADER, "0")
+        if kept is not None:
+            await _durable(request, kept, len(export.spans), SPANS, started)
+    dropped = request.headers.get(wire.SPANS_DROPPED_HEADER, "0")
     dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0
     if export.rejected or dropped_at_source:
         state.writer.call(
@@ -261,25 +270,18 @@ async def _journal_log_records(request: Request, body: bytes, json: bool) -> Res
     started = time.perf_counter()
     for batch in export.batches:
         lines = sum(len(file["texts"]) for file in batch["files"])
-        journalled = await run_in_threadpool(orjson.dumps, batch)
-        if (failed := await _durable(request, journalled, lines, AGENT_LOGS, started)) is not None:
-            return failed
+        await _durable(request, await run_in_threadpool(orjson.dumps, batch), lines, AGENT_LOGS, started)
     return _otlp_answer(otlp_logs.response(export.rejected, export.reason, json), json)
 
 
-async def _durable(request: Request, body: bytes, events: int, kind: str, started: float) -> Response | None:
-    """Journal an exporter's ``body`` (what its export became): None once it is durable, else the error to answer
-    (413 when it would take more than :data:`JOURNALLED_PER_BODY` bodies of the largest size)."""
-    state = app_state(request)
-    if len(body) > (most := JOURNALLED_PER_BODY * state.max_body):
-        state.metrics.rejected.labels("too_large").inc()
-        return _error(413, f"the export's items take {len(body):,} bytes to keep, over {most:,}: send smaller batches")
-    try:
-        future = state.writer.submit(body, events=events, kind=kind)
-    except QueueFull as exc:
-        state.metrics.rejected.labels("busy").inc()
-        return _error(503, f"busy: {exc}; the exporter will resend", **RETRY)
-    return await _until_durable(request, future, started, "the exporter")
+async def _durable(request: Request, body: bytes, events: int, kind: str, started: float) -> None:
+    """Journal an exporter's ``body`` (what its export became), until it is durable; 413 when it would take more than
+    :data:`JOURNALLED_PER_BODY` bodies of the largest size."""
+    if len(body) > (most := JOURNALLED_PER_BODY * app_state(request).max_body):
+        why = f"the export's items take {len(body):,} bytes to keep, over {most:,}: send smaller batches"
+        raise _rejected(request, "too_large", BodyTooLarge(why))
+    future = _submit(request, "the exporter", body, events, kind)
+    await _until_durable(request, future, started, "the exporter")
 
 
 def _otlp_answer(answer: bytes, json: bool) -> Response:
@@ -299,8 +301,8 @@ def _encoding(request: Request) -> str:
 
 def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
     """The body as it was before its ``encoding``, every member of a gzip body (RFC 1952 allows several, and
-    readers join them): refused (BodyTooLarge) past ``limit`` bytes inflated, BadBatch where it is not whole and
-    in that format."""
+    readers join them): refused (BodyTooLarge) past ``limit`` bytes inflated (the server's --max-body), BadIngest
+    where it is not whole and in that format."""
     if encoding == "identity":
         return body
     data, rest = bytearray(), body
@@ -309,14 +311,14 @@ def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
         try:
             data += inflate.decompress(rest, limit + 1 - len(data))
         except zlib.error as exc:
-            raise agent_logs_batch.BadBatch(f"body is not {encoding}: {exc}") from None
+            raise BadIngest(f"body is not {encoding}: {exc}") from None
         if len(data) > limit or inflate.unconsumed_tail:
-            raise BodyTooLarge(f"body over {limit} bytes decompressed")
+            raise BodyTooLarge(f"body over {limit} bytes decompressed (raise --max-body)")
         if not inflate.eof:
-            raise agent_logs_batch.BadBatch(f"body is not whole {encoding}: it ends within its stream")
+            raise BadIngest(f"body is not whole {encoding}: it ends within its stream")
         rest = inflate.unused_data
         if rest and encoding != "gzip":
-            raise agent_logs_batch.BadBatch(f"body is not {encoding}: {len(rest)} bytes follow its stream")
+            raise BadIngest(f"body is not {encoding}: {len(rest)} bytes follow its stream")
     return bytes(data)
 
 
@@ -347,34 +349,18 @@ def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
     return run_id, pid, code, _int_field(exit_["ended_ns"], "ended_ns", 0, INT64_MAX), session
 
 
-def _key_refused(request: Request) -> Response | None:
-    """401 unless the request carries the server's ingest key: in its URL (``?key=``, or in the path for Ray's
-    aggregator and OTLP exporters, which append their own path), or in an ``X-Raysight-Ingest-Key`` header."""
-    state = app_state(request)
-    key = request.query_params.get("key") or request.path_params.get("key") or request.headers.get(KEY_HEADER)
-    if state.secrets.ingest_ok(key):
-        return None
-    state.metrics.rejected.labels("key").inc()
-    return _error(401, "this ingest URL needs the server's ingest key (`raysight env` prints the URL)")
-
-
 async def run_exit(request: Request) -> Response:
     """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns", "session"} from `raysight run`."""
-    if (refused := _key_refused(request)) is not None:
-        return refused
     exit_ = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
     return await _record(request, "the run exit", lambda s: s.record_run_exit(*exit_), lambda _: {})
 
 
 async def node_life_sightings(request: Request) -> Response:
     """POST /ingest/agent/node-life: what a node agent saw of its Ray processes (``ingest/node_life.py``)."""
-    if (refused := _key_refused(request)) is not None:
-        return refused
     try:
         host, sightings = await run_in_threadpool(node_life.parse, await read_body(request, NODE_LIFE_MAX_BODY))
-    except agent_logs_batch.BadBatch as exc:
-        app_state(request).metrics.rejected.labels("bad_node_life").inc()
-        return _error(400, f"bad node sightings: {exc}")
+    except BadIngest as exc:
+        raise _rejected(request, "bad_node_life", BadIngest(f"bad node sightings: {exc}")) from None
     return await _record(
         request, "the node sightings", lambda s: s.record_node_life(host, sightings), lambda n: {"changed": n}
     )
@@ -391,27 +377,23 @@ async def _record(
     try:
         result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=INGEST_DEADLINE_S)
     except asyncio.TimeoutError:
-        return _error(
-            503, f"busy: could not record {what} in {INGEST_DEADLINE_S} s (folding is behind); retry", **RETRY
-        )
+        why = f"busy: could not record {what} in {INGEST_DEADLINE_S} s (folding is behind); retry"
+        raise Unavailable(why, headers=RETRY) from None
     except CONTENT_ERRORS as exc:  # validated, so this is unexpected; but retrying cannot help
         log.error("the store refused %s", what, exc_info=exc)
-        return _error(400, f"the store refused {what} ({type(exc).__name__}); the server's log says more")
+        raise BadQuery(f"the store refused {what} ({type(exc).__name__}); the server's log says more") from None
     except Exception as exc:  # noqa: BLE001 (environmental, or not foreseen: may pass on a retry)
         log.error("could not record %s", what, exc_info=exc)
-        return _error(503, f"could not record {what} ({type(exc).__name__}); retry", **RETRY)
+        raise Unavailable(f"could not record {what} ({type(exc).__name__}); retry", headers=RETRY) from None
     return JSONResponse({"ok": True, **answer(result)})
 
 
 async def ray_state(request: Request) -> Response:
     """POST /ingest/agent/ray-state: what a poll of a live cluster's dashboard found (``ingest/ray_state.py``)."""
-    if (refused := _key_refused(request)) is not None:
-        return refused
     try:
         poll = await run_in_threadpool(ray_state_poll.parse, await read_body(request, RAY_STATE_MAX_BODY))  # (64 MiB)
-    except agent_logs_batch.BadBatch as exc:
-        app_state(request).metrics.rejected.labels("bad_ray_state").inc()
-        return _error(400, f"bad poll: {exc}")
+    except BadIngest as exc:
+        raise _rejected(request, "bad_ray_state", BadIngest(f"bad poll: {exc}")) from None
     return await _record(request, "the poll", lambda s: s.record_poll(poll), lambda n: {"rows": n})
 
 
@@ -419,19 +401,14 @@ async def metrics_scrape(request: Request) -> Response:
     """POST /ingest/agent/metrics: one scrape of a Prometheus target (``ingest/prom_text.py``), from an agent: parsed
     and checked against the bounds on a thread (a page of 50,000 lines takes ~0.1 s), refused with 400 (a line past
     them) or 413 (too many lines) before the writer sees it."""
-    if (refused := _key_refused(request)) is not None:
-        return refused
-    state = app_state(request)
     body = await read_body(request, prom_text.MAX_BODY)
     try:
         scrape = await run_in_threadpool(prom_text.parse, body)
-    except agent_logs_batch.BadBatch as exc:
-        state.metrics.rejected.labels("bad_scrape").inc()
-        return _error(400, f"bad scrape: {exc}")
+    except BadIngest as exc:
+        raise _rejected(request, "bad_scrape", BadIngest(f"bad scrape: {exc}")) from None
     except TooMany as exc:
-        state.metrics.rejected.labels("too_many_items").inc()
-        return _error(413, f"bad scrape: {exc}")
-    future = state.writer.record_scrape(scrape)
+        raise _rejected(request, "too_many_items", TooMany(f"bad scrape: {exc}")) from None
+    future = app_state(request).writer.record_scrape(scrape)
     return await _record(request, "the scrape", future, lambda n: {"samples": n})
 
 
@@ -449,8 +426,6 @@ def parse_metrics_post(body: bytes) -> str:
 
 async def ray_metrics(request: Request) -> Response:
     """POST /ingest/agent/ray-metrics: a node's Prometheus text (its aggregator's lines suffice) from `raysight run`."""
-    if (refused := _key_refused(request)) is not None:
-        return refused
     try:
         text = parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY))
         samples = await run_in_threadpool(parse_aggregator_metrics, text)
@@ -460,16 +435,16 @@ async def ray_metrics(request: Request) -> Response:
 
 
 routes = [
-    Route("/ingest/ray-events", ray_events, methods=["POST"]),
-    Route("/ingest/ray-events/{key}", ray_events, methods=["POST"]),
-    Route("/ingest/agent/logs", agent_logs, methods=["POST"]),
-    Route("/ingest/agent/run-exit", run_exit, methods=["POST"]),
-    Route("/ingest/agent/ray-metrics", ray_metrics, methods=["POST"]),
-    Route("/ingest/agent/node-life", node_life_sightings, methods=["POST"]),
-    Route("/ingest/agent/ray-state", ray_state, methods=["POST"]),
-    Route("/ingest/agent/metrics", metrics_scrape, methods=["POST"]),
-    Route("/v1/traces", otlp_traces, methods=["POST"]),
-    Route("/ingest/otlp/{key}/v1/traces", otlp_traces, methods=["POST"]),
-    Route("/v1/logs", otlp_log_records, methods=["POST"]),
-    Route("/ingest/otlp/{key}/v1/logs", otlp_log_records, methods=["POST"]),
+    route(wire.RAY_EVENTS, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.RAY_EVENTS_KEYED, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_LOGS, agent_logs, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_RUN_EXIT, run_exit, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_RAY_METRICS, ray_metrics, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_NODE_LIFE, node_life_sightings, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_RAY_STATE, ray_state, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.AGENT_METRICS, metrics_scrape, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.OTLP_TRACES, otlp_traces, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.OTLP_TRACES_KEYED, otlp_traces, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.OTLP_LOGS, otlp_log_records, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
+    route(wire.OTLP_LOGS_KEYED, otlp_log_records, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
 ]

@@ -1,11 +1,13 @@
 """Prometheus's HTTP query API over the stored metrics, so Grafana (and Ray's dashboards for it) use raysight as a
 Prometheus data source: ``/api/v1/query``, ``query_range``, ``series``, ``labels``, ``label/<name>/values`` and
 ``metadata``, for the newest session, and under ``/sessions/<name>/`` for any. Answers and errors in Prometheus's
-shapes (``{"status": "success", "data": …}``; ``{"status": "error", "errorType", "error"}`` with a 4xx)."""
+shapes (``{"status": "success", "data": …}``; ``{"status": "error", "errorType", "error"}``, typed and answered with
+the status Prometheus gives each type: bad_data 400, execution 422, timeout and unavailable 503, internal 500)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -17,22 +19,34 @@ import orjson
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from raysight.errors import BadQuery, NotFound
+from raysight import wire
+from raysight.errors import BadQuery, NotFound, QueryFailed, QueryTimeout, RaysightError, Unavailable
+from raysight.server.answers import answer
 from raysight.server.ingest_routes import read_body
+from raysight.server.routing import FORM_TYPES, Access, route
 from raysight.server.state import app_state
 from raysight.store import metrics_query, promql, queries
-from raysight.store.promql import Budget, Matcher, PromQLError
+from raysight.store.promql import Budget, Matcher
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
 MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql.MAX_QUERY_CHARS)
 MAX_SECONDS = 1e13  # a time or step, in seconds (year ~318,900): its milliseconds, and sums of them, fit in int64
-STATUS = {"bad_data": 400, "execution": 422, "timeout": 503}  # of each error type, as Prometheus answers it
+# Prometheus's types of the errors it answers with (``web/api/v1/api.go``), of each of raysight's that has one; a
+# 500 is "internal", any other error the caller's ("bad_data")
+ERROR_TYPES: tuple[tuple[type[RaysightError], str], ...] = (
+    (QueryTimeout, "timeout"),
+    (QueryFailed, "execution"),
+    (NotFound, "not_found"),
+    (Unavailable, "unavailable"),
+)
 
 
-def _error(status: int, kind: str, message: str) -> Response:
-    return JSONResponse({"status": "error", "errorType": kind, "error": message}, status_code=status)
+def prometheus_error(error: RaysightError) -> Response:
+    """Prometheus's error envelope, ``{"status": "error", "errorType", "error"}``, typed as Prometheus types it."""
+    kind = next((kind for cls, kind in ERROR_TYPES if isinstance(error, cls)), None)
+    kind = kind or ("internal" if error.status >= 500 else "bad_data")
+    return answer({"status": "error", "errorType": kind, "error": str(error)}, error.status, error.headers)
 
 
 def _success(data: Any, warnings: list[str] | None = None) -> Response:
@@ -43,7 +57,7 @@ def _seconds(value: str | None, name: str, what: str, other: Callable[[str], flo
     """Parameter ``name`` in seconds: a number, or ``other``'s reading of it (a ``what``); a finite one within
     :data:`MAX_SECONDS` of 0."""
     if not value:
-        raise PromQLError(f'missing parameter "{name}"')
+        raise BadQuery(f'missing parameter "{name}"')
     try:
         seconds = float(value)
     except ValueError:
@@ -52,7 +66,7 @@ def _seconds(value: str | None, name: str, what: str, other: Callable[[str], flo
         except (ValueError, RuntimeError, OverflowError):
             seconds = math.nan  # (refused below)
     if not abs(seconds) <= MAX_SECONDS:  # (NaN too)
-        raise PromQLError(f'invalid parameter "{name}": cannot parse "{promql.shortened(value)}" to a valid {what}')
+        raise BadQuery(f'invalid parameter "{name}": cannot parse "{promql.shortened(value)}" to a valid {what}')
     return seconds
 
 
@@ -68,25 +82,20 @@ def _duration(value: str | None, name: str) -> float:
 
 async def _params(request: Request) -> QueryParams:
     """The query's parameters: in the URL, and for a POST in its form body too, first (as Prometheus reads both;
-    Grafana POSTs its queries). The guard lets only a form through (``guard.post_types``)."""
+    Grafana POSTs its queries). The guard lets only a form through (its routes declare ``FORM_TYPES``)."""
     if request.method != "POST":
         return request.query_params
     form = parse_qsl((await read_body(request, MAX_FORM_BODY)).decode(errors="replace"), keep_blank_values=True)
     return QueryParams(form + request.query_params.multi_items())
 
 
-def _handled(
+def _with_params(
     fn: Callable[[Request, QueryParams], Awaitable[Response]],
 ) -> Callable[[Request], Awaitable[Response]]:
+    """A handler given the query's parameters (:func:`_params`)."""
+
     async def route(request: Request) -> Response:
-        try:
-            return await fn(request, await _params(request))
-        except PromQLError as exc:
-            return _error(STATUS[exc.kind], exc.kind, str(exc))
-        except BadQuery as exc:
-            return _error(400, "bad_data", str(exc))
-        except NotFound as exc:
-            return _error(404, "not_found", str(exc))
+        return await fn(request, await _params(request))
 
     return route
 
@@ -162,7 +171,7 @@ async def _evaluate(
         try:
             await asyncio.wait_for(state.queries.acquire(), budget.seconds_left())
         except asyncio.TimeoutError:
-            raise PromQLError("query timed out in query queue", "timeout") from None
+            raise QueryTimeout("query timed out in query queue") from None
     else:
         await state.queries.acquire()
     try:
@@ -179,32 +188,32 @@ def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[st
     return [f"samples through {through} were {dropped[1]}: the answer lacks them"]
 
 
-@_handled
+@_with_params
 async def query(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/query?query=&time= (default: now; for a session silent longer than the lookback, its last
     scrape)"""
     expr = params.get("query") or ""
     if not expr:
-        raise PromQLError('missing parameter "query"')
+        raise BadQuery('missing parameter "query"')
     given = params.get("time")
     at = None if given is None or given == "" else _time(given, "time")
     return await _evaluate(request, expr, at, at, 1.0, instant=True)
 
 
-@_handled
+@_with_params
 async def query_range(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/query_range?query=&start=&end=&step="""
     expr = params.get("query") or ""
     if not expr:
-        raise PromQLError('missing parameter "query"')
+        raise BadQuery('missing parameter "query"')
     start, end = _time(params.get("start"), "start"), _time(params.get("end"), "end")
     step = _duration(params.get("step"), "step")
     if end < start:
-        raise PromQLError('invalid parameter "end": end timestamp must not be before start time')
+        raise BadQuery('invalid parameter "end": end timestamp must not be before start time')
     if step <= 0:
-        raise PromQLError('invalid parameter "step": zero or negative query resolution step widths are not accepted')
+        raise BadQuery('invalid parameter "step": zero or negative query resolution step widths are not accepted')
     if (end - start) / step > MAX_POINTS:
-        raise PromQLError(
+        raise BadQuery(
             f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
             "Try decreasing the query resolution (?step=XX)"
         )
@@ -217,30 +226,30 @@ def _match_sets(params: QueryParams) -> list[list[Matcher]]:
     for selector in params.getlist("match[]"):
         node = promql.parse(selector)
         if type(node).__name__ != "VectorSelector":
-            raise PromQLError(f'invalid parameter "match[]": "{promql.shortened(selector)}" is not a series selector')
+            raise BadQuery(f'invalid parameter "match[]": "{promql.shortened(selector)}" is not a series selector')
         sets.append(promql._matchers(node))
     return sets
 
 
-@_handled
+@_with_params
 async def series(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/series?match[]=…"""
     sets = _match_sets(params)
     if not sets:
-        raise PromQLError("no match[] parameter provided")
+        raise BadQuery("no match[] parameter provided")
     return _success(
         await app_state(request).read(lambda con: metrics_query.series_labels(con, _session(con, request), sets))
     )
 
 
-@_handled
+@_with_params
 async def labels(request: Request, params: QueryParams) -> Response:
     """GET|POST /api/v1/labels[?match[]=…]"""
     sets = _match_sets(params)
     return _success(await app_state(request).read(lambda con: metrics_query.labels(con, _session(con, request), sets)))
 
 
-@_handled
+@_with_params
 async def label_values(request: Request, params: QueryParams) -> Response:
     """GET /api/v1/label/<name>/values[?match[]=…]"""
     name, sets = request.path_params["name"], _match_sets(params)
@@ -249,7 +258,7 @@ async def label_values(request: Request, params: QueryParams) -> Response:
     )
 
 
-@_handled
+@_with_params
 async def metadata(request: Request, params: QueryParams) -> Response:
     """GET /api/v1/metadata[?metric=]"""
     metric = params.get("metric")
@@ -258,11 +267,13 @@ async def metadata(request: Request, params: QueryParams) -> Response:
     )
 
 
+# Prometheus's API: its routes read (the read token), answer errors as Prometheus does and take forms (Grafana's POSTs)
+_prometheus = functools.partial(route, access=Access.READ, envelope=prometheus_error, bodies=FORM_TYPES)
 routes = [  # at the root for the newest session, and mounted under /sessions/<name>/ by the app
-    Route("/api/v1/query", query, methods=["GET", "POST"]),
-    Route("/api/v1/query_range", query_range, methods=["GET", "POST"]),
-    Route("/api/v1/series", series, methods=["GET", "POST"]),
-    Route("/api/v1/labels", labels, methods=["GET", "POST"]),
-    Route("/api/v1/label/{name}/values", label_values),
-    Route("/api/v1/metadata", metadata),
+    _prometheus(wire.PROM_QUERY, query, methods=["GET", "POST"]),
+    _prometheus(wire.PROM_QUERY_RANGE, query_range, methods=["GET", "POST"]),
+    _prometheus(wire.PROM_SERIES, series, methods=["GET", "POST"]),
+    _prometheus(wire.PROM_LABELS, labels, methods=["GET", "POST"]),
+    _prometheus(wire.PROM_LABEL_VALUES, label_values),
+    _prometheus(wire.PROM_METADATA, metadata),
 ]

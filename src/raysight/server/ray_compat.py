@@ -13,11 +13,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
 
-from raysight.errors import BadQuery
+from raysight import wire
+from raysight.errors import BadQuery, RaysightError
 from raysight.server.answers import ROWS, answer, pieces, rendered, streamed
 from raysight.server.params import bool_param, int_param
+from raysight.server.routing import Access, route
 from raysight.server.state import app_state
 from raysight.store import queries, summaries
 from raysight.store.filters import Filter
@@ -31,8 +32,9 @@ def envelope(result: Any) -> dict[str, Any]:
     return {"result": True, "msg": "", "data": {"result": result}}
 
 
-def envelope_error(status: int, message: str) -> Response:
-    return answer({"result": False, "msg": message, "data": {"result": None}}, status)
+def ray_error(error: RaysightError) -> Response:
+    """Ray's error envelope: ``{"result": false, "msg", "data": {"result": null}}``."""
+    return answer({"result": False, "msg": str(error), "data": {"result": None}}, error.status, error.headers)
 
 
 def _session(request: Request) -> str | None:
@@ -189,13 +191,13 @@ async def read_only(request: Request) -> Response:
 
 
 routes = [  # at the root for the newest session, and mounted under /sessions/<name>/ by the app
-    Route("/api/version", version),
-    Route("/api/jobs/", jobs),
-    Route("/api/jobs/", read_only, methods=["POST"]),
-    Route("/api/jobs/{job_id}/stop", read_only, methods=["POST"]),
-    Route("/api/jobs/{job_id}", job),
-    Route("/api/jobs/{job_id}", read_only, methods=["DELETE"]),
-    Route("/api/packages/{package:path}", read_only, methods=["GET", "PUT"]),
-    Route("/api/v0/{resource}/summarize", summarize),
-    Route("/api/v0/{resource}", list_resource),
+    route(wire.RAY_VERSION, version, access=Access.READ, envelope=ray_error),
+    route(wire.RAY_JOBS, jobs, access=Access.READ, envelope=ray_error),
+    route(wire.RAY_JOBS, read_only, access=Access.READ, envelope=ray_error, methods=["POST"], bodies=None),
+    route(wire.RAY_JOB_STOP, read_only, access=Access.READ, envelope=ray_error, methods=["POST"], bodies=None),
+    route(wire.RAY_JOB, job, access=Access.READ, envelope=ray_error),
+    route(wire.RAY_JOB, read_only, access=Access.READ, envelope=ray_error, methods=["DELETE"], bodies=None),
+    route(wire.RAY_PACKAGE, read_only, access=Access.READ, envelope=ray_error, methods=["GET", "PUT"], bodies=None),
+    route(wire.RAY_SUMMARY, summarize, access=Access.READ, envelope=ray_error),
+    route(wire.RAY_STATE, list_resource, access=Access.READ, envelope=ray_error),
 ]

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+
+from raysight import wire
+from raysight.errors import NotFound
+from raysight.server.answers import raysight_error
+from raysight.server.routing import Access, files, route
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 # The libraries the dashboard imports, by the name it asks for: ES modules and their styles
@@ -51,7 +54,7 @@ def vendor_missing() -> list[str]:
 
 
 async def home(request: Request) -> Response:
-    return RedirectResponse("/ui/", status_code=307)
+    return RedirectResponse(wire.UI + "/", status_code=307)
 
 
 async def shell(request: Request) -> Response:
@@ -62,18 +65,18 @@ async def shell(request: Request) -> Response:
 async def vendor(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in VENDOR:
-        raise HTTPException(404, f"no library named {name!r}")
+        raise NotFound(f"no library named {name!r}")
     path = UI_DIR / "node_modules" / VENDOR[name]
     if not path.is_file():
-        raise HTTPException(404, f"{name} is not installed: run `npm ci` in {UI_DIR} (the set-up command does)")
+        raise NotFound(f"{name} is not installed: run `npm ci` in {UI_DIR} (the set-up command does)")
     media = "text/javascript" if name.endswith((".js", ".mjs")) else None
     return FileResponse(path, media_type=media, headers={**HEADERS, "Cache-Control": "max-age=3600"})
 
 
 routes = [
-    Route("/", home),
-    Route("/ui/vendor/{name}", vendor),
-    Mount("/ui/static", _Static(directory=UI_DIR / "static", check_dir=False), name="ui-static"),
-    Route("/ui", shell),
-    Route("/ui/{page:path}", shell),
+    route(wire.HOME, home, access=Access.OPEN, envelope=raysight_error),
+    route(wire.UI_VENDOR, vendor, access=Access.OPEN, envelope=raysight_error),
+    files(wire.UI_STATIC, _Static(directory=UI_DIR / "static", check_dir=False), name="ui-static"),
+    route(wire.UI, shell, access=Access.OPEN, envelope=raysight_error),
+    route(wire.UI_PAGE, shell, access=Access.OPEN, envelope=raysight_error),
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from raysight.errors import Unavailable
+from raysight.errors import QueryFailed, QueryTimeout, Unavailable
 from raysight.settings import QueryLimits
 from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
@@ -45,7 +45,7 @@ LEFT JOIN actors a ON a.session = $session AND a.worker_id = ids.worker_id
 def _at(source: SessionMetrics, expr: str, at_ms: int, limits: QueryLimits) -> list[tuple[dict[str, str], float]]:
     try:
         value = promql.evaluate(expr, source, at_ms, at_ms, 1, promql.Budget(limits))
-    except promql.PromQLError as exc:  # (the server's query budget: a session of too many processes to rank)
+    except (QueryFailed, QueryTimeout) as exc:  # (the server's query budget: a session of too many processes to rank)
         raise Unavailable(
             f"ranking the processes goes over the server's query budget ({exc}); raise "
             "--query-max-samples or --query-timeout"

@@ -25,6 +25,7 @@ import numpy as np
 import promql_parser as pp
 import re2
 
+from raysight.errors import BadQuery, QueryFailed, QueryTimeout
 from raysight.settings import QueryLimits
 
 LOOKBACK_MS = 300_000
@@ -38,14 +39,6 @@ MAX_NESTING = 200
 # many samples (so 5M allow 39k series at once, where 1M series would have held 2 GB)
 SERIES_COST = 128
 TOO_MANY_SAMPLES = "query processing would load too many samples into memory in query execution"
-
-
-class PromQLError(ValueError):
-    """A query Prometheus would refuse: ``kind`` is its error type (bad_data, execution, timeout)."""
-
-    def __init__(self, message: str, kind: str = "bad_data") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class Budget:
@@ -62,7 +55,7 @@ class Budget:
     def room(self, samples: int) -> None:
         """Refuse now when ``samples`` more would not fit (before they are made)."""
         if samples > self.left():
-            raise PromQLError(TOO_MANY_SAMPLES, "execution")
+            raise QueryFailed(TOO_MANY_SAMPLES)
 
     def take(self, samples: int) -> None:
         self.room(samples)
@@ -71,7 +64,7 @@ class Budget:
     def check(self) -> None:
         """Refuse once the query has run past its time."""
         if time.monotonic() > self.deadline:
-            raise PromQLError("query timed out in expression evaluation", "timeout")
+            raise QueryTimeout("query timed out in expression evaluation")
 
     def seconds_left(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -105,7 +98,7 @@ def _regex(pattern: str) -> Any:
     except re2.error as exc:
         (why,) = exc.args
         why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-        raise PromQLError(f"invalid regular expression {shortened(pattern)!r}: {why}") from None
+        raise BadQuery(f"invalid regular expression {shortened(pattern)!r}: {why}") from None
 
 
 @functools.lru_cache(maxsize=256)
@@ -179,16 +172,16 @@ def parse(query: str) -> pp.Expr:
     """``query``'s syntax tree; refused first when it is longer than :data:`MAX_QUERY_CHARS` or nests deeper than
     :data:`MAX_NESTING`."""
     if len(query) > MAX_QUERY_CHARS:
-        raise PromQLError(f"the query is {len(query):,} characters long, over {MAX_QUERY_CHARS:,}")
+        raise BadQuery(f"the query is {len(query):,} characters long, over {MAX_QUERY_CHARS:,}")
     depth = _nesting(query)
     if depth > MAX_NESTING:
-        raise PromQLError(
+        raise BadQuery(
             f"the query nests too deep: its brackets and operators come to {depth:,} levels, over {MAX_NESTING}"
         )
     try:
         return pp.parse(query)
     except (ValueError, RuntimeError) as exc:
-        raise PromQLError(f"parse error: {shortened(str(exc), 500)}") from None
+        raise BadQuery(f"parse error: {shortened(str(exc), 500)}") from None
 
 
 _OPERATOR_CHARS = frozenset("+-*/%^=!<>")
@@ -230,7 +223,7 @@ def _nesting(query: str) -> int:
             while after < n and query[after].isspace():
                 after += 1
             if after < n and query[after] == "-":
-                raise PromQLError("an @ modifier's time before 1970 is not supported")
+                raise BadQuery("an @ modifier's time before 1970 is not supported")
         i += 1
     return deepest + operators
 
@@ -248,7 +241,7 @@ def _field(node: Any, name: str) -> Any:
     try:
         return getattr(node, name)
     except (ValueError, OverflowError):
-        raise PromQLError(f"the query's {'@ time' if name == 'at' else name} is out of range") from None
+        raise BadQuery(f"the query's {'@ time' if name == 'at' else name} is out of range") from None
 
 
 def _ms(delta: Any) -> int:
@@ -259,11 +252,11 @@ def _matchers(vs: Any) -> list[Matcher]:
     ops = [(pp.MatchOp.Equal, "="), (pp.MatchOp.NotEqual, "!="), (pp.MatchOp.Re, "=~"), (pp.MatchOp.NotRe, "!~")]
     found = [Matcher(m.name, next(o for k, o in ops if m.op == k), m.value) for m in vs.matchers.matchers]
     if vs.matchers.or_matchers:
-        raise PromQLError("the `or` of label matchers is not supported")
+        raise BadQuery("the `or` of label matchers is not supported")
     if vs.name:
         found.append(Matcher(NAME, "=", vs.name))
     if all(m.matches({}) for m in found):  # (each would match a series without that label: everything)
-        raise PromQLError("vector selector must contain at least one non-empty matcher")
+        raise BadQuery("vector selector must contain at least one non-empty matcher")
     return found
 
 
@@ -286,7 +279,7 @@ class _Evaluator:
         kind = type(node).__name__
         handler: Callable[[Any], Value] | None = getattr(self, f"_{kind}", None)
         if handler is None:
-            raise PromQLError(f"{kind} is not supported")
+            raise BadQuery(f"{kind} is not supported")
         value = handler(node)
         if isinstance(value, Vector):
             self.budget.take(len(value.series) * len(self.steps))
@@ -311,7 +304,7 @@ class _Evaluator:
             return Scalar(-value.values)
         if isinstance(value, Vector):
             return Vector([Series(_without_name(s.labels), -s.values) for s in value.series])
-        raise PromQLError("unary minus applies to a scalar or a vector")
+        raise BadQuery("unary minus applies to a scalar or a vector")
 
     def _selected(self, vs: Any, reach_ms: int, points_each: int) -> tuple[list[Samples], np.ndarray]:
         """The series ``vs`` selects with their samples from ``reach_ms`` before the first step, and the steps
@@ -356,7 +349,7 @@ class _Evaluator:
 
     def _MatrixSelector(self, node: Any) -> Value:
         if len(self.steps) != 1:
-            raise PromQLError("a range vector is only an answer to an instant query; apply a function to it")
+            raise BadQuery("a range vector is only an answer to an instant query; apply a function to it")
         found, _, los, his, _ = self._windows(node, 0)
         return Matrix(
             [
@@ -378,7 +371,7 @@ class _Evaluator:
                 return self._VectorSelector(arg, times=True)
             value = self.eval(arg)
             if not isinstance(value, Vector):
-                raise PromQLError("timestamp() takes an instant vector")
+                raise BadQuery("timestamp() takes an instant vector")
             return Vector(
                 [
                     Series(_without_name(s.labels), np.where(np.isnan(s.values), np.nan, self.steps / 1000.0))
@@ -387,18 +380,18 @@ class _Evaluator:
             )
         function = _FUNCTIONS.get(name)
         if function is None:
-            raise PromQLError(f"function {name}() is not supported")
+            raise BadQuery(f"function {name}() is not supported")
         return function(self, [self.eval(a) for a in node.args])
 
     def _range_function(self, name: str, args: Sequence[Any]) -> Value:
         matrix = args[-1]
         if type(matrix).__name__ != "MatrixSelector":
-            raise PromQLError(f"{name}() takes a range vector (subqueries are not supported)")
+            raise BadQuery(f"{name}() takes a range vector (subqueries are not supported)")
         param = None
         if len(args) == 2:
             first = self.eval(args[0])
             if not isinstance(first, Scalar):
-                raise PromQLError(f"{name}() takes a scalar first")
+                raise BadQuery(f"{name}() takes a scalar first")
             param = first.values
         found, steps, los, his, range_ms = self._windows(matrix, len(self.steps))
         out = []
@@ -416,7 +409,7 @@ class _Evaluator:
         op = str(node.op)
         inner = self.eval(node.expr)
         if not isinstance(inner, Vector):
-            raise PromQLError(f"{op}() aggregates a vector")
+            raise BadQuery(f"{op}() aggregates a vector")
         by = node.modifier is not None and node.modifier.type == pp.AggModifierType.By
         listed = set(node.modifier.labels) if node.modifier is not None else set()
 
@@ -458,18 +451,18 @@ class _Evaluator:
                     values = np.sqrt(var) if op == "stddev" else var
                 elif op == "quantile":
                     if not isinstance(param, Scalar):
-                        raise PromQLError("quantile() takes a scalar parameter")
+                        raise BadQuery("quantile() takes a scalar parameter")
                     values = np.array(
                         [_quantile(param.values[i], stack[present[:, i], i]) for i in range(len(self.steps))]
                     )
                 else:
-                    raise PromQLError(f"aggregation {op}() is not supported")
+                    raise BadQuery(f"aggregation {op}() is not supported")
             out.append(Series(labels, np.where(count > 0, values, np.nan)))
         return Vector(out)
 
     def _top(self, op: str, param: Value | None, groups: dict[Any, tuple[dict[str, str], list[Series]]]) -> Value:
         if not isinstance(param, Scalar):
-            raise PromQLError(f"{op}() takes a scalar parameter")
+            raise BadQuery(f"{op}() takes a scalar parameter")
         kept: dict[int, np.ndarray] = {}
         members_all: list[Series] = []
         for _, members in groups.values():
@@ -501,7 +494,7 @@ class _Evaluator:
         return_bool = bool(modifier is not None and modifier.return_bool)
         if op in ("and", "or", "unless"):
             if not (isinstance(lhs, Vector) and isinstance(rhs, Vector)):
-                raise PromQLError(f"set operator {op} needs vectors on both sides")
+                raise BadQuery(f"set operator {op} needs vectors on both sides")
             return self._set_op(op, lhs, rhs, modifier)
         if isinstance(lhs, Scalar) and isinstance(rhs, Scalar):
             return Scalar(_apply(op, lhs.values, rhs.values, return_bool=True))
@@ -511,7 +504,7 @@ class _Evaluator:
             return self._vector_scalar(op, rhs, lhs.values, return_bool, scalar_left=True)
         if isinstance(lhs, Vector) and isinstance(rhs, Vector):
             return self._vector_vector(op, lhs, rhs, modifier, return_bool)
-        raise PromQLError(f"operator {op} does not apply to these operands")
+        raise BadQuery(f"operator {op} does not apply to these operands")
 
     def _vector_scalar(
         self, op: str, vector: Vector, scalar: np.ndarray, return_bool: bool, scalar_left: bool
@@ -560,10 +553,9 @@ class _Evaluator:
         for s in one.series:
             sig = signature(s.labels)
             if sig in by_sig and not (np.isnan(by_sig[sig].values) | np.isnan(s.values)).all():
-                raise PromQLError(
+                raise QueryFailed(
                     f"found duplicate series for the match group on the {'left' if swap else 'right'} hand-side of the "
-                    "operation; many-to-many matching not allowed: matching labels must be unique on one side",
-                    "execution",
+                    "operation; many-to-many matching not allowed: matching labels must be unique on one side"
                 )
             # (series of one signature at different steps are one: Prometheus matches step by step)
             earlier = by_sig.get(sig)
@@ -583,9 +575,8 @@ class _Evaluator:
             if one_to_one:
                 present = ~np.isnan(s.values)
                 if (seen.get(sig, np.zeros(len(present), dtype=bool)) & present).any():
-                    raise PromQLError(
-                        "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
-                        "execution",
+                    raise QueryFailed(
+                        "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"
                     )
                 seen[sig] = seen.get(sig, np.zeros(len(present), dtype=bool)) | present
             a, b = (other.values, s.values) if swap else (s.values, other.values)
@@ -671,14 +662,14 @@ def _apply(op: str, a: np.ndarray, b: np.ndarray, return_bool: bool) -> np.ndarr
             if return_bool:
                 return np.where(both, truth.astype(np.float64), np.nan)
             return np.where(both & truth, 1.0, np.nan)
-    raise PromQLError(f"operator {op} is not supported")
+    raise BadQuery(f"operator {op} is not supported")
 
 
 def _int(value: float) -> int:
     """A scalar parameter as Prometheus takes an integer (topk's k): refused where no int64 holds it."""
     if not -(2.0**63) <= value < 2.0**63:  # (NaN too)
         shown = repr(float(value))  # (as Go's %v writes it)
-        raise PromQLError(f"Scalar value {_SPECIAL.get(shown, shown)} overflows int64", "execution")
+        raise QueryFailed(f"Scalar value {_SPECIAL.get(shown, shown)} overflows int64")
     return int(value)
 
 
@@ -834,7 +825,7 @@ def _vector_map(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[_Evaluator,
     def apply(ev: _Evaluator, args: list[Value]) -> Value:
         (vector, *_) = args
         if not isinstance(vector, Vector):
-            raise PromQLError("the function takes an instant vector")
+            raise BadQuery("the function takes an instant vector")
         with np.errstate(invalid="ignore", divide="ignore"):
             return Vector([Series(_without_name(s.labels), fn(s.values)) for s in vector.series])
 
@@ -844,14 +835,14 @@ def _vector_map(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[_Evaluator,
 def _scalar_arg(args: list[Value], i: int, name: str) -> np.ndarray:
     value = args[i]
     if not isinstance(value, Scalar):
-        raise PromQLError(f"{name}() takes a scalar as argument {i + 1}")
+        raise BadQuery(f"{name}() takes a scalar as argument {i + 1}")
     return value.values
 
 
 def _clamp(ev: _Evaluator, args: list[Value], low: int | None, high: int | None, name: str) -> Value:
     vector = args[0]
     if not isinstance(vector, Vector):
-        raise PromQLError(f"{name}() takes an instant vector")
+        raise BadQuery(f"{name}() takes an instant vector")
     lo = _scalar_arg(args, low, name) if low is not None else -np.inf
     hi = _scalar_arg(args, high, name) if high is not None else np.inf
     return Vector([Series(_without_name(s.labels), np.clip(s.values, lo, hi)) for s in vector.series])
@@ -860,7 +851,7 @@ def _clamp(ev: _Evaluator, args: list[Value], low: int | None, high: int | None,
 def _histogram_quantile(ev: _Evaluator, args: list[Value]) -> Value:
     q, vector = _scalar_arg(args, 0, "histogram_quantile"), args[1]
     if not isinstance(vector, Vector):
-        raise PromQLError("histogram_quantile() takes an instant vector of buckets")
+        raise BadQuery("histogram_quantile() takes an instant vector of buckets")
     groups: dict[Any, tuple[dict[str, str], list[tuple[float, np.ndarray]]]] = {}
     for s in vector.series:
         try:
@@ -912,7 +903,7 @@ def _bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float:
 def _label_replace(ev: _Evaluator, args: list[Value]) -> Value:
     vector, *strings = args
     if not isinstance(vector, Vector) or len(strings) != 4 or not all(isinstance(s, String) for s in strings):
-        raise PromQLError("label_replace(v, dst, replacement, src, regex)")
+        raise BadQuery("label_replace(v, dst, replacement, src, regex)")
     dst, replacement, src, pattern = (s.value for s in strings if isinstance(s, String))
     regex = _regex(pattern)
     out = []
@@ -955,7 +946,7 @@ def _scalar_fn(ev: _Evaluator, args: list[Value]) -> Value:
     """The value of a vector's only series at each step, NaN where it has none or several."""
     vector = args[0]
     if not isinstance(vector, Vector):
-        raise PromQLError("scalar() takes an instant vector")
+        raise BadQuery("scalar() takes an instant vector")
     return Scalar(_single(vector) if vector.series else np.full(len(ev.steps), np.nan))
 
 
@@ -971,7 +962,7 @@ def _time_fn(ev: _Evaluator, args: list[Value]) -> Value:
 def _absent(ev: _Evaluator, args: list[Value]) -> Value:
     vector = args[0]
     if not isinstance(vector, Vector):
-        raise PromQLError("absent() takes an instant vector")
+        raise BadQuery("absent() takes an instant vector")
     present = np.zeros(len(ev.steps), dtype=bool)
     for s in vector.series:
         present |= ~np.isnan(s.values)
@@ -982,7 +973,7 @@ def _sort(descending: bool) -> Callable[[_Evaluator, list[Value]], Value]:
     def fn(ev: _Evaluator, args: list[Value]) -> Value:
         vector = args[0]
         if not isinstance(vector, Vector):
-            raise PromQLError("sort() takes an instant vector")
+            raise BadQuery("sort() takes an instant vector")
         key = [float(np.nan_to_num(s.values[-1], nan=-np.inf)) for s in vector.series]
         order = sorted(range(len(key)), key=lambda i: key[i], reverse=descending)
         return Vector([vector.series[i] for i in order])

@@ -37,7 +37,7 @@ from typing import Any
 import duckdb
 
 from raysight import os_thread
-from raysight.ingest.agent_logs import BadBatch
+from raysight.errors import BadIngest, QueueFull
 from raysight.ingest.prom_text import Scrape
 from raysight.settings import JOURNAL_DIR, WriterSettings
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS, Batch, Journal, Record
@@ -58,7 +58,7 @@ PRUNE_EVERY_S = 60.0  # between applications of the retentions, when there are (
 # What the store raises for content it cannot take (a value out of range or of the wrong type, a broken constraint,
 # malformed input): retrying cannot help, so the batch is quarantined at once.
 CONTENT_ERRORS: tuple[type[Exception], ...] = (
-    BadBatch,  # an agent's batch of log lines that is not well formed (checked before it was journalled)
+    BadIngest,  # an agent's batch of log lines that is not well formed (checked before it was journalled)
     duckdb.DataError,  # ConversionException, OutOfRangeException, TypeMismatchException
     duckdb.IntegrityError,  # ConstraintException
     duckdb.InvalidInputException,
@@ -89,10 +89,6 @@ class _Group:
 
     records: list[Record]
     parsed: Parsed | None
-
-
-class QueueFull(Exception):
-    """The store is too far behind to accept more now."""
 
 
 @dataclass(frozen=True)
