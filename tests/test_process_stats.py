@@ -141,7 +141,7 @@ def session(tmp_path: Path) -> Iterator[tuple[Path, dict[node_life.Key, int], su
     raylet = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
     gcs = subprocess.Popen(["sleep", "60"])
     deadline = time.monotonic() + 10
-    while not (children := _children(raylet.pid)):
+    while not ((children := _children(raylet.pid)) and _command(children[0]) == "sleep"):  # forked, then exec'd
         assert time.monotonic() < deadline
         time.sleep(0.05)
     (directory / "logs" / f"python-core-worker-{WORKER}_{children[0]}.log").touch()
@@ -155,6 +155,13 @@ def session(tmp_path: Path) -> Iterator[tuple[Path, dict[node_life.Key, int], su
     for child in children:
         with suppress(ProcessLookupError):
             os.kill(child, 9)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _children(pid: int) -> list[int]:
