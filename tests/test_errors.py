@@ -4,6 +4,7 @@ followed from it counted under it, normal ends left out; and the placeholders th
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import duckdb
@@ -82,6 +83,53 @@ def test_a_node_that_died_under_a_running_cluster_is_the_root_of_all_on_it(serve
     assert died["error_type"] == "NODE_DIED" and died["error"].startswith("its raylet (pid <n>) on node-<n> was gone")
     assert died["consequences"]["workers"] >= 1 and died["consequences"]["actors"] == 1  # Fragile, still ALIVE
     assert "Fragile" in died["affected"]
+
+
+FRAGILE, ITS_WORKER = "tRujgkcg9RuiypXEAQAAAA==", "Mb6+BXy0u5yvxBxlLpDh82PbbVAoDJ094UOhOg=="  # (its second)
+
+
+def ended_with_its_owner(worker_dead_at: str) -> list[dict[str, Any]]:
+    """What Ray sent of the recorded Fragile when its driver exited (as a real run of the demo caught it): the actor
+    dead with its owner at 19:46:28, then its worker stopped by a SIGTERM, at ``worker_dead_at``."""
+    common = {"sourceType": "GCS", "severity": "INFO", "sessionName": "session_2026-11-21_19-46-15_579671_2021"}
+    owner_died = {
+        "reason": "OWNER_DIED",
+        "errorMessage": "The actor is dead because its owner has died. Owner Id: 01000000ffffffffffffffffffffffffffff"
+        "ffffffffffffffffffff Owner Ip address: 192.0.2.2 Owner worker exit type: INTENDED_USER_EXIT Worker exit "
+        "detail: Owner's worker process has crashed.",
+    }
+    dead = {"state": "DEAD", "timestamp": "2026-11-21T19:46:28.000000000Z"}
+    actor = {"actorId": FRAGILE, "stateTransitions": [{**dead, "deathCause": {"actorDiedErrorContext": owner_died}}]}
+    stopped = {
+        "exitType": "SYSTEM_ERROR",
+        "exitDetail": "Worker exits unexpectedly by a signal. SystemExit is raised (sys.exit is called). Exit code: 1. "
+        "The process receives a SIGTERM.",
+    }
+    transition = {"state": "DEAD", "timestamp": worker_dead_at, "endTimeMs": "1795290388012", "deathInfo": stopped}
+    worker = {"workerId": ITS_WORKER, "jobId": "AQAAAA==", "stateTransitions": [transition]}
+    return [
+        {**common, "eventId": "ZW5kZWQtYWN0b3I=", "eventType": "ACTOR_LIFECYCLE_EVENT", "timestamp": dead["timestamp"]}
+        | {"actorLifecycleEvent": actor},
+        {**common, "eventId": "ZW5kZWQtd29ya2Vy", "eventType": "WORKER_LIFECYCLE_EVENT", "timestamp": worker_dead_at}
+        | {"workerLifecycleEvent": worker},
+    ]
+
+
+@pytest.mark.parametrize(("worker_dead_at", "a_crash"), [("28.012", False), ("27.990", True)])
+def test_a_worker_stopped_once_its_actor_ended_with_its_owner_is_no_crash(
+    server: TestClient, ray_batches, worker_dead_at: str, a_crash: bool
+) -> None:
+    """The driver exits: Ray marks Fragile dead with its owner (no failure), then its raylet stops Fragile's worker,
+    which, stopped by a SIGTERM, says it "exits unexpectedly by a signal", a SYSTEM_ERROR: no crash either. A worker
+    that died before its actor ended so did crash."""
+    record(server, [*ray_batches, ended_with_its_owner(f"2026-11-21T19:46:{worker_dead_at}000000Z")], "?cluster=rec")
+    (actor,) = [a for a in rows(server, "actors") if a["class_name"] == "Fragile"]
+    assert (actor["state"], actor["state_inferred"]) == ("DEAD", False)  # as Ray sent it
+    worker = base64.b64decode(ITS_WORKER).hex()
+    assert bool(server.get(f"/api/raysight/errors/{worker}").json()["failures"]) is a_crash
+    crashes = [g for g in groups(server) if g["kind"] == "worker"]
+    assert sum(g["count"] for g in crashes) == 2 + a_crash  # crash_once's first worker, Fragile's first
+    assert [g["kind"] for g in groups(server) if g["kind"] == "actor"] == ["actor"]  # Counter's ray.kill
 
 
 def test_errors_filter_by_type_job_and_time(server: TestClient, ray_batches) -> None:

@@ -2,9 +2,10 @@
 
 A failure is a task attempt that failed (a driver's task aside: a driver's failure is its job's), an actor that
 restarted or died other than by its owner's exit, going out of scope or its own intended exit (``exit_actor()``), a
-worker that exited unintentionally, a node that died while its cluster went on or took running work with it
-(whatever Ray called its end: a node told to stop with tasks on it failed them), or a driver that exited with an
-error. What followed from another failure is a consequence, found along the chain things run on — node,
+worker that exited unintentionally (not one whose actor had ended so first: Ray stops that worker, which, stopped by a
+SIGTERM, says it "exits unexpectedly by a signal", a SYSTEM_ERROR), a node that died while its cluster went on or took
+running work with it (whatever Ray called its end: a node told to stop with tasks on it failed them), or a driver that
+exited with an error. What followed from another failure is a consequence, found along the chain things run on — node,
 worker, actor, task: a task whose actor or worker died (an OOM kill, say), an actor whose worker or node died, a
 worker whose node died. Only roots are grouped; each group counts the consequences of its failures.
 
@@ -89,7 +90,11 @@ actor_steps AS (
            last_value(h.worker_id IGNORE NULLS) OVER w AS on_worker,
            last_value(h.node_id IGNORE NULLS) OVER w AS on_node,
            json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
-               OR h.restart_reason = 'NODE_PREEMPTION' AS node_lost
+               OR h.restart_reason = 'NODE_PREEMPTION' AS node_lost,
+           h.state = 'DEAD'
+               AND (coalesce(json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason'), '')
+                        IN {NORMAL_ACTOR_DEATHS}
+                    OR coalesce(h.death_message, '') LIKE '%{INTENDED_EXIT}%') AS normal_end
     FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
     WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
@@ -137,16 +142,17 @@ failures AS (
            CASE WHEN node_lost THEN 'node' ELSE 'worker' END, CASE WHEN node_lost THEN on_node ELSE on_worker END
     FROM actor_steps
     WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
-       OR (state = 'DEAD' AND coalesce(json_extract_string(death_cause, '$.actorDiedErrorContext.reason'), '')
-                               NOT IN {NORMAL_ACTOR_DEATHS}
-           AND coalesce(death_message, '') NOT LIKE '%{INTENDED_EXIT}%')
+       OR (state = 'DEAD' AND NOT normal_end)
     UNION ALL
     SELECT 'worker', worker_id, NULL, coalesce(end_ns, end_ms * 1000000), job_id, node_id, worker_id,
            {_WORKER_NAME},
            coalesce(exit_type, 'SYSTEM_ERROR'),
            coalesce(exit_detail, ''), '', 'node', node_id
-    FROM workers
+    FROM workers w
     WHERE session = $session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
+      AND NOT EXISTS (SELECT 1 FROM actor_steps a  -- its actor ended as it should, then Ray stopped it
+                      WHERE a.normal_end AND a.on_worker = w.worker_id
+                        AND a.ts <= coalesce(w.end_ns, w.end_ms * 1000000))
     UNION ALL  -- workers and actors Ray still shows alive on a node that failed: consequences of its death
     SELECT 'worker', worker_id, NULL, inferred_end_ns, job_id, node_id, worker_id,
            {_WORKER_NAME}, 'NODE_DIED',
