@@ -19,10 +19,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from raysight.ingest import events_sql
-from raysight.ingest.events_sql import RFC3339_UTC
-from raysight.ingest.ids import parse_ts_ns
-from raysight.store import pipeline, schema
+from raysight.ingest.ids import RFC3339_UTC, parse_ts_ns
+from raysight.store import event_stages, pipeline, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
@@ -116,7 +114,7 @@ def parse_only(bodies: list[bytes]) -> float:
     """
     con = duckdb.connect()
     con.execute("SET threads = 1")
-    for statement in schema.MACROS + events_sql.MACROS:
+    for statement in schema.MACROS + event_stages.MACROS:
         con.execute(statement)
     stages = [pipeline.POSTS, *pipeline.PARSE, pipeline.NONE_SEEN, pipeline.FRESH, *pipeline.FOLD]
     started = time.perf_counter()

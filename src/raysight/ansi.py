@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from raysight.ingest.events_sql import sql_str
+from raysight.sql_literals import sql_str
 
 # CSI (a colour, a cursor move: ESC [, parameters, intermediates, a final byte) or OSC (a title, a link: ESC ], up to
 # BEL or ESC \), as Python's re and DuckDB's RE2 both read it

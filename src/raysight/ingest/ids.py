@@ -1,5 +1,5 @@
 """Ray ID and timestamp conversions for the Python folds: the base64/RFC 3339 forms of Ray's event stream to hex and
-nanoseconds (the SQL folds use the macros of :mod:`raysight.ingest.events_sql`, tested to agree)."""
+nanoseconds (the SQL folds use the macros of :mod:`raysight.store.event_stages`, tested to agree)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 from datetime import datetime, timezone
 from functools import lru_cache
 
-from raysight.ingest.events_sql import RFC3339_UTC
-
+# An RFC 3339 UTC timestamp as Ray writes it (up to nanosecond digits), the one shape both parsers read
+RFC3339_UTC = r"\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?[Zz]"
 _RFC3339_UTC = re.compile(RFC3339_UTC, re.ASCII)
 SESSION_NAME = re.compile(r"session_[\w.-]{1,200}", re.ASCII)  # as Ray names a session's directory
 

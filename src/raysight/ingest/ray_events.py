@@ -1,7 +1,8 @@
 """Ray's cluster-level events (nodes, jobs, workers, actors) to entity patches, in Python. Pure: no I/O.
 
 These are a few events per process, with nested variants (death causes, resources) that read best as code; the
-task events that make up nearly all of a busy stream are parsed and folded in DuckDB (:mod:`.events_sql`).
+task events that make up nearly all of a busy stream are parsed and folded in DuckDB
+(:mod:`raysight.store.event_stages`).
 Patches are keyed by ``(session, id…)`` and name the columns they set; the store merges them with each column's
 rule (``store/schema.py``), so arrival order never matters. A malformed payload raises (ValueError or kin) with
 the reason the event is quarantined.

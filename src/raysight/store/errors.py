@@ -26,7 +26,7 @@ import orjson
 
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
-from raysight.ingest.events_sql import sql_str
+from raysight.sql_literals import sql_str
 from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysight.ingest import events_sql
-from raysight.store import schema
+from raysight.store import event_stages, schema
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class Stage:
 
 # `incoming(post, ord, label, run_id, body)`: one row per event, its JSON text; two sources
 # (a table: parsing a body while its events are parsed would hold two parsed copies of a huge event at once)
-POSTS = Stage("incoming", events_sql.EXPLODE_POSTS, about="the events of the POST bodies")
+POSTS = Stage("incoming", event_stages.EXPLODE_POSTS, about="the events of the POST bodies")
 RAW_CHUNK = Stage(
     "incoming",
     """SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body FROM raw_events
@@ -41,7 +40,7 @@ RAW_CHUNK = Stage(
 )
 EVENTS = Stage(
     "batch_events",
-    events_sql.PARSE_EVENTS,
+    event_stages.PARSE_EVENTS,
     about="every event parsed once: its envelope, task columns and why it is malformed (reason)",
 )
 
@@ -79,11 +78,11 @@ FRESH = Stage(
     view=True,
     about="the events first seen",
 )
-TRANSITIONS = Stage("fresh_transitions", events_sql.TRANSITIONS, about="one row per task state transition")
-PROFILE = Stage("fresh_profile", events_sql.PROFILE_ENTRIES, about="one row per task profile entry")
+TRANSITIONS = Stage("fresh_transitions", event_stages.TRANSITIONS, about="one row per task state transition")
+PROFILE = Stage("fresh_profile", event_stages.PROFILE_ENTRIES, about="one row per task profile entry")
 TASKS = Stage(
     "staged_tasks",
-    schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"),
+    schema.TASKS.aggregate_sql(event_stages.TASK_ROWS, "seq"),
     about="one row per task attempt, merged by the columns' rules",
 )
 SESSIONS = Stage(

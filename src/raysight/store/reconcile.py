@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from raysight.ingest.events_sql import TERMINAL_SQL
+from raysight.store.event_stages import TERMINAL_SQL
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 # Every statement here reads only the rows of the sessions being reconciled (``$1``): a fold then costs what those

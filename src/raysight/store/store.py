@@ -1,7 +1,7 @@
 """The embedded DuckDB store: opening and upgrading it, applying batches in one transaction, and reindexing.
 
 A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.pipeline`: DuckDB explodes and
-parses them (the SQL of :mod:`raysight.ingest.events_sql`), the raw events are inserted (only first sightings are
+parses them (the SQL of :mod:`raysight.store.event_stages`), the raw events are inserted (only first sightings are
 folded), task events are folded in SQL and the cluster-level events by their Python folds
 (:mod:`raysight.ingest.ray_events`), all in one transaction.
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
@@ -27,14 +27,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raysight import os_thread
-from raysight.ingest import agent_logs, events_sql, otlp, prom_text
-from raysight.ingest.events_sql import sql_str
+from raysight.ingest import agent_logs, otlp, prom_text
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
+from raysight.sql_literals import sql_list, sql_str
 from raysight.store import (
+    event_stages,
     log_index,
     log_retention,
     metric_downsample,
@@ -49,7 +50,7 @@ from raysight.store.reconcile import reconcile
 sql_log = logging.getLogger("raysight.store.sql")
 
 REINDEX_CHUNK = 100_000
-SUPPORTED_TYPES = sorted([*HANDLERS, *events_sql.TASK_PAYLOADS])
+SUPPORTED_TYPES = sorted([*HANDLERS, *event_stages.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
 DB_ALIAS = "store"
 STAGING = "staging"
@@ -236,7 +237,7 @@ class Store:
     def _migrate(self) -> None:
         """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, then, below
         :data:`schema.REWRITE_BELOW`, by a rewrite into a new file; the oldest are refolded from their raw events."""
-        for statement in schema.MACROS + events_sql.MACROS:
+        for statement in schema.MACROS + event_stages.MACROS:
             self.con.execute(statement)
         self.con.execute(schema.RAW_DDL[0])
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -668,7 +669,7 @@ class Store:
         (stored,) = self._one(
             f"""INSERT INTO raw_events
                 SELECT session, event_id, event_type, source_type, ts_ns, event_node_id,
-                       list_contains({_sql_list(SUPPORTED_TYPES)}, event_type), now(), body
+                       list_contains({sql_list(SUPPORTED_TYPES)}, event_type), now(), body
                 FROM fresh"""
         )
         return int(stored)
@@ -1083,8 +1084,3 @@ def _posts_table(posts: Sequence[Post]) -> pa.Table:
             "body": pa.array([p.body for p in posts], pa.string()),
         }
     )
-
-
-def _sql_list(values: Sequence[str]) -> str:
-    """SQL: a list literal of strings (constants in the statement, so that DuckDB folds what depends on them)."""
-    return "[" + ", ".join(map(sql_str, values)) + "]"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import duckdb
 
-from raysight.ingest.events_sql import sql_str
+from raysight.sql_literals import sql_str
 from raysight.store.queries import TASK_FUNCTION, TASK_NAME, TASK_START, TASK_STATE, TASK_TYPE
 
 # Ray's colours (ray/_private/profiling.py), names from catapult's colour scheme; any other event: generic_work

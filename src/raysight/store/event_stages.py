@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import orjson
 
-# An RFC 3339 UTC timestamp as Ray writes it (up to nanosecond digits), the one shape both parsers read (ids.py)
-RFC3339_UTC = r"\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?[Zz]"
+from raysight.ingest.ids import RFC3339_UTC
+from raysight.sql_literals import sql_in, sql_str
 
 # A task attempt's end states, as Ray reports them: the one definition (the store's inference reads it too)
 TERMINAL_STATES = ("FINISHED", "FAILED")
-TERMINAL_SQL = "(" + ", ".join(f"'{state}'" for state in TERMINAL_STATES) + ")"
+TERMINAL_SQL = sql_in(TERMINAL_STATES)
 
 _TRANSITIONS = '[{"state": "VARCHAR", "timestamp": "VARCHAR"}]'
 _PROFILE_ENTRIES = '[{"eventName": "VARCHAR", "startTime": "VARCHAR", "endTime": "VARCHAR", "extraData": "VARCHAR"}]'
@@ -135,11 +135,6 @@ TASK_PAYLOADS = {
 EXPLODE_POSTS = """
     SELECT post, label, run_id, unnest(range(len(events))) AS ord, coalesce(unnest(events), 'null') AS body
     FROM (SELECT *, from_json(body, '["JSON"]') AS events FROM staged_posts)"""
-
-
-def sql_str(text: str) -> str:
-    """SQL: a string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _by_type(values: dict[str, str], default: str = "NULL") -> str:
