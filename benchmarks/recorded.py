@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 
 from raysight.ingest.ids import RFC3339_UTC, parse_ts_ns
-from raysight.store import event_stages, pipeline, schema
+from raysight.store import event_stages, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
@@ -108,20 +108,21 @@ def body(texts: list[str]) -> bytes:
 def parse_only(bodies: list[bytes]) -> float:
     """Seconds to parse ``bodies`` as the store does, on one thread, storing nothing: the bound for ingest.
 
-    In groups of :data:`GROUP` POSTs, the store's staging stages (``raysight.store.pipeline``): explode each body
+    In groups of :data:`GROUP` POSTs, the store's staging stages (``raysight.store.event_stages``): explode each body
     into events, parse and validate them, unnest transitions and profile entries, and merge the tasks columns every
     event sets into one row per task attempt; no raw events, no entity tables, no commit.
     """
     con = duckdb.connect()
     con.execute("SET threads = 1")
-    for statement in schema.MACROS + event_stages.MACROS:
+    for statement in [*schema.MACROS, *(macro.sql for macro in event_stages.MACROS)]:
         con.execute(statement)
-    stages = [pipeline.POSTS, *pipeline.PARSE, pipeline.NONE_SEEN, pipeline.FRESH, *pipeline.FOLD]
+    parsing = (event_stages.POSTS, event_stages.EVENTS, event_stages.NONE_SEEN, event_stages.FRESH)
+    stages = [*parsing, event_stages.TRANSITIONS, event_stages.PROFILE, event_stages.TASKS]
     started = time.perf_counter()
     for i in range(0, len(bodies), GROUP):
         group = bodies[i : i + GROUP]
         con.register(
-            "staged_posts",
+            event_stages.POSTED,
             pa.table(
                 {
                     "post": pa.array(range(len(group)), pa.int32()),
@@ -133,7 +134,7 @@ def parse_only(bodies: list[bytes]) -> float:
         )
         for stage in stages:
             con.execute(stage.sql)
-        con.unregister("staged_posts")
+        con.unregister(event_stages.POSTED)
     elapsed = time.perf_counter() - started
     con.close()
     return elapsed

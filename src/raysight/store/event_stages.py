@@ -1,19 +1,20 @@
-"""Ray's event stream parsed inside DuckDB: the SQL that turns POST bodies into events, and task events into rows.
+"""The stages a group of Ray's events goes through inside DuckDB: POST bodies to events, and task events to rows.
 
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
 parsed, validated and folded by DuckDB's JSON reader and SQL, in the same statements for a group of POSTs whatever
 its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few
-events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. This module is SQL text
-only; the store runs it (``store/store.py``), over these relations:
+events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. The store runs these
+stages (``store/store.py``), in the order of :mod:`raysight.store.pipeline`, each making the relation it names:
 
-- ``incoming(post, ord, label, run_id, body)``: one row per event, its JSON text (from :data:`EXPLODE_POSTS`, or
-  the raw events themselves when reindexing);
-- ``batch_events``: :data:`PARSE_EVENTS` over ``incoming``: the envelope, the task columns
-  (:data:`TASK_COLUMNS`), ``reason``, why the event is quarantined (NULL when it is well formed);
-- ``fresh``: the well-formed events the store had not seen (``store/pipeline.py``);
-- ``fresh_transitions`` and ``fresh_profile`` (:data:`TRANSITIONS`, :data:`PROFILE_ENTRIES`): one row per state
-  transition and profile entry of the fresh task events, for the append tables and for :data:`TASK_ROWS`, which
-  gives the tasks columns each fresh event, transition and entry sets.
+- :data:`POSTS` (``incoming``): one row per event, its JSON text, from the POST bodies (:data:`POSTED`, an Arrow table
+  the store registers); :data:`RAW_CHUNK` makes it of the raw events themselves when reindexing;
+- :data:`EVENTS` (``batch_events``): every event parsed once: the envelope, the task columns (:data:`TASK_COLUMNS`),
+  ``reason``, why the event is quarantined (NULL when it is well formed);
+- :data:`SEEN` and :data:`FRESH`: the well-formed events stored before, and those the store had not seen;
+- :data:`TRANSITIONS` and :data:`PROFILE`: one row per state transition and profile entry of the fresh task events,
+  for the append tables and for :data:`TASKS`, the tasks columns each fresh event, transition and entry sets, merged
+  into one row per task attempt;
+- :data:`SESSIONS`: each session's label, run ID, span and counts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from __future__ import annotations
 import orjson
 
 from raysight.ingest.ids import RFC3339_UTC
-from raysight.sql_literals import sql_in, sql_str
+from raysight.ingest.ray_events import HANDLERS
+from raysight.sql_literals import sql_in, sql_list, sql_str
+from raysight.store import schema
+from raysight.store.statements import Macro, Query, Stage
 
 # A task attempt's end states, as Ray reports them: the one definition (the store's inference reads it too)
 TERMINAL_STATES = ("FINISHED", "FAILED")
@@ -31,39 +35,51 @@ _TRANSITIONS = '[{"state": "VARCHAR", "timestamp": "VARCHAR"}]'
 _PROFILE_ENTRIES = '[{"eventName": "VARCHAR", "startTime": "VARCHAR", "endTime": "VARCHAR", "extraData": "VARCHAR"}]'
 
 # Ray's IDs are standard base64; the store shows them as lowercase hex, and an all-0xff ID means "none".
-MACROS = [
-    "CREATE OR REPLACE MACRO ray_nil(h) AS CASE WHEN ltrim(h, 'f') <> '' THEN h END",
+MACROS = (
+    Macro("ray_nil", ("h",), "CASE WHEN ltrim(h, 'f') <> '' THEN h END"),
     # the hex of a base64 text as it is (NULL when it is not base64), then as an ID (NULL for none)
-    "CREATE OR REPLACE MACRO raw_hex(s) AS lower(hex(try(from_base64(nullif(s, '')))))",
-    "CREATE OR REPLACE MACRO ray_id(s) AS ray_nil(raw_hex(s))",
+    Macro("raw_hex", ("s",), "lower(hex(try(from_base64(nullif(s, '')))))"),
+    Macro("ray_id", ("s",), "ray_nil(raw_hex(s))"),
     # proto3 JSON: int64 as a string, int32 as a number. A number that overflows its column quarantines the event;
     # anything else that is not a number is read as absent (NULL)
-    "CREATE OR REPLACE MACRO bad_int32(s) AS "
-    "coalesce(TRY_CAST(s AS INTEGER) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)",
-    "CREATE OR REPLACE MACRO bad_int64(s) AS "
-    "coalesce(TRY_CAST(s AS BIGINT) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)",
+    Macro("bad_int32", ("s",), "coalesce(TRY_CAST(s AS INTEGER) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)"),
+    Macro("bad_int64", ("s",), "coalesce(TRY_CAST(s AS BIGINT) IS NULL AND isfinite(TRY_CAST(s AS DOUBLE)), false)"),
     # RFC 3339 UTC with up to nanosecond digits to epoch ns; NULL when malformed or past what 64 bits hold (2262)
     # (the shape is checked first: DuckDB's cast also reads a space for the T, 24:00, a missing zone, "BC", …)
-    f"CREATE OR REPLACE MACRO ray_ts_ns(s) AS CASE WHEN regexp_full_match(s, '{RFC3339_UTC}') "
-    "THEN epoch_ns(TRY_CAST(left(s, -1) AS TIMESTAMP_NS)) END",
+    Macro(
+        "ray_ts_ns",
+        ("s",),
+        f"CASE WHEN regexp_full_match(s, '{RFC3339_UTC}') THEN epoch_ns(TRY_CAST(left(s, -1) AS TIMESTAMP_NS)) END",
+    ),
     # what kind of JSON value, in JSON's own words
-    "CREATE OR REPLACE MACRO json_kind(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN 'a string' "
-    "WHEN 'ARRAY' THEN 'an array' WHEN 'OBJECT' THEN 'an object' WHEN 'BOOLEAN' THEN 'a boolean' "
-    "WHEN 'NULL' THEN 'null' ELSE 'a number' END",
+    Macro(
+        "json_kind",
+        ("j",),
+        "CASE json_type(j) WHEN 'VARCHAR' THEN 'a string' WHEN 'ARRAY' THEN 'an array' WHEN 'OBJECT' THEN 'an object' "
+        "WHEN 'BOOLEAN' THEN 'a boolean' WHEN 'NULL' THEN 'null' ELSE 'a number' END",
+    ),
     # a JSON string's value; NULL for any other JSON value
-    "CREATE OR REPLACE MACRO json_str(j) AS CASE WHEN left(j, 1) = '\"' THEN json_extract_string(j, '$') END",
+    Macro("json_str", ("j",), "CASE WHEN left(j, 1) = '\"' THEN json_extract_string(j, '$') END"),
     # the human text inside an ActorDeathCause-like object (an error's nested actorDiedError and kin)
-    "CREATE OR REPLACE MACRO death_text(j) AS coalesce("
-    "list_filter(json_extract_string(j, '$.*.formattedExceptionString'), lambda m: m <> '')[1], "
-    "list_filter(json_extract_string(j, '$.*.errorMessage'), lambda m: m <> '')[1], "
-    "nullif(json_extract_string(j, '$.errorMessage'), ''))",
+    Macro(
+        "death_text",
+        ("j",),
+        "coalesce(list_filter(json_extract_string(j, '$.*.formattedExceptionString'), lambda m: m <> '')[1], "
+        "list_filter(json_extract_string(j, '$.*.errorMessage'), lambda m: m <> '')[1], "
+        "nullif(json_extract_string(j, '$.errorMessage'), ''))",
+    ),
     # (module, Class.function) from a FunctionDescriptor of any of Ray's languages
-    "CREATE OR REPLACE MACRO func_name(d) AS CASE WHEN nullif(d.className, '') IS NOT NULL "
-    "AND nullif(d.functionName, '') IS NOT NULL THEN d.className || '.' || d.functionName "
-    "ELSE coalesce(nullif(d.functionName, ''), nullif(d.className, '')) END",
-    "CREATE OR REPLACE MACRO descriptor(f) AS "
-    "coalesce(f.pythonFunctionDescriptor, f.javaFunctionDescriptor, f.cppFunctionDescriptor)",
-]
+    Macro(
+        "func_name",
+        ("d",),
+        "CASE WHEN nullif(d.className, '') IS NOT NULL AND nullif(d.functionName, '') IS NOT NULL "
+        "THEN d.className || '.' || d.functionName ELSE coalesce(nullif(d.functionName, ''), nullif(d.className, '')) "
+        "END",
+    ),
+    Macro(
+        "descriptor", ("f",), "coalesce(f.pythonFunctionDescriptor, f.javaFunctionDescriptor, f.cppFunctionDescriptor)"
+    ),
+)
 
 _DESCRIPTOR = {"moduleName": "VARCHAR", "className": "VARCHAR", "functionName": "VARCHAR"}
 _FUNCTION = {f"{lang}FunctionDescriptor": _DESCRIPTOR for lang in ("python", "java", "cpp")}
@@ -132,9 +148,23 @@ TASK_PAYLOADS = {
     "TASK_PROFILE_EVENT": "taskProfileEvents",
 }
 
-EXPLODE_POSTS = """
+POSTED = "staged_posts"  # the POST bodies (numbered: post, label, run_id, body), an Arrow table the store registers
+# `incoming(post, ord, label, run_id, body)`: one row per event, its JSON text; two sources (a table: parsing a body
+# while its events are parsed would hold two parsed copies of a huge event at once)
+POSTS = Stage(
+    "incoming",
+    f"""
     SELECT post, label, run_id, unnest(range(len(events))) AS ord, coalesce(unnest(events), 'null') AS body
-    FROM (SELECT *, from_json(body, '["JSON"]') AS events FROM staged_posts)"""
+    FROM (SELECT *, from_json(body, '["JSON"]') AS events FROM {POSTED})""",
+    about="the events of the POST bodies",
+)
+RAW_CHUNK = Stage(
+    POSTS.name,
+    """SELECT 0 AS post, rowid AS ord, NULL::VARCHAR AS label, NULL::VARCHAR AS run_id, body FROM raw_events
+       WHERE rowid >= getvariable('chunk_start') AND rowid < getvariable('chunk_end')""",
+    view=True,
+    about="a chunk of the stored raw events (reindex)",
+)
 
 
 def _by_type(values: dict[str, str], default: str = "NULL") -> str:
@@ -290,7 +320,7 @@ def _parse_events() -> str:
                WHEN session IS NULL OR session = '' THEN 'sessionName is missing or not a string'
                WHEN event_type IS NULL OR event_type = '' THEN 'eventType is missing or not a string'
                WHEN j.eventId <> '' AND event_hex IS NULL THEN 'not a base64 ID: ' || left(j.eventId, 60)
-               WHEN event_type IN ({", ".join(map(sql_str, TASK_PAYLOADS))}) THEN {_TASK_REASON}
+               WHEN event_type IN {sql_in(TASK_PAYLOADS)} THEN {_TASK_REASON}
            END AS reason,
            ray_nil(task_hex) AS task_id, coalesce(TRY_CAST(attempt_text AS INTEGER), 0) AS attempt,
            {columns},
@@ -313,42 +343,143 @@ def _parse_events() -> str:
                 FROM (
                     SELECT (post::BIGINT << 32) + ord AS seq, label, run_id, body, strlen(body) AS bytes, j,
                            json_str(j.sessionName) AS session, json_str(j.eventType) AS event_type
-                    FROM (SELECT *, from_json(body, '{structure}') AS j FROM incoming)
+                    FROM (SELECT *, from_json(body, '{structure}') AS j FROM {POSTS.name})
                 )
             )
         )
     )"""
 
 
-PARSE_EVENTS = _parse_events()
+EVENTS = Stage(
+    "batch_events",
+    _parse_events(),
+    about="every event parsed once: its envelope, task columns and why it is malformed (reason)",
+)
+
+
+def parsed(table: str) -> Stage:
+    """:data:`EVENTS` as a view of ``table``, the events as EVENTS made them on another connection."""
+    return Stage(EVENTS.name, f"FROM {table}", view=True, about="the events parsed on another connection")
+
+
+# The event types the store folds (the rest are kept raw, and counted)
+SUPPORTED_TYPES = sorted([*HANDLERS, *TASK_PAYLOADS])
+RECEIVED = Query(
+    "received",
+    f"""SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains({sql_list(SUPPORTED_TYPES)}, event_type))
+        FROM {EVENTS.name}""",
+    about="the events of the group, and those of a type the store does not fold",
+)
+QUARANTINE = Query(
+    "quarantine",
+    f"""INSERT INTO quarantine
+        SELECT md5(body), session, reason, now(), body FROM {EVENTS.name} WHERE reason IS NOT NULL
+        QUALIFY row_number() OVER (PARTITION BY md5(body) ORDER BY seq) = 1
+        ON CONFLICT DO NOTHING""",
+    about="the malformed events kept, each body once",
+)
+# An event is its session, ID and timestamp (a resend repeats all three): joined on the three, DuckDB reads only the
+# raw row groups whose time span (their zone maps) meets the group's, so finding resends costs little at any store
+# size; a unique index would cost ~3.4 µs an event and grow with the store. Events with no timestamp (rare) are
+# looked up by the other two.
+SEEN = Stage(
+    "seen_events",
+    f"""SELECT b.seq FROM {EVENTS.name} b JOIN raw_events r
+           ON r.session = b.session AND r.event_id = b.event_id AND r.ts_ns = b.ts_ns
+       WHERE b.reason IS NULL
+       UNION ALL
+       SELECT b.seq FROM (FROM {EVENTS.name} WHERE reason IS NULL AND ts_ns IS NULL) b JOIN raw_events r
+           ON r.session = b.session AND r.event_id = b.event_id AND r.ts_ns IS NULL
+       UNION ALL  -- repeats within the group, but for their first
+       SELECT b.seq FROM {EVENTS.name} b JOIN (
+           SELECT session, event_id, min(seq) AS first FROM {EVENTS.name} WHERE reason IS NULL
+           GROUP BY ALL HAVING count(*) > 1) d USING (session, event_id)
+       WHERE b.reason IS NULL AND b.seq > d.first""",
+    about="the well-formed events stored before (a resend), or repeated in the group but for their first",
+)
+NONE_SEEN = Stage(SEEN.name, f"SELECT seq FROM {EVENTS.name} WHERE false", about="none (reindex: raw events are)")
+# Not deleted from batch_events: a session's label and span come from every well-formed event.
+FRESH = Stage(
+    "fresh",
+    f"SELECT * FROM {EVENTS.name} WHERE reason IS NULL AND seq NOT IN (FROM {SEEN.name})",
+    view=True,
+    about="the well-formed events the store had not seen, once each",
+)
+INSERT_RAW = Query(
+    "raw events",
+    f"""INSERT INTO raw_events
+        SELECT session, event_id, event_type, source_type, ts_ns, event_node_id,
+               list_contains({sql_list(SUPPORTED_TYPES)}, event_type), now(), body
+        FROM {FRESH.name}""",
+    about="the raw rows of the events first seen",
+)
 
 # One row per state transition and per profile entry of the fresh task events (append tables and task columns); an
 # event of the nil task (Ray profiles work of no task: ``store_outputs`` with a taskId of all ones) has none.
-TRANSITIONS = """
+TRANSITIONS = Stage(
+    "fresh_transitions",
+    f"""
     SELECT session, task_id, attempt, seq, t.ts AS ts, t.state AS state
-    FROM (SELECT *, unnest(transitions) AS t FROM fresh WHERE transitions IS NOT NULL AND task_id IS NOT NULL)"""
-PROFILE_ENTRIES = """
+    FROM (SELECT *, unnest(transitions) AS t FROM {FRESH.name}
+          WHERE transitions IS NOT NULL AND task_id IS NOT NULL)""",
+    about="one row per task state transition",
+)
+PROFILE = Stage(
+    "fresh_profile",
+    f"""
     SELECT session, task_id, attempt, seq,
            TRY_CAST(e.startTime AS BIGINT) AS start_ns, TRY_CAST(e.endTime AS BIGINT) AS end_ns,
            coalesce(e.eventName, '') AS name, nullif(e.extraData, '') AS extra,
            profile_component AS component, profile_component_id AS component_id, profile_node_ip AS node_ip
-    FROM (SELECT *, unnest(profile_entries) AS e FROM fresh WHERE profile_entries IS NOT NULL AND task_id IS NOT NULL)
-    WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped"""
+    FROM (SELECT *, unnest(profile_entries) AS e FROM {FRESH.name}
+          WHERE profile_entries IS NOT NULL AND task_id IS NOT NULL)
+    WHERE coalesce(e.eventName, e.startTime, e.endTime, e.extraData) IS NOT NULL  -- not an object: skipped""",
+    about="one row per task profile entry",
+)
 
-
-# One row per fresh task event, state transition and profile entry, with the tasks columns each sets (the store
-# merges a key's rows by the columns' rules); a transition to one of TERMINAL_STATES ends the attempt.
-TASK_ROWS = f"""
-    SELECT session, task_id, attempt, seq, {", ".join(TASK_COLUMNS)} FROM fresh WHERE task_id IS NOT NULL
+# One row per fresh task event, state transition and profile entry, with the tasks columns each sets, merged by the
+# columns' rules into a row per task attempt; a transition to one of TERMINAL_STATES ends the attempt.
+_TASK_ROWS = f"""
+    SELECT session, task_id, attempt, seq, {", ".join(TASK_COLUMNS)} FROM {FRESH.name} WHERE task_id IS NOT NULL
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq, ts AS first_ns,
            CASE WHEN state = 'PENDING_ARGS_AVAIL' THEN ts END AS pending_ns,
            CASE WHEN state = 'RUNNING' THEN ts END AS start_ns,
            {{'terminal': state IN {TERMINAL_SQL}, 'ts': ts, 'state': state}} AS state_key
-    FROM fresh_transitions
+    FROM {TRANSITIONS.name}
     UNION ALL BY NAME
     SELECT session, task_id, attempt, seq,
            CASE WHEN starts_with(name, 'task::') THEN substr(name, 7) END AS profile_name,
            CASE WHEN name = 'task:execute' THEN start_ns END AS exec_start_ns,
            CASE WHEN name = 'task:execute' THEN end_ns END AS executed_ns
-    FROM fresh_profile"""
+    FROM {PROFILE.name}"""
+TASKS = Stage(
+    "staged_tasks",
+    schema.TASKS.aggregate_sql(_TASK_ROWS, "seq"),
+    about="one row per task attempt, merged by the columns' rules",
+)
+
+
+def _appended(table: str, stage: Stage) -> Query:
+    """The rows of ``stage`` appended to ``table``, in its columns' order."""
+    columns = ", ".join(c.name for c in schema.APPEND_TABLES[table].columns)
+    return Query(table, f"INSERT INTO {table} SELECT {columns} FROM {stage.name}", about=f"{stage.about}, appended")
+
+
+APPENDED = (_appended("task_transitions", TRANSITIONS), _appended("task_profile", PROFILE))
+# The events of the Python-folded types (:mod:`raysight.ingest.ray_events`), in the order they arrived
+PATCHED = Query(
+    "patched",
+    f"SELECT seq FROM {FRESH.name} WHERE list_contains({sql_list(HANDLERS)}, event_type) ORDER BY seq",
+    about="the fresh events of the types folded in Python",
+)
+SESSIONS = Stage(
+    "staged_sessions",
+    f"""SELECT session, arg_min(label, seq) FILTER (WHERE label IS NOT NULL) AS label,
+              arg_min(run_id, seq) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+              min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
+              count(*) FILTER (WHERE NOT seen) AS events, sum(bytes) FILTER (WHERE NOT seen) AS raw_bytes
+       FROM (SELECT *, seq IN (FROM {SEEN.name}) AS seen FROM {EVENTS.name} WHERE reason IS NULL)
+       GROUP BY session""",
+    about="each session's label, run ID and span from every well-formed event, its counts from the fresh ones",
+)

@@ -447,7 +447,7 @@ FOLD_TABLE_NAMES = [t.name for t in ENTITY_TABLES] + list(APPEND_TABLES)
 # Raw JSON bodies (~3.8 KB a task): zstd keeps them in ~120 bytes, DuckDB's default string compression in ~1.7 KB.
 ZSTD = "USING COMPRESSION zstd"
 # No unique index: a group's resends are found by a join on (session, event_id, ts_ns), which reads only the row
-# groups of the group's time span (see pipeline.SEEN). Up to schema 5 a primary key on the 128-bit md5 of
+# groups of the group's time span (see event_stages.SEEN). Up to schema 5 a primary key on the 128-bit md5 of
 # (session, event_id) did it, at ~3.4 µs an event, growing with the store.
 RAW_EVENTS_DDL = f"""CREATE TABLE IF NOT EXISTS {{name}} (
         session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR, ts_ns BIGINT, node_id VARCHAR,

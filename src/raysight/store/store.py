@@ -1,7 +1,7 @@
 """The embedded DuckDB store: opening and upgrading it, applying batches in one transaction, and reindexing.
 
-A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.pipeline`: DuckDB explodes and
-parses them (the SQL of :mod:`raysight.store.event_stages`), the raw events are inserted (only first sightings are
+A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.event_stages` in the order of
+:mod:`raysight.store.pipeline`: DuckDB explodes and parses them, the raw events are inserted (only first sightings are
 folded), task events are folded in SQL and the cluster-level events by their Python folds
 (:mod:`raysight.ingest.ray_events`), all in one transaction.
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
@@ -33,24 +33,25 @@ from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
-from raysight.sql_literals import sql_list, sql_str
+from raysight.sql_literals import sql_str
+from raysight.store import event_stages as stage
 from raysight.store import (
-    event_stages,
     log_index,
     log_retention,
     metric_downsample,
     metric_retention,
-    pipeline,
     schema,
     trace_sampling,
 )
+from raysight.store.event_stages import SUPPORTED_TYPES
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
+from raysight.store.statements import Stage
 
 sql_log = logging.getLogger("raysight.store.sql")
+_INSERTED = "inserted_keys"  # the keys an upsert inserted (an Arrow table), which its merge leaves out
 
 REINDEX_CHUNK = 100_000
-SUPPORTED_TYPES = sorted([*HANDLERS, *event_stages.TASK_PAYLOADS])
 WAL_LIMIT = "1GB"
 DB_ALIAS = "store"
 STAGING = "staging"
@@ -218,7 +219,7 @@ class Store:
         self.con = self._open()
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
-        self._staged: dict[str, bool] = {}  # the staging relations made, and whether each is a view
+        self._staged: dict[str, Stage] = {}  # the staging relations made, by name
         self._folds, self._folds_lock = 0, threading.Lock()  # connections folding or parsing now (_one_thread)
         self._parser: duckdb.DuckDBPyConnection | None = None  # Store.parse's, made on first use
         self._parses = 0
@@ -237,8 +238,6 @@ class Store:
     def _migrate(self) -> None:
         """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, then, below
         :data:`schema.REWRITE_BELOW`, by a rewrite into a new file; the oldest are refolded from their raw events."""
-        for statement in schema.MACROS + event_stages.MACROS:
-            self.con.execute(statement)
         self.con.execute(schema.RAW_DDL[0])
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         found = int(row[0]) if row else None
@@ -260,6 +259,8 @@ class Store:
                 # An old storage format refuses zstd (v0.10.2's, DuckDB's default before 2.0): in place, the DDL goes
                 # without it, and the rewrite adds it.
                 con.execute(statement.replace(schema.ZSTD, "") if rewrite else statement)
+            for statement in [*schema.MACROS, *(macro.sql for macro in stage.MACROS)]:
+                con.execute(statement)
             con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(reached)])
         if rewrite:
             self._rewrite()
@@ -550,20 +551,16 @@ class Store:
     def _apply(self, posts: Sequence[Post], journal_seq: int | None, parsed: Parsed | None) -> ApplyResult:
         with self._one_thread(self.con), self._transaction():
             if parsed is None:
-                with self._registered("staged_posts", _posts_table(posts)):
-                    patches = self._parse(pipeline.POSTS)
+                with self._registered(stage.POSTED, posts_table(posts)):
+                    patches = self._parse(stage.POSTS)
             else:
-                self._stage(pipeline.parsed(parsed.table))
+                self._stage(stage.parsed(parsed.table))
                 patches = parsed.patches
-            received, unsupported = self._one(
-                "SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains($1, event_type)) "
-                "FROM batch_events",
-                [SUPPORTED_TYPES],
-            )
-            quarantined = self._insert_quarantine()
-            self._stage(pipeline.SEEN)  # a resend, or an event twice in the group: fold each first sighting once
-            self._stage(pipeline.FRESH)
-            stored = self._insert_raw()
+            received, unsupported = self._one(stage.RECEIVED.sql)
+            (quarantined,) = self._one(stage.QUARANTINE.sql)
+            self._stage(stage.SEEN)  # a resend, or an event twice in the group: fold each first sighting once
+            self._stage(stage.FRESH)
+            (stored,) = self._one(stage.INSERT_RAW.sql)
             self._fold(patches)
             result = ApplyResult(
                 received=received,
@@ -586,22 +583,22 @@ class Store:
             self._parser = self.reader()
         self._parses += 1
         table = f"{STAGING}.parsed_{self._parses}"
-        with self._one_thread(self._parser), self._registered("staged_posts", _posts_table(posts), self._parser):
+        with self._one_thread(self._parser), self._registered(stage.POSTED, posts_table(posts), self._parser):
             try:
-                patches = self._parse(pipeline.POSTS, self._parser, into=table)
+                patches = self._parse(stage.POSTS, self._parser, into=table)
             except BaseException:
                 self._parser.execute(f"DROP TABLE IF EXISTS {table}")
                 raise
             finally:
-                self._parser.execute(f"DROP TABLE IF EXISTS {pipeline.POSTS.name}")
+                self._parser.execute(stage.POSTS.drop)
         return Parsed(table, patches)
 
-    def _stage(self, stage: pipeline.Stage, con: duckdb.DuckDBPyConnection | None = None) -> None:
+    def _stage(self, made: Stage, con: duckdb.DuckDBPyConnection | None = None) -> None:
         """Make one stage's relation (see :mod:`raysight.store.pipeline`) with ``con`` (the writer's connection, which
         drops it at the end of the group, unless another is given)."""
-        self._run(stage.sql, con=con)
+        self._run(made.sql, con=con)
         if con is None:
-            self._staged[stage.name] = stage.view
+            self._staged[made.name] = made
 
     def _run(
         self, sql: str, params: object = None, con: duckdb.DuckDBPyConnection | None = None
@@ -621,22 +618,22 @@ class Store:
 
     def _drop_staging(self) -> None:
         """Let go of the group's staging relations (a 48 MB group's parsed events hold several times that)."""
-        for name, view in self._staged.items():
-            self._run(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name}")
+        for made in self._staged.values():
+            self._run(made.drop)
         self._staged.clear()
 
     def _parse(
-        self, incoming: pipeline.Stage, con: duckdb.DuckDBPyConnection | None = None, into: str | None = None
+        self, incoming: Stage, con: duckdb.DuckDBPyConnection | None = None, into: str | None = None
     ) -> dict[int, list[tuple[str, Key, Patch]]]:
         """Parse the events of ``incoming`` into ``batch_events``, or the table ``into`` (with ``con``, else the
         writer's connection); returns the patches of the Python-folded types (whose malformed events get their
         ``reason`` here)."""
         self._stage(incoming, con)
         if into is None:
-            self._stage(pipeline.EVENTS)
+            self._stage(stage.EVENTS)
         else:
-            self._run(f"CREATE TABLE {into} AS {pipeline.EVENTS.select}", con=con)
-        events = into or pipeline.EVENTS.name
+            self._run(f"CREATE TABLE {into} AS {stage.EVENTS.select}", con=con)
+        events = into or stage.EVENTS.name
         patches: dict[int, list[tuple[str, Key, Patch]]] = {}
         reasons: list[tuple[int, str]] = []
         rows = self._run(
@@ -664,41 +661,19 @@ class Store:
         rows = self._run(sql, params).fetchall()
         return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
-    def _insert_raw(self) -> int:
-        """Insert the raw rows of the well-formed events not seen before; returns how many."""
-        (stored,) = self._one(
-            f"""INSERT INTO raw_events
-                SELECT session, event_id, event_type, source_type, ts_ns, event_node_id,
-                       list_contains({sql_list(SUPPORTED_TYPES)}, event_type), now(), body
-                FROM fresh"""
-        )
-        return int(stored)
-
-    def _insert_quarantine(self) -> int:
-        row = self._one(
-            """INSERT INTO quarantine
-               SELECT md5(body), session, reason, now(), body FROM batch_events WHERE reason IS NOT NULL
-               QUALIFY row_number() OVER (PARTITION BY md5(body) ORDER BY seq) = 1
-               ON CONFLICT DO NOTHING"""
-        )
-        return int(row[0]) if row else 0
-
     def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
         """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
         spans come from all of ``batch_events``."""
-        for stage in pipeline.FOLD:
-            self._stage(stage)
-        self._upsert("tasks", pipeline.TASKS.name)
-        for name, rows in (("task_transitions", pipeline.TRANSITIONS.name), ("task_profile", pipeline.PROFILE.name)):
-            columns = ", ".join(c.name for c in schema.APPEND_TABLES[name].columns)
-            self._run(f"INSERT INTO {name} SELECT {columns} FROM {rows}")
-        seqs = self._run(
-            "SELECT seq FROM fresh WHERE list_contains($1, event_type) ORDER BY seq", [list(HANDLERS)]
-        ).fetchall()
+        for made in (stage.TRANSITIONS, stage.PROFILE, stage.TASKS):
+            self._stage(made)
+        self._upsert("tasks", stage.TASKS.name)
+        for appended in stage.APPENDED:
+            self._run(appended.sql)
+        seqs = self._run(stage.PATCHED.sql).fetchall()
         self._upsert_patches(p for (seq,) in seqs for p in patches[seq])
-        self._stage(pipeline.SESSIONS)
-        self._upsert("sessions", pipeline.SESSIONS.name)
-        sessions = [row[0] for row in self._run(f"SELECT session FROM {pipeline.SESSIONS.name} ORDER BY 1").fetchall()]
+        self._stage(stage.SESSIONS)
+        self._upsert("sessions", stage.SESSIONS.name)
+        sessions = [row[0] for row in self._run(f"SELECT session FROM {stage.SESSIONS.name} ORDER BY 1").fetchall()]
         reconcile(self._run, sessions)
 
     def _upsert_patches(self, patches: Iterable[tuple[str, Key, Patch]]) -> None:
@@ -717,13 +692,14 @@ class Store:
         if inserted.num_rows == total:
             return
         keys = ", ".join(c.name for c in table.keys)
-        with self._registered("inserted_keys", inserted):
-            self._stage(pipeline.Stage("merging", f"SELECT * FROM {staged} ANTI JOIN inserted_keys USING ({keys})"))
-        counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + " FROM merging")
+        with self._registered(_INSERTED, inserted):
+            merging = Stage("merging", f"SELECT * FROM {staged} ANTI JOIN {_INSERTED} USING ({keys})")
+            self._stage(merging)
+        counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + f" FROM {merging.name}")
         columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
         sql = self._merges.get((name, columns))
         if sql is None:
-            sql = self._merges[(name, columns)] = table.merge_sql("merging", list(columns))
+            sql = self._merges[(name, columns)] = table.merge_sql(merging.name, list(columns))
         self._run(sql).fetchall()
 
     def count(self, **deltas: int) -> None:
@@ -1032,11 +1008,11 @@ class Store:
             for start in range(0, last, REINDEX_CHUNK):
                 self._run("SET VARIABLE chunk_start = ?", [start])
                 self._run("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
-                patches = self._parse(pipeline.RAW_CHUNK)
-                self._stage(pipeline.NONE_SEEN)
-                self._stage(pipeline.FRESH)
+                patches = self._parse(stage.RAW_CHUNK)
+                self._stage(stage.NONE_SEEN)
+                self._stage(stage.FRESH)
                 self._fold(patches)
-                total += self._one("SELECT count(*) FROM fresh")[0]
+                total += self._one(f"SELECT count(*) FROM {stage.FRESH.name}")[0]
             self._refold_drivers()
             con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
             self._drop_staging()
@@ -1074,7 +1050,7 @@ def _or_now(given: int | None, unit_ns: int = 1) -> int:
     return time.time_ns() // unit_ns if given is None else given
 
 
-def _posts_table(posts: Sequence[Post]) -> pa.Table:
+def posts_table(posts: Sequence[Post]) -> pa.Table:
     """``staged_posts``: the POST bodies, numbered, with their URL's label and run ID."""
     return pa.table(
         {
