@@ -30,7 +30,7 @@ from raysight.sql_literals import sql_str
 from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page
-from raysight.store.reconcile import ALL_NODES_DIED, RUN_EXIT_OF_JOB, SESSION_ENDS
+from raysight.store.reconcile import ALL_NODES_DIED
 from raysight.store.schema import task_kind_sql
 from raysight.store.summaries import dict_rows
 
@@ -78,7 +78,7 @@ _BEFORE = "({cause}.ts_ns IS NULL OR {effect}.ts_ns IS NULL OR {cause}.ts_ns <= 
 # Every failure of session $session: kind, id, attempt, when, job, node, worker, name, Ray's error type, the
 # exception's type, the message, the traceback (or detail), and what it ran on whose failure may have caused it.
 _FAILURES = f"""
-WITH ends AS (SELECT * FROM ({SESSION_ENDS}) WHERE session = $session),
+WITH ends AS (FROM session_ends([$session])),
 tasks_ AS (
     SELECT *, {TASK_STATE} AS state_,
            coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
@@ -171,8 +171,7 @@ failures AS (
     UNION ALL
     SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
            'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
-    FROM jobs j JOIN sessions s ON s.session = j.session
-    JOIN run_exits r ON {RUN_EXIT_OF_JOB}
+    FROM jobs j JOIN job_run_exits() r USING (session, job_id)
     WHERE j.session = $session AND r.exit_code <> 0
 ),
 -- each failure's cause: the exception's type and message where it raised one, else its message

@@ -4,7 +4,7 @@ Each stage makes one temporary relation from the stages before it, in one statem
 event_stages`); the store (``store/store.py``) runs them in the order of these groups, with its own writes between
 them: after ``staged_tasks`` and ``staged_sessions`` it merges their rows into the entity tables, after the appends
 it folds the Python-folded types' patches, and last it re-derives what is inferred of the group's sessions
-(:mod:`raysight.store.reconcile`). The input that is not a stage is an Arrow table the store registers:
+(:data:`raysight.store.reconcile.RECONCILE`). The input that is not a stage is an Arrow table the store registers:
 ``staged_posts`` (the POST bodies). With several cores, POSTS and EVENTS run on another connection while the group
 before is written (``Store.parse``), into a table of the in-memory ``staging`` database that the store's connections
 share, and :func:`raysight.store.event_stages.parsed` stands in for them. ``python -m raysight.store.pipeline
@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from raysight.store import event_stages as stage
+from raysight.store.reconcile import RECONCILE
 from raysight.store.statements import Group
 
 _FOLD = (stage.TRANSITIONS, stage.PROFILE, stage.TASKS, *stage.APPENDED, stage.PATCHED, stage.SESSIONS)
@@ -31,7 +32,7 @@ REINDEX = Group(
     (stage.RAW_CHUNK, stage.EVENTS, stage.NONE_SEEN, stage.FRESH, *_FOLD),
     "a chunk of the raw events, refolded",
 )
-GROUPS = {group.name: group for group in (APPLY, PARSED, REINDEX)}
+GROUPS = {group.name: group for group in (APPLY, PARSED, REINDEX, RECONCILE)}
 
 
 def describe(names: list[str]) -> str:

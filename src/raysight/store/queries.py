@@ -19,7 +19,6 @@ from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import BadQuery, NotFound
 from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
-from raysight.store.reconcile import RUN_EXIT_OF_JOB, SESSION_ENDS
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 
 MS = "// 1000000"
@@ -269,8 +268,8 @@ JOBS = Resource(
     f"""(SELECT *, rowid AS polled_rowid FROM polled WHERE resource = 'jobs' AND row->>'$.type' = 'SUBMISSION') p
         FULL OUTER JOIN jobs j ON j.session = p.session AND j.job_id = p.row->>'$.job_id'
         JOIN sessions s ON s.session = {_SESSION_OF_JOB}
-        LEFT JOIN run_exits r ON {RUN_EXIT_OF_JOB}
-        LEFT JOIN ({SESSION_ENDS}) e ON e.session = {_SESSION_OF_JOB}
+        LEFT JOIN job_run_exits() r ON r.session = j.session AND r.job_id = j.job_id
+        LEFT JOIN all_session_ends() e ON e.session = {_SESSION_OF_JOB}
         LEFT JOIN nodes n ON n.session = j.session AND n.node_id = j.driver_node_id""",
     "job_id",
     [

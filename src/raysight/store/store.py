@@ -34,8 +34,8 @@ from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
 from raysight.sql_literals import sql_str
-from raysight.store import event_stages as stage
 from raysight.store import (
+    catalog,
     log_index,
     log_retention,
     metric_downsample,
@@ -43,6 +43,7 @@ from raysight.store import (
     schema,
     trace_sampling,
 )
+from raysight.store import event_stages as stage
 from raysight.store.event_stages import SUPPORTED_TYPES
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
@@ -259,7 +260,7 @@ class Store:
                 # An old storage format refuses zstd (v0.10.2's, DuckDB's default before 2.0): in place, the DDL goes
                 # without it, and the rewrite adds it.
                 con.execute(statement.replace(schema.ZSTD, "") if rewrite else statement)
-            for statement in [*schema.MACROS, *(macro.sql for macro in stage.MACROS)]:
+            for statement in catalog.created():  # (after the tables, which DuckDB binds a macro's body to)
                 con.execute(statement)
             con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(reached)])
         if rewrite:

@@ -10,7 +10,6 @@ import orjson
 from raysight.ingest.ray_metrics import PREFIX
 from raysight.store import resources
 from raysight.store.queries import ACTORS, NODES, OBJECTS, TASK_START, TASK_STATE, TASK_TYPE, TASKS, resolve_session
-from raysight.store.reconcile import SESSION_ENDS
 from raysight.store.schema import driver_task_id_sql, task_job_id_sql
 
 SLOWEST = 5
@@ -182,14 +181,14 @@ def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every session seen, newest first, with its size and outcome."""
     return dict_rows(
         con.execute(
-            f"""SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
+            """SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
                        e.ended_ns // 1000000 AS end_time_ms, e.end_reason,
                        s.last_ns // 1000000 AS last_event_ms,
                        coalesce(n.nodes, 0) AS nodes, coalesce(j.jobs, 0) AS jobs,
                        coalesce(t.tasks, 0) AS tasks, coalesce(t.failures, 0) AS failures,
                        coalesce(s.raw_bytes, 0) AS raw_bytes, coalesce(s.events, 0) AS events
                 FROM sessions s
-                LEFT JOIN ({SESSION_ENDS}) e USING (session)
+                LEFT JOIN all_session_ends() e USING (session)
                 LEFT JOIN (SELECT session, count(*) AS nodes FROM nodes GROUP BY 1) n USING (session)
                 LEFT JOIN (SELECT session, count(*) AS jobs FROM jobs GROUP BY 1) j USING (session)
                 LEFT JOIN (SELECT session, count(*) FILTER (coalesce(type, '') <> 'DRIVER_TASK') AS tasks,
