@@ -29,9 +29,10 @@ from raysight.errors import NotFound
 from raysight.sql_literals import sql_str
 from raysight.store.filters import Filter
 from raysight.store.logs_query import LogQuery, log_lines
-from raysight.store.queries import ACTORS, JOBS, NODES, TASK_STATE, TASKS, WORKERS, Resource, list_page
+from raysight.store.queries import ACTORS, JOBS, NODES, TASKS, WORKERS, Resource, list_page
 from raysight.store.reconcile import ALL_NODES_DIED
 from raysight.store.schema import task_kind_sql
+from raysight.store.statements import Macro, Query
 from raysight.store.summaries import dict_rows
 
 _PLACEHOLDERS = [  # in this order: a URL or an address before its path and numbers, an ID (Ray's are 16 hex digits
@@ -72,20 +73,13 @@ _EXC_TYPE = f"nullif(regexp_extract(exception_line, {sql_str(f'^({_EXCEPTION})')
 _CAUSE_TEXT = "left(coalesce(exception_line, regexp_extract(" + _PLAIN + r", '(?m)^\s*(\S.*)$', 1)), 300)"
 
 _WORKER_NAME = "lower(coalesce(worker_type, 'worker')) || ' pid=' || coalesce(pid::VARCHAR, '?')"
-# A failure can have caused another only if it came first (give or take the clocks of Ray's components)
-_BEFORE = "({cause}.ts_ns IS NULL OR {effect}.ts_ns IS NULL OR {cause}.ts_ns <= {effect}.ts_ns + 5000000000)"
 
-# Every failure of session $session: kind, id, attempt, when, job, node, worker, name, Ray's error type, the
-# exception's type, the message, the traceback (or detail), and what it ran on whose failure may have caused it.
-_FAILURES = f"""
-WITH ends AS (FROM session_ends([$session])),
-tasks_ AS (
-    SELECT *, {TASK_STATE} AS state_,
-           coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
-           coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
-    FROM tasks t WHERE session = $session
-),
-actor_steps AS (
+# What a session's failures are made of, in steps: each a table macro of the session (``of_session``) alone.
+# Each step of each actor's history, what it ran on then, and whether it ended the actor normally or went with its node
+ACTOR_STEPS = Macro(
+    "actor_steps",
+    ("of_session",),
+    f"""
     SELECT a.actor_id, a.job_id, a.class_name, h.*,
            last_value(h.worker_id IGNORE NULLS) OVER w AS on_worker,
            last_value(h.node_id IGNORE NULLS) OVER w AS on_node,
@@ -95,28 +89,50 @@ actor_steps AS (
                AND (coalesce(json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason'), '')
                         IN {NORMAL_ACTOR_DEATHS}
                     OR coalesce(h.death_message, '') LIKE '%{INTENDED_EXIT}%') AS normal_end
-    FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = $session) a
-    WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
-lost_with_node AS (  -- nodes whose death took running work with it, whatever Ray called that death
-    SELECT node_id FROM tasks_ WHERE state_ = 'FAILED' AND type_ IN {NODE_LOSSES}
-    UNION SELECT on_node FROM actor_steps WHERE node_lost
-),
-node_failures AS (  -- nodes that died while their cluster went on, or took work with them
+    FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = of_session) a
+    WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)""",
+    table=True,
+)
+# The failed task attempts, with Ray's error type and message (else what raysight inferred)
+FAILED_TASKS = Macro(
+    "failed_tasks",
+    ("of_session",),
+    """
+    SELECT *, coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
+           coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
+    FROM tasks WHERE session = of_session AND task_state(inferred_state, reported_state) = 'FAILED'""",
+    table=True,
+)
+# The nodes that died while their cluster went on, or took running work with them (whatever Ray called that death)
+NODE_FAILURES = Macro(
+    "node_failures",
+    ("of_session",),
+    f"""
+    WITH lost_with_node AS (
+        SELECT node_id FROM failed_tasks(of_session) WHERE type_ IN {NODE_LOSSES}
+        UNION SELECT on_node FROM actor_steps(of_session) WHERE node_lost
+    )
     SELECT 'node' AS kind, n.node_id AS id, NULL, coalesce(n.end_ns, n.inferred_end_ns), NULL, n.node_id, NULL,
            coalesce(n.node_name, n.node_ip, n.hostname, ''),
            CASE WHEN n.state = 'DEAD' THEN coalesce(n.death_reason, 'UNEXPECTED_TERMINATION')
                 ELSE 'NODE_DIED' END,
            coalesce(n.death_message, n.inferred_reason, ''), '', NULL, NULL
-    FROM nodes n LEFT JOIN ends e USING (session)
-    WHERE n.session = $session AND (n.state = 'DEAD' OR n.inferred_state = 'DEAD')
+    FROM nodes n LEFT JOIN session_ends([of_session]) e USING (session)
+    WHERE n.session = of_session AND (n.state = 'DEAD' OR n.inferred_state = 'DEAD')
       AND (n.node_id IN (SELECT node_id FROM lost_with_node)
            OR (((n.state = 'DEAD' AND coalesce(n.death_reason, '') NOT IN {NORMAL_NODE_DEATHS})
                 OR (n.state IS DISTINCT FROM 'DEAD' AND n.inferred_reason NOT LIKE 'the cluster ended%'))
                AND (e.ended_ns IS NULL OR e.end_reason = '{ALL_NODES_DIED}'
-                    OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})))
-),
-failures AS (
+                    OR coalesce(n.end_ns, n.inferred_end_ns) < e.ended_ns - {_ENDED_WITH_SESSION_NS})))""",
+    table=True,
+)
+# Every failure: kind, id, attempt, when, job, node, worker, name, Ray's error type, the message, the traceback (or
+# detail), and what it ran on whose failure may have caused it
+FAILURES = Macro(
+    "failures",
+    ("of_session",),
+    f"""
+    WITH steps AS (FROM actor_steps(of_session)), failed_nodes AS (FROM node_failures(of_session))
     SELECT 'task' AS kind, task_id AS id, attempt, coalesce(end_ns, exec_start_ns, first_ns) AS ts_ns, job_id, node_id,
            coalesce(worker_id, exec_worker_id) AS worker_id, coalesce(name, profile_name, '') AS name,
            type_ AS error_type, message_ AS message, coalesce(error_detail, '') AS detail,
@@ -126,7 +142,7 @@ failures AS (
            CASE WHEN type_ IN ('ACTOR_DIED', 'ACTOR_UNAVAILABLE') AND actor_id IS NOT NULL THEN actor_id
                 WHEN type_ IN ('WORKER_DIED', 'OUT_OF_MEMORY') THEN coalesce(worker_id, exec_worker_id)
                 WHEN type_ IN {NODE_LOSSES} THEN node_id END AS parent_id
-    FROM tasks_ WHERE state_ = 'FAILED' AND coalesce(type, {task_kind_sql("task_id")}) <> 'DRIVER_TASK'
+    FROM failed_tasks(of_session) WHERE coalesce(type, {task_kind_sql("task_id")}) <> 'DRIVER_TASK'
     UNION ALL
     SELECT 'actor', actor_id, NULL, ts, job_id, on_node, on_worker, class_name,
            CASE WHEN state = 'RESTARTING' THEN 'ACTOR_RESTARTED'
@@ -140,7 +156,7 @@ failures AS (
                                    END, ''),
            coalesce(death_cause, ''),
            CASE WHEN node_lost THEN 'node' ELSE 'worker' END, CASE WHEN node_lost THEN on_node ELSE on_worker END
-    FROM actor_steps
+    FROM steps
     WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
        OR (state = 'DEAD' AND NOT normal_end)
     UNION ALL
@@ -149,8 +165,8 @@ failures AS (
            coalesce(exit_type, 'SYSTEM_ERROR'),
            coalesce(exit_detail, ''), '', 'node', node_id
     FROM workers w
-    WHERE session = $session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
-      AND NOT EXISTS (SELECT 1 FROM actor_steps a  -- its actor ended as it should, then Ray stopped it
+    WHERE session = of_session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
+      AND NOT EXISTS (SELECT 1 FROM steps a  -- its actor ended as it should, then Ray stopped it
                       WHERE a.normal_end AND a.on_worker = w.worker_id
                         AND a.ts <= coalesce(w.end_ns, w.end_ms * 1000000))
     UNION ALL  -- workers and actors Ray still shows alive on a node that failed: consequences of its death
@@ -158,45 +174,73 @@ failures AS (
            {_WORKER_NAME}, 'NODE_DIED',
            inferred_reason, '', 'node', node_id
     FROM workers
-    WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
-      AND node_id IN (SELECT id FROM node_failures)
+    WHERE session = of_session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+      AND node_id IN (SELECT id FROM failed_nodes)
     UNION ALL
     SELECT 'actor', actor_id, NULL, inferred_end_ns, job_id, node_id, worker_id, class_name, 'NODE_DIED',
            inferred_reason, '', 'node', node_id
     FROM actors
-    WHERE session = $session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
-      AND node_id IN (SELECT id FROM node_failures)
+    WHERE session = of_session AND state IS DISTINCT FROM 'DEAD' AND inferred_reason LIKE 'its node died%'
+      AND node_id IN (SELECT id FROM failed_nodes)
     UNION ALL
-    SELECT * FROM node_failures
+    SELECT * FROM failed_nodes
     UNION ALL
     SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
            'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
     FROM jobs j JOIN job_run_exits() r USING (session, job_id)
-    WHERE j.session = $session AND r.exit_code <> 0
-),
--- each failure's cause: the exception's type and message where it raised one, else its message
-caused AS (SELECT *, {_EXCEPTION_LINE} AS exception_line FROM failures),
-typed AS (SELECT *, {_EXC_TYPE} AS exception_type FROM caused),
-grouped AS (
-    SELECT *, left(md5(kind || ' ' || error_type || ' ' || cause), 12) AS group_id
-    FROM (SELECT *, {template_sql("own_cause")} AS cause FROM (SELECT *, {_CAUSE_TEXT} AS own_cause FROM typed))
-),
--- one failure an entity: its first, which a consequence is tied to
-firsts AS (
-    SELECT kind, id, ts_ns, parent_kind, parent_id, group_id FROM grouped
-    QUALIFY row_number() OVER (PARTITION BY kind, id ORDER BY ts_ns NULLS LAST, attempt) = 1
+    WHERE j.session = of_session AND r.exit_code <> 0""",
+    table=True,
 )
-SELECT g.*,
-       coalesce(p3.group_id, p2.group_id, p1.group_id) AS root_group,
-       coalesce(p3.kind, p2.kind, p1.kind) AS root_kind, coalesce(p3.id, p2.id, p1.id) AS root_id
-FROM grouped g
-LEFT JOIN firsts p1 ON p1.kind = g.parent_kind AND p1.id = g.parent_id AND NOT (p1.kind = g.kind AND p1.id = g.id)
-    AND {_BEFORE.format(cause="p1", effect="g")}
-LEFT JOIN firsts p2 ON p2.kind = p1.parent_kind AND p2.id = p1.parent_id AND NOT (p2.kind = p1.kind AND p2.id = p1.id)
-    AND {_BEFORE.format(cause="p2", effect="p1")}
-LEFT JOIN firsts p3 ON p3.kind = p2.parent_kind AND p3.id = p2.parent_id AND NOT (p3.kind = p2.kind AND p3.id = p2.id)
-    AND {_BEFORE.format(cause="p3", effect="p2")}
-"""
+# Each failure's cause (the exception's type and message where it raised one, else its message), and its group
+FAILURE_CAUSES = Macro(
+    "failure_causes",
+    ("of_session",),
+    f"""
+    SELECT *, left(md5(kind || ' ' || error_type || ' ' || cause), 12) AS group_id
+    FROM (SELECT *, {template_sql("own_cause")} AS cause
+          FROM (SELECT *, {_CAUSE_TEXT} AS own_cause
+                FROM (SELECT *, {_EXC_TYPE} AS exception_type
+                      FROM (SELECT *, {_EXCEPTION_LINE} AS exception_line FROM failures(of_session)))))""",
+    table=True,
+)
+# Each failure with its root: what it followed from, along what it ran on (an entity's first failure is the one a
+# consequence is tied to), up to three steps back, each of which came before the next
+ROOTED_FAILURES = Macro(
+    "rooted_failures",
+    ("of_session",),
+    """
+    WITH grouped AS (FROM failure_causes(of_session)),
+    firsts AS (
+        SELECT kind, id, ts_ns, parent_kind, parent_id, group_id FROM grouped
+        QUALIFY row_number() OVER (PARTITION BY kind, id ORDER BY ts_ns NULLS LAST, attempt) = 1
+    )
+    SELECT g.*,
+           coalesce(p3.group_id, p2.group_id, p1.group_id) AS root_group,
+           coalesce(p3.kind, p2.kind, p1.kind) AS root_kind, coalesce(p3.id, p2.id, p1.id) AS root_id
+    FROM grouped g
+    LEFT JOIN firsts p1 ON p1.kind = g.parent_kind AND p1.id = g.parent_id AND NOT (p1.kind = g.kind AND p1.id = g.id)
+        AND came_before(p1.ts_ns, g.ts_ns)
+    LEFT JOIN firsts p2 ON p2.kind = p1.parent_kind AND p2.id = p1.parent_id
+        AND NOT (p2.kind = p1.kind AND p2.id = p1.id) AND came_before(p2.ts_ns, p1.ts_ns)
+    LEFT JOIN firsts p3 ON p3.kind = p2.parent_kind AND p3.id = p2.parent_id
+        AND NOT (p3.kind = p2.kind AND p3.id = p2.id) AND came_before(p3.ts_ns, p2.ts_ns)""",
+    table=True,
+)
+MACROS = (
+    # whether a failure at cause_ns can have caused one at effect_ns: only if it came first (give or take the clocks of
+    # Ray's components)
+    Macro(
+        "came_before",
+        ("cause_ns", "effect_ns"),
+        "(cause_ns IS NULL OR effect_ns IS NULL OR cause_ns <= effect_ns + 5000000000)",
+    ),
+    ACTOR_STEPS,
+    FAILED_TASKS,
+    NODE_FAILURES,
+    FAILURES,
+    FAILURE_CAUSES,
+    ROOTED_FAILURES,
+)
 
 
 @dataclass(frozen=True)
@@ -208,56 +252,46 @@ class ErrorQuery:
     error_type: str | None = None
 
 
-def _where(query: ErrorQuery) -> tuple[str, dict[str, object]]:
-    conditions: list[str] = ["true"]
-    params: dict[str, object] = {"session": query.session}
-    if query.job_id:
-        conditions.append("job_id = $job")
-        params["job"] = query.job_id
-    if query.since_ns is not None:
-        conditions.append("ts_ns >= $since")
-        params["since"] = query.since_ns
-    if query.until_ns is not None:
-        conditions.append("ts_ns < $until")
-        params["until"] = query.until_ns
-    if query.error_type:
-        conditions.append("upper(error_type) = upper($type)")
-        params["type"] = query.error_type
-    return " AND ".join(conditions), params
-
-
-_GROUPS = (
-    "WITH f AS ("
-    + _FAILURES
-    + """),
-chosen AS (SELECT * REPLACE ("""
-    + plain_sql("message")
-    + """ AS message) FROM f WHERE __WHERE__),
-consequences AS (
-    SELECT root_group AS group_id, kind, count(*) AS n,
-           list(DISTINCT name) FILTER (WHERE kind <> 'worker') AS names
-    FROM chosen WHERE root_group IS NOT NULL GROUP BY ALL
-)
-SELECT r.group_id, any_value(r.kind) AS kind, any_value(r.error_type) AS error_type,
-       any_value(r.exception_type) AS exception_type, any_value(r.cause) AS error, count(*) AS count,
-       min(r.ts_ns) // 1000000 AS first_ms, max(r.ts_ns) // 1000000 AS last_ms,
-       list(DISTINCT r.name) FILTER (WHERE r.kind <> 'worker') AS names,
-       list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
-       arg_max({'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'error': r.own_cause, 'message': r.message},
-               r.ts_ns) AS example,
-       (SELECT list({'kind': c.kind, 'count': c.n, 'names': c.names}) FROM consequences c
-        WHERE c.group_id = r.group_id) AS consequences
-FROM chosen r WHERE r.root_group IS NULL
-GROUP BY r.group_id ORDER BY count DESC, first_ms, r.group_id
-"""
+# The root failures of $session (of $job, from $since until $until, of the type $type: each where given) grouped by
+# cause, most frequent first, each with its consequences
+GROUPS = Query(
+    "error groups",
+    f"""
+    WITH chosen AS (
+        SELECT * REPLACE ({plain_sql("message")} AS message) FROM rooted_failures($session)
+        WHERE ($job IS NULL OR job_id = $job) AND ($since IS NULL OR ts_ns >= $since)
+          AND ($until IS NULL OR ts_ns < $until) AND ($type IS NULL OR upper(error_type) = upper($type))
+    ),
+    consequences AS (
+        SELECT root_group AS group_id, kind, count(*) AS n,
+               list(DISTINCT name) FILTER (WHERE kind <> 'worker') AS names
+        FROM chosen WHERE root_group IS NOT NULL GROUP BY ALL
+    )
+    SELECT r.group_id, any_value(r.kind) AS kind, any_value(r.error_type) AS error_type,
+           any_value(r.exception_type) AS exception_type, any_value(r.cause) AS error, count(*) AS count,
+           min(r.ts_ns) // 1000000 AS first_ms, max(r.ts_ns) // 1000000 AS last_ms,
+           list(DISTINCT r.name) FILTER (WHERE r.kind <> 'worker') AS names,
+           list(DISTINCT r.node_id) FILTER (WHERE r.node_id IS NOT NULL) AS nodes,
+           arg_max({{'kind': r.kind, 'id': r.id, 'attempt': r.attempt, 'error': r.own_cause, 'message': r.message}},
+                   r.ts_ns) AS example,
+           (SELECT list({{'kind': c.kind, 'count': c.n, 'names': c.names}}) FROM consequences c
+            WHERE c.group_id = r.group_id) AS consequences
+    FROM chosen r WHERE r.root_group IS NULL
+    GROUP BY r.group_id ORDER BY count DESC, first_ms, r.group_id""",
 )
 AFFECTED_SHOWN = 10
 
 
 def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict[str, Any]]:
     """The root failures of ``query``'s session grouped by cause, most frequent first, each with its consequences."""
-    where, params = _where(query)
-    return [_group(row) for row in dict_rows(con.execute(_GROUPS.replace("__WHERE__", where), params))]
+    params = {
+        "session": query.session,
+        "job": query.job_id or None,
+        "since": query.since_ns,
+        "until": query.until_ns,
+        "type": query.error_type or None,
+    }
+    return [_group(row) for row in dict_rows(con.execute(GROUPS.sql, params))]
 
 
 def _group(row: dict[str, Any]) -> dict[str, Any]:
@@ -277,14 +311,30 @@ SHOWN_LINES = 20  # of a worker's output before it failed, and of a task attempt
 NEARBY_NS = 5 * 10**9  # failures this close in time on the same node or worker are shown beside one
 
 
-def _failure_columns(colours: bool) -> str:
-    """SQL: what a failure is given as; its message with a terminal's escapes only if ``colours``."""
-    message = "message" if colours else plain_sql("message")
-    return (
-        "kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type, "
-        f"exception_type, cause AS error, {message} AS message, {plain_json_sql('detail')} AS detail, group_id, "
-        "root_kind, root_id"
-    )
+# What a failure is given as (its message with a terminal's escapes only where $colours), in time order
+_FAILURE_COLUMNS = f"""kind, id, attempt, ts_ns // 1000000 AS time_ms, job_id, node_id, worker_id, name, error_type,
+    exception_type, cause AS error, CASE WHEN $colours THEN message ELSE {plain_sql("message")} END AS message,
+    {plain_json_sql("detail")} AS detail, group_id, root_kind, root_id"""
+_IN_ORDER = "ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
+NAMED_FAILURES = Query(
+    "failures named",
+    f"SELECT {_FAILURE_COLUMNS} FROM rooted_failures($session) WHERE id = $id OR group_id = $id {_IN_ORDER}",
+    about="the failures of the entity $id, or of the group $id",
+)
+NEARBY_FAILURES = Query(
+    "failures beside",
+    f"""SELECT {_FAILURE_COLUMNS} FROM rooted_failures($session)
+        WHERE NOT (kind = $kind AND id = $id) AND abs(ts_ns // 1000000 - $ms) <= $near
+          AND (node_id = $node OR worker_id = $worker) {_IN_ORDER}""",
+    about="the other failures within $near ms of $ms on the node $node or the worker $worker",
+)
+ATTEMPTS = Query(
+    "attempts",
+    """SELECT attempt, task_state(inferred_state, reported_state) AS state,
+              coalesce(error_type, inferred_error_type) AS error_type, end_ns // 1000000 AS end_time_ms
+       FROM tasks WHERE session = $session AND task_id = $id ORDER BY attempt""",
+    about="each attempt of the task $id",
+)
 
 
 CAN_FAIL = (TASKS, ACTORS, WORKERS, NODES, JOBS)  # the entities whose failures these are
@@ -295,7 +345,7 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colou
     ID: its failures): what failed and where, why, what it followed from, its attempts, the log lines before it, and
     what failed beside it; no failures for an entity that did not fail. Each message without a terminal's escapes,
     unless ``colours`` (for a terminal). NotFound when that ID names nothing in ``session``."""
-    found = _failures(con, session, "id = $id OR group_id = $id", {"id": failure_id}, colours)
+    found = _failures(con, NAMED_FAILURES, {"session": session, "id": failure_id, "colours": colours})
     if not found:
         if not any(_named(con, res, session, failure_id) for res in CAN_FAIL):
             raise NotFound(
@@ -309,10 +359,10 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colou
         one["logs"] = _logs_before(con, session, one)
         one["beside"] = _failures(
             con,
-            session,
-            "NOT (kind = $kind AND id = $id) AND abs(ts_ns // 1000000 - $ms) <= $near AND "
-            "(node_id = $node OR worker_id = $worker)",
+            NEARBY_FAILURES,
             {
+                "session": session,
+                "colours": False,
                 "kind": one["kind"],
                 "id": one["id"],
                 "ms": one["time_ms"] or 0,
@@ -323,23 +373,12 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colou
         )[:SHOWN_LINES]
     out: dict[str, Any] = {"session": session, "id": failure_id, "failures": found}
     if found[0]["kind"] == "task":
-        out["attempts"] = dict_rows(
-            con.execute(
-                f"""SELECT attempt, {TASK_STATE} AS state,
-                          coalesce(error_type, inferred_error_type) AS error_type, end_ns // 1000000 AS end_time_ms
-                   FROM tasks t WHERE session = ? AND task_id = ? ORDER BY attempt""",
-                [session, failure_id],
-            )
-        )
+        out["attempts"] = dict_rows(con.execute(ATTEMPTS.sql, {"session": session, "id": failure_id}))
     return out
 
 
-def _failures(
-    con: duckdb.DuckDBPyConnection, session: str, where: str, params: dict[str, object], colours: bool = False
-) -> list[dict[str, Any]]:
-    columns = _failure_columns(colours)
-    sql = f"SELECT {columns} FROM ({_FAILURES}) WHERE {where} ORDER BY ts_ns, kind, id, attempt LIMIT 1000"
-    return dict_rows(con.execute(sql, {"session": session, **params}))
+def _failures(con: duckdb.DuckDBPyConnection, query: Query, params: dict[str, object]) -> list[dict[str, Any]]:
+    return dict_rows(con.execute(query.sql, params))
 
 
 def _named(con: duckdb.DuckDBPyConnection, res: Resource, session: str, entity_id: str) -> bool:

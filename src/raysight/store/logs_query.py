@@ -22,6 +22,7 @@ from raysight.ingest.agent_logs import STREAMS
 from raysight.store import log_index
 from raysight.store.queries import resolve_session
 from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
+from raysight.store.statements import Macro, Query
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 MAX_CONTEXT = 100
@@ -53,12 +54,19 @@ COLUMNS = (
     "text",
 )
 # The attempts a line may be of: each with the names of the files Ray gave its byte ranges in (``stdout_name``,
-# ``stderr_name``), worked out once an attempt, not once a line
-_ATTEMPTS = """SELECT *, regexp_extract(stdout_file, '[^/]*$') AS stdout_name,
-                  regexp_extract(stderr_file, '[^/]*$') AS stderr_name
-           FROM tasks WHERE session = $session"""
-_BEGUN = "coalesce(a.exec_start_ns, a.start_ns, a.first_ns)"  # when an attempt ``a`` began, as well as Ray said
-_EXACT = "(a.stdout_start IS NOT NULL OR a.stderr_start IS NOT NULL)"  # whether Ray gave ``a``'s byte ranges
+# ``stderr_name``), worked out once an attempt, not once a line; when it began, as well as Ray said (``begun_ns``);
+# and whether Ray gave its byte ranges (``exact``)
+LOG_ATTEMPTS = Macro(
+    "log_attempts",
+    ("of_session",),
+    """SELECT *, regexp_extract(stdout_file, '[^/]*$') AS stdout_name,
+              regexp_extract(stderr_file, '[^/]*$') AS stderr_name,
+              coalesce(exec_start_ns, start_ns, first_ns) AS begun_ns,
+              (stdout_start IS NOT NULL OR stderr_start IS NOT NULL) AS exact
+       FROM tasks WHERE session = of_session""",
+    table=True,
+)
+MACROS = (LOG_ATTEMPTS,)
 
 
 def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], marked: bool) -> str:
@@ -72,9 +80,9 @@ def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], mar
         AND {last_offset} >= a.stdout_start AND {first_offset} < a.stdout_end)
     OR (a.stderr_start IS NOT NULL AND {file}.name = a.stderr_name
         AND {last_offset} >= a.stderr_start AND {first_offset} < a.stderr_end)
-    OR (NOT {_EXACT} AND {file}.stream <> 'system'
+    OR (NOT a.exact AND {file}.stream <> 'system'
         AND {file}.worker_id = coalesce(a.worker_id, a.exec_worker_id) {named}
-        AND {last_ns} >= {_BEGUN}
+        AND {last_ns} >= a.begun_ns
         AND coalesce({first_ns} - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
 
@@ -188,7 +196,7 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     where += _hidden(query, "l")
     attempts = ""
     if query.task_id is not None:
-        attempts = f"{_ATTEMPTS} AND task_id = $task"
+        attempts = "SELECT * FROM log_attempts($session) WHERE task_id = $task"
         params["task"] = query.task_id
         if query.attempt is not None:
             attempts += " AND attempt = $attempt"
@@ -248,7 +256,7 @@ def _columns(attempts: str) -> str:
     """What a line of the answer holds (with its attempt's, for a task's lines)."""
     columns = ", ".join(f"l.{c}" for c in COLUMNS)
     if attempts:
-        columns += f", a.task_id, a.attempt, CASE WHEN {_EXACT} THEN 'exact' ELSE 'inferred' END AS attribution"
+        columns += ", a.task_id, a.attempt, CASE WHEN a.exact THEN 'exact' ELSE 'inferred' END AS attribution"
     return columns
 
 
@@ -259,10 +267,10 @@ def _of_their_attempts(lines: str) -> str:
     return f"""
     WITH l AS MATERIALIZED ({lines})
     SELECT l.*, a.task_id, a.attempt
-    FROM l LEFT JOIN ({_ATTEMPTS} AND coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)) a
+    FROM l LEFT JOIN (SELECT * FROM log_attempts($session)
+                      WHERE coalesce(worker_id, exec_worker_id) IN (SELECT worker_id FROM l)) a
         ON coalesce(a.worker_id, a.exec_worker_id) = l.worker_id AND ({_OF_ATTEMPT})
-    QUALIFY row_number() OVER (PARTITION BY l.seq
-                               ORDER BY {_EXACT} DESC, {_BEGUN} DESC) = 1"""
+    QUALIFY row_number() OVER (PARTITION BY l.seq ORDER BY a.exact DESC, a.begun_ns DESC) = 1"""
 
 
 def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True) -> LogPage:
@@ -369,11 +377,16 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
     return LogResult(page.session, page.total, f"[{rows}]", page.last_seq, page.dropped)
 
 
+LOGS_DROPPED = Query(
+    "logs dropped",
+    "SELECT sum(lines), max(through_ns) // 1000000, max(why) FROM log_dropped WHERE session = $session",
+    about="what the log retention dropped of the session (store/log_retention.py)",
+)
+
+
 def _dropped(con: duckdb.DuckDBPyConnection, session: str) -> dict[str, Any] | None:
     """The marker of what the log retention dropped of ``session`` (``store/log_retention.py``), if anything."""
-    row = con.execute(
-        """SELECT sum(lines), max(through_ns) // 1000000, max(why) FROM log_dropped WHERE session = ?""", [session]
-    ).fetchall()[0]
+    row = con.execute(LOGS_DROPPED.sql, {"session": session}).fetchall()[0]
     return None if row[0] is None else {"lines": int(row[0]), "through_ms": row[1], "why": row[2]}
 
 

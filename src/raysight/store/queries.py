@@ -20,6 +20,7 @@ from raysight.errors import BadQuery, NotFound
 from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
+from raysight.store.statements import Macro, Query
 
 MS = "// 1000000"
 CHUNK_ROWS = 1000  # rows of a page read, rendered and sent at once
@@ -61,6 +62,11 @@ class Resource:
         return [f for f in self.fields if detail or f.base]
 
     @property
+    def session_sql(self) -> str:
+        """SQL of a row's session."""
+        return self.session or f"{self.source.split()[1]}.session"
+
+    @property
     def locator(self) -> str:
         """SQL that finds a row again: what a page is sorted by, and its rows read back with (``list_page``)."""
         return self.row_id or f"{self.source.split()[1]}.rowid"
@@ -70,13 +76,25 @@ def _f(name: str, sql: str | None = None, kind: str = "str", base: bool = False,
     return Field(name, sql or name, kind, base, late)
 
 
-TASK_STATE = "coalesce(t.inferred_state, t.reported_state, 'NIL')"
-TASK_TYPE = f"coalesce(t.type, {task_kind_sql('t.task_id')})"  # the ID tells it when the definition never came
-# When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
-TASK_NAME = "coalesce(t.name, t.profile_name)"
-TASK_FUNCTION = f"coalesce(t.func_or_class_name, {TASK_NAME}, '')"
-# When the executor's RUNNING event was lost, its profile still says when execution began.
-TASK_START = "coalesce(t.start_ns, t.exec_start_ns)"
+# What a task attempt is, of its own columns: any statement reads them of the tasks it reads, whatever their alias.
+MACROS = (
+    Macro("task_state", ("inferred_state", "reported_state"), "coalesce(inferred_state, reported_state, 'NIL')"),
+    # the ID tells it when the definition never came
+    Macro("task_type", ("type", "task_id"), f"coalesce(type, {task_kind_sql('task_id')})"),
+    # When the owner's definition was lost (its worker died within a second), the executor's profile names the task.
+    Macro("task_name", ("name", "profile_name"), "coalesce(name, profile_name)"),
+    Macro(
+        "task_function",
+        ("func_or_class_name", "name", "profile_name"),
+        "coalesce(func_or_class_name, task_name(name, profile_name), '')",
+    ),
+    # When the executor's RUNNING event was lost, its profile still says when execution began.
+    Macro("task_start", ("start_ns", "exec_start_ns"), "coalesce(start_ns, exec_start_ns)"),
+)
+# The same of the tasks ``t`` of :data:`TASKS`
+_TASK_STATE = "task_state(t.inferred_state, t.reported_state)"
+_TASK_TYPE = "task_type(t.type, t.task_id)"
+_TASK_START = "task_start(t.start_ns, t.exec_start_ns)"
 _OF_ATTEMPT = "x.session = t.session AND x.task_id = t.task_id AND x.attempt = t.attempt"
 # Owner and executor may both report a transition: each is shown once, in time order.
 TASK_EVENTS = f"""(SELECT list_transform(list_sort(list_distinct(list({{'ts': x.ts, 'state': x.state}}))),
@@ -85,12 +103,12 @@ TASK_EVENTS = f"""(SELECT list_transform(list_sort(list_distinct(list({{'ts': x.
 # While an attempt was pending (created, not running yet): what the cluster had and what waited, as the poller last
 # sampled it then (``cluster_status``: `raysight run`, `raysight poll`), and how long it waited
 TASK_WAITED = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
-        'pending_ms': coalesce({TASK_START}, t.end_ns, max(c.ns)) // 1000000 - t.creation_ns // 1000000,
+        'pending_ms': coalesce({_TASK_START}, t.end_ns, max(c.ns)) // 1000000 - t.creation_ns // 1000000,
         'samples': count(*),
         'usage': arg_max(c.status->'$.loadMetricsReport.usage', c.ns)::VARCHAR,
         'demands': arg_max(c.status->'$.loadMetricsReport.resourceDemand', c.ns)::VARCHAR}} END
     FROM cluster_status c WHERE c.session = t.session AND c.ns >= t.creation_ns
-      AND c.ns < coalesce({TASK_START}, t.end_ns, 9223372036854775807))"""
+      AND c.ns < coalesce({_TASK_START}, t.end_ns, 9223372036854775807))"""
 TASK_PROFILING = f"""(SELECT CASE WHEN count(*) > 0 THEN {{
         'component_type': any_value(x.component), 'component_id': any_value(x.component_id),
         'node_ip_address': any_value(x.node_ip),
@@ -115,17 +133,17 @@ TASKS = Resource(
     [
         _f("task_id", "t.task_id", "id", True),
         _f("attempt_number", "t.attempt", "int", True),
-        _f("name", f"coalesce({TASK_NAME}, '')", base=True),
-        _f("state", TASK_STATE, base=True),
+        _f("name", "coalesce(task_name(t.name, t.profile_name), '')", base=True),
+        _f("state", _TASK_STATE, base=True),
         _f("job_id", "coalesce(t.job_id, '')", "id", True),
         _f(
             "actor_id",
-            f"coalesce(t.actor_id, CASE WHEN {TASK_TYPE} LIKE 'ACTOR%' THEN {task_actor_id_sql('t.task_id')} END)",
+            f"coalesce(t.actor_id, CASE WHEN {_TASK_TYPE} LIKE 'ACTOR%' THEN {task_actor_id_sql('t.task_id')} END)",
             "id",
             True,
         ),
-        _f("type", TASK_TYPE, base=True),
-        _f("func_or_class_name", TASK_FUNCTION, base=True),
+        _f("type", _TASK_TYPE, base=True),
+        _f("func_or_class_name", "task_function(t.func_or_class_name, t.name, t.profile_name)", base=True),
         _f("parent_task_id", "coalesce(t.parent_task_id, '')", "id", True),
         _f("node_id", "t.node_id", "id", True),
         _f("worker_id", "coalesce(t.worker_id, t.exec_worker_id)", "id", True),
@@ -142,9 +160,9 @@ TASKS = Resource(
         _f("profiling_data", TASK_PROFILING, "profile", late=True),
         _f("waited", TASK_WAITED, "waited", late=True),
         _f("creation_time_ms", f"t.creation_ns {MS}", "time_ms"),
-        _f("start_time_ms", f"{TASK_START} {MS}", "time_ms"),
+        _f("start_time_ms", f"{_TASK_START} {MS}", "time_ms"),
         _f("end_time_ms", f"t.end_ns {MS}", "time_ms"),
-        _f("duration_ms", f"(t.end_ns - {TASK_START}) / 1e6", "float"),
+        _f("duration_ms", f"(t.end_ns - {_TASK_START}) / 1e6", "float"),
         _f(
             "task_log_info",
             "CASE WHEN t.stdout_file IS NOT NULL OR t.stderr_file IS NOT NULL THEN {'stdout_file': t.stdout_file, "
@@ -446,8 +464,18 @@ def resource(name: str) -> Resource:
         raise BadQuery(f"unknown resource {name!r}; choose one of {', '.join(RESOURCES)}") from None
 
 
+LATEST_SESSION = Query(
+    "latest session", "SELECT session FROM sessions ORDER BY first_ns DESC NULLS LAST, session DESC LIMIT 1"
+)
+NAMED_SESSION = Query(
+    "named session",
+    "SELECT session FROM sessions WHERE session = $name OR label = $name ORDER BY first_ns DESC NULLS LAST LIMIT 1",
+    about="the session of that name, else the latest of that label",
+)
+
+
 def latest_session(con: duckdb.DuckDBPyConnection) -> str | None:
-    row = con.execute("SELECT session FROM sessions ORDER BY first_ns DESC NULLS LAST, session DESC LIMIT 1").fetchone()
+    row = con.execute(LATEST_SESSION.sql).fetchone()
     return row[0] if row else None
 
 
@@ -455,10 +483,7 @@ def resolve_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str 
     """The named session (by name or label), or the one that started last when none is named."""
     if not session:
         return latest_session(con)
-    row = con.execute(
-        "SELECT session FROM sessions WHERE session = ? OR label = ? ORDER BY first_ns DESC NULLS LAST LIMIT 1",
-        [session, session],
-    ).fetchone()
+    row = con.execute(NAMED_SESSION.sql, {"name": session}).fetchone()
     if row is None:
         raise NotFound(f"no session named {session!r}; `raysight sessions` lists them")
     return row[0]
@@ -579,12 +604,12 @@ def _where(res: Resource, session: str | None, filters: list[Filter], exclude_dr
     conditions: list[str] = []
     params: list[object] = []
     if session is not None:
-        conditions.append(f"{res.session or res.source.split()[1] + '.session'} = ?")
+        conditions.append(f"{res.session_sql} = ?")
         params.append(session)
     if res.condition:
         conditions.append(res.condition)
     if exclude_driver and res is TASKS:
-        conditions.append(f"{TASK_TYPE} <> 'DRIVER_TASK'")
+        conditions.append(f"{_TASK_TYPE} <> 'DRIVER_TASK'")
     for f in filters:
         column = res.field(f.key)
         sql, values = filter_sql(f, column.sql, column.kind)

@@ -14,6 +14,7 @@ import orjson
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import BadQuery, NotFound
 from raysight.store.queries import resolve_session
+from raysight.store.statements import Query
 
 TRACE_ID_HEX = 32
 SPAN_COLUMNS = (
@@ -24,6 +25,12 @@ SPAN_COLUMNS = (
 JSON_COLUMNS = ("attributes", "events", "links")
 # A span's error text (its status's message, an exception event's) given without a terminal's escapes
 _SELECTED = {"status_message": plain_sql("status_message"), "events": plain_json_sql("events")}
+TRACE_SPANS = Query(
+    "trace spans",
+    f"""SELECT {", ".join(_SELECTED.get(c, c) for c in SPAN_COLUMNS)} FROM spans WHERE trace_id = $trace
+        ORDER BY start_ns, span_id""",
+    about="the spans of the trace $trace, by start",
+)
 
 
 @dataclass(frozen=True)
@@ -90,11 +97,7 @@ def get_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any]:
     """A trace's spans in tree order (each with its ``depth`` and whether it is on the ``critical`` path)."""
     if len(trace_id) != TRACE_ID_HEX or any(c not in "0123456789abcdef" for c in trace_id):
         raise BadQuery(f"{trace_id!r} is no trace ID: 32 hex digits, as `raysight traces` shows")
-    rows = con.execute(
-        f"SELECT {', '.join(_SELECTED.get(c, c) for c in SPAN_COLUMNS)} FROM spans WHERE trace_id = ? "
-        "ORDER BY start_ns, span_id",
-        [trace_id],
-    ).fetchall()
+    rows = con.execute(TRACE_SPANS.sql, {"trace": trace_id}).fetchall()
     if not rows:
         raise NotFound(f"no trace {trace_id} has been recorded")
     spans = [dict(zip(SPAN_COLUMNS, row, strict=True)) for row in rows]
