@@ -29,7 +29,7 @@ MACROS: tuple[Macro, ...] = (
     *errors.MACROS,
 )
 GROUPS: tuple[Group, ...] = tuple(pipeline.GROUPS.values())
-READ_MODELS: tuple[ModuleType, ...] = (queries, summaries, errors, timeline, traces, logs_query)
+READ_MODELS: tuple[ModuleType, ...] = (summaries, errors, timeline, traces, logs_query)
 
 
 def created() -> list[str]:

@@ -20,7 +20,7 @@ from raysight.errors import BadQuery, NotFound
 from raysight.store import resources
 from raysight.store.filters import Filter, filter_sql, parse_sort
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
-from raysight.store.statements import Macro, Query
+from raysight.store.statements import Macro
 
 MS = "// 1000000"
 CHUNK_ROWS = 1000  # rows of a page read, rendered and sent at once
@@ -464,18 +464,8 @@ def resource(name: str) -> Resource:
         raise BadQuery(f"unknown resource {name!r}; choose one of {', '.join(RESOURCES)}") from None
 
 
-LATEST_SESSION = Query(
-    "latest session", "SELECT session FROM sessions ORDER BY first_ns DESC NULLS LAST, session DESC LIMIT 1"
-)
-NAMED_SESSION = Query(
-    "named session",
-    "SELECT session FROM sessions WHERE session = $name OR label = $name ORDER BY first_ns DESC NULLS LAST LIMIT 1",
-    about="the session of that name, else the latest of that label",
-)
-
-
 def latest_session(con: duckdb.DuckDBPyConnection) -> str | None:
-    row = con.execute(LATEST_SESSION.sql).fetchone()
+    row = con.execute("SELECT session FROM sessions ORDER BY first_ns DESC NULLS LAST, session DESC LIMIT 1").fetchone()
     return row[0] if row else None
 
 
@@ -483,7 +473,10 @@ def resolve_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str 
     """The named session (by name or label), or the one that started last when none is named."""
     if not session:
         return latest_session(con)
-    row = con.execute(NAMED_SESSION.sql, {"name": session}).fetchone()
+    row = con.execute(
+        "SELECT session FROM sessions WHERE session = ? OR label = ? ORDER BY first_ns DESC NULLS LAST LIMIT 1",
+        [session, session],
+    ).fetchone()
     if row is None:
         raise NotFound(f"no session named {session!r}; `raysight sessions` lists them")
     return row[0]
