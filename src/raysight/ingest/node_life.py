@@ -1,7 +1,7 @@
 """A node agent's sightings of its Ray processes (``POST /ingest/agent/node-life``): checked, and turned into rows.
 Pure.
 
-The agent (``agent/node_life.py``) sends JSON (``wire.NodeLife``), one object a change it saw::
+The agent (``agent/node_watch.py``) sends JSON (``wire.NodeLife``), one object a change it saw::
 
     {"host": "node-1",
      "sightings": [{"session": "session_…", "process": "raylet", "node_id": "<56 hex digits>", "pid": 997,
