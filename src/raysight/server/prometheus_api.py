@@ -23,9 +23,9 @@ from starlette.responses import JSONResponse, Response
 from raysight import wire
 from raysight.errors import BadQuery, NotFound, QueryFailed, QueryTimeout, RaysightError, Unavailable
 from raysight.server.answers import answer
+from raysight.server.app_state import app_state
 from raysight.server.ingest_routes import read_body
 from raysight.server.routing import FORM_TYPES, Access, route
-from raysight.server.state import app_state
 from raysight.store import metrics_query, promql, queries
 from raysight.store.promql import Budget, Matcher
 
