@@ -17,14 +17,14 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
-from raysight import wire
+from raysight import promql, wire
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
+from raysight.promql import Budget, Matcher, QueryLimits
 from raysight.server.app import create_app
 from raysight.settings import Downsampling, Retention, Settings
-from raysight.store import metric_retention, promql
+from raysight.store import metric_retention
 from raysight.store.metrics_query import SessionMetrics
-from raysight.store.promql import Budget, Matcher, QueryLimits
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 

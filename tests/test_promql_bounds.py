@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from raysight import promql
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
+from raysight.promql import SERIES_COST, TOO_MANY_SAMPLES, Matcher, QueryLimits
 from raysight.server.app import create_app
 from raysight.settings import Settings
-from raysight.store import promql
-from raysight.store.promql import SERIES_COST, TOO_MANY_SAMPLES, Matcher, QueryLimits
 from raysight.store.store import Store
 from tests import test_metrics
 from tests.ray_scenarios import ServerProcess, peak_rss_mb

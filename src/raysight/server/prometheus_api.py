@@ -20,14 +20,14 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from raysight import wire
+from raysight import promql, wire
 from raysight.errors import BadQuery, NotFound, QueryFailed, QueryTimeout, RaysightError, Unavailable
+from raysight.promql import Budget, Matcher
 from raysight.server.answers import answer
 from raysight.server.ingest_routes import read_body
 from raysight.server.routing import FORM_TYPES, Access, route
 from raysight.server.state import app_state
-from raysight.store import metrics_query, promql, queries
-from raysight.store.promql import Budget, Matcher
+from raysight.store import metrics_query, queries
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
 MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql.MAX_QUERY_CHARS)

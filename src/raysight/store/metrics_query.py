@@ -9,8 +9,8 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from raysight.promql import LOOKBACK_MS, NAME, NEVER, SERIES_COST, Budget, Matcher, Samples
 from raysight.store import metric_downsample
-from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, SERIES_COST, Budget, Matcher, Samples
 
 SERIES_CHUNK = 10_000  # series matched at a time (between checks of a query's budget)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import duckdb
 
+from raysight import promql
 from raysight.errors import QueryFailed, QueryTimeout, Unavailable
 from raysight.settings import QueryLimits
-from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
 
 # What each process used at the moment (a rate over the last minute for CPU): key -> PromQL
