@@ -1,5 +1,5 @@
-"""The parse front: a query's text bounded (its length, how deep it nests) before `promql-parser` reads it, and the
-fields of its syntax tree read back where they may be out of Python's range."""
+"""The parse front: a query's text bounded (its length, how deep it nests) before `promql-parser` reads it, the
+fields of its syntax tree read back where they may be out of Python's range, and text cut for error messages."""
 
 from __future__ import annotations
 
