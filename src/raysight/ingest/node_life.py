@@ -21,21 +21,28 @@ import pyarrow as pa
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import agent_batch, int_field, session_field
+from raysight.tables import Table, columns
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
 _NODE_ID = re.compile(r"[0-9a-f]{56}")
-SCHEMA = pa.schema(
-    [
-        ("session", pa.string()),
-        ("process", pa.string()),
-        ("node_id", pa.string()),
-        ("pid", pa.int64()),
-        ("alive", pa.bool_()),
-        ("ns", pa.int64()),
-        ("last_alive_ns", pa.int64()),
-    ]
+# What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host: running
+# with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
+NODE_EVIDENCE = Table(
+    "node_evidence",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        process="VARCHAR",
+        node_id="VARCHAR",
+        pid="BIGINT",
+        alive="BOOLEAN",
+        ns="BIGINT",
+        last_alive_ns="BIGINT",
+    ),
+    key=("session", "host", "process", "node_id"),
 )
+SCHEMA = NODE_EVIDENCE.arrow_schema(omit=("host",))  # a batch's sightings (all of its one host)
 
 
 def _sighting(sent: Any, where: str) -> dict[str, Any]:

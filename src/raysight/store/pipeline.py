@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysight.ingest import events_sql
-from raysight.store import schema
+from raysight.ingest import events_sql, ray_event_tables
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ TRANSITIONS = Stage("fresh_transitions", events_sql.TRANSITIONS, about="one row 
 PROFILE = Stage("fresh_profile", events_sql.PROFILE_ENTRIES, about="one row per task profile entry")
 TASKS = Stage(
     "staged_tasks",
-    schema.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"),
+    ray_event_tables.TASKS.aggregate_sql(events_sql.TASK_ROWS, "seq"),
     about="one row per task attempt, merged by the columns' rules",
 )
 SESSIONS = Stage(
