@@ -14,8 +14,9 @@ of times.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -103,6 +104,32 @@ class Column:
 def columns(**types: str | Fields) -> list[Column]:
     """Columns of these names and types, in order (merged by the rule ``latest`` in a folded table)."""
     return [Column(name, kind) for name, kind in types.items()]
+
+
+def arrow_rows(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """``rows`` as an Arrow table of ``schema``; ValueError when they name what is not a column of it, or not a field
+    of a column's structs (pyarrow would leave it out without a word: a misspelt key would be lost). The keys are
+    gathered in C (a tenth of a microsecond a row of two dozen), the structs' only where there are any."""
+    unknown = set().union(*rows) - set(schema.names)
+    for column in schema:
+        if fields := _struct(column.type):
+            items = (item for row in rows for item in _items(row.get(column.name)))
+            unknown |= {f"{column.name}.{k}" for k in set().union(*items) - {f.name for f in fields}}
+    if unknown:
+        raise ValueError(f"{sorted(unknown)}: not columns of {schema.names} (nor fields of their structs)")
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _struct(kind: pa.DataType) -> list[pa.Field]:
+    """The fields of a struct type, or of a list's structs; none for any other type."""
+    if pa.types.is_list(kind):
+        kind = kind.value_type
+    return list(kind) if pa.types.is_struct(kind) else []
+
+
+def _items(value: Any) -> list[Any]:
+    """A struct column's value as its structs: a list's items, the struct alone, or none (NULL)."""
+    return [item for item in value if item is not None] if isinstance(value, list) else [value] if value else []
 
 
 def _schema(columns: Iterable[Column]) -> pa.Schema:

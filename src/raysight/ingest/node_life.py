@@ -21,7 +21,7 @@ import pyarrow as pa
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import agent_batch, int_field, session_field
-from raysight.tables import Table, columns
+from raysight.tables import Table, arrow_rows, columns
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
@@ -80,4 +80,4 @@ def parse(body: bytes) -> tuple[str, pa.Table]:
         key = (row["session"], row["process"], row["node_id"])
         if key not in newest or row["ns"] > newest[key]["ns"]:
             newest[key] = row
-    return host, pa.Table.from_pylist(list(newest.values()), schema=SCHEMA)
+    return host, arrow_rows(list(newest.values()), SCHEMA)

@@ -30,7 +30,7 @@ from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import int_field, json_object, session_field
 from raysight.ingest.ray_events import Key, Patch
-from raysight.tables import Column, Table, columns
+from raysight.tables import Column, Table, arrow_rows, columns
 
 
 def _text(row: dict[str, Any], key: str) -> str:
@@ -200,7 +200,7 @@ def parse(body: bytes) -> Poll:
     return Poll(
         session,
         polled_ns,
-        pa.Table.from_pylist(rows, schema=SCHEMA),
+        arrow_rows(rows, SCHEMA),
         fetched,
         {k: v[:2000] for k, v in errors.items()},
         status_json,

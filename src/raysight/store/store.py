@@ -45,6 +45,7 @@ from raysight.store import (
 )
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
+from raysight.tables import arrow_rows
 
 sql_log = logging.getLogger("raysight.store.sql")
 
@@ -458,8 +459,8 @@ class Store:
                     resources[row["resource_id"]] = text
             (rows if export.get("keep", True) else passing).extend(export["spans"])
             resources.update(export["resources"])
-        spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
-        seen = pa.concat_tables([spans, pa.Table.from_pylist(passing, schema=SPAN_SCHEMA)])
+        spans = arrow_rows(rows, SPAN_SCHEMA)
+        seen = pa.concat_tables([spans, arrow_rows(passing, SPAN_SCHEMA)])
         del rows, passing
         sessions = pc.unique(spans["session"].drop_null()).to_pylist()
         kept = pa.table([list(resources), list(resources.values())], schema=otlp.SPAN_RESOURCES.arrow_schema())
@@ -702,7 +703,7 @@ class Store:
     def _upsert_patches(self, patches: Iterable[tuple[str, Key, Patch]]) -> None:
         """Fold ``patches`` (in arrival order) into their entity tables."""
         for name, folded in fold(patches).items():
-            staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema())
+            staged = arrow_rows(folded, schema.FOLDED_TABLES[name].arrow_schema())
             with self._registered(f"arrow_{name}", staged):
                 self._upsert(name, f"arrow_{name}")
 
