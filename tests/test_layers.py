@@ -14,7 +14,7 @@ SOURCE = Path(raysight.__file__).parent
 # part → the parts it must not import (a part: a package of raysight, or a top-level module by its name)
 FORBIDDEN = {
     "wire": {"*"},  # shared by every part, so it knows none
-    "tables": {"*"},  # how a table is declared: the parsers' declarations and the store's schema use it
+    "tables": {"*"},  # how a table is declared: pure, for the parsers beside which their tables are declared
     "ingest": {"store", "server", "instrument", "agent", "client", "cli"},  # pure: records from what was sent
     "store": {"server", "client", "cli", "agent", "instrument"},  # the database, knowing nothing of HTTP
     "instrument": {"server", "store", "cli", "agent", "client"},  # runs inside Ray's workers

@@ -36,17 +36,14 @@ _AGGREGATE_SQL = {
     "sum": "sum({c})",
     "union": "flatten(list({c}) FILTER (WHERE {c} IS NOT NULL))",
 }
-# DuckDB's types as Arrow's, for the rows a parser stages (JSON is text to both; MAP and BIT are never staged)
+# DuckDB's types as Arrow's, those of the rows staged (JSON is text to both); a type no one stages has none
 _ARROW = {
     "VARCHAR": pa.string(),
     "JSON": pa.string(),
     "INTEGER": pa.int32(),
     "BIGINT": pa.int64(),
-    "UBIGINT": pa.uint64(),
     "DOUBLE": pa.float64(),
     "BOOLEAN": pa.bool_(),
-    "BLOB": pa.binary(),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
 }
 
 Fields = dict[str, str]
@@ -87,11 +84,6 @@ class Column:
         if self.type not in _ARROW:
             raise TypeError(f"column {self.name}: no Arrow type stands for {self.type}")
         return _ARROW[self.type]
-
-    @property
-    def fields(self) -> list[str]:
-        """The names of a STRUCT's fields (of each of a list's structs); none for a scalar."""
-        return list(self.type) if isinstance(self.type, dict) else []
 
     def merge_sql(self, old: str, new: str) -> str:
         return _MERGE_SQL[self.rule].format(old=old, new=new)
@@ -234,7 +226,7 @@ class FoldedTable:
     def insert_sql(self, staged: str) -> str:
         """INSERT the rows of the registered relation ``staged`` whose keys are new; returns the keys inserted."""
         select = list(self.fresh.values()) + [d.expr.format_map(self.fresh) for d in self.derived]
-        names = [c.name for c in self.staged] + [d.name for d in self.derived]
+        names = self.names + [d.name for d in self.derived]
         keys = ", ".join(c.name for c in self.keys)
         return (
             f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} FROM {staged} "
@@ -256,7 +248,7 @@ class FoldedTable:
         )
         sets = [f"{name} = {merged[name]}" for name in columns]
         sets += [f"{d.name} = {d.expr.format_map(merged)}" for d in self.derived]
-        names = [c.name for c in self.staged] + [d.name for d in self.derived]
+        names = self.names + [d.name for d in self.derived]
         select = list(self.fresh.values()) + [d.expr.format_map(self.fresh) for d in self.derived]
         return (
             f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(select)} FROM {staged} "

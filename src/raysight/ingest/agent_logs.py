@@ -65,6 +65,7 @@ _LINE_COLUMN = {
     "tasks": "task_name",
     "actors": "actor_name",
 }
+
 # When a line says it was written, in SQL over ``text`` and ``utc_offset_s`` (the agent's, for the local time Ray
 # writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
 # line has none (a task's prints) or the agent sent no offset.
