@@ -25,7 +25,7 @@ FORBIDDEN = {
     "promql": {"store", "server", "client", "cli", "agent", "instrument", "ingest"},  # pure: evaluates over a Source
 }
 # part → the third-party packages it must not import: the pure parts hold no database
-FORBIDDEN_PACKAGES = {"promql": {"duckdb"}, "ingest": {"duckdb"}}
+FORBIDDEN_PACKAGES = {"promql": {"duckdb"}, "ingest": {"duckdb"}, "tables": {"duckdb"}}
 
 
 def part_of(path: Path) -> str:
