@@ -52,6 +52,9 @@ SERVER_CORE, GENERATOR_CORE = 0, 1
 SESSION = "session_2026-11-24_00-00-00_000000_1"
 QUERY = "sum by (node) (rate(bench_requests_total[5m]))"
 PIN = ["taskset", "-c", str(SERVER_CORE)]
+# The query loads the day's 5.76M samples, over `raysight server`'s default budget (--query-max-samples, 5M): the
+# server it asks is given Prometheus's default (50M)
+QUERY_OPTIONS = ["--query-max-samples", str(50_000_000)]
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,7 @@ def main(rounds: int) -> None:
             f"{blocks / prom_bytes:.2f}x; Prometheus's backfill {samples / took:,.0f} samples/s"
         )
 
-        server = ServerProcess(home / "raysight", prefix=PIN, start_timeout_s=60).start()
+        server = ServerProcess(home / "raysight", prefix=PIN, start_timeout_s=60, options=QUERY_OPTIONS).start()
         prometheus, prom_url = start_prometheus(home / "prometheus")
         try:
             wait_idle([server.proc.pid, prometheus.pid], timeout_s=60)  # type: ignore[union-attr]

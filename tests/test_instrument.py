@@ -38,7 +38,7 @@ from raysight.cli.run import free_port, tracing_env, uv_run_warning
 from raysight.client import Client
 from raysight.errors import NotFound
 from raysight.ingest.otlp import key_values
-from raysight.instrument import export, hooks, ray_tracing, settings, task_spans
+from raysight.instrument import export, hook_paths, hooks, ray_tracing, task_spans
 from raysight.instrument.task_spans import TaskSpan
 from raysight.settings import (
     ENV_CHAINED_ENV_HOOK,
@@ -561,17 +561,17 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[An
 def test_runtime_env_hook_sets_raysights_setup_hook_and_endpoint(
     events: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert hooks.runtime_env_hook(None) == {settings.SETUP_HOOK_KEY: settings.SETUP_HOOK}
+    assert hooks.runtime_env_hook(None) == {hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK}
     assert events == [("set_base", None), INSTRUMENTED]
     events.clear()
     monkeypatch.setenv(ENV_OTLP_ENDPOINT, "http://h:1")
     monkeypatch.setenv("TRACEPARENT", W3C)
     assert hooks.runtime_env_hook({}) == {
-        settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
+        hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK,
         "env_vars": {ENV_OTLP_ENDPOINT: "http://h:1"},
     }
     assert events == [("set_base", W3C), INSTRUMENTED]
-    assert settings.SETUP_HOOK == "raysight.instrument.worker_setup"  # what Ray loads in each worker
+    assert hook_paths.SETUP_HOOK == "raysight.instrument.worker_setup"  # what Ray loads in each worker
     assert importlib.import_module("raysight.instrument").worker_setup is hooks.worker_setup
 
 
@@ -584,21 +584,21 @@ def test_runtime_env_hook_keeps_the_users_runtime_env_without_changing_it(
         "env_vars": {"A": "1", ENV_OTLP_ENDPOINT: "http://h:1"},
         "pip": ["requests"],
         "working_dir": ".",
-        settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
+        hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK,
     }
     assert theirs == {"env_vars": {"A": "1"}, "pip": ["requests"], "working_dir": "."}  # a copy was changed
     their_endpoint = {"env_vars": {ENV_OTLP_ENDPOINT: "http://theirs:2"}}
     assert hooks.runtime_env_hook(their_endpoint)["env_vars"] == {ENV_OTLP_ENDPOINT: "http://theirs:2"}
-    ours = {settings.SETUP_HOOK_KEY: settings.SETUP_HOOK}  # ray.init twice, or init() and the hook
+    ours = {hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK}  # ray.init twice, or init() and the hook
     assert hooks.runtime_env_hook(ours)["env_vars"] == {ENV_OTLP_ENDPOINT: "http://h:1"}
     assert ENV_CHAINED_SETUP_HOOK not in hooks.runtime_env_hook(ours)["env_vars"]
     assert events.count(INSTRUMENTED) == 4  # once per call
 
 
 def test_runtime_env_hook_chains_the_users_setup_hook_by_name(events: list[Any]) -> None:
-    env = hooks.runtime_env_hook({settings.SETUP_HOOK_KEY: "mypkg.setup", "env_vars": {"A": "1"}})
+    env = hooks.runtime_env_hook({hook_paths.SETUP_HOOK_KEY: "mypkg.setup", "env_vars": {"A": "1"}})
     assert env == {
-        settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
+        hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK,
         "env_vars": {"A": "1", ENV_CHAINED_SETUP_HOOK: "mypkg.setup"},
     }
     assert events.count(INSTRUMENTED) == 1
@@ -609,9 +609,9 @@ def test_runtime_env_hook_chains_the_users_setup_callable(events: list[Any]) -> 
         events.append(("theirs",))
         return "their result"
 
-    env = hooks.runtime_env_hook({settings.SETUP_HOOK_KEY: theirs})
-    assert set(env) == {settings.SETUP_HOOK_KEY}  # no endpoint set: no env_vars
-    chained = env[settings.SETUP_HOOK_KEY]
+    env = hooks.runtime_env_hook({hook_paths.SETUP_HOOK_KEY: theirs})
+    assert set(env) == {hook_paths.SETUP_HOOK_KEY}  # no endpoint set: no env_vars
+    chained = env[hook_paths.SETUP_HOOK_KEY]
     assert callable(chained) and chained is not theirs
     assert events == [("set_base", None), INSTRUMENTED]
     events.clear()
@@ -630,9 +630,9 @@ def test_runtime_env_hook_calls_the_users_env_hook_first_and_keeps_its_changes(
 ) -> None:
     monkeypatch.setenv(ENV_CHAINED_ENV_HOOK, "theirs_hooks.env_hook")
     monkeypatch.setenv(ENV_OTLP_ENDPOINT, "http://h:1")
-    env = hooks.runtime_env_hook({"env_vars": {"A": "1"}, settings.SETUP_HOOK_KEY: "mypkg.setup"})
+    env = hooks.runtime_env_hook({"env_vars": {"A": "1"}, hook_paths.SETUP_HOOK_KEY: "mypkg.setup"})
     assert env == {
-        settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
+        hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK,
         "env_vars": {
             "A": "1",
             "THEIRS": "1",
@@ -642,7 +642,7 @@ def test_runtime_env_hook_calls_the_users_env_hook_first_and_keeps_its_changes(
     }
     # theirs saw the runtime env as the job gave it, before raysight's changes; then raysight traced the driver
     assert events == [
-        ("env_hook", {"env_vars": {"A": "1"}, settings.SETUP_HOOK_KEY: "mypkg.setup"}),
+        ("env_hook", {"env_vars": {"A": "1"}, hook_paths.SETUP_HOOK_KEY: "mypkg.setup"}),
         ("set_base", None),
         INSTRUMENTED,
     ]
@@ -660,7 +660,7 @@ def test_runtime_env_hook_returns_the_runtime_env_when_tracing_the_driver_fails(
     monkeypatch.setattr(hooks, "instrument", broken)
     assert hooks.runtime_env_hook({"env_vars": {"A": "1"}}) == {
         "env_vars": {"A": "1"},
-        settings.SETUP_HOOK_KEY: settings.SETUP_HOOK,
+        hook_paths.SETUP_HOOK_KEY: hook_paths.SETUP_HOOK,
     }
     assert "raysight: could not trace this driver" in caplog.text and "no tracing today" in caplog.text
 
@@ -767,23 +767,23 @@ def test_env_prints_the_tracing_variables() -> None:
         "export RAYSIGHT_CHAINED_ENV_HOOK='mypkg.env_hook'",
     ]
     # run again where the first `eval "$(raysight env)"` already set raysight's hook: nothing chained to itself
-    assert env_lines("--server", "http://h:1", RAY_RUNTIME_ENV_HOOK=settings.ENV_HOOK) == [
+    assert env_lines("--server", "http://h:1", RAY_RUNTIME_ENV_HOOK=hook_paths.ENV_HOOK) == [
         HOOK_LINE,
         "export RAYSIGHT_OTLP_ENDPOINT='http://h:1'",
     ]
 
 
 def test_tracing_env_moves_the_users_env_hook_to_the_chained_one() -> None:
-    ours = {settings.RAY_ENV_HOOK: settings.ENV_HOOK, ENV_OTLP_ENDPOINT: "http://h:1"}
+    ours = {hook_paths.RAY_ENV_HOOK: hook_paths.ENV_HOOK, ENV_OTLP_ENDPOINT: "http://h:1"}
     assert tracing_env("http://h:1", environ={}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": ""}) == ours
-    assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": settings.ENV_HOOK}) == ours
+    assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": hook_paths.ENV_HOOK}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": "mypkg.env_hook"}) == {
         **ours,
         ENV_CHAINED_ENV_HOOK: "mypkg.env_hook",
     }
     assert tracing_env("http://h:1/", "a/b c", environ={}) == {
-        settings.RAY_ENV_HOOK: settings.ENV_HOOK,
+        hook_paths.RAY_ENV_HOOK: hook_paths.ENV_HOOK,
         ENV_OTLP_ENDPOINT: "http://h:1/ingest/otlp/a%2Fb%20c",
     }
 

@@ -15,6 +15,7 @@ SOURCE = Path(raysight.__file__).parent
 FORBIDDEN = {
     "wire": {"*"},  # shared by every part, so it knows none
     "sql_literals": {"*"},  # SQL literals of Python values, written by any part
+    "tables": {"*"},  # how a table is declared: pure, for the parsers beside which their tables are declared
     "ingest": {"store", "server", "instrument", "agent", "client", "cli"},  # pure: records from what was sent
     "store": {"server", "client", "cli", "agent", "instrument"},  # the database, knowing nothing of HTTP
     "instrument": {"server", "store", "cli", "agent", "client"},  # runs inside Ray's workers
@@ -22,7 +23,10 @@ FORBIDDEN = {
     "client": {"store", "server", "cli", "agent", "instrument"},
     "cli": {"store"},  # goes through the server's HTTP API (`raysight server` starts the server, so it may import it)
     "server": {"cli", "client", "agent", "instrument"},
+    "promql": {"store", "server", "client", "cli", "agent", "instrument", "ingest"},  # pure: evaluates over a Source
 }
+# part → the third-party packages it must not import: the pure parts hold no database
+FORBIDDEN_PACKAGES = {"promql": {"duckdb"}, "ingest": {"duckdb"}, "tables": {"duckdb"}}
 
 
 def part_of(path: Path) -> str:
@@ -30,8 +34,9 @@ def part_of(path: Path) -> str:
     return path.relative_to(SOURCE).parts[0].removesuffix(".py")
 
 
-def imported_parts(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    """(line, part of raysight) of each import in ``tree``."""
+def imported_modules(tree: ast.AST) -> Iterator[tuple[int, list[str]]]:
+    """(line, name split at its dots) of each module an import in ``tree`` may name (``from m import a``: ``m`` and
+    ``m.a``)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -40,19 +45,33 @@ def imported_parts(tree: ast.AST) -> Iterator[tuple[int, str]]:
         else:
             continue
         for module in modules:
-            name = module.split(".")
-            if name[0] == "raysight" and len(name) > 1:
-                yield node.lineno, name[1]
+            yield node.lineno, module.split(".")
+
+
+def imported_parts(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, part of raysight) of each import in ``tree``."""
+    for line, name in imported_modules(tree):
+        if name[0] == "raysight" and len(name) > 1:
+            yield line, name[1]
+
+
+def forbidden_imports(part: str, tree: ast.AST) -> Iterator[str]:
+    """``line (part) imports module`` for each import in ``tree`` (a module of ``part``) that the layout forbids."""
+    forbidden = FORBIDDEN.get(part, set())
+    for line, imported in imported_parts(tree):
+        if imported != part and ("*" in forbidden or imported in forbidden):
+            yield f"{line} ({part}) imports raysight.{imported}"
+    for line, name in imported_modules(tree):
+        if name[0] in FORBIDDEN_PACKAGES.get(part, set()):
+            yield f"{line} ({part}) imports {name[0]}"
 
 
 def test_each_part_imports_only_what_the_layout_lets_it() -> None:
-    broken = []
-    for path in sorted(SOURCE.rglob("*.py")):
-        part = part_of(path)
-        forbidden = FORBIDDEN.get(part, set())
-        for line, imported in imported_parts(ast.parse(path.read_text(), str(path))):
-            if imported != part and ("*" in forbidden or imported in forbidden):
-                broken.append(f"{path.relative_to(SOURCE)}:{line} ({part}) imports raysight.{imported}")
+    broken = [
+        f"{path.relative_to(SOURCE)}:{found}"
+        for path in sorted(SOURCE.rglob("*.py"))
+        for found in forbidden_imports(part_of(path), ast.parse(path.read_text(), str(path)))
+    ]
     assert not broken, "imports the layout forbids:\n" + "\n".join(sorted(set(broken)))
 
 
@@ -60,6 +79,17 @@ def test_the_rules_catch_a_forbidden_import() -> None:
     tree = ast.parse("def f():\n    from raysight.store.store import Store\nimport raysight.wire")
     assert list(imported_parts(tree)) == [(3, "wire"), (2, "store"), (2, "store")]
     assert part_of(SOURCE / "cli" / "server.py") == "cli" and "store" in FORBIDDEN["cli"]
+
+
+def test_the_rules_catch_a_database_import_in_a_pure_part() -> None:
+    tree = ast.parse("import numpy, duckdb as db\ndef f():\n    from duckdb import DuckDBPyConnection\nimport duckdbx")
+    assert sorted(set(forbidden_imports("promql", tree))) == ["1 (promql) imports duckdb", "3 (promql) imports duckdb"]
+    assert list(forbidden_imports("ingest", ast.parse("import duckdb"))) == ["1 (ingest) imports duckdb"]
+    assert list(forbidden_imports("store", tree)) == []
+    assert list(forbidden_imports("promql", ast.parse("from raysight.store.metrics_query import SessionMetrics"))) == [
+        "1 (promql) imports raysight.store",
+        "1 (promql) imports raysight.store",
+    ]
 
 
 # A string that names one of raysight's or Ray's URL paths (``wire.py``'s), to be written nowhere else

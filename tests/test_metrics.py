@@ -20,11 +20,16 @@ from starlette.testclient import TestClient
 from raysight import wire
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
+from raysight.promql.budget import Budget
+from raysight.promql.evaluator import evaluate
+from raysight.promql.matchers import Matcher
+from raysight.promql.range_functions import RANGE_FUNCTIONS
+from raysight.promql.source import NEVER, Samples
+from raysight.promql.values import Vector
 from raysight.server.app import create_app
-from raysight.settings import Downsampling, Retention, Settings
-from raysight.store import metric_retention, promql
+from raysight.settings import Downsampling, QueryLimits, Retention, Settings
+from raysight.store import metric_retention
 from raysight.store.metrics_query import SessionMetrics
-from raysight.store.promql import Budget, Matcher, QueryLimits
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 
@@ -553,8 +558,8 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
         source = SessionMetrics(store.con, SESSION)
         at = ts[0] + 9 * 60_000  # 9 minutes after the sample before it: past the 5-minute lookback, within 20
         assert at < ts[1]
-        answer = promql.evaluate("g", source, at, at, 1)
-        assert isinstance(answer, promql.Vector) and [s.values[0] for s in answer.series] == [g[0]]
+        answer = evaluate("g", source, at, at, 1)
+        assert isinstance(answer, Vector) and [s.values[0] for s in answer.series] == [g[0]]
     finally:
         store.close()
 
@@ -585,13 +590,13 @@ def test_the_over_time_functions_of_every_step_at_once_are_those_of_each_window(
     values = rng.normal(size=int(rng.integers(1, 60))) * 10 ** rng.integers(0, 12)
     values[rng.random(len(values)) < 0.1] = np.nan
     ts = np.cumsum(rng.integers(1, 10_000, size=len(values)))
-    series = promql.Samples({}, ts, values, np.full(len(ts), promql.NEVER))
+    series = Samples({}, ts, values, np.full(len(ts), NEVER))
     steps = np.sort(rng.integers(0, int(ts[-1]) + 20_000, size=40))
     range_ms = int(rng.integers(1, 60_000))
     lo, hi = np.searchsorted(ts, steps - range_ms, side="left"), np.searchsorted(ts, steps, side="right")
     for name in ("sum_over_time", "avg_over_time", "min_over_time", "max_over_time", "count_over_time",
                  "last_over_time", "present_over_time"):  # fmt: skip
-        got = promql._RANGE_FUNCTIONS[name](series, steps, lo, hi, range_ms, None)
+        got = RANGE_FUNCTIONS[name](series, steps, lo, hi, range_ms, None)
         expected = [_window_reference(name, values[a:b]) if b > a else np.nan for a, b in zip(lo, hi)]
         np.testing.assert_allclose(
             got, expected, rtol=1e-9, atol=1e-9 * np.nanmax(np.abs(values), initial=1), err_msg=name

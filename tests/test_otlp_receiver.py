@@ -34,8 +34,8 @@ from raysight import wire
 from raysight.client import Client
 from raysight.errors import UnsupportedEncoding
 from raysight.server.app import create_app
+from raysight.server.app_state import AppState
 from raysight.server.auth import Secrets
-from raysight.server.state import AppState
 from raysight.settings import DB_FILE, Settings
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_server import counters

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from raysight.agent import node_life
+from raysight.agent import node_watch
 from raysight.agent.gpu import GpuProcess, memory_by_pid, utilization_by_pid
 from raysight.agent.metrics_scrape import Families, HostScraper, host_targets, sd_targets
 from raysight.agent.process_stats import (
@@ -133,9 +133,9 @@ def test_the_page_labels_each_process_and_reports_only_the_sessions_gpu_use() ->
 
 
 @pytest.fixture
-def session(tmp_path: Path) -> Iterator[tuple[Path, dict[node_life.Key, int], subprocess.Popen[bytes]]]:
+def session(tmp_path: Path) -> Iterator[tuple[Path, dict[node_watch.Key, int], subprocess.Popen[bytes]]]:
     """A session directory whose "raylet" is a real shell with a child (its "worker"), whose "GCS" is another, and
-    whose driver is this test's process; and what :func:`node_life.running` would say of them."""
+    whose driver is this test's process; and what :func:`node_watch.running` would say of them."""
     directory = tmp_path / SESSION
     (directory / "logs").mkdir(parents=True)
     raylet = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
@@ -147,7 +147,7 @@ def session(tmp_path: Path) -> Iterator[tuple[Path, dict[node_life.Key, int], su
     (directory / "logs" / f"python-core-worker-{WORKER}_{children[0]}.log").touch()
     (directory / "logs" / f"python-core-driver-{DRIVER}_{os.getpid()}.log").touch()
     (directory / f"gcs_server_port_{OTHER_NODE}").write_text("6379")
-    running = {(SESSION, node_life.RAYLET, NODE): raylet.pid, (SESSION, node_life.GCS, ""): gcs.pid}
+    running = {(SESSION, node_watch.RAYLET, NODE): raylet.pid, (SESSION, node_watch.GCS, ""): gcs.pid}
     yield directory, running, raylet
     for proc in (raylet, gcs):
         proc.kill()
@@ -177,7 +177,7 @@ def test_a_sessions_processes_are_its_raylets_tree_its_gcs_and_its_live_drivers(
     found = {p.pid: p for p in session_processes(directory, running)}
     assert found[raylet.pid] == RayProcess(raylet.pid, NODE, "sh", None)
     assert found[worker_pid] == RayProcess(worker_pid, NODE, "sleep", WORKER)
-    gcs_pid = running[(SESSION, node_life.GCS, "")]
+    gcs_pid = running[(SESSION, node_watch.GCS, "")]
     assert found[gcs_pid] == RayProcess(gcs_pid, OTHER_NODE, "sleep", None)  # on the head node, by its port file
     assert found[os.getpid()].worker_id == DRIVER and found[os.getpid()].node_id == NODE  # the host's only node
     assert len(found) == 4

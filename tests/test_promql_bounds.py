@@ -19,10 +19,12 @@ from starlette.testclient import TestClient
 
 from raysight.cli import main
 from raysight.ingest.prom_text import Scrape
+from raysight.promql import matchers
+from raysight.promql.budget import SERIES_COST, TOO_MANY_SAMPLES
+from raysight.promql.matchers import Matcher
+from raysight.promql.parse import MAX_NESTING, MAX_QUERY_CHARS
 from raysight.server.app import create_app
-from raysight.settings import Settings
-from raysight.store import promql
-from raysight.store.promql import SERIES_COST, TOO_MANY_SAMPLES, Matcher, QueryLimits
+from raysight.settings import QueryLimits, Settings
 from raysight.store.store import Store
 from tests import test_metrics
 from tests.ray_scenarios import ServerProcess, peak_rss_mb
@@ -162,7 +164,7 @@ def test_regexes_are_anchored_as_prometheus_and_their_cache_is_bounded() -> None
     assert not Matcher("a", "=~", "x.y").matches({"a": "x\ny"}) and Matcher("a", "!~", "x.y").matches({"a": "x\ny"})
     for i in range(300):
         Matcher("a", "=~", f"[a-z]+{i}").matches({"a": "x"})
-    assert promql._compiled.cache_info().currsize == 256
+    assert matchers._compiled.cache_info().currsize == 256
 
 
 def test_an_invalid_regex_is_a_400_naming_it(counters: TestClient) -> None:
@@ -220,7 +222,7 @@ def test_a_post_not_a_form_too_big_or_from_another_site_is_refused(counters: Tes
         ({"query": "(" * 5000 + "req_total" + ")" * 5000}, "nests too deep"),
         ({"query": "abs(" * 800 + "req_total" + ")" * 800}, "nests too deep"),
         ({"query": "+".join(["req_total"] * 3000)}, "nests too deep"),
-        ({"query": "req_total" + " " * promql.MAX_QUERY_CHARS}, "characters long"),
+        ({"query": "req_total" + " " * MAX_QUERY_CHARS}, "characters long"),
     ],
 )
 def test_queries_that_broke_the_evaluator_get_400s(
@@ -246,7 +248,7 @@ def test_nan_parameters_evaluate_as_prometheus_and_the_deepest_query_allowed_run
         assert answer.json() == {"status": "success", "data": {"resultType": "vector", "result": []}}
     topk = counters.get("/api/v1/query", params={"query": "topk(NaN, req_total)", "time": at(4)})
     assert topk.status_code == 422 and topk.json()["error"] == "Scalar value NaN overflows int64"
-    deepest = "abs(" * (promql.MAX_NESTING - 1) + "-req_total" + ")" * (promql.MAX_NESTING - 1)
+    deepest = "abs(" * (MAX_NESTING - 1) + "-req_total" + ")" * (MAX_NESTING - 1)
     answer = counters.get("/api/v1/query", params={"query": deepest, "time": at(4)})
     assert answer.status_code == 200 and sorted(float(r["value"][1]) for r in answer.json()["data"]["result"]) == [
         20.0,

@@ -25,7 +25,7 @@ NOW = 1_800_000_000 * S
 
 
 def span(trace: int, span_id: int, start: int, end: int, status: str = "unset") -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(otlp.COLUMNS)
+    row: dict[str, Any] = dict.fromkeys(otlp.SPANS.names)
     row.update(
         trace_id=f"{trace:032x}", span_id=f"{span_id:016x}", name=f"s{span_id}", start_ns=start, end_ns=end,
         status=status, session="session_2026-11-24_12-00-00_000000_1",

@@ -78,7 +78,7 @@ class Limits:
 class QueryLimits:
     """What one query may spend (server options): samples held, counted as Prometheus counts them (each loaded from
     the store, and each point an expression's answer holds at a step; here summed over the query's expressions, and
-    each series found as ``store/promql.py``'s ``SERIES_COST``), and seconds; and how many queries are evaluated at
+    each series found as ``promql/budget.py``'s ``SERIES_COST``), and seconds; and how many queries are evaluated at
     once.
 
     As Prometheus's --query.max-samples and --query.timeout (50M, 2 min) but sized for this server's memory: a sample

@@ -155,7 +155,7 @@ class AgentLogs(TypedDict):
 
 
 class Sighting(TypedDict):
-    """A change in what a node agent sees of one of its Ray processes (``agent/node_life.py``)."""
+    """A change in what a node agent sees of one of its Ray processes (``agent/node_watch.py``)."""
 
     session: str
     process: str  # raylet or gcs_server

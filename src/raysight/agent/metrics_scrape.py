@@ -29,7 +29,7 @@ import orjson
 import psutil
 
 from raysight import wire
-from raysight.agent import node_life
+from raysight.agent import node_watch
 from raysight.agent.process_stats import JOB as PROCESS_JOB
 from raysight.agent.process_stats import ProcessStats
 from raysight.agent.scrape import metrics_ports
@@ -127,11 +127,11 @@ def host_addresses() -> set[str]:
 _IP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
-def raylet_ips(session: str, running: Mapping[node_life.Key, int]) -> dict[str, str]:
+def raylet_ips(session: str, running: Mapping[node_watch.Key, int]) -> dict[str, str]:
     """Node ID → IP of each of the session's raylets running here, from its command line (``--node_ip_address``)."""
     ips = {}
     for (name, process, node_id), pid in running.items():
-        if name == session and process == node_life.RAYLET:
+        if name == session and process == node_watch.RAYLET:
             with suppress(psutil.Error):
                 for arg in psutil.Process(pid).cmdline():
                     if arg.startswith("--node_ip_address="):
@@ -154,14 +154,14 @@ class HostScraper:
 
     def scrape(self, ray_dir: Path, followed: Collection[str]) -> int:
         """Scrape each ``followed`` session that has a raylet or a GCS running on this host; the pages sent."""
-        running = node_life.running()
+        running = node_watch.running()
         sessions = sorted({key[0] for key in running} & set(followed))
         for gone in set(self._locks) - {ray_dir / s for s in sessions}:
             if (lock := self._locks.pop(gone)) is not None:
                 lock.close()
         return sum(self.scrape_session(ray_dir / session, running) for session in sessions)
 
-    def scrape_session(self, session: Path, running: Mapping[node_life.Key, int]) -> int:
+    def scrape_session(self, session: Path, running: Mapping[node_watch.Key, int]) -> int:
         """Scrape the session's targets on this host and its processes, unless another scraper here has it."""
         if not self._hold(session):
             return 0

@@ -2,7 +2,7 @@
 
 Logs: what the tailer reads is sent to the server, and the checkpoint moved on only once the server has made it
 durable. The files themselves are the buffer while the server is away: nothing is held in memory but the batch in
-flight (one at a time). Node life (``agent/node_life.py``): each change seen is sent, and kept until the server has
+flight (one at a time). Node life (``agent/node_watch.py``): each change seen is sent, and kept until the server has
 taken it. Metrics (``agent/metrics_scrape.py``): the host's part of each session followed, scraped on a thread of its
 own, each scrape sent once (a moment's view: the next one follows)."""
 
@@ -24,7 +24,7 @@ import httpx
 import orjson
 
 from raysight import wire
-from raysight.agent import node_life
+from raysight.agent import node_watch
 from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
 from raysight.agent.tailer import Chunk, Gap, Tailer
 from raysight.config import OWN_HEADERS
@@ -116,8 +116,8 @@ class NodeAgent:
         self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
         self._http = httpx.Client(timeout=30, headers=OWN_HEADERS)
         self.sent_lines = 0
-        self.watch = node_life.NodeWatch(ray_dir)
-        self._unsent: dict[node_life.Key, node_life.Sighting] = {}
+        self.watch = node_watch.NodeWatch(ray_dir)
+        self._unsent: dict[node_watch.Key, node_watch.Sighting] = {}
         self._next_look = 0.0
         self._metrics_http = httpx.Client(timeout=10, headers=OWN_HEADERS)  # (the scraping thread's own)
         self.scraper = HostScraper(self._send_scrape, families)
@@ -156,7 +156,7 @@ class NodeAgent:
         if time.monotonic() < self._next_look:
             return
         self._next_look = time.monotonic() + LOOK_S
-        for sighting in self.watch.look(self.tailer.sessions, time.time_ns(), node_life.running()):
+        for sighting in self.watch.look(self.tailer.sessions, time.time_ns(), node_watch.running()):
             self._unsent[sighting.key] = sighting
         if not self._unsent:
             return

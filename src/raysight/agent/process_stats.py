@@ -5,7 +5,7 @@ workers by title, ``pid=""``), and its share of the host's NVIDIA GPUs (``agent/
 Read every scrape, as a Prometheus page of its own (``raysight_process_*``, target job ``raysight``), each series
 labelled ``SessionName``, ``NodeId``, ``pid``, ``Component`` (the process's title, as Ray names components) and, for a
 worker or a driver, ``WorkerId``: the key that joins a process's series to its worker, and so to the worker's actor and
-tasks. A session's processes are its raylets' (``agent/node_life.py``) and everything they started (workers, the
+tasks. A session's processes are its raylets' (``agent/node_watch.py``) and everything they started (workers, the
 dashboard and runtime-env agents), its GCS, and its drivers alive on this host (by their core logs)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from raysight.agent import node_life
+from raysight.agent import node_watch
 from raysight.agent.gpu import GpuProcess, GpuReader
 
 JOB = "raysight"
@@ -76,16 +76,16 @@ def workers_by_pid(log_names: Iterable[str]) -> dict[int, str]:
 
 def head_node(session_dir: Path) -> str | None:
     """The node whose GCS ran in this session directory, by its ``gcs_server_port_<node id>`` file."""
-    return next((node for what, node, _ in node_life.port_files(session_dir) if what == "gcs_server"), None)
+    return next((node for what, node, _ in node_watch.port_files(session_dir) if what == "gcs_server"), None)
 
 
-def session_processes(session_dir: Path, running: Mapping[node_life.Key, int]) -> list[RayProcess]:
+def session_processes(session_dir: Path, running: Mapping[node_watch.Key, int]) -> list[RayProcess]:
     """The session's processes alive on this host, given the raylets and GCSes ``running`` here
-    (:func:`agent.node_life.running`)."""
+    (:func:`agent.node_watch.running`)."""
     session = session_dir.name
     logs = sorted(session_dir.glob("logs/python-core-*.log"), key=_mtime)
     workers = workers_by_pid(path.name for path in logs)
-    raylets = {pid: key[2] for key, pid in running.items() if key[0] == session and key[1] == node_life.RAYLET}
+    raylets = {pid: key[2] for key, pid in running.items() if key[0] == session and key[1] == node_watch.RAYLET}
     only_node = next(iter(raylets.values())) if len(raylets) == 1 else None
     found: dict[int, RayProcess] = {}
 
@@ -99,7 +99,7 @@ def session_processes(session_dir: Path, running: Mapping[node_life.Key, int]) -
             add(raylet, node_id)
             for child in raylet.children(recursive=True):
                 add(child, node_id)
-    if (gcs := running.get((session, node_life.GCS, ""))) is not None:
+    if (gcs := running.get((session, node_watch.GCS, ""))) is not None:
         with suppress(psutil.Error):
             add(psutil.Process(gcs), head_node(session_dir))
     for path in logs:  # drivers: alive, and started before their log last changed (not a process that took the pid)
@@ -204,7 +204,7 @@ class ProcessStats:
     def __init__(self) -> None:
         self._gpus = GpuReader()
 
-    def page(self, session_dir: Path, running: Mapping[node_life.Key, int]) -> str:
+    def page(self, session_dir: Path, running: Mapping[node_watch.Key, int]) -> str:
         """The session's ``raysight_process_*`` page now."""
         usages = [u for p in session_processes(session_dir, running) if (u := usage(p)) is not None]
         return page(families(session_dir.name, usages, self._gpus.read()))

@@ -16,7 +16,7 @@ from typing import Self
 import httpx
 
 from raysight import os_thread, wire
-from raysight.agent import node_life
+from raysight.agent import node_watch
 from raysight.client import Client
 from raysight.config import OWN_HEADERS
 from raysight.ingest.ray_metrics import PREFIX
@@ -47,7 +47,7 @@ def metrics_ports(session: Path) -> dict[str, int]:
     """Node ID → the metrics export port of every node that shares the session directory
     (``metrics_export_port_<node>``)."""
     ports = {}
-    for what, node, path in node_life.port_files(session):
+    for what, node, path in node_watch.port_files(session):
         if what == "metrics_export":
             with suppress(OSError):
                 text = path.read_text().strip()

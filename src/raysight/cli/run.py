@@ -30,7 +30,7 @@ from raysight.cli.detach import start_detached
 from raysight.cli.errors import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
 from raysight.errors import RaysightError
-from raysight.instrument.settings import ENV_HOOK, RAY_ENV_HOOK
+from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK
 from raysight.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,

@@ -35,6 +35,7 @@ import pyarrow as pa
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.ids import SESSION_NAME
+from raysight.tables import Column, Table, columns
 
 STREAMS = ("stdout", "stderr", "system")
 MAX_NAME = 1024
@@ -64,53 +65,157 @@ _LINE_COLUMN = {
     "tasks": "task_name",
     "actors": "actor_name",
 }
-LINES_SCHEMA = pa.schema(
-    [
-        ("session", pa.string()),
-        ("host", pa.string()),
-        ("file_key", pa.string()),
-        ("name", pa.string()),
-        ("stream", pa.string()),
-        ("worker_id", pa.string()),
-        ("pid", pa.int32()),
-        ("byte_offset", pa.int64()),
-        ("read_ns", pa.int64()),
-        ("utc_offset_s", pa.int32()),
-        ("job_id", pa.string()),
-        ("task_name", pa.string()),
-        ("actor_name", pa.string()),
-        ("continued", pa.bool_()),
-        ("marker", pa.bool_()),
-        ("text", pa.string()),
-        ("raw", pa.string()),
-    ]
+
+# When a line says it was written, in SQL over ``text`` and ``utc_offset_s`` (the agent's, for the local time Ray
+# writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
+# line has none (a task's prints) or the agent sent no offset.
+_JSON = "left(text, 1) = '{' AND json_valid(text)"
+_STAMP = r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+STAMPED_NS = (
+    f"epoch_ns(try_strptime(nullif(coalesce(CASE WHEN {_JSON} THEN json_extract_string(text, '$.asctime') END, "
+    f"regexp_extract(text, '{_STAMP}', 1)), ''), '%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
 )
-FILES_SCHEMA = pa.schema(
-    [
-        ("session", pa.string()),
-        ("host", pa.string()),
-        ("file_key", pa.string()),
-        ("name", pa.string()),
-        ("path", pa.string()),
-        ("stream", pa.string()),
-        ("worker_id", pa.string()),
-        ("job_id", pa.string()),
-        ("pid", pa.int32()),
-        ("end_offset", pa.int64()),
-        ("read_ns", pa.int64()),
-    ]
+# A line's time: its stamp, unless that is more than a day before it was read or a minute after (not its own, then:
+# a date the program printed); else when the agent read it, or its file was last written if earlier (``read_ns``).
+LINE_TIME = "CASE WHEN stamped BETWEEN read_ns - 86400000000000 AND read_ns + 60000000000 THEN stamped ELSE read_ns END"
+
+# The line a Ray 2.60 dashboard logs of each request it serves (aiohttp's access log, in Ray's format ``%a %t '%r' %s
+# %b bytes %D us '%{Referer}i' '%{User-Agent}i'``) ends with the client's User-Agent: raysight's on its own requests
+# (``config.USER_AGENT``), in SQL over ``text``.
+OWN_REQUEST = "contains(text, ' ''raysight/') AND regexp_matches(text, ' ''raysight/[^'' ]+''$')"
+
+# What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
+# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON
+# logging), its level, request, trace and span IDs; whether it is a dashboard's line of raysight's own request.
+LINE_FIELDS = {
+    "level": f"""CASE
+        WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
+                                                json_extract_string(text, '$.level')), ''))
+        ELSE coalesce(
+            CASE regexp_extract(text, '^\\[\\d{{4}}-\\d\\d-\\d\\d [0-9:,.]+ ([DIWEF]) \\d+ \\d+\\]', 1)
+                WHEN 'D' THEN 'DEBUG' WHEN 'I' THEN 'INFO' WHEN 'W' THEN 'WARNING' WHEN 'E' THEN 'ERROR'
+                WHEN 'F' THEN 'FATAL' END,
+            nullif(regexp_extract(text, '^(?:\\S+ \\S+\\t)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b', 1), ''))
+        END""",
+    **{
+        name: f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
+        for name in ("request_id", "trace_id", "span_id")
+    },
+    "own": OWN_REQUEST,
+}
+
+# Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
+# (``continued``), of a file (``file_key``: its device, inode, the agent's ID of its bytes) at ``byte_offset``. ``seq``
+# orders the lines as they were stored (what `raysight logs --follow` reads on from). ``raw`` keeps the bytes of a
+# line that is not UTF-8 (``text`` shows them with replacement characters). ``own`` flags a Ray dashboard's line of a
+# request raysight made (:data:`LINE_FIELDS`; false for the lines stored before schema 17).
+LOG_LINES = Table(
+    "log_lines",
+    columns(
+        seq="BIGINT",
+        session="VARCHAR",
+        host="VARCHAR",
+        file_key="VARCHAR",
+        name="VARCHAR",
+        stream="VARCHAR",
+        worker_id="VARCHAR",
+        pid="INTEGER",
+        job_id="VARCHAR",
+        task_name="VARCHAR",
+        actor_name="VARCHAR",
+        byte_offset="BIGINT",
+        ts_ns="BIGINT",
+        level="VARCHAR",
+        request_id="VARCHAR",
+        trace_id="VARCHAR",
+        span_id="VARCHAR",
+        continued="BOOLEAN",
+        marker="BOOLEAN",
+        text="VARCHAR",
+        raw="BLOB",
+    )
+    + [Column("own", "BOOLEAN", default="false", added=True)],
 )
-GAPS_SCHEMA = pa.schema(
-    [
-        ("session", pa.string()),
-        ("host", pa.string()),
-        ("file_key", pa.string()),
-        ("name", pa.string()),
-        ("start_offset", pa.int64()),
-        ("end_offset", pa.int64()),
-        ("why", pa.string()),
-    ]
+# Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
+LOG_FILES = Table(
+    "log_files",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        file_key="VARCHAR",
+        name="VARCHAR",
+        path="VARCHAR",
+        stream="VARCHAR",
+        worker_id="VARCHAR",
+        job_id="VARCHAR",
+        pid="INTEGER",
+        end_offset="BIGINT",
+        first_ns="BIGINT",
+        last_ns="BIGINT",
+    ),
+    key=("session", "host", "file_key"),
 )
+# Bytes an agent could not read (a file deleted before its end was read): shown by `raysight doctor`.
+LOG_GAPS = Table(
+    "log_gaps",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        file_key="VARCHAR",
+        name="VARCHAR",
+        start_offset="BIGINT",
+        end_offset="BIGINT",
+        why="VARCHAR",
+        received_at="TIMESTAMPTZ",
+    ),
+    key=("session", "host", "file_key", "start_offset"),
+)
+# Which trigrams each block of lines' text holds, and which blocks hold each file's lines (with their byte offsets and
+# times): what a query may skip (``store/log_index.py``).
+LOG_BLOCKS = Table("log_blocks", columns(block="BIGINT", grams="BIT"), key=("block",))
+LOG_FILE_BLOCKS = Table(
+    "log_file_blocks",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        file_key="VARCHAR",
+        block="BIGINT",
+        lines="BIGINT",
+        first_offset="BIGINT",
+        last_offset="BIGINT",
+        first_ns="BIGINT",
+        last_ns="BIGINT",
+    )
+    + [Column("bytes", "BIGINT", added=True)],  # (schema 10)
+    key=("session", "host", "file_key", "block"),
+)
+# What the server's log retention dropped of each file: its first ``lines``, through this offset and time.
+LOG_DROPPED = Table(
+    "log_dropped",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        file_key="VARCHAR",
+        lines="BIGINT",
+        through_offset="BIGINT",
+        through_ns="BIGINT",
+        why="VARCHAR",
+        dropped_at="TIMESTAMPTZ",
+    ),
+    key=("session", "host", "file_key"),
+)
+LOG_TABLES = [LOG_LINES, LOG_FILES, LOG_GAPS, LOG_BLOCKS, LOG_FILE_BLOCKS, LOG_DROPPED]
+
+# What a batch stages of them: a line less what the store reads from it (its time: LINE_TIME; LINE_FIELDS) and numbers
+# it by, with when it was read, the agent's UTC offset and its raw bytes as base64; a file's end less the times it was
+# read first and last, with when it was this time; a gap less when it came.
+READ_NS = Column("read_ns", "BIGINT")
+LINES_SCHEMA = LOG_LINES.arrow_schema(
+    omit=("seq", "ts_ns", *LINE_FIELDS, "raw"),
+    add=[READ_NS, Column("utc_offset_s", "INTEGER"), Column("raw", "VARCHAR")],
+)
+FILES_SCHEMA = LOG_FILES.arrow_schema(omit=("first_ns", "last_ns"), add=[READ_NS])
+GAPS_SCHEMA = LOG_GAPS.arrow_schema(omit=("received_at",))
 
 
 @dataclass(frozen=True)
@@ -296,42 +401,3 @@ def _gaps(gaps: list[wire.LogGap] | None, host: str | None) -> dict[str, list[An
         rows["end_offset"].append(int_field(gap["end"], f"{where}: end", optional=True))
         rows["why"].append(text_field(gap["why"], f"{where}: why"))
     return rows
-
-
-# When a line says it was written, in SQL over ``text`` and ``utc_offset_s`` (the agent's, for the local time Ray
-# writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
-# line has none (a task's prints) or the agent sent no offset.
-_JSON = "left(text, 1) = '{' AND json_valid(text)"
-_STAMP = r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
-STAMPED_NS = (
-    f"epoch_ns(try_strptime(nullif(coalesce(CASE WHEN {_JSON} THEN json_extract_string(text, '$.asctime') END, "
-    f"regexp_extract(text, '{_STAMP}', 1)), ''), '%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
-)
-# A line's time: its stamp, unless that is more than a day before it was read or a minute after (not its own, then:
-# a date the program printed); else when the agent read it, or its file was last written if earlier (``read_ns``).
-LINE_TIME = "CASE WHEN stamped BETWEEN read_ns - 86400000000000 AND read_ns + 60000000000 THEN stamped ELSE read_ns END"
-
-# The line a Ray 2.60 dashboard logs of each request it serves (aiohttp's access log, in Ray's format ``%a %t '%r' %s
-# %b bytes %D us '%{Referer}i' '%{User-Agent}i'``) ends with the client's User-Agent: raysight's on its own requests
-# (``config.USER_AGENT``), in SQL over ``text``.
-OWN_REQUEST = "contains(text, ' ''raysight/') AND regexp_matches(text, ' ''raysight/[^'' ]+''$')"
-
-# What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
-# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON
-# logging), its level, request, trace and span IDs; whether it is a dashboard's line of raysight's own request.
-LINE_FIELDS = {
-    "level": f"""CASE
-        WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
-                                                json_extract_string(text, '$.level')), ''))
-        ELSE coalesce(
-            CASE regexp_extract(text, '^\\[\\d{{4}}-\\d\\d-\\d\\d [0-9:,.]+ ([DIWEF]) \\d+ \\d+\\]', 1)
-                WHEN 'D' THEN 'DEBUG' WHEN 'I' THEN 'INFO' WHEN 'W' THEN 'WARNING' WHEN 'E' THEN 'ERROR'
-                WHEN 'F' THEN 'FATAL' END,
-            nullif(regexp_extract(text, '^(?:\\S+ \\S+\\t)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b', 1), ''))
-        END""",
-    **{
-        name: f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
-        for name in ("request_id", "trace_id", "span_id")
-    },
-    "own": OWN_REQUEST,
-}

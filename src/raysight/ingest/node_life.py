@@ -1,7 +1,7 @@
 """A node agent's sightings of its Ray processes (``POST /ingest/agent/node-life``): checked, and turned into rows.
 Pure.
 
-The agent (``agent/node_life.py``) sends JSON (``wire.NodeLife``), one object a change it saw::
+The agent (``agent/node_watch.py``) sends JSON (``wire.NodeLife``), one object a change it saw::
 
     {"host": "node-1",
      "sightings": [{"session": "session_…", "process": "raylet", "node_id": "<56 hex digits>", "pid": 997,
@@ -21,21 +21,28 @@ import pyarrow as pa
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import agent_batch, int_field, session_field
+from raysight.tables import Table, arrow_rows, columns
 
 PROCESSES = ("raylet", "gcs_server")
 MAX_SIGHTINGS = 10_000
 _NODE_ID = re.compile(r"[0-9a-f]{56}")
-SCHEMA = pa.schema(
-    [
-        ("session", pa.string()),
-        ("process", pa.string()),
-        ("node_id", pa.string()),
-        ("pid", pa.int64()),
-        ("alive", pa.bool_()),
-        ("ns", pa.int64()),
-        ("last_alive_ns", pa.int64()),
-    ]
+# What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host: running
+# with ``pid``, or gone (``alive`` false; ``last_alive_ns``: when last known running). Raw input.
+NODE_EVIDENCE = Table(
+    "node_evidence",
+    columns(
+        session="VARCHAR",
+        host="VARCHAR",
+        process="VARCHAR",
+        node_id="VARCHAR",
+        pid="BIGINT",
+        alive="BOOLEAN",
+        ns="BIGINT",
+        last_alive_ns="BIGINT",
+    ),
+    key=("session", "host", "process", "node_id"),
 )
+SCHEMA = NODE_EVIDENCE.arrow_schema(omit=("host",))  # a batch's sightings (all of its one host)
 
 
 def _sighting(sent: Any, where: str) -> dict[str, Any]:
@@ -73,4 +80,4 @@ def parse(body: bytes) -> tuple[str, pa.Table]:
         key = (row["session"], row["process"], row["node_id"])
         if key not in newest or row["ns"] > newest[key]["ns"]:
             newest[key] = row
-    return host, pa.Table.from_pylist(list(newest.values()), schema=SCHEMA)
+    return host, arrow_rows(list(newest.values()), SCHEMA)

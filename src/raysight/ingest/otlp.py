@@ -28,6 +28,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest import otlp_count
+from raysight.tables import Table, columns
 
 KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
 STATUSES = {v: k.removeprefix("STATUS_CODE_").lower() for k, v in Status.StatusCode.items()}
@@ -45,11 +46,55 @@ ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
     "request_id": wire.ATTR_SERVE_REQUEST_ID,
 }
 _COLUMN_OF = {name: column for column, name in ID_COLUMNS.items()}
-COLUMNS = (
-    "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "status", "status_message",
-    "service", "session", "job_id", "node_id", "worker_id", "pid", "task_id", "attempt", "actor_id", "request_id",
-    "attributes", "events", "links", "resource_id", "scope",
-)  # fmt: skip
+# Trace spans as OTLP brought them (raw input): each once, however often it was sent
+SPANS = Table(
+    "spans",
+    columns(
+        trace_id="VARCHAR",
+        span_id="VARCHAR",
+        parent_span_id="VARCHAR",
+        name="VARCHAR",
+        kind="VARCHAR",
+        start_ns="BIGINT",
+        end_ns="BIGINT",
+        status="VARCHAR",
+        status_message="VARCHAR",
+        service="VARCHAR",
+        session="VARCHAR",
+        job_id="VARCHAR",
+        node_id="VARCHAR",
+        worker_id="VARCHAR",
+        pid="BIGINT",
+        task_id="VARCHAR",
+        attempt="INTEGER",
+        actor_id="VARCHAR",
+        request_id="VARCHAR",
+        attributes="JSON",
+        events="JSON",
+        links="JSON",
+        resource_id="VARCHAR",
+        scope="VARCHAR",
+    ),
+    key=("trace_id", "span_id"),
+)
+# Each resource's attributes once, by the digest its spans name (:func:`resource_id`)
+SPAN_RESOURCES = Table("span_resources", columns(resource_id="VARCHAR", attributes="JSON"), key=("resource_id",))
+# How each task attempt's execution ended, as raysight's span of it says: when, and the error it raised, if it did
+# ("Type: message"); what its outcome is inferred from when Ray never sent it (``store/reconcile.py``). Raw input, kept
+# apart from the spans, which tail sampling may delete and a server may not keep at all.
+ATTEMPT_ENDS = Table(
+    "attempt_ends",
+    columns(
+        session="VARCHAR",
+        task_id="VARCHAR",
+        attempt="INTEGER",
+        trace_id="VARCHAR",
+        span_id="VARCHAR",
+        end_ns="BIGINT",
+        error="VARCHAR",
+    ),
+    key=("session", "task_id", "attempt"),
+)
 
 
 @dataclass(frozen=True)

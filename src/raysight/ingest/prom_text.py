@@ -35,6 +35,7 @@ from raysight import wire
 from raysight.errors import BadIngest, TooMany
 from raysight.ingest.agent_logs import int_field, json_object, session_field, text_field
 from raysight.ingest.otlp import INT64_MAX
+from raysight.tables import Column, Table, columns
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)
 # Lines of one page: 25 times the ~2,000 of a Ray head's with Serve running; a first scrape of 50,000 new series
@@ -47,6 +48,39 @@ TARGET_LABELS = ("instance", "job")
 MAX_TARGET_LABELS = 16
 SEPARATORS = ("\x00", "\x01")  # what :data:`SERIES` puts between a series' labels (and its unescaping uses)
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+# The scrapes kept (raw input). Each series once: a small number (``series_no``, what a sample carries: 4 bytes that
+# compress), its canonical ID (a digest of session, name and labels: :data:`SERIES`), name and labels. Each scrape of
+# a target is kept (a series it no longer exposes is stale from then on, as Prometheus's staleness marker says).
+METRIC_SERIES = Table(
+    "metric_series",
+    columns(series_no="INTEGER")
+    + [Column("series_id", "UBIGINT", unique=True)]
+    + columns(session="VARCHAR", name="VARCHAR", labels="MAP(VARCHAR, VARCHAR)", instance="VARCHAR", job="VARCHAR"),
+    key=("series_no",),
+    sequences=("metric_series_no",),
+)
+METRIC_SAMPLES = Table("metric_samples", columns(series_no="INTEGER", ts_ms="BIGINT", value="DOUBLE"))
+METRIC_SCRAPES = Table(
+    "metric_scrapes", columns(session="VARCHAR", instance="VARCHAR", job="VARCHAR", ts_ms="BIGINT", samples="INTEGER")
+)
+METRIC_METADATA = Table(
+    "metric_metadata",
+    columns(session="VARCHAR", name="VARCHAR", type="VARCHAR", help="VARCHAR"),
+    key=("session", "name"),
+)
+# What the bounds on metrics cost each session (``store/metric_retention.py``): the series refused past the limit and
+# their samples dropped since; the samples the retention dropped, through when, and why.
+METRIC_REFUSED = Table(
+    "metric_refused", columns(session="VARCHAR", series="BIGINT", samples="BIGINT", last_ms="BIGINT"), key=("session",)
+)
+METRIC_DROPPED = Table(
+    "metric_dropped",
+    columns(session="VARCHAR", samples="BIGINT", through_ms="BIGINT", why="VARCHAR", dropped_at="TIMESTAMPTZ"),
+    key=("session",),
+)
+METRIC_TABLES = [METRIC_SERIES, METRIC_SAMPLES, METRIC_SCRAPES, METRIC_METADATA, METRIC_REFUSED, METRIC_DROPPED]
 
 
 @dataclass(frozen=True)

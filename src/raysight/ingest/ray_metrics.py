@@ -12,8 +12,27 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from raysight.tables import Table, columns
+
 PREFIX = "ray_aggregator_agent_"
 SAMPLE_SUFFIX = {"counter": "_total", "gauge": ""}  # the kinds kept, and how a sample's name extends its family's
+
+
+# What the aggregators reported, per agent process (``source``): a counter keeps the greatest value seen, a gauge the
+# latest (``Store.record_ray_metrics``); a sample is a row but for when it was kept
+RAY_REPORTED = Table(
+    "ray_reported",
+    columns(
+        session="VARCHAR",
+        source="VARCHAR",
+        metric="VARCHAR",
+        event_type="VARCHAR",
+        kind="VARCHAR",
+        value="DOUBLE",
+        updated_at="TIMESTAMPTZ",
+    ),
+    key=("session", "source", "metric", "event_type"),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.agent_logs import int_field, json_object, session_field
 from raysight.ingest.ray_events import Key, Patch
+from raysight.tables import Column, Table, arrow_rows, columns
 
 
 def _text(row: dict[str, Any], key: str) -> str:
@@ -75,14 +76,40 @@ KINDS = {
 }
 STATUS: Final = "cluster_status"  # (wire.RayState's)
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
-SCHEMA = pa.schema(
-    [
-        ("resource", pa.string()),
-        ("id", pa.string()),
-        ("state", pa.string()),
-        ("row", pa.string()),
-    ]
+# What the polls found (raw input): each entity's last row as Ray gave it, when first and last polled, its state then
+# and every change of it (a sampled resource holds the last poll's rows only); what the cluster had and what waited
+# for it (the dashboard's cluster status: usage and demand), each poll; how each resource's polls went: the last that
+# succeeded, with its rows, and the last error (`raysight doctor`).
+POLLED = Table(
+    "polled",
+    columns(
+        session="VARCHAR",
+        resource="VARCHAR",
+        id="VARCHAR",
+        first_ns="BIGINT",
+        last_ns="BIGINT",
+        state="VARCHAR",
+        row="JSON",
+    )
+    + [Column("history", {"ts": "BIGINT", "state": "VARCHAR"}, "union")],
+    key=("session", "resource", "id"),
 )
+CLUSTER_STATUS = Table("cluster_status", columns(session="VARCHAR", ns="BIGINT", status="JSON"), key=("session", "ns"))
+POLLS = Table(
+    "polls",
+    columns(
+        session="VARCHAR",
+        resource="VARCHAR",
+        last_ok_ns="BIGINT",
+        rows="BIGINT",
+        last_error="VARCHAR",
+        last_error_ns="BIGINT",
+    ),
+    key=("session", "resource"),
+)
+POLL_TABLES = [POLLED, CLUSTER_STATUS, POLLS]
+# A poll's rows as staged: the store adds the session, the times and the history
+SCHEMA = POLLED.arrow_schema(omit=("session", "first_ns", "last_ns", "history"))
 
 
 @dataclass(frozen=True)
@@ -173,7 +200,7 @@ def parse(body: bytes) -> Poll:
     return Poll(
         session,
         polled_ns,
-        pa.Table.from_pylist(rows, schema=SCHEMA),
+        arrow_rows(rows, SCHEMA),
         fetched,
         {k: v[:2000] for k, v in errors.items()},
         status_json,

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from raysight import wire
 from raysight.instrument import ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
+from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK, SETUP_HOOK, SETUP_HOOK_KEY
 from raysight.instrument.ray_ids import RayIds
-from raysight.instrument.settings import ENV_HOOK, RAY_ENV_HOOK, SETUP_HOOK, SETUP_HOOK_KEY
 from raysight.settings import (
     ENV_CHAINED_ENV_HOOK,
     ENV_CHAINED_SETUP_HOOK,

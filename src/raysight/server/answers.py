@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from raysight.errors import RaysightError
-from raysight.server.state import AppState
+from raysight.server.app_state import AppState
 
 JSON = "application/json"
 

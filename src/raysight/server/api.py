@@ -14,9 +14,9 @@ from starlette.responses import Response
 from raysight import __version__, units, wire
 from raysight.errors import BadQuery
 from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_json, rendered, streamed
+from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
-from raysight.server.state import app_state
 from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import timeline as timeline_sql

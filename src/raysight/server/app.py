@@ -17,12 +17,12 @@ from raysight import wire
 from raysight.errors import RaysightError
 from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.answers import raysight_error
+from raysight.server.app_state import AppState, BodyBudget, Metrics, app_state
 from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder
 from raysight.server.guard import Guard
 from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.routing import Access, envelope_of, route
-from raysight.server.state import AppState, BodyBudget, Metrics, app_state
 from raysight.settings import Settings
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_NICENESS, Writer

@@ -39,11 +39,11 @@ from raysight.ingest.batch_shape import array_length
 from raysight.ingest.ids import SESSION_NAME
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.answers import raysight_error
+from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
 from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.routing import Access, route
-from raysight.server.state import app_state
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS
 from raysight.store.queries import latest_session
 from raysight.store.store import MAX_LOG_LINES, Store

@@ -22,15 +22,20 @@ from starlette.responses import JSONResponse, Response
 
 from raysight import wire
 from raysight.errors import BadQuery, NotFound, QueryFailed, QueryTimeout, RaysightError, Unavailable
+from raysight.promql.budget import Budget
+from raysight.promql.evaluator import evaluate
+from raysight.promql.matchers import Matcher, selector_matchers
+from raysight.promql.parse import duration_s, parse, shortened
+from raysight.promql.source import LOOKBACK_MS
+from raysight.promql.values import Matrix, Scalar, Series, String, Value, Vector, number_text
 from raysight.server.answers import answer
+from raysight.server.app_state import app_state
 from raysight.server.ingest_routes import read_body
 from raysight.server.routing import FORM_TYPES, Access, route
-from raysight.server.state import app_state
-from raysight.store import metrics_query, promql, queries
-from raysight.store.promql import Budget, Matcher
+from raysight.store import metrics_query, queries
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
-MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql.MAX_QUERY_CHARS)
+MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql/parse.py's MAX_QUERY_CHARS)
 MAX_SECONDS = 1e13  # a time or step, in seconds (year ~318,900): its milliseconds, and sums of them, fit in int64
 # Prometheus's types of the errors it answers with (``web/api/v1/api.go``), of each of raysight's that has one; a
 # 500 is "internal", any other error the caller's ("bad_data")
@@ -66,7 +71,7 @@ def _seconds(value: str | None, name: str, what: str, other: Callable[[str], flo
         except (ValueError, RuntimeError, OverflowError):
             seconds = math.nan  # (refused below)
     if not abs(seconds) <= MAX_SECONDS:  # (NaN too)
-        raise BadQuery(f'invalid parameter "{name}": cannot parse "{promql.shortened(value)}" to a valid {what}')
+        raise BadQuery(f'invalid parameter "{name}": cannot parse "{shortened(value)}" to a valid {what}')
     return seconds
 
 
@@ -77,7 +82,7 @@ def _time(value: str | None, name: str) -> float:
 
 def _duration(value: str | None, name: str) -> float:
     """A duration as Prometheus takes it: seconds or ``5m``, ``1h30m``."""
-    return _seconds(value, name, "duration", lambda d: float(promql.pp.parse_duration(d).total_seconds()))
+    return _seconds(value, name, "duration", duration_s)
 
 
 async def _params(request: Request) -> QueryParams:
@@ -109,20 +114,20 @@ def _sorted(labels: dict[str, str]) -> dict[str, str]:
     return dict(sorted(labels.items()))  # (as Prometheus's label sets are)
 
 
-def _answer(value: promql.Value, steps: np.ndarray, instant: bool, budget: Budget) -> tuple[str, list[bytes]]:
+def _answer(value: Value, steps: np.ndarray, instant: bool, budget: Budget) -> tuple[str, list[bytes]]:
     """The answer's result type, and the JSON of each element of its result."""
     seconds = (steps / 1000).tolist()
-    if isinstance(value, promql.Scalar):
+    if isinstance(value, Scalar):
         if instant:
-            return "scalar", [orjson.dumps(seconds[0]), orjson.dumps(promql.number_text(value.values[0]))]
-        value = promql.Vector([promql.Series({}, value.values)])
-    if isinstance(value, promql.String):
+            return "scalar", [orjson.dumps(seconds[0]), orjson.dumps(number_text(value.values[0]))]
+        value = Vector([Series({}, value.values)])
+    if isinstance(value, String):
         return "string", [orjson.dumps(seconds[0]), orjson.dumps(value.value)]
-    if isinstance(value, promql.Matrix):
+    if isinstance(value, Matrix):
         return "matrix", [_series(labels, (ts / 1000).tolist(), vs, budget) for labels, ts, vs in value.series]
     if instant:
         return "vector", [
-            orjson.dumps({"metric": _sorted(s.labels), "value": [seconds[0], promql.number_text(s.values[0])]})
+            orjson.dumps({"metric": _sorted(s.labels), "value": [seconds[0], number_text(s.values[0])]})
             for s in value.series
             if not math.isnan(s.values[0])
         ]
@@ -134,7 +139,7 @@ def _series(labels: dict[str, str], seconds: list[float], values: np.ndarray, bu
     """A series of a matrix as JSON (empty when it has no point): one at a time, so that no rendering call holds
     the GIL long, nor the objects of every point at once."""
     budget.check()
-    points = [[t, promql.number_text(v)] for t, v in zip(seconds, values.tolist()) if v == v]  # (NaN: no point)
+    points = [[t, number_text(v)] for t, v in zip(seconds, values.tolist()) if v == v]  # (NaN: no point)
     return orjson.dumps({"metric": _sorted(labels), "values": points}) if points else b""
 
 
@@ -163,7 +168,7 @@ async def _evaluate(
         default = source.default_at_ms() if start is None or end is None else 0
         start_ms = default if start is None else round(start * 1000)
         end_ms = default if end is None else round(end * 1000)
-        value = promql.evaluate(query, source, start_ms, end_ms, step_ms, budget)
+        value = evaluate(query, source, start_ms, end_ms, step_ms, budget)
         result = _answer(value, np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64), instant, budget)
         return _body(*result, _dropped_warnings(source.dropped(), start_ms))
 
@@ -182,7 +187,7 @@ async def _evaluate(
 
 def _dropped_warnings(dropped: tuple[int, str] | None, start_ms: int) -> list[str]:
     """A warning when the retention dropped samples from where the query looks: its start, less the lookback."""
-    if dropped is None or dropped[0] < start_ms - promql.LOOKBACK_MS:
+    if dropped is None or dropped[0] < start_ms - LOOKBACK_MS:
         return []
     through = datetime.fromtimestamp(dropped[0] / 1000, tz=UTC).isoformat(timespec="seconds")
     return [f"samples through {through} were {dropped[1]}: the answer lacks them"]
@@ -224,10 +229,10 @@ def _match_sets(params: QueryParams) -> list[list[Matcher]]:
     """The ``match[]`` selectors, each a list of matchers."""
     sets = []
     for selector in params.getlist("match[]"):
-        node = promql.parse(selector)
+        node = parse(selector)
         if type(node).__name__ != "VectorSelector":
-            raise BadQuery(f'invalid parameter "match[]": "{promql.shortened(selector)}" is not a series selector')
-        sets.append(promql._matchers(node))
+            raise BadQuery(f'invalid parameter "match[]": "{shortened(selector)}" is not a series selector')
+        sets.append(selector_matchers(node))
     return sets
 
 

@@ -17,9 +17,9 @@ from starlette.responses import PlainTextResponse, Response
 from raysight import wire
 from raysight.errors import BadQuery, RaysightError
 from raysight.server.answers import ROWS, answer, pieces, rendered, streamed
+from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, int_param
 from raysight.server.routing import Access, route
-from raysight.server.state import app_state
 from raysight.store import queries, summaries
 from raysight.store.filters import Filter
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import orjson
 
 from raysight.ingest.ids import RFC3339_UTC
+from raysight.ingest.ray_event_tables import APPEND_TABLES
+from raysight.ingest.ray_event_tables import TASKS as TASK_TABLE
 from raysight.ingest.ray_events import HANDLERS
 from raysight.sql_literals import sql_in, sql_list, sql_str
-from raysight.store import schema
 from raysight.store.statements import Macro, Query, Stage
 
 # A task attempt's end states, as Ray reports them: the one definition (the store's inference reads it too)
@@ -455,14 +456,14 @@ _TASK_ROWS = f"""
     FROM {PROFILE.name}"""
 TASKS = Stage(
     "staged_tasks",
-    schema.TASKS.aggregate_sql(_TASK_ROWS, "seq"),
+    TASK_TABLE.aggregate_sql(_TASK_ROWS, "seq"),
     about="one row per task attempt, merged by the columns' rules",
 )
 
 
 def _appended(table: str, stage: Stage) -> Query:
     """The rows of ``stage`` appended to ``table``, in its columns' order."""
-    columns = ", ".join(c.name for c in schema.APPEND_TABLES[table].columns)
+    columns = ", ".join(c.name for c in APPEND_TABLES[table].columns)
     return Query(table, f"INSERT INTO {table} SELECT {columns} FROM {stage.name}", about=f"{stage.about}, appended")
 
 

@@ -1,6 +1,6 @@
 """One batch's Python-folded patches combined into one row per entity key, with the schema's merge rules. Pure.
 
-The SQL-folded task tables get the same rules from :meth:`raysight.store.schema.Column.aggregate_sql`.
+The SQL-folded task tables get the same rules from :meth:`raysight.tables.Column.aggregate_sql`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The metrics a session's scrapes stored (``metric_series``, ``metric_samples``, ``metric_scrapes``), read for PromQL
-(``store/promql.py``) and for Prometheus's series, labels and metadata APIs."""
+(``raysight/promql/``) and for Prometheus's series, labels and metadata APIs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from raysight.promql.budget import SERIES_COST, Budget
+from raysight.promql.matchers import Matcher
+from raysight.promql.source import LOOKBACK_MS, NEVER, Samples
+from raysight.promql.values import NAME
 from raysight.store import metric_downsample
-from raysight.store.promql import LOOKBACK_MS, NAME, NEVER, SERIES_COST, Budget, Matcher, Samples
 
 SERIES_CHUNK = 10_000  # series matched at a time (between checks of a query's budget)
 
@@ -20,7 +23,7 @@ def _labelled(name: str, labels: dict[str, str]) -> dict[str, str]:
 
 
 class SessionMetrics:
-    """A :class:`raysight.store.promql.Source` over one session's stored metrics."""
+    """A :class:`raysight.promql.source.Source` over one session's stored metrics, in DuckDB."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, session: str) -> None:
         self.con, self.session = con, session

@@ -11,8 +11,10 @@ from typing import Any
 import duckdb
 
 from raysight.errors import QueryFailed, QueryTimeout, Unavailable
+from raysight.promql.budget import Budget
+from raysight.promql.evaluator import evaluate
+from raysight.promql.values import Vector
 from raysight.settings import QueryLimits
-from raysight.store import promql
 from raysight.store.metrics_query import SessionMetrics
 
 # What each process used at the moment (a rate over the last minute for CPU): key -> PromQL
@@ -44,13 +46,13 @@ LEFT JOIN actors a ON a.session = $session AND a.worker_id = ids.worker_id
 
 def _at(source: SessionMetrics, expr: str, at_ms: int, limits: QueryLimits) -> list[tuple[dict[str, str], float]]:
     try:
-        value = promql.evaluate(expr, source, at_ms, at_ms, 1, promql.Budget(limits))
+        value = evaluate(expr, source, at_ms, at_ms, 1, Budget(limits))
     except (QueryFailed, QueryTimeout) as exc:  # (the server's query budget: a session of too many processes to rank)
         raise Unavailable(
             f"ranking the processes goes over the server's query budget ({exc}); raise "
             "--query-max-samples or --query-timeout"
         ) from None
-    assert isinstance(value, promql.Vector)
+    assert isinstance(value, Vector)
     return [(s.labels, float(s.values[0])) for s in value.series if not math.isnan(s.values[0])]
 
 

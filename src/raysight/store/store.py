@@ -48,6 +48,7 @@ from raysight.store.event_stages import SUPPORTED_TYPES
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
 from raysight.store.statements import Stage
+from raysight.tables import arrow_rows
 
 sql_log = logging.getLogger("raysight.store.sql")
 _INSERTED = "inserted_keys"  # the keys an upsert inserted (an Arrow table), which its merge leaves out
@@ -67,12 +68,11 @@ COUNTERS = (
     *("traces_sampled_out", "spans_sampled_out"),
 )
 MAX_LOG_LINES = 200_000  # in one agent batch
-_SPAN_TYPES = {"start_ns": pa.int64(), "end_ns": pa.int64(), "pid": pa.int64(), "attempt": pa.int32()}
-SPAN_SCHEMA = pa.schema([(name, _SPAN_TYPES.get(name, pa.string())) for name in otlp.COLUMNS])
+SPAN_SCHEMA = otlp.SPANS.arrow_schema()
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
 MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
 MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
-SAMPLES_SCHEMA = pa.schema([("series_no", pa.int32()), ("ts_ms", pa.int64()), ("value", pa.float64())])
+SAMPLES_SCHEMA = prom_text.METRIC_SAMPLES.arrow_schema()
 # The tables of raw input kept per session (beside the folds): what deleting a session deletes
 SESSION_TABLES = (
     "raw_events",
@@ -239,7 +239,7 @@ class Store:
     def _migrate(self) -> None:
         """Create the schema, or upgrade an older one (recorded in ``meta.schema_version``): in place, then, below
         :data:`schema.REWRITE_BELOW`, by a rewrite into a new file; the oldest are refolded from their raw events."""
-        self.con.execute(schema.RAW_DDL[0])
+        self.con.execute(schema.META.ddl())
         row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         found = int(row[0]) if row else None
         if found is not None and found > schema.SCHEMA_VERSION:
@@ -462,11 +462,11 @@ class Store:
                     resources[row["resource_id"]] = text
             (rows if export.get("keep", True) else passing).extend(export["spans"])
             resources.update(export["resources"])
-        spans = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
-        seen = pa.concat_tables([spans, pa.Table.from_pylist(passing, schema=SPAN_SCHEMA)])
+        spans = arrow_rows(rows, SPAN_SCHEMA)
+        seen = pa.concat_tables([spans, arrow_rows(passing, SPAN_SCHEMA)])
         del rows, passing
         sessions = pc.unique(spans["session"].drop_null()).to_pylist()
-        kept = pa.table({"resource_id": list(resources), "attributes": list(resources.values())})
+        kept = pa.table([list(resources), list(resources.values())], schema=otlp.SPAN_RESOURCES.arrow_schema())
         with (
             self._one_thread(self.con),
             self._transaction(),
@@ -680,7 +680,7 @@ class Store:
     def _upsert_patches(self, patches: Iterable[tuple[str, Key, Patch]]) -> None:
         """Fold ``patches`` (in arrival order) into their entity tables."""
         for name, folded in fold(patches).items():
-            staged = pa.Table.from_pylist(folded, schema=schema.FOLDED_TABLES[name].arrow_schema)
+            staged = arrow_rows(folded, schema.FOLDED_TABLES[name].arrow_schema())
             with self._registered(f"arrow_{name}", staged):
                 self._upsert(name, f"arrow_{name}")
 
@@ -843,7 +843,7 @@ class Store:
         table."""
         kept_of: list[int] = []
         staged: dict[Any, _Target] = {}  # what the transaction adds to the targets, theirs once it commits
-        samples: dict[str, list[Any]] = {"series_no": [], "ts_ms": [], "value": []}
+        samples: dict[str, list[Any]] = {name: [] for name in SAMPLES_SCHEMA.names}
         done: list[tuple[str, str, str, int, int]] = []
         refused: dict[str, list[int]] = {}  # session -> [series refused, samples dropped, last scrape's ms]
         with self._transaction():

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from raysight.agent import node_life
-from raysight.agent.node_life import GCS, RAYLET, NodeWatch, Sighting, parse_cmdline
+from raysight.agent import node_watch
+from raysight.agent.node_watch import GCS, RAYLET, NodeWatch, Sighting, parse_cmdline
 
 NODE = "172040bcbcb9d9d2ded7d73fe9bd3986b75298578103ebb1707f5109"
 OTHER = "9" * 56
@@ -42,14 +42,14 @@ def test_running_finds_a_raylet_by_its_command_line(tmp_path: Path) -> None:
     proc = subprocess.Popen(args)
     try:
         deadline = time.monotonic() + 10
-        while node_life.running().get((SESSION, RAYLET, NODE)) != proc.pid:
+        while node_watch.running().get((SESSION, RAYLET, NODE)) != proc.pid:
             assert proc.poll() is None, f"the stand-in raylet exited with {proc.returncode}"
             assert time.monotonic() < deadline, Path(f"/proc/{proc.pid}/cmdline").read_bytes()
             time.sleep(0.05)
     finally:
         proc.kill()
         proc.wait()
-    assert (SESSION, RAYLET, NODE) not in node_life.running()
+    assert (SESSION, RAYLET, NODE) not in node_watch.running()
 
 
 def session_dir(ray_dir: Path, *nodes: str, gcs_of: str | None = None, quiet_s: float = 0) -> Path:
@@ -86,7 +86,7 @@ def test_a_process_seen_running_is_gone_as_soon_as_it_is_not_seen(tmp_path: Path
 
 
 def test_a_process_never_seen_is_gone_only_once_its_sessions_logs_are_quiet(tmp_path: Path) -> None:
-    directory = session_dir(tmp_path, NODE, gcs_of=NODE, quiet_s=node_life.QUIET_S - 5)
+    directory = session_dir(tmp_path, NODE, gcs_of=NODE, quiet_s=node_watch.QUIET_S - 5)
     now = time.time_ns()
     assert NodeWatch(tmp_path).look([SESSION], now, {}) == []  # may be starting, or beyond this agent's sight
     later = now + 10 * 10**9

@@ -126,7 +126,7 @@ class AppState:
     forwarding: Forwarding = field(default_factory=Forwarding)
     forwarder: Forwarder | None = None  # spans sent on to another backend (``forwarding``)
     resends: Resends = field(default_factory=Resends)
-    query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``store/promql.py``)
+    query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``raysight/promql/``)
     queries: asyncio.Semaphore = field(init=False)  # the PromQL queries evaluated at once
 
     def __post_init__(self) -> None:
