@@ -1,9 +1,9 @@
 """How a group of POSTs (or, when reindexing, a chunk of the raw events) is folded: its statements, in order.
 
-Each stage makes one temporary relation from the stages before it, in one statement (:mod:`raysight.store.
-event_stages`); the store (``store/store.py``) runs them in the order of these groups, with its own writes between
-them: after ``staged_tasks`` and ``staged_sessions`` it merges their rows into the entity tables, after the appends
-it folds the Python-folded types' patches, and last it re-derives what is inferred of the group's sessions
+Each stage makes one temporary relation from the stages before it, in one statement (``store/event_stages.py``);
+the store (``store/store.py``) runs them in the order of these groups, with its own writes between them: after
+``staged_tasks`` and ``staged_sessions`` it merges their rows into the entity tables, after the appends it folds the
+Python-folded types' patches, and last it re-derives what is inferred of the group's sessions
 (:data:`raysight.store.reconcile.RECONCILE`). The input that is not a stage is an Arrow table the store registers:
 ``staged_posts`` (the POST bodies). With several cores, POSTS and EVENTS run on another connection while the group
 before is written (``Store.parse``), into a table of the in-memory ``staging`` database that the store's connections
