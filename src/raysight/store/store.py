@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import threading
 import time
@@ -48,9 +47,9 @@ from raysight.store.event_stages import SUPPORTED_TYPES
 from raysight.store.fold import fold
 from raysight.store.reconcile import reconcile
 from raysight.store.statements import Stage
+from raysight.store.tx import Tx
 from raysight.tables import arrow_rows
 
-sql_log = logging.getLogger("raysight.store.sql")
 _INSERTED = "inserted_keys"  # the keys an upsert inserted (an Arrow table), which its merge leaves out
 
 REINDEX_CHUNK = 100_000
@@ -61,12 +60,6 @@ ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
-COUNTERS = (
-    *("received", "stored", "deduplicated", "quarantined", "unsupported", "batches", "resent_batches"),
-    *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
-    *("spans", "spans_deduplicated", "span_batches", "spans_rejected", "spans_dropped_at_source"),
-    *("traces_sampled_out", "spans_sampled_out"),
-)
 MAX_LOG_LINES = 200_000  # in one agent batch
 SPAN_SCHEMA = otlp.SPANS.arrow_schema()
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
@@ -255,14 +248,14 @@ class Store:
         else:
             versions = range(reached + 1 if found is None else found + 1, reached + 1)
             statements = [sql for version in versions for sql in schema.MIGRATIONS.get(version, [])]
-        with self._transaction() as con:
+        with self.transaction() as tx:
             for statement in statements + schema.all_ddl():
                 # An old storage format refuses zstd (v0.10.2's, DuckDB's default before 2.0): in place, the DDL goes
                 # without it, and the rewrite adds it.
-                con.execute(statement.replace(schema.ZSTD, "") if rewrite else statement)
+                tx.run(statement.replace(schema.ZSTD, "") if rewrite else statement)
             for statement in catalog.created():  # (after the tables, which DuckDB binds a macro's body to)
-                con.execute(statement)
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(reached)])
+                tx.run(statement)
+            tx.run("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(reached)])
         if rewrite:
             self._rewrite()
             self._migrate()  # on from REWRITE_BELOW, in place
@@ -290,7 +283,7 @@ class Store:
             tables = self.con.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [old]
             ).fetchall()
-            with self._transaction() as con:
+            with self.transaction() as tx:
                 for (name,) in tables:  # the columns the current DDL keeps (raw_events' key went in schema 6)
                     (columns,) = self._one(
                         """SELECT string_agg('"' || column_name || '"', ', ') FROM duckdb_columns()
@@ -299,8 +292,8 @@ class Store:
                                WHERE database_name = 'rewrite' AND schema_name = 'main' AND table_name = ?)""",
                         [old, name, name],
                     )
-                    con.execute(f'INSERT INTO rewrite.main.{name} BY NAME SELECT {columns} FROM "{old}".main.{name}')
-                con.execute(
+                    tx.run(f'INSERT INTO rewrite.main.{name} BY NAME SELECT {columns} FROM "{old}".main.{name}')
+                tx.run(
                     "UPDATE rewrite.main.meta SET value = ? WHERE key = 'schema_version'", [str(schema.REWRITE_BELOW)]
                 )
             self.con.execute("CHECKPOINT rewrite")
@@ -316,17 +309,26 @@ class Store:
         _fsync(self.data_dir)
         self.con = self._open()
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The writer's connection (the writer thread's alone)."""
+        return self.tx.con
+
+    @con.setter
+    def con(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.tx = Tx(con)
+
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """BEGIN … COMMIT, or ROLLBACK when anything in the block raises."""
+    def transaction(self) -> Iterator[Tx]:
+        """BEGIN … COMMIT on the writer's connection, or ROLLBACK when anything in the block raises."""
         self.con.execute("BEGIN")
         try:
-            yield self.con
+            yield self.tx
         except BaseException:
             with contextlib.suppress(duckdb.Error):  # what failed may have ended the transaction: say what it was
                 self.con.execute("ROLLBACK")
             raise
-        self._run("COMMIT")
+        self.tx.run("COMMIT")
 
     @contextlib.contextmanager
     def _one_thread(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
@@ -345,25 +347,16 @@ class Store:
                 if self._folds == 0:
                     con.execute(f"SET threads = {self.threads}")
 
-    @contextlib.contextmanager
-    def _registered(self, name: str, table: pa.Table, con: duckdb.DuckDBPyConnection | None = None) -> Iterator[None]:
+    def _registered(self, name: str, table: pa.Table, con: duckdb.DuckDBPyConnection | None = None) -> Any:
         """``table`` visible to SQL (of ``con``, else the writer's connection) as ``name`` within the block."""
-        con = con or self.con
-        con.register(name, table)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(duckdb.TransactionException):  # aborted: the rollback takes the view too
-                con.unregister(name)
+        return (self.tx if con is None else Tx(con)).registered(name, table)
 
     def _mark_folded(self, journal_seq: int) -> None:
         """Record the last journal record folded (inside the transaction that folded it)."""
         self._run("INSERT OR REPLACE INTO meta VALUES ('journal_folded', ?)", [str(journal_seq)])
 
-    def _one(self, sql: str, params: list[object] | None = None) -> Any:
-        """The first row of ``sql``'s result (read whole: DuckDB keeps a half-read result open), or None."""
-        rows = self._run(sql, params).fetchall()
-        return rows[0] if rows else None
+    def _one(self, sql: str, params: object = None) -> Any:
+        return self.tx.one(sql, params)
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for one thread's reads."""
@@ -376,7 +369,7 @@ class Store:
         """Keep a whole journalled batch the store could not fold (with why), and move past it; one whose body was
         ``kept_in`` a file (too big for the store's memory) says where."""
         reason = reason[:500] + (f"; its body is kept in {kept_in}" if kept_in else "")
-        with self._transaction():
+        with self.transaction():
             self._run(
                 "INSERT INTO quarantine VALUES (?, NULL, ?, now(), ?) ON CONFLICT DO NOTHING",
                 [hashlib.md5(body, usedforsecurity=False).hexdigest(), reason, None if kept_in else body.decode()],
@@ -401,7 +394,7 @@ class Store:
         lines, files, gaps = (pa.concat_tables(tables) for tables in zip(*(batch.tables() for batch in batches)))
         lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
         fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             (first,) = self._one(schema.LAST_LOG_SEQ_SQL)
             with self._registered("staged_lines", lines):
                 (stored,) = self._one(
@@ -469,14 +462,14 @@ class Store:
         kept = pa.table([list(resources), list(resources.values())], schema=otlp.SPAN_RESOURCES.arrow_schema())
         with (
             self._one_thread(self.con),
-            self._transaction(),
+            self.transaction(),
             self._registered("staged_spans", spans),
             self._registered("seen_spans", seen),
             self._registered("staged_resources", kept),
         ):
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
             self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
-            ends = self._returning(
+            ends = self.tx.returning(
                 f"""INSERT INTO attempt_ends {schema.attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
                     RETURNING session, task_id, attempt""",
                 ["session", "task_id", "attempt"],
@@ -550,7 +543,7 @@ class Store:
                     self._run(f"DROP TABLE IF EXISTS {parsed.table}")
 
     def _apply(self, posts: Sequence[Post], journal_seq: int | None, parsed: Parsed | None) -> ApplyResult:
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             if parsed is None:
                 with self._registered(stage.POSTED, posts_table(posts)):
                     patches = self._parse(stage.POSTS)
@@ -604,18 +597,8 @@ class Store:
     def _run(
         self, sql: str, params: object = None, con: duckdb.DuckDBPyConnection | None = None
     ) -> duckdb.DuckDBPyConnection:
-        """Run one statement of the write path (timed: :meth:`_timed`) with ``con``, else the writer's connection."""
-        with self._timed(sql):
-            return (con or self.con).execute(sql, params)
-
-    @contextlib.contextmanager
-    def _timed(self, sql: str) -> Iterator[None]:
-        """Log ``sql`` with the time the block took to ``raysight.store.sql`` at DEBUG: what a group runs, in order,
-        and what each statement costs (benchmarks/ingest_inprocess.py reads it)."""
-        started = time.perf_counter()
-        yield
-        if sql_log.isEnabledFor(logging.DEBUG):
-            sql_log.debug("%.3f ms\t%s", (time.perf_counter() - started) * 1000, " ".join(sql.split()))
+        """Run one statement of the write path (timed: :meth:`Tx.run`) with ``con``, else the writer's connection."""
+        return (self.tx if con is None else Tx(con)).run(sql, params)
 
     def _drop_staging(self) -> None:
         """Let go of the group's staging relations (a 48 MB group's parsed events hold several times that)."""
@@ -657,11 +640,6 @@ class Store:
             )
         return patches
 
-    def _returning(self, sql: str, names: list[str], params: list[object] | None = None) -> pa.Table:
-        """Run a write with ``RETURNING names``; the rows it returns as an Arrow table to join against."""
-        rows = self._run(sql, params).fetchall()
-        return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
-
     def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
         """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
         spans come from all of ``batch_events``."""
@@ -688,7 +666,7 @@ class Store:
         """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
         cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets)."""
         table = schema.FOLDED_TABLES[name]
-        inserted = self._returning(table.insert_sql(staged), [c.name for c in table.keys])
+        inserted = self.tx.returning(table.insert_sql(staged), [c.name for c in table.keys])
         (total,) = self._one(f"SELECT count(*) FROM {staged}")
         if inserted.num_rows == total:
             return
@@ -704,22 +682,15 @@ class Store:
         self._run(sql).fetchall()
 
     def count(self, **deltas: int) -> None:
-        """Add to the ingest counters (``raysight doctor``); inside :meth:`apply`'s transaction or on its own."""
-        unknown = set(deltas) - set(COUNTERS)
-        if unknown:
-            raise ValueError(f"unknown counters {sorted(unknown)}")
-        self._run(
-            """INSERT INTO counters SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[])
-               ON CONFLICT DO UPDATE SET value = counters.value + excluded.value""",
-            [list(deltas), list(deltas.values())],
-        )
+        """Add to the ingest counters (``raysight doctor``) on their own."""
+        self.tx.count(**deltas)
 
     def record_run_exit(
         self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, session: str | None = None
     ) -> None:
         """Keep what `raysight run` saw of its driver's end (in ``session``, when it joined one it did not start),
         and re-derive the sessions it started."""
-        with self._transaction():
+        with self.transaction():
             self._run(
                 "INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?, ?)",
                 [run_id, driver_pid, exit_code, ended_ns, session],
@@ -731,7 +702,7 @@ class Store:
         """Keep what ``host``'s agent saw of its Ray processes (``ingest/node_life.py``: one row a process, each newer
         than what is kept, or left out), and re-derive the sessions it concerns; returns the sightings that changed
         what was kept."""
-        with self._transaction():
+        with self.transaction():
             with self._registered("staged_sightings", sightings):
                 changed = self._run(
                     """INSERT INTO node_evidence
@@ -750,7 +721,7 @@ class Store:
         its state's changes appended to its history (a poll older than what is kept changes nothing), a sampled
         resource's rows replaced by the newest poll's; and how each resource's poll went. Returns the rows kept."""
         sampled = [r for r in poll.polled if r in KINDS and KINDS[r].sample]
-        with self._transaction():
+        with self.transaction():
             stale = [  # a sampled resource polled since: this poll's rows of it are out of date
                 row[0]
                 for row in self._run(
@@ -846,7 +817,7 @@ class Store:
         samples: dict[str, list[Any]] = {name: [] for name in SAMPLES_SCHEMA.names}
         done: list[tuple[str, str, str, int, int]] = []
         refused: dict[str, list[int]] = {}  # session -> [series refused, samples dropped, last scrape's ms]
-        with self._transaction():
+        with self.transaction():
             for scrape in scrapes:
                 key = (scrape.session, scrape.instance, scrape.job, tuple(scrape.labels.items()))
                 known = staged.get(key) or self._targets.get(key) or self._target(scrape)
@@ -951,17 +922,17 @@ class Store:
 
     def downsample_metrics(self, downsampling: Downsampling, now_ms: int | None = None) -> int:
         """Thin old samples (``store/metric_downsample.py``); the samples dropped."""
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             return metric_downsample.downsample(self._run, downsampling, _or_now(now_ms, 1_000_000))
 
     def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             return metric_retention.prune(self._run, retention, _or_now(now_ms, 1_000_000))
 
     def sample_traces(self, sampling: TailSampling, now_ns: int | None = None) -> int:
         """Tail-sample the traces complete since the last pass (``store/trace_sampling.py``); the spans deleted."""
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             traces, spans = trace_sampling.sample(self.con, sampling, _or_now(now_ns))
             if traces:
                 self.count(traces_sampled_out=traces, spans_sampled_out=spans)
@@ -969,7 +940,7 @@ class Store:
 
     def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
-        with self._one_thread(self.con), self._transaction():
+        with self._one_thread(self.con), self.transaction():
             dropped = log_retention.prune(self._run, retention, _or_now(now_ns))
             if dropped:
                 self.count(log_lines_dropped=dropped)
@@ -1000,10 +971,10 @@ class Store:
 
         An event this raysight's parser rejects (kept by an older one) is left out of the folds, not fatal.
         """
-        with self._transaction() as con:
+        with self.transaction() as tx:
             for name in schema.FOLD_TABLE_NAMES:
-                con.execute(f"DELETE FROM {name}")
-            con.execute("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
+                tx.run(f"DELETE FROM {name}")
+            tx.run("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
             (last,) = self._one("SELECT coalesce(max(rowid) + 1, 0) FROM raw_events")
             total = 0
             for start in range(0, last, REINDEX_CHUNK):
@@ -1015,7 +986,7 @@ class Store:
                 self._fold(patches)
                 total += self._one(f"SELECT count(*) FROM {stage.FRESH.name}")[0]
             self._refold_drivers()
-            con.execute("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
+            tx.run("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
             self._drop_staging()
         return total
 
@@ -1029,16 +1000,16 @@ class Store:
         reconcile(self._run, sorted({row[0] for row in rows}))
 
     def delete_session(self, session: str) -> bool:
-        with self._transaction() as con:
+        with self.transaction() as tx:
             found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
-            con.execute(  # (keyed by series, not by session)
+            tx.run(  # (keyed by series, not by session)
                 "DELETE FROM metric_samples WHERE series_no IN (SELECT series_no FROM metric_series WHERE session = ?)",
                 [session],
             )
-            con.execute(_DELETE_RUN_EXITS, [session])  # (before the sessions naming their runs)
+            tx.run(_DELETE_RUN_EXITS, [session])  # (before the sessions naming their runs)
             for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
-                con.execute(f"DELETE FROM {name} WHERE session = ?", [session])
-            con.execute(  # the resources no span names any more
+                tx.run(f"DELETE FROM {name} WHERE session = ?", [session])
+            tx.run(  # the resources no span names any more
                 "DELETE FROM span_resources WHERE resource_id NOT IN "
                 "(SELECT DISTINCT resource_id FROM spans WHERE resource_id IS NOT NULL)"
             )
