@@ -19,6 +19,8 @@ from starlette.testclient import TestClient
 from raysight.cli.run import free_port
 from raysight.server.app import create_app
 from raysight.settings import ENV_SERVER, Settings
+from raysight.signals.run_exits.apply import record as record_run_exit
+from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, ray_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -78,3 +80,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
     if SCREENSHOTS.is_dir() and any(SCREENSHOTS.iterdir()):
         terminalreporter.write_line(f"Screenshots of the dashboard's pages: {SCREENSHOTS}")
+
+
+def run_exit(
+    store: Store, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, session: str | None = None
+) -> None:
+    """What the run-exit route writes of `raysight run`'s report of its driver's end."""
+    store.write(lambda tx: record_run_exit(tx, (run_id, driver_pid, exit_code, ended_ns, session)))

@@ -17,6 +17,7 @@ import pytest
 from raysight.store import catalog, event_stages, pipeline
 from raysight.store.statements import Group, bind, params
 from raysight.store.store import Store, posts_table
+from tests.conftest import run_exit
 from tests.test_store import load, post, snapshot
 
 
@@ -136,7 +137,7 @@ def test_the_store_runs_each_group_in_the_order_it_is_printed(
         store.apply([post(batch, "rec", "run-1") for batch in ray_batches[:half]])
         store.apply([], parsed=store.parse([post(batch, "rec", "run-1") for batch in ray_batches[half:]]))
         store.reindex()
-        store.record_run_exit("run-1", None, 0, 2**62)
+        run_exit(store, "run-1", None, 0, 2**62)
     finally:
         store.close()
         log.removeHandler(logged)

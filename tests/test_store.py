@@ -13,7 +13,7 @@ import pytest
 from raysight.client import RESOURCES
 from raysight.store import queries
 from raysight.store.store import Post, Store
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_exit
 
 
 def snapshot(store: Store) -> dict[str, list[dict]]:
@@ -98,9 +98,9 @@ def test_reindex_rebuilds_the_same_entities(store: Store, ray_batches) -> None:
 def test_deleting_a_session_deletes_the_driver_exits_seen_in_it_and_no_other(store: Store, ray_batches) -> None:
     load(store, ray_batches)  # (a session `raysight run` started, as run-1)
     (session,) = store.reader().execute("SELECT session FROM sessions").fetchone()
-    store.record_run_exit("run-1", 1, 3, 1795290400000000000)
-    store.record_run_exit("run-2", 2, 0, 1795290400000000000, session=session)  # a driver that joined it
-    store.record_run_exit("run-3", 3, 0, 1795290400000000000, session="session_other")
+    run_exit(store, "run-1", 1, 3, 1795290400000000000)
+    run_exit(store, "run-2", 2, 0, 1795290400000000000, session=session)  # a driver that joined it
+    run_exit(store, "run-3", 3, 0, 1795290400000000000, session="session_other")
     assert store.delete_session(session)
     assert store.reader().execute("SELECT run_id FROM run_exits").fetchall() == [("run-3",)]
 
@@ -110,7 +110,7 @@ def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_bat
     open_before = [t for t in snapshot(store)["tasks"] if t["state"] not in ("FINISHED", "FAILED")]
     assert open_before, "the recording has attempts whose end Ray never sent"
     driver_pid = int(store.reader().execute("SELECT driver_pid FROM jobs").fetchone()[0])
-    store.record_run_exit("run-1", driver_pid, 3, 1795290400000000000)
+    run_exit(store, "run-1", driver_pid, 3, 1795290400000000000)
     tasks = {(t["task_id"], t["attempt_number"]): t for t in snapshot(store)["tasks"]}
     for t in open_before:
         after = tasks[(t["task_id"], t["attempt_number"])]

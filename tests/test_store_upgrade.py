@@ -17,6 +17,7 @@ from raysight.config import USER_AGENT
 from raysight.ingest import otlp
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
+from raysight.signals.registry import every_table
 from raysight.store import logs_query, schema
 from raysight.store import store as store_module
 from raysight.store.journal import SPANS, Journal
@@ -59,7 +60,7 @@ def write_old_format(built: Path, old: Path) -> None:
         con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
         con.execute(f"ATTACH '{old}' AS old (STORAGE_VERSION 'v0.10.2')")
         con.execute("USE old")
-        for statement in schema.all_ddl():
+        for statement in schema.all_ddl(every_table()):
             con.execute(statement.replace(schema.ZSTD, ""))
         con.execute("DROP TABLE raw_events")  # keyed by an md5 of (session, event_id) then
         con.execute(schema.RAW_EVENTS_V4_DDL.replace(schema.ZSTD, ""))

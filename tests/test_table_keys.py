@@ -25,10 +25,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from raysight import wire
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Gap, Tailer
-from raysight.ingest import agent_logs, node_life, otlp, otlp_logs, prom_text, ray_events, ray_state
+from raysight.ingest import agent_logs, otlp, otlp_logs, prom_text, ray_events, ray_state
 from raysight.ingest.ray_event_tables import TASKS, WORKERS
 from raysight.ingest.ray_metrics import RAY_REPORTED, RaySample, parse_aggregator_metrics
-from raysight.server.ingest_routes import parse_run_exit
+from raysight.signals.node_sightings import parse as node_sightings
+from raysight.signals.registry import every_table
+from raysight.signals.run_exits import parse as run_exits
 from raysight.store import event_stages, schema
 from raysight.store.fold import fold
 from raysight.store.store import Post, Store
@@ -188,11 +190,11 @@ def test_a_poll_writes_columns_of_polled_and_its_drivers_of_workers() -> None:
 
 def test_node_sightings_and_a_run_exit_write_columns_of_their_tables() -> None:
     sighting = {"session": SESSION, "process": "raylet", "node_id": NODE, "pid": 1, "alive": False, "ns": AT_NS}
-    host, rows = node_life.parse(orjson.dumps({"host": "node-1", "sightings": [sighting]}))
-    assert rows.num_rows == 1 and not unknown(dict.fromkeys([*rows.column_names, "host"]), node_life.NODE_EVIDENCE)
+    host, rows = node_sightings.parse(orjson.dumps({"host": "node-1", "sightings": [sighting]}))
+    assert rows.num_rows == 1 and not unknown(dict.fromkeys([*rows.column_names, "host"]), node_sightings.NODE_EVIDENCE)
     sent: wire.RunExit = {"run_id": "run-1", "driver_pid": 1, "exit_code": 0, "ended_ns": AT_NS, "session": SESSION}
-    assert len(parse_run_exit(orjson.dumps(sent))) == len(schema.RUN_EXITS.names)
-    assert list(get_type_hints(wire.RunExit)) == schema.RUN_EXITS.names  # (the store inserts them by position)
+    assert len(run_exits.parse(orjson.dumps(sent))) == len(run_exits.RUN_EXITS.names)
+    assert list(get_type_hints(wire.RunExit)) == run_exits.RUN_EXITS.names  # (the store inserts them by position)
 
 
 def test_a_row_naming_what_its_table_has_not_is_refused_not_dropped(
@@ -232,6 +234,6 @@ def test_a_fresh_store_holds_the_declared_tables_and_no_other(tmp_path: Path) ->
         t.name: t.names + [d.name for d in t.derived] + [c.name for c in t.inferred]
         if isinstance(t, FoldedTable)
         else t.names
-        for t in schema.TABLES
+        for t in every_table()
     }
     assert stored == declared

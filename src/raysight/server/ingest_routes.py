@@ -33,17 +33,19 @@ from raysight.errors import (
     UnsupportedEncoding,
 )
 from raysight.ingest import agent_logs as agent_logs_batch
-from raysight.ingest import node_life, otlp, otlp_logs, prom_text
+from raysight.ingest import otlp, otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.batch_shape import array_length
-from raysight.ingest.ids import SESSION_NAME
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
-from raysight.server.params import INT64_MAX
 from raysight.server.resends import digest
 from raysight.server.routing import Access, route
+from raysight.signals.node_sightings import parse as node_sightings
+from raysight.signals.node_sightings.apply import record as record_sightings
+from raysight.signals.run_exits import parse as run_exits
+from raysight.signals.run_exits.apply import record as record_run_exit
 from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS
 from raysight.store.queries import latest_session
 from raysight.store.store import MAX_LOG_LINES, Store
@@ -56,7 +58,6 @@ RAY_METRICS_MAX_BODY = 1024 * 1024
 RUN_EXIT_MAX_BODY = 64 * 1024
 NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
 RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
-RUN_ID_MAX = 128
 JOURNALLED_PER_BODY = 4  # what an export may take in the journal (its rows as JSON), in bodies of the largest size
 RETRY = {"Retry-After": "1"}
 
@@ -322,47 +323,25 @@ def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
     return bytes(data)
 
 
-def _int_field(value: Any, name: str, low: int, high: int) -> int:
-    if type(value) is not int or not low <= value <= high:  # `true` is no exit code
-        raise BadQuery(f"bad run exit: {name} must be an integer from {low} to {high}, not {str(value)[:40]}")
-    return value
-
-
-def parse_run_exit(body: bytes) -> tuple[str, int | None, int, int, str | None]:
-    """A run exit's run_id, driver_pid, exit_code, ended_ns (in the ranges the store keeps: INTEGER, BIGINT) and the
-    session its driver joined (optional: one `raysight run` did not start)."""
-    try:
-        fields = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadQuery(f"bad run exit: body is not JSON: {exc}") from None
-    if not isinstance(fields, dict):
-        raise BadQuery('bad run exit: the body must be a JSON object {"run_id", "driver_pid", "exit_code", "ended_ns"}')
-    exit_ = wire.shaped(fields, wire.RunExit)
-    run_id = exit_["run_id"]
-    if not (isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_MAX):
-        raise BadQuery(f"bad run exit: run_id must be a string of 1 to {RUN_ID_MAX} characters")
-    pid = None if exit_["driver_pid"] is None else _int_field(exit_["driver_pid"], "driver_pid", 0, INT64_MAX)
-    code = _int_field(exit_["exit_code"], "exit_code", -(2**31), 2**31 - 1)
-    session = exit_["session"]
-    if session is not None and not (isinstance(session, str) and SESSION_NAME.fullmatch(session)):
-        raise BadQuery("bad run exit: session must be the name of a Ray session (session_…), or null")
-    return run_id, pid, code, _int_field(exit_["ended_ns"], "ended_ns", 0, INT64_MAX), session
-
-
 async def run_exit(request: Request) -> Response:
     """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns", "session"} from `raysight run`."""
-    exit_ = parse_run_exit(await read_body(request, RUN_EXIT_MAX_BODY))
-    return await _record(request, "the run exit", lambda s: s.record_run_exit(*exit_), lambda _: {})
+    exit_ = run_exits.parse(await read_body(request, RUN_EXIT_MAX_BODY))
+    return await _record(
+        request, "the run exit", lambda s: s.write(lambda tx: record_run_exit(tx, exit_)), lambda _: {}
+    )
 
 
 async def node_life_sightings(request: Request) -> Response:
-    """POST /ingest/agent/node-life: what a node agent saw of its Ray processes (``ingest/node_life.py``)."""
+    """POST /ingest/agent/node-life: what a node agent saw of its Ray processes (``signals/node_sightings``)."""
     try:
-        host, sightings = await run_in_threadpool(node_life.parse, await read_body(request, NODE_LIFE_MAX_BODY))
+        host, sightings = await run_in_threadpool(node_sightings.parse, await read_body(request, NODE_LIFE_MAX_BODY))
     except BadIngest as exc:
         raise _rejected(request, "bad_node_life", BadIngest(f"bad node sightings: {exc}")) from None
     return await _record(
-        request, "the node sightings", lambda s: s.record_node_life(host, sightings), lambda n: {"changed": n}
+        request,
+        "the node sightings",
+        lambda s: s.write(lambda tx: record_sightings(tx, host, sightings)),
+        lambda n: {"changed": n},
     )
 
 

@@ -5,10 +5,11 @@ that bring an older store up to them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from raysight import wire
-from raysight.ingest import agent_logs, node_life, otlp, prom_text, ray_metrics, ray_state
+from raysight.ingest import agent_logs, otlp
 from raysight.ingest.ray_event_tables import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
 from raysight.tables import Column, FoldedTable, Table, columns
 
@@ -76,31 +77,9 @@ QUARANTINE = Table(
     + [Column("body", "VARCHAR", compression="zstd")],
     key=("key",),
 )
-RUN_EXITS = Table(
-    "run_exits",
-    columns(run_id="VARCHAR", driver_pid="BIGINT", exit_code="INTEGER", ended_ns="BIGINT", session="VARCHAR"),
-    key=("run_id",),
-)
 COUNTERS = Table("counters", columns(name="VARCHAR", value="BIGINT"), key=("name",))
 
-TABLES: list[Table | FoldedTable] = [
-    META,
-    RAW_EVENTS,
-    QUARANTINE,
-    RUN_EXITS,
-    ray_metrics.RAY_REPORTED,
-    COUNTERS,
-    *ray_state.POLL_TABLES,
-    *prom_text.METRIC_TABLES,
-    otlp.SPANS,
-    otlp.SPAN_RESOURCES,
-    otlp.ATTEMPT_ENDS,
-    node_life.NODE_EVIDENCE,
-    *agent_logs.LOG_TABLES,
-    SESSIONS,
-    *ENTITY_TABLES,
-    *APPEND_TABLES.values(),
-]
+OWN_TABLES: list[Table | FoldedTable] = [META, QUARANTINE, COUNTERS, SESSIONS]  # (each signal's: theirs)
 
 ZSTD = "USING COMPRESSION zstd"  # (what an old storage format refuses: see Store._migrate)
 RAW_COLUMNS = ", ".join(RAW_EVENTS.names)
@@ -187,6 +166,6 @@ REFOLD_BELOW = 2
 REWRITE_BELOW = 5
 
 
-def all_ddl() -> list[str]:
-    """Every statement that creates the store from nothing, or brings an older one's tables up to it (idempotent)."""
-    return [statement for table in TABLES for statement in table.create()]
+def all_ddl(tables: Iterable[Table | FoldedTable]) -> list[str]:
+    """Every statement that creates ``tables`` from nothing, or brings an older store's up to them (idempotent)."""
+    return [statement for table in tables for statement in table.create()]

@@ -15,10 +15,10 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import orjson
@@ -32,6 +32,8 @@ from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
+from raysight.signals.registry import SIGNALS, every_table
+from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
 from raysight.store import (
     catalog,
@@ -66,36 +68,7 @@ MAX_TARGETS = 4096  # scraped targets whose series the store knows by their line
 MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
 MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
 SAMPLES_SCHEMA = prom_text.METRIC_SAMPLES.arrow_schema()
-# The tables of raw input kept per session (beside the folds): what deleting a session deletes
-SESSION_TABLES = (
-    "raw_events",
-    "quarantine",
-    "sessions",
-    "ray_reported",
-    "node_evidence",
-    "polled",
-    "polls",
-    "cluster_status",
-    "log_lines",
-    "log_files",
-    "log_gaps",
-    "log_file_blocks",
-    "log_dropped",
-    "metric_scrapes",
-    "metric_metadata",
-    "metric_refused",
-    "metric_dropped",
-    "spans",
-    "attempt_ends",
-)
-
-
-# The driver exits `raysight run` saw in a session (joined, or started under the run's ID) that no other session shares
-_DELETE_RUN_EXITS = """
-    DELETE FROM run_exits r
-    WHERE (r.session = $1 OR r.run_id IN (SELECT run_id FROM sessions WHERE session = $1))
-      AND NOT (r.session IS NOT NULL AND r.session <> $1)
-      AND r.run_id NOT IN (SELECT run_id FROM sessions WHERE session <> $1 AND run_id IS NOT NULL)"""
+T = TypeVar("T")
 
 
 @dataclass
@@ -210,6 +183,7 @@ class Store:
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
         self._niceness, self._memory_limit = worker_niceness, settings.memory_limit
+        self.tables = every_table()  # (of the signals registered now)
         self.con = self._open()
         self._reader_lock = threading.Lock()
         self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
@@ -249,7 +223,7 @@ class Store:
             versions = range(reached + 1 if found is None else found + 1, reached + 1)
             statements = [sql for version in versions for sql in schema.MIGRATIONS.get(version, [])]
         with self.transaction() as tx:
-            for statement in statements + schema.all_ddl():
+            for statement in statements + schema.all_ddl(self.tables):
                 # An old storage format refuses zstd (v0.10.2's, DuckDB's default before 2.0): in place, the DDL goes
                 # without it, and the rewrite adds it.
                 tx.run(statement.replace(schema.ZSTD, "") if rewrite else statement)
@@ -277,7 +251,7 @@ class Store:
         self.con.execute(f"ATTACH {sql_str(str(new))} AS rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
         try:
             self.con.execute("USE rewrite")
-            for statement in schema.all_ddl():
+            for statement in schema.all_ddl(self.tables):
                 self.con.execute(statement)
             self.con.execute(f'USE "{old}"')
             tables = self.con.execute(
@@ -685,36 +659,10 @@ class Store:
         """Add to the ingest counters (``raysight doctor``) on their own."""
         self.tx.count(**deltas)
 
-    def record_run_exit(
-        self, run_id: str, driver_pid: int | None, exit_code: int, ended_ns: int, session: str | None = None
-    ) -> None:
-        """Keep what `raysight run` saw of its driver's end (in ``session``, when it joined one it did not start),
-        and re-derive the sessions it started."""
-        with self.transaction():
-            self._run(
-                "INSERT OR REPLACE INTO run_exits VALUES (?, ?, ?, ?, ?)",
-                [run_id, driver_pid, exit_code, ended_ns, session],
-            )
-            started = self._run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()
-            reconcile(self._run, sorted({r[0] for r in started} | ({session} if session else set())))
-
-    def record_node_life(self, host: str, sightings: pa.Table) -> int:
-        """Keep what ``host``'s agent saw of its Ray processes (``ingest/node_life.py``: one row a process, each newer
-        than what is kept, or left out), and re-derive the sessions it concerns; returns the sightings that changed
-        what was kept."""
-        with self.transaction():
-            with self._registered("staged_sightings", sightings):
-                changed = self._run(
-                    """INSERT INTO node_evidence
-                       SELECT session, $1, process, node_id, pid, alive, ns, last_alive_ns FROM staged_sightings
-                       ON CONFLICT DO UPDATE SET pid = excluded.pid, alive = excluded.alive, ns = excluded.ns,
-                           last_alive_ns = excluded.last_alive_ns
-                       WHERE excluded.ns > node_evidence.ns
-                       RETURNING session""",
-                    [host],
-                ).fetchall()
-            reconcile(self._run, sorted({row[0] for row in changed}))
-        return len(changed)
+    def write(self, write: Callable[[Tx], T]) -> T:
+        """``write`` (a signal's, written at once: not journalled) in one transaction; what it returns."""
+        with self.transaction() as tx:
+            return write(tx)
 
     def record_poll(self, poll: Poll) -> int:
         """Keep what a poll of a live cluster's dashboard found (``ingest/ray_state.py``): each entity's newest row,
@@ -1000,19 +948,12 @@ class Store:
         reconcile(self._run, sorted({row[0] for row in rows}))
 
     def delete_session(self, session: str) -> bool:
+        """Delete what the store holds of ``session``: each signal's rows of it, then the store's own."""
         with self.transaction() as tx:
-            found = self._one("SELECT count(*) FROM sessions WHERE session = ?", [session])
-            tx.run(  # (keyed by series, not by session)
-                "DELETE FROM metric_samples WHERE series_no IN (SELECT series_no FROM metric_series WHERE session = ?)",
-                [session],
-            )
-            tx.run(_DELETE_RUN_EXITS, [session])  # (before the sessions naming their runs)
-            for name in [*SESSION_TABLES, "metric_series", *schema.FOLD_TABLE_NAMES]:
-                tx.run(f"DELETE FROM {name} WHERE session = ?", [session])
-            tx.run(  # the resources no span names any more
-                "DELETE FROM span_resources WHERE resource_id NOT IN "
-                "(SELECT DISTINCT resource_id FROM spans WHERE resource_id IS NOT NULL)"
-            )
+            found = tx.one("SELECT count(*) FROM sessions WHERE session = ?", [session])
+            for signal in SIGNALS.values():
+                signal.forget_session(tx, session)
+            forget_by_session(schema.OWN_TABLES)(tx, session)
         self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
         return bool(found and found[0])
 

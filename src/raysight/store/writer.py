@@ -40,8 +40,10 @@ from raysight import os_thread
 from raysight.errors import BadIngest, QueueFull
 from raysight.ingest.prom_text import Scrape
 from raysight.settings import JOURNAL_DIR, WriterSettings
-from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS, Batch, Journal, Record
-from raysight.store.store import ApplyResult, Parsed, Post, Store
+from raysight.signals.registry import SIGNALS
+from raysight.signals.signal import fold_linger
+from raysight.store.journal import RAY_EVENTS, Batch, Journal, Record
+from raysight.store.store import ApplyResult, Store
 
 log = logging.getLogger("raysight.writer")
 
@@ -88,7 +90,7 @@ class _Group:
     """Journalled batches to fold in one transaction, parsed already or not."""
 
     records: list[Record]
-    parsed: Parsed | None
+    parsed: Any  # what its signal parsed ahead (None: not)
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,8 @@ class Writer:
             if not draining and not self._until_unfinished(0):
                 return
             group, size, events, after = [item], len(item.body), item.events, None
-            linger = self.settings.spans_linger_s if item.kind == SPANS else self.settings.fold_linger_s
+            signal = SIGNALS.get(item.kind)  # (one no longer registered: its records are quarantined)
+            linger = (signal.linger if signal else fold_linger)(self.settings)
             deadline = None if draining else max(item.at + linger, self._rest_until)
             while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
                 if deadline is None:
@@ -308,18 +311,19 @@ class Writer:
             draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
             if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
                 return
-            # the fold thread is busy: parse Ray's events meanwhile
-            ahead = self._unfinished > 0 and self.store.threads > 1 and item.kind == RAY_EVENTS
+            # the fold thread is busy: parse the group meanwhile, where its signal parses ahead (Ray's events)
+            ahead = self._unfinished > 0 and self.store.threads > 1 and signal is not None and signal.prepare
             self._hand(_Group(group, self._parse(group) if ahead else None))
             if after is _STOP:
                 return
             if after is not None:
                 self._hand(after)
 
-    def _parse(self, group: list[Record]) -> Parsed | None:
-        """``group`` parsed for the fold thread, or None (it parses the group itself, and says what is wrong)."""
+    def _parse(self, group: list[Record]) -> Any:
+        """``group`` parsed ahead by its signal for the fold thread, or None (it parses the group itself, and says
+        what is wrong)."""
         try:
-            return self.store.parse(_posts(group))
+            return SIGNALS[group[0].kind].prepare(self.store, group)  # type: ignore[misc]
         except Exception:  # noqa: BLE001 (the fold thread meets the same error, and handles it)
             return None
 
@@ -405,25 +409,21 @@ class Writer:
             log.warning("checkpoint failed, will try again in %.0f s: %s", MAX_RETRY_S, exc)
             self._checkpoint_after = time.monotonic() + MAX_RETRY_S
 
-    def _fold(self, group: list[Record], parsed: Parsed | None = None) -> None:
+    def _fold(self, group: list[Record], parsed: Any = None) -> None:
         """Parse and apply ``group`` in one transaction, and release it from the journal. It has been acknowledged,
         so it is never dropped, and it must not hold up what follows: a group that fails in any way is folded batch
         by batch. A batch whose content the store refuses is quarantined whole; an environmental failure is retried
         with back-off until it passes; out of memory :data:`MEMORY_TRIES` times, or an error that is neither
         :data:`UNFORESEEN_TRIES` times, and it is quarantined."""
-        posts = _posts(group)
         delays, tries = _delays(), 0
         while True:
             started = time.perf_counter()
             tries += 1
             try:
-                result: ApplyResult | None = None
-                if group[0].kind == AGENT_LOGS:
-                    self.store.apply_logs([record.body for record in group], journal_seq=group[-1].seq)
-                elif group[0].kind == SPANS:
-                    self.store.apply_spans([record.body for record in group], journal_seq=group[-1].seq)
-                else:
-                    result = self.store.apply(posts, journal_seq=group[-1].seq, parsed=parsed)
+                signal = SIGNALS.get(group[0].kind)
+                if signal is None or signal.apply is None:
+                    raise LookupError(f"no signal registered journals records of kind {group[0].kind!r}")
+                result = signal.apply(self.store, group, parsed)
             except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)
                 parsed = None  # dropped by the failed apply: what follows parses again
                 if len(group) > 1:
@@ -481,11 +481,6 @@ class Writer:
             "folding failed (%s); the batches stay journalled, retrying in %.1f s", error, delay, exc_info=tries == 0
         )
         return not self._stopping.wait(delay)
-
-
-def _posts(group: list[Record]) -> list[Post]:
-    """What the store folds of journalled batches."""
-    return [Post(record.body, record.label, record.run_id) for record in group]
 
 
 def _delays() -> Iterator[float]:

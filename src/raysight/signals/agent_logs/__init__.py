@@ -1,0 +1,21 @@
+"""Log lines: a node agent's batches of the lines of its Ray files, and OTLP log records made into such batches
+(``ingest/agent_logs.py``, ``ingest/otlp_logs.py``), each line once, indexed by trigram blocks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from raysight.ingest.agent_logs import LOG_TABLES
+from raysight.signals.signal import Signal
+
+if TYPE_CHECKING:
+    from raysight.store.journal import Record
+    from raysight.store.store import Store
+
+
+def apply(store: Store, records: Sequence[Record], parsed: None) -> None:
+    store.apply_logs([record.body for record in records], journal_seq=records[-1].seq)
+
+
+SIGNAL = Signal("logs", tuple(LOG_TABLES), apply=apply)

@@ -1,0 +1,27 @@
+"""A run exit into the store, and what deleting a session deletes of them."""
+
+from __future__ import annotations
+
+from raysight.signals.run_exits.parse import RUN_EXITS, RunExit
+from raysight.store.reconcile import reconcile
+from raysight.store.tx import Tx
+
+# The driver exits `raysight run` saw in a session (joined, or started under the run's ID) that no other session shares
+FORGET = f"""
+    DELETE FROM {RUN_EXITS.name} r
+    WHERE (r.session = $1 OR r.run_id IN (SELECT run_id FROM sessions WHERE session = $1))
+      AND NOT (r.session IS NOT NULL AND r.session <> $1)
+      AND r.run_id NOT IN (SELECT run_id FROM sessions WHERE session <> $1 AND run_id IS NOT NULL)"""
+
+
+def record(tx: Tx, exit_: RunExit) -> None:
+    """Keep what `raysight run` saw of its driver's end (in its session, when it joined one it did not start), and
+    re-derive the sessions it started."""
+    run_id, session = exit_[0], exit_[-1]
+    tx.run(f"INSERT OR REPLACE INTO {RUN_EXITS.name} VALUES (?, ?, ?, ?, ?)", list(exit_))
+    started = tx.run("SELECT session FROM sessions WHERE run_id = ?", [run_id]).fetchall()
+    reconcile(tx.run, sorted({r[0] for r in started} | ({session} if session else set())))
+
+
+def forget(tx: Tx, session: str) -> None:
+    tx.run(FORGET, [session])

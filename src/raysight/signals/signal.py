@@ -1,0 +1,52 @@
+"""What a signal declares: its name (the kind of its journal records), its tables, and what the writer and the store do
+with it. One :class:`Signal` a package of ``signals/``, listed once in :data:`raysight.signals.SIGNALS`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from raysight.tables import FoldedTable, Table
+
+if TYPE_CHECKING:
+    from raysight.settings import WriterSettings
+    from raysight.store.journal import Record
+    from raysight.store.store import Store
+    from raysight.store.tx import Tx
+
+# A group of the signal's journalled records into the store, in one transaction that also records the last of them
+# folded; what ``prepare`` made of the same group beforehand, if it ran (else None)
+Apply = Callable[["Store", Sequence["Record"], Any], Any]
+
+
+def fold_linger(settings: WriterSettings) -> float:
+    return settings.fold_linger_s
+
+
+def forget_by_session(tables: Sequence[Table | FoldedTable]) -> Callable[[Tx, str], None]:
+    """What deleting a session does to ``tables`` by default: each one's rows of the session, where it has them."""
+    keyed = [table.name for table in tables if "session" in table.names]
+
+    def forget(tx: Tx, session: str) -> None:
+        for name in keyed:
+            tx.run(f"DELETE FROM {name} WHERE session = ?", [session])
+
+    return forget
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One kind of what raysight is sent, and what the writer and the store do with it."""
+
+    name: str  # the kind of its journal records (and of their groups: a group folds one kind)
+    tables: tuple[Table | FoldedTable, ...]  # made by the store, in this order
+    apply: Apply | None = None  # None: not journalled (written at once through the writer's calls)
+    prepare: Callable[[Store, Sequence[Record]], Any] | None = None  # a group parsed ahead, on another connection
+    linger: Callable[[WriterSettings], float] = fold_linger  # how long a group waits for more of its kind
+    # What deleting a session deletes of the signal (None: its tables' rows of the session); the store's own tables,
+    # `sessions` among them, go after every signal's
+    forget: Callable[[Tx, str], None] | None = None
+
+    def forget_session(self, tx: Tx, session: str) -> None:
+        (self.forget or forget_by_session(self.tables))(tx, session)
