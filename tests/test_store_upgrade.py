@@ -18,9 +18,10 @@ from raysight.ingest import otlp
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
 from raysight.signals.registry import every_table
+from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.store import logs_query, schema
 from raysight.store import store as store_module
-from raysight.store.journal import SPANS, Journal
+from raysight.store.journal import Journal
 from raysight.store.store import REWRITE_SUFFIX, Store
 from tests.ray_scenarios import wait_folded
 from tests.test_store import post, snapshot
@@ -171,7 +172,7 @@ def test_a_schema_15_store_keeps_each_span_s_resource_once_and_replays_spans_jou
             "SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = 'journal_folded'"
         ).fetchone()
     journal = Journal(data / "journal", folded)
-    journal.append([(None, None, orjson.dumps([journalled | {"resource": resource}]), 1, SPANS)])
+    journal.append([(None, None, orjson.dumps([journalled | {"resource": resource}]), 1, SPANS_SIGNAL.name)])
     journal.close()
     with TestClient(create_app(Settings(data).replace(fold_linger_s=0, fold_rest=0))) as client:
         wait_folded(client)

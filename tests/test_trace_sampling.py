@@ -16,7 +16,7 @@ from raysight import wire
 from raysight.cli.server import server_cmd
 from raysight.ingest import otlp
 from raysight.settings import TailSampling, WriterSettings
-from raysight.store.journal import SPANS
+from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.store.store import Store
 from raysight.store.writer import Writer
 
@@ -112,7 +112,9 @@ def test_exports_arriving_within_the_spans_linger_are_folded_in_one_transaction(
     writer = Writer(store, settings=WriterSettings(fold_linger_s=0, fold_rest=0, spans_linger_s=linger_s))
     try:
         for i in range(5):  # five exports 50 ms apart, as five traced workers' a moment apart
-            writer.submit(orjson.dumps([span(1, i + 1, NOW, NOW + S)]), events=1, kind=SPANS).result(timeout=10)
+            writer.submit(orjson.dumps([span(1, i + 1, NOW, NOW + S)]), events=1, kind=SPANS_SIGNAL.name).result(
+                timeout=10
+            )
             time.sleep(0.05)
         deadline = time.monotonic() + 10
         while counters(store).get("spans", 0) < 5:

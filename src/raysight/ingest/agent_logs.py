@@ -38,6 +38,7 @@ from raysight.ingest.ids import SESSION_NAME
 from raysight.tables import Column, Table, columns
 
 STREAMS = ("stdout", "stderr", "system")
+MAX_LOG_LINES = 200_000  # in one batch
 MAX_NAME = 1024
 MAX_KEY = 255  # a file's key, name and worker ID, and the host: each stored on every line of the file
 # What those fields take, repeated on each line of a batch: a 16 MiB body of 200k lines must not become gigabytes

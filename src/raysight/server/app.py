@@ -91,7 +91,7 @@ def create_app(settings: Settings) -> Starlette:
 
     per_session = [*ray_compat.routes, *prometheus_api.routes]  # the newest session's, and any one's by its name
     routes = [
-        *ingest_routes.routes,
+        *ingest_routes.routes(),
         *api.routes,
         *per_session,
         Mount(wire.IN_SESSION, routes=per_session),

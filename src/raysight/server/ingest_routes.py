@@ -19,6 +19,7 @@ import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
 
 from raysight import wire
 from raysight.config import INGEST_DEADLINE_S
@@ -32,9 +33,9 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest import agent_logs as agent_logs_batch
 from raysight.ingest import otlp, otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
+from raysight.ingest.agent_logs import MAX_LOG_LINES
 from raysight.ingest.batch_shape import array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.answers import raysight_error
@@ -42,13 +43,17 @@ from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
 from raysight.server.resends import digest
 from raysight.server.routing import Access, route
+from raysight.signals import agent_logs as logs_signal
+from raysight.signals import ray_events as ray_signal
+from raysight.signals import spans as spans_signal
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.node_sightings.apply import record as record_sightings
+from raysight.signals.registry import SIGNALS
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.run_exits.apply import record as record_run_exit
-from raysight.store.journal import AGENT_LOGS, RAY_EVENTS, SPANS
+from raysight.signals.signal import Intake, Signal
 from raysight.store.queries import latest_session
-from raysight.store.store import MAX_LOG_LINES, Store
+from raysight.store.store import Store
 from raysight.store.writer import CONTENT_ERRORS
 
 log = logging.getLogger("raysight.ingest")
@@ -160,7 +165,7 @@ async def _journal(request: Request, body: bytes, started: float) -> Response:
             why = f"{received} events in one body, over {state.max_events} (raise --max-events)"
             raise _rejected(request, "too_many_events", TooMany(why))
         cluster, run_id = request.query_params.get("cluster") or None, request.query_params.get("run") or None
-        future = _submit(request, "Ray", body, received, RAY_EVENTS, cluster, run_id)
+        future = _submit(request, "Ray", body, received, ray_signal.SIGNAL.name, cluster, run_id)
         state.resends.track(key, future, received)
     else:
         future, received = prior  # type: ignore[assignment]  # a pending first copy (find() says so)
@@ -182,21 +187,26 @@ async def _until_durable(request: Request, future: Future[Any], started: float, 
         raise Unavailable(f"could not journal the batch ({exc}); {sender} will resend", headers=RETRY) from None
 
 
-async def agent_logs(request: Request) -> Response:
-    """POST /ingest/agent/logs: a node agent's batch of log lines (JSON, gzip-compressed or not), acknowledged once
-    durable; a resent batch's lines are stored once."""
-    started = time.perf_counter()
-    return await _with_body(request, lambda body: _journal_logs(request, body, started), "the agent")
+def intake_route(signal: Signal, intake: Intake) -> BaseRoute:
+    """The ingest route of a signal that comes in by an :class:`Intake`: the body held against the server's budget,
+    inflated and parsed off the event loop, journalled as the signal's kind, and acknowledged once durable."""
 
+    async def receive(request: Request) -> Response:
+        started = time.perf_counter()
 
-async def _journal_logs(request: Request, body: bytes, started: float) -> Response:
-    try:  # (what is journalled: the JSON)
-        body, batch = await _off_loop(request, body, lambda data: (data, agent_logs_batch.parse(data, MAX_LOG_LINES)))
-    except BadIngest as exc:
-        raise _rejected(request, "bad_logs", BadIngest(f"bad batch of logs: {exc}")) from None
-    future = _submit(request, "the agent", body, batch.line_count, AGENT_LOGS)
-    await _until_durable(request, future, started, "the agent")
-    return JSONResponse({"ok": True, "lines": batch.line_count})
+        async def journal(body: bytes) -> Response:
+            try:
+                accepted = await _off_loop(request, body, intake.parse)
+            except BadIngest as exc:
+                raise _rejected(request, f"bad_{signal.name}", BadIngest(f"bad {intake.what}: {exc}")) from None
+            future = _submit(request, intake.sender, accepted.body, accepted.items, signal.name)
+            await _until_durable(request, future, started, intake.sender)
+            return JSONResponse({"ok": True, **accepted.answer})
+
+        return await _with_body(request, journal, intake.sender)
+
+    receive.__doc__ = f"POST {intake.path}: {signal.name}, acknowledged once durable."
+    return route(intake.path, receive, access=Access.INGEST, envelope=raysight_error, methods=["POST"])
 
 
 async def otlp_traces(request: Request) -> Response:
@@ -255,7 +265,7 @@ async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
     if export.spans:  # a server that keeps no span still keeps how the task attempts they are of ended
         kept = await run_in_threadpool(export.journalled, state.forwarding.store)
         if kept is not None:
-            await _durable(request, kept, len(export.spans), SPANS, started)
+            await _durable(request, kept, len(export.spans), spans_signal.SIGNAL.name, started)
     dropped = request.headers.get(wire.SPANS_DROPPED_HEADER, "0")
     dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0
     if export.rejected or dropped_at_source:
@@ -271,7 +281,7 @@ async def _journal_log_records(request: Request, body: bytes, json: bool) -> Res
     started = time.perf_counter()
     for batch in export.batches:
         lines = sum(len(file["texts"]) for file in batch["files"])
-        await _durable(request, await run_in_threadpool(orjson.dumps, batch), lines, AGENT_LOGS, started)
+        await _durable(request, await run_in_threadpool(orjson.dumps, batch), lines, logs_signal.SIGNAL.name, started)
     return _otlp_answer(otlp_logs.response(export.rejected, export.reason, json), json)
 
 
@@ -413,10 +423,17 @@ async def ray_metrics(request: Request) -> Response:
     return await _record(request, "Ray's metrics", lambda s: s.record_ray_metrics(samples), lambda n: {"samples": n})
 
 
-routes = [
+def routes() -> list[BaseRoute]:
+    """Every ingest route: those of the signals registered now that come in by an intake, then the others."""
+    return [
+        *(intake_route(signal, signal.intake) for signal in SIGNALS.values() if signal.intake),
+        *OWN_ROUTES,
+    ]
+
+
+OWN_ROUTES = [
     route(wire.RAY_EVENTS, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.RAY_EVENTS_KEYED, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_LOGS, agent_logs, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.AGENT_RUN_EXIT, run_exit, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.AGENT_RAY_METRICS, ray_metrics, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.AGENT_NODE_LIFE, node_life_sightings, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),

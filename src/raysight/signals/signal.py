@@ -36,6 +36,27 @@ def forget_by_session(tables: Sequence[Table | FoldedTable]) -> Callable[[Tx, st
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """What a signal's intake makes of a body: what is journalled, how many items it holds (the writer's groups are
+    bounded by them), and the acknowledgement's fields beside ``ok``."""
+
+    body: bytes
+    items: int
+    answer: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Intake:
+    """How a signal comes in over HTTP (a route of its own, the ingest key's): each body read within the server's
+    bounds, inflated, parsed off the event loop, journalled, then acknowledged."""
+
+    path: str  # its route's template (wire's)
+    parse: Callable[[bytes], Accepted]  # pure; BadIngest says what is wrong (a 400, counted as bad_<signal>)
+    sender: str  # who sends it, as an answer names them ("the agent will resend")
+    what: str  # what a body is, as a refusal names it ("batch of logs")
+
+
+@dataclass(frozen=True)
 class Signal:
     """One kind of what raysight is sent, and what the writer and the store do with it."""
 
@@ -47,6 +68,7 @@ class Signal:
     # What deleting a session deletes of the signal (None: its tables' rows of the session); the store's own tables,
     # `sessions` among them, go after every signal's
     forget: Callable[[Tx, str], None] | None = None
+    intake: Intake | None = None  # its ingest route, where it has one of the common kind
 
     def forget_session(self, tx: Tx, session: str) -> None:
         (self.forget or forget_by_session(self.tables))(tx, session)

@@ -39,8 +39,9 @@ import orjson
 
 log = logging.getLogger("raysight.journal")
 
-RAY_EVENTS, AGENT_LOGS, SPANS = "ray", "logs", "spans"  # the kinds of body journalled: a Ray aggregator's, a node
-# agent's, and the spans of an OTLP export (as a JSON array of rows: a payload holds no 0xFF byte)
+# A record's kind names the signal whose body it holds (``signals/registry.py``); a Ray aggregator's says none (the
+# journal held nothing else before). No payload holds a 0xFF byte: it is JSON.
+RAY_EVENTS = "ray"
 MARKER = b"\xff\xfeRJ"
 HEADER = struct.Struct("<4sIQII")  # marker, payload length, seq, payload CRC-32, CRC-32 of the fields before it
 LEGACY_HEADER = struct.Struct("<IIQ")  # segments of raysight before sync markers: payload length, CRC-32, seq
@@ -55,7 +56,7 @@ class Record:
     run_id: str | None
     body: bytes
     events: int = 0  # elements of the body's JSON array (Ray's events), or lines (an agent's logs)
-    kind: str = RAY_EVENTS  # what the body is: RAY_EVENTS, AGENT_LOGS or SPANS
+    kind: str = RAY_EVENTS  # the signal whose body it is
     at: float = field(default_factory=time.monotonic, compare=False)  # when it was journalled (or replayed)
 
 

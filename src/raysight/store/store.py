@@ -62,7 +62,6 @@ ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
-MAX_LOG_LINES = 200_000  # in one agent batch
 SPAN_SCHEMA = otlp.SPANS.arrow_schema()
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
 MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
@@ -305,6 +304,15 @@ class Store:
         self.tx.run("COMMIT")
 
     @contextlib.contextmanager
+    def folding(self, journal_seq: int | None) -> Iterator[Tx]:
+        """The transaction a signal applies a group of its journalled batches in, its statements on one thread, that
+        records ``journal_seq`` (the last journal record the group holds; None: not journalled) as folded."""
+        with self._one_thread(self.con), self.transaction() as tx:
+            yield tx
+            if journal_seq is not None:
+                self._mark_folded(journal_seq)
+
+    @contextlib.contextmanager
     def _one_thread(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         """Run the block's statements on one thread. A fold is two dozen short statements: split across threads
         they cost ~20 % more CPU and finish no sooner (reads meanwhile run on one thread too). DuckDB's thread count
@@ -355,7 +363,7 @@ class Store:
         """Store node agents' batches of log lines (``ingest/agent_logs.py``) in one transaction: each line once,
         however often its batch was sent (a file's lines before what is stored of it are skipped), and the lines of
         files appended to (the OTLP receiver's) after what is stored of them; the lines stored."""
-        batches = [agent_logs.parse(body, MAX_LOG_LINES) for body in bodies]
+        batches = [agent_logs.parse(body, agent_logs.MAX_LOG_LINES) for body in bodies]
         if appended := {b.files["file_key"][row] for b in batches for row, _, _ in b.appends}:
             ends = {
                 (session, host, key): end
@@ -368,7 +376,7 @@ class Store:
         lines, files, gaps = (pa.concat_tables(tables) for tables in zip(*(batch.tables() for batch in batches)))
         lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
         fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
-        with self._one_thread(self.con), self.transaction():
+        with self.folding(journal_seq):
             (first,) = self._one(schema.LAST_LOG_SEQ_SQL)
             with self._registered("staged_lines", lines):
                 (stored,) = self._one(
@@ -406,8 +414,6 @@ class Store:
                 log_batches=len(bodies),
                 log_gaps=new_gaps,
             )
-            if journal_seq is not None:
-                self._mark_folded(journal_seq)
         return int(stored)
 
     def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
@@ -435,8 +441,7 @@ class Store:
         sessions = pc.unique(spans["session"].drop_null()).to_pylist()
         kept = pa.table([list(resources), list(resources.values())], schema=otlp.SPAN_RESOURCES.arrow_schema())
         with (
-            self._one_thread(self.con),
-            self.transaction(),
+            self.folding(journal_seq),
             self._registered("staged_spans", spans),
             self._registered("seen_spans", seen),
             self._registered("staged_resources", kept),
@@ -459,8 +464,6 @@ class Store:
                 ).fetchall()
             reconcile(self._run, sorted(session for (session,) in inferred))
             self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
-            if journal_seq is not None:
-                self._mark_folded(journal_seq)
         return int(stored)
 
     def _index_lines(self, first: int) -> None:
@@ -517,7 +520,7 @@ class Store:
                     self._run(f"DROP TABLE IF EXISTS {parsed.table}")
 
     def _apply(self, posts: Sequence[Post], journal_seq: int | None, parsed: Parsed | None) -> ApplyResult:
-        with self._one_thread(self.con), self.transaction():
+        with self.folding(journal_seq):
             if parsed is None:
                 with self._registered(stage.POSTED, posts_table(posts)):
                     patches = self._parse(stage.POSTS)
@@ -538,8 +541,6 @@ class Store:
                 unsupported=unsupported,
             )
             self.count(**asdict(result), batches=1)
-            if journal_seq is not None:
-                self._mark_folded(journal_seq)
             self._drop_staging()
         return result
 

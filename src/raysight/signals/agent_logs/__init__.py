@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raysight.ingest.agent_logs import LOG_TABLES
-from raysight.signals.signal import Signal
+from raysight import wire
+from raysight.ingest import agent_logs
+from raysight.ingest.agent_logs import LOG_TABLES, MAX_LOG_LINES
+from raysight.signals.signal import Accepted, Intake, Signal
 
 if TYPE_CHECKING:
     from raysight.store.journal import Record
@@ -18,4 +20,12 @@ def apply(store: Store, records: Sequence[Record], parsed: None) -> None:
     store.apply_logs([record.body for record in records], journal_seq=records[-1].seq)
 
 
-SIGNAL = Signal("logs", tuple(LOG_TABLES), apply=apply)
+def accept(body: bytes) -> Accepted:
+    """A node agent's batch (``POST /ingest/agent/logs``: JSON, gzipped or not), journalled as it came."""
+    lines = agent_logs.parse(body, MAX_LOG_LINES).line_count
+    return Accepted(body, lines, {"lines": lines})
+
+
+SIGNAL = Signal(
+    "logs", tuple(LOG_TABLES), apply=apply, intake=Intake(wire.AGENT_LOGS, accept, "the agent", "batch of logs")
+)
