@@ -24,15 +24,29 @@ def fold_linger(settings: WriterSettings) -> float:
     return settings.fold_linger_s
 
 
-def forget_by_session(tables: Sequence[Table | FoldedTable]) -> Callable[[Tx, str], None]:
+Forget = Callable[["Store", "Tx", str], None]  # what deleting a session deletes of a signal
+
+
+def forget_by_session(tables: Sequence[Table | FoldedTable]) -> Forget:
     """What deleting a session does to ``tables`` by default: each one's rows of the session, where it has them."""
     keyed = [table.name for table in tables if "session" in table.names]
 
-    def forget(tx: Tx, session: str) -> None:
+    def forget(store: Store, tx: Tx, session: str) -> None:
         for name in keyed:
             tx.run(f"DELETE FROM {name} WHERE session = ?", [session])
 
     return forget
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """A pass the writer makes over a signal's rows between groups, every minute or so (a retention, a
+    downsampling, a sampling), where the settings ask for it."""
+
+    name: str  # as the server's log names it ("log retention")
+    run: Callable[
+        [Store, WriterSettings], str | None
+    ]  # the pass, if asked for; what it did, for the log (None: naught)
 
 
 @dataclass(frozen=True)
@@ -67,8 +81,9 @@ class Signal:
     linger: Callable[[WriterSettings], float] = fold_linger  # how long a group waits for more of its kind
     # What deleting a session deletes of the signal (None: its tables' rows of the session); the store's own tables,
     # `sessions` among them, go after every signal's
-    forget: Callable[[Tx, str], None] | None = None
+    forget: Forget | None = None
+    upkeep: tuple[Upkeep, ...] = ()
     intake: Intake | None = None  # its ingest route, where it has one of the common kind
 
-    def forget_session(self, tx: Tx, session: str) -> None:
-        (self.forget or forget_by_session(self.tables))(tx, session)
+    def forget_session(self, store: Store, tx: Tx, session: str) -> None:
+        (self.forget or forget_by_session(self.tables))(store, tx, session)

@@ -189,6 +189,7 @@ class Store:
         self._staged: dict[str, Stage] = {}  # the staging relations made, by name
         self._folds, self._folds_lock = 0, threading.Lock()  # connections folding or parsing now (_one_thread)
         self._parser: duckdb.DuckDBPyConnection | None = None  # Store.parse's, made on first use
+        self._parts: dict[str, Any] = {}  # what each signal keeps beside the store (Store.part)
         self._parses = 0
         try:
             self._migrate()
@@ -498,7 +499,17 @@ class Store:
         if wal.exists() and wal.stat().st_size > IDLE_CHECKPOINT_BYTES:
             self._run("CHECKPOINT")
 
+    def part(self, name: str, make: Callable[[Store], T]) -> T:
+        """What the signal ``name`` keeps beside this store (a cache, a connection of its own), made by ``make`` on
+        first use; closed with the store, where it has a ``close()``."""
+        if name not in self._parts:
+            self._parts[name] = make(self)
+        return self._parts[name]  # type: ignore[no-any-return]
+
     def close(self) -> None:
+        for kept in self._parts.values():
+            if callable(getattr(kept, "close", None)):
+                kept.close()
         if self._parser is not None:
             self._parser.close()
         self.con.close()
@@ -948,14 +959,17 @@ class Store:
         self._upsert_patches(driver_patch(session, orjson.loads(row), dead_ns) for session, row, dead_ns in rows)
         reconcile(self._run, sorted({row[0] for row in rows}))
 
+    def forget_targets(self, session: str) -> None:
+        """Let go of what is known in memory of ``session``'s scraped targets (its series are being deleted)."""
+        self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
+
     def delete_session(self, session: str) -> bool:
         """Delete what the store holds of ``session``: each signal's rows of it, then the store's own."""
         with self.transaction() as tx:
             found = tx.one("SELECT count(*) FROM sessions WHERE session = ?", [session])
             for signal in SIGNALS.values():
-                signal.forget_session(tx, session)
-            forget_by_session(schema.OWN_TABLES)(tx, session)
-        self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
+                signal.forget_session(self, tx, session)
+            forget_by_session(schema.OWN_TABLES)(self, tx, session)
         return bool(found and found[0])
 
 

@@ -372,32 +372,17 @@ class Writer:
             self._prune_if_due()  # (a server never idle prunes too)
 
     def _prune_if_due(self) -> None:
-        """Apply the log and metrics retentions, those there are, the traces' tail sampling and the metrics'
-        downsampling, at most every PRUNE_EVERY_S; a failure is tried again then."""
+        """Make each signal's upkeep (the log and metrics retentions, the traces' tail sampling, the metrics'
+        downsampling, where the settings ask for them), at most every PRUNE_EVERY_S; a failure is tried again then."""
         if time.monotonic() < self._prune_after:
             return
         self._prune_after = time.monotonic() + PRUNE_EVERY_S
-        for what, retention, prune in (
-            ("log", self.settings.log_retention, self.store.prune_logs),
-            ("metrics", self.settings.metrics_retention, self.store.prune_metrics),
-        ):
+        for upkeep in (upkeep for signal in SIGNALS.values() for upkeep in signal.upkeep):
             try:
-                if retention and (dropped := prune(retention)):
-                    log.info("%s retention: dropped %d (%s)", what, dropped, retention.why(what))
+                if said := upkeep.run(self.store, self.settings):
+                    log.info("%s: %s", upkeep.name, said)
             except Exception as exc:  # noqa: BLE001 (environmental: a full disk, say; all stays until next time)
-                log.warning("%s retention failed, will try again in %.0f s: %s", what, PRUNE_EVERY_S, exc)
-        try:
-            sampling = self.settings.trace_sampling
-            if sampling.active and (dropped := self.store.sample_traces(sampling)):
-                log.info("trace sampling: %d spans of traces neither failed nor slow dropped", dropped)
-        except Exception as exc:  # noqa: BLE001 (as above)
-            log.warning("trace sampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
-        try:
-            downsampling = self.settings.metrics_downsampling
-            if downsampling and (thinned := self.store.downsample_metrics(downsampling)):
-                log.info("metrics downsampling: %d samples thinned away", thinned)
-        except Exception as exc:  # noqa: BLE001 (as above)
-            log.warning("metrics downsampling failed, will try again in %.0f s: %s", PRUNE_EVERY_S, exc)
+                log.warning("%s failed, will try again in %.0f s: %s", upkeep.name, PRUNE_EVERY_S, exc)
 
     def _checkpoint_if_due(self) -> None:
         """Idle: fold the WAL into the database file now, not mid-burst (a full disk defers it by MAX_RETRY_S)."""

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 from raysight import wire
 from raysight.ingest import agent_logs
 from raysight.ingest.agent_logs import LOG_TABLES, MAX_LOG_LINES
-from raysight.signals.signal import Accepted, Intake, Signal
+from raysight.signals.signal import Accepted, Intake, Signal, Upkeep
 
 if TYPE_CHECKING:
+    from raysight.settings import WriterSettings
     from raysight.store.journal import Record
     from raysight.store.store import Store
 
@@ -26,6 +27,17 @@ def accept(body: bytes) -> Accepted:
     return Accepted(body, lines, {"lines": lines})
 
 
+def prune(store: Store, settings: WriterSettings) -> str | None:
+    retention = settings.log_retention
+    if retention and (dropped := store.prune_logs(retention)):
+        return f"dropped {dropped} ({retention.why('log')})"
+    return None
+
+
 SIGNAL = Signal(
-    "logs", tuple(LOG_TABLES), apply=apply, intake=Intake(wire.AGENT_LOGS, accept, "the agent", "batch of logs")
+    "logs",
+    tuple(LOG_TABLES),
+    apply=apply,
+    intake=Intake(wire.AGENT_LOGS, accept, "the agent", "batch of logs"),
+    upkeep=(Upkeep("log retention", prune),),
 )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from raysight.signals.run_exits.parse import RUN_EXITS, RunExit
 from raysight.store.reconcile import reconcile
 from raysight.store.tx import Tx
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 # The driver exits `raysight run` saw in a session (joined, or started under the run's ID) that no other session shares
 FORGET = f"""
@@ -23,5 +28,5 @@ def record(tx: Tx, exit_: RunExit) -> None:
     reconcile(tx.run, sorted({r[0] for r in started} | ({session} if session else set())))
 
 
-def forget(tx: Tx, session: str) -> None:
+def forget(store: Store, tx: Tx, session: str) -> None:
     tx.run(FORGET, [session])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raysight.ingest.otlp import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS
-from raysight.signals.signal import Signal, forget_by_session
+from raysight.signals.signal import Signal, Upkeep, forget_by_session
 
 if TYPE_CHECKING:
     from raysight.settings import WriterSettings
@@ -25,12 +25,26 @@ def linger(settings: WriterSettings) -> float:
     return settings.spans_linger_s
 
 
-def forget(tx: Tx, session: str) -> None:
-    forget_by_session((SPANS, ATTEMPT_ENDS))(tx, session)
+def forget(store: Store, tx: Tx, session: str) -> None:
+    forget_by_session((SPANS, ATTEMPT_ENDS))(store, tx, session)
     tx.run(  # the resources no span names any more
         "DELETE FROM span_resources WHERE resource_id NOT IN "
         "(SELECT DISTINCT resource_id FROM spans WHERE resource_id IS NOT NULL)"
     )
 
 
-SIGNAL = Signal("spans", (SPANS, SPAN_RESOURCES, ATTEMPT_ENDS), apply=apply, linger=linger, forget=forget)
+def sample(store: Store, settings: WriterSettings) -> str | None:
+    sampling = settings.trace_sampling
+    if sampling.active and (dropped := store.sample_traces(sampling)):
+        return f"{dropped} spans of traces neither failed nor slow dropped"
+    return None
+
+
+SIGNAL = Signal(
+    "spans",
+    (SPANS, SPAN_RESOURCES, ATTEMPT_ENDS),
+    apply=apply,
+    linger=linger,
+    forget=forget,
+    upkeep=(Upkeep("trace sampling", sample),),
+)
