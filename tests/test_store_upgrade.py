@@ -14,11 +14,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight.config import USER_AGENT
-from raysight.ingest import otlp
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
 from raysight.signals.registry import every_table
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
+from raysight.signals.spans import parse as otlp
 from raysight.store import logs_query, schema
 from raysight.store import store as store_module
 from raysight.store.journal import Journal

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from raysight import wire
 from raysight.cli.server import server_cmd
-from raysight.ingest import otlp
 from raysight.settings import TailSampling, WriterSettings
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
+from raysight.signals.spans import parse as otlp
 from raysight.store.store import Store
 from raysight.store.writer import Writer
 

@@ -33,7 +33,7 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest import otlp, otlp_logs, prom_text
+from raysight.ingest import otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.agent_logs import MAX_LOG_LINES
 from raysight.ingest.batch_shape import array_length
@@ -52,6 +52,7 @@ from raysight.signals.registry import SIGNALS
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.run_exits.apply import record as record_run_exit
 from raysight.signals.signal import Intake, Signal
+from raysight.signals.spans import parse as otlp
 from raysight.store.queries import latest_session
 from raysight.store.store import Store
 from raysight.store.writer import CONTENT_ERRORS

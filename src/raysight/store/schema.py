@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from raysight import wire
-from raysight.ingest import agent_logs, otlp
+from raysight.ingest import agent_logs
 from raysight.ingest.ray_event_tables import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
+from raysight.signals.spans import parse as otlp
 from raysight.tables import Column, FoldedTable, Table, columns
 
 SCHEMA_VERSION = 17

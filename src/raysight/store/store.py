@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raysight import os_thread
-from raysight.ingest import agent_logs, otlp, prom_text
+from raysight.ingest import agent_logs, prom_text
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
@@ -34,6 +34,7 @@ from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
+from raysight.signals.spans import parse as otlp
 from raysight.sql_literals import sql_str
 from raysight.store import (
     catalog,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raysight.ingest.otlp import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS
 from raysight.signals.signal import Signal, Upkeep, forget_by_session
+from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS
 
 if TYPE_CHECKING:
     from raysight.settings import WriterSettings
