@@ -37,6 +37,7 @@ from raysight.cli import main
 from raysight.cli.run import free_port, tracing_env, uv_run_warning
 from raysight.client import Client
 from raysight.errors import NotFound
+from raysight.ingest.otlp import key_values
 from raysight.instrument import export, hook_paths, hooks, ray_tracing, task_spans
 from raysight.instrument.task_spans import TaskSpan
 from raysight.settings import (
@@ -46,7 +47,6 @@ from raysight.settings import (
     ENV_OTLP_ENDPOINT,
     ENV_SERVER,
 )
-from raysight.signals.spans.parse import key_values
 from tests.ray_scenarios import ServerProcess
 
 ROOT = Path(__file__).parent.parent

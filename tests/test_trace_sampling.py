@@ -16,7 +16,7 @@ from raysight import wire
 from raysight.cli.server import server_cmd
 from raysight.settings import TailSampling, WriterSettings
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
-from raysight.signals.spans import parse as otlp
+from raysight.signals.spans.parse import SPANS
 from raysight.store.store import Store
 from raysight.store.writer import Writer
 
@@ -25,7 +25,7 @@ NOW = 1_800_000_000 * S
 
 
 def span(trace: int, span_id: int, start: int, end: int, status: str = "unset") -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(otlp.SPANS.names)
+    row: dict[str, Any] = dict.fromkeys(SPANS.names)
     row.update(
         trace_id=f"{trace:032x}", span_id=f"{span_id:016x}", name=f"s{span_id}", start_ns=start, end_ns=end,
         status=status, session="session_2026-11-24_12-00-00_000000_1",

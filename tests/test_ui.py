@@ -25,7 +25,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from raysight.client import Client
 from raysight.config import USER_AGENT
-from raysight.signals.spans.parse import key_values
+from raysight.ingest.otlp import key_values
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -26,8 +26,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from raysight import wire
+from raysight.ingest import otlp
 from raysight.ingest.ids import SESSION_NAME
-from raysight.signals.spans import parse as otlp
 
 HOST = "otlp"  # the host of a resource that names none
 LEVELS = ((21, "CRITICAL"), (17, "ERROR"), (13, "WARNING"), (9, "INFO"), (5, "DEBUG"), (1, "TRACE"))  # OTel's numbers

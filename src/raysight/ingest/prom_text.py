@@ -34,7 +34,7 @@ from typing import Any
 from raysight import wire
 from raysight.errors import BadIngest, TooMany
 from raysight.ingest.agent_logs import int_field, json_object, session_field, text_field
-from raysight.signals.spans.parse import INT64_MAX
+from raysight.ingest.otlp import INT64_MAX
 from raysight.tables import Column, Table, columns
 
 MAX_BODY = 64 << 20  # bytes of one scrape's JSON (a node's page is ~250 KB; Serve's with many deployments, more)

@@ -14,7 +14,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.signals.spans.parse import key_values
+from raysight.ingest.otlp import key_values
 
 KINDS = {f"SpanKind.{name.removeprefix('SPAN_KIND_')}": value for name, value in Span.SpanKind.items()}
 STATUSES = {name.removeprefix("STATUS_CODE_"): value for name, value in Status.StatusCode.items()}

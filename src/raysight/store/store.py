@@ -451,7 +451,7 @@ class Store:
             (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
             self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
             ends = self.tx.returning(
-                f"""INSERT INTO attempt_ends {schema.attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
+                f"""INSERT INTO attempt_ends {otlp.attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
                     RETURNING session, task_id, attempt""",
                 ["session", "task_id", "attempt"],
             )

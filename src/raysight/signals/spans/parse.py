@@ -10,32 +10,25 @@ as OTLP's partial success says; a body that is not an export, or of more than :d
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from raysight import wire
-from raysight.errors import BadIngest
-from raysight.ingest import otlp_count
+from raysight.ingest.otlp import INT64_MAX, SCOPE_MAX, attributes, decoded, encoded, text_id
 from raysight.tables import Table, columns
 
 KINDS = {v: k.removeprefix("SPAN_KIND_").lower() for k, v in Span.SpanKind.items()}
 STATUSES = {v: k.removeprefix("STATUS_CODE_").lower() for k, v in Status.StatusCode.items()}
 NAME_MAX = 1024
-SCOPE_MAX = 256  # an instrumentation scope's name (a module's), copied into each of its spans or log records
 MAX_SPANS = 65_536  # in one export, resources and scopes counted too: 128 of the SDK's batches, 8 of a collector's
-INT64_MAX = 2**63 - 1
 ID_COLUMNS = {  # column ← attribute (of the span, else of its resource)
     "session": wire.ATTR_SESSION,
     "job_id": wire.ATTR_JOB_ID,
@@ -95,6 +88,16 @@ ATTEMPT_ENDS = Table(
     ),
     key=("session", "task_id", "attempt"),
 )
+
+
+def attempt_ends_sql(spans: str) -> str:
+    """SQL: the ``attempt_ends`` rows of the spans in ``spans`` (a table of span rows): raysight's spans of task
+    attempts (its instrumentation's scope, kind consumer) that name their session, task and attempt."""
+    return f"""SELECT session, task_id, attempt, trace_id, span_id, end_ns,
+                      CASE WHEN status = 'error' THEN coalesce(status_message, '') END AS error
+               FROM {spans}
+               WHERE scope = '{wire.TASK_SCOPE}' AND kind = 'consumer'
+                 AND session IS NOT NULL AND task_id IS NOT NULL AND attempt IS NOT NULL"""
 
 
 @dataclass(frozen=True)
@@ -212,102 +215,6 @@ def _link(link: Span.Link) -> dict[str, Any]:
     return {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": attributes(link.attributes)}
 
 
-def attributes(pairs: Any) -> dict[str, Any]:
-    """OTLP key-values as a JSON-ready dict (bytes as base64)."""
-    return {pair.key: value(pair.value) for pair in pairs}
-
-
-def value(any_value: AnyValue) -> Any:
-    which = any_value.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [value(v) for v in any_value.array_value.values]
-    if which == "kvlist_value":
-        return attributes(any_value.kvlist_value.values)
-    if which == "bytes_value":
-        return base64.b64encode(any_value.bytes_value).decode()
-    return getattr(any_value, which)
-
-
-def any_value(value: Any) -> AnyValue:
-    """A Python value as an OTLP attribute value (a list as an array; anything else not a number as text)."""
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, (list, tuple)):
-        array = AnyValue()
-        array.array_value.values.extend(any_value(v) for v in value)
-        return array
-    return AnyValue(string_value=str(value))
-
-
-def key_values(attributes: dict[str, Any]) -> list[KeyValue]:
-    """Attributes as OTLP key-values (a None value left out)."""
-    return [KeyValue(key=str(k), value=any_value(v)) for k, v in attributes.items() if v is not None]
-
-
-def text_id(value: Any) -> str | None:
-    """A non-empty text attribute (an ID, a name), at most 200 characters; None otherwise."""
-    return value[:200] if isinstance(value, str) and value else None
-
-
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-
-
-M = TypeVar("M", bound=Message)
-
-
-def decoded(message: M, body: bytes, json: bool, limit: int, signal: str = "Spans", items: str = "spans") -> M:
-    """``message`` (an OTLP export request of ``resource{signal}``) read from ``body``, protobuf or OTLP/JSON;
-    BadIngest when it is not one, TooMany when it holds over ``limit`` resources, scopes and ``items``."""
-    what = {"Spans": "trace", "Logs": "log"}.get(signal, signal.lower())
-    try:
-        otlp_count.count(body, json, signal, items, limit, "spans" if signal == "Spans" else "log records")
-        if json:
-            document = json_ids_to_base64(orjson.loads(body), signal, items)
-            json_format.ParseDict(document, message, ignore_unknown_fields=True)
-        else:
-            message.ParseFromString(body)
-    except (DecodeError, json_format.ParseError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
-        raise BadIngest(f"not an OTLP {what} export ({'JSON' if json else 'protobuf'}): {exc}") from None
-    return message
-
-
-def json_ids_to_base64(document: Any, signal: str = "Spans", items: str = "spans") -> Any:
-    """OTLP/JSON writes trace and span IDs in hex where protobuf's JSON mapping reads bytes as base64: convert them
-    (in an export's ``resource{signal}[].scope{signal}[].{items}[]`` and their links) so that one parser reads both
-    encodings."""
-    if not isinstance(document, dict):
-        raise BadIngest(f'an OTLP/JSON export is a JSON object {{"resource{signal}": […]}}')
-    for resource_group in _list(document.get(f"resource{signal}")):
-        for scope_group in _list(_dict(resource_group).get(f"scope{signal}")):
-            for item in _list(_dict(scope_group).get(items)):
-                for part in (_dict(item), *(_dict(link) for link in _list(_dict(item).get("links")))):
-                    for name in _ID_FIELDS:
-                        if isinstance(part.get(name), str):
-                            part[name] = _hex_to_base64(part[name])
-    return document
-
-
-def _hex_to_base64(text: str) -> str:
-    try:
-        return base64.b64encode(bytes.fromhex(text)).decode()
-    except ValueError:
-        raise BadIngest(f"an OTLP/JSON ID is hex: {text[:40]!r}") from None
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def rejected_spans(answer: bytes) -> int:
     """The spans a receiver's protobuf answer says it refused."""
     response = ExportTraceServiceResponse()
@@ -322,10 +229,3 @@ def response(rejected: int, reason: str | None, json: bool) -> bytes:
         answer.partial_success.rejected_spans = rejected
         answer.partial_success.error_message = reason or ""
     return encoded(answer, json)
-
-
-def encoded(message: Message, json: bool) -> bytes:
-    """An OTLP answer as protobuf, or OTLP/JSON."""
-    if json:
-        return json_format.MessageToJson(message, indent=None).encode()
-    return message.SerializeToString()
