@@ -108,7 +108,7 @@ class Export:
     reason: str | None  # why the first of them was
 
     def journalled(self, keep_spans: bool = True) -> bytes | None:
-        """What the store folds (``Store.apply_spans``): the spans and, once each, their resources; or, for a server
+        """What the store folds (``apply.apply_spans``): the spans and, once each, their resources; or, for a server
         that keeps no span (``keep_spans`` False), raysight's spans of task attempts alone, of which the store keeps
         how each attempt ended (None when there is none)."""
         if keep_spans:
