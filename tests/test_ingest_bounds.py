@@ -25,9 +25,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from starlette.testclient import TestClient
 
-from raysight.ingest.otlp import MAX_SPANS, key_values
+from raysight.ingest.otlp import key_values
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
+from raysight.signals.spans.parse import MAX_SPANS
 from tests.faults import FailingDisk
 from tests.ray_scenarios import ServerProcess, peak_rss_mb, wait_folded
 

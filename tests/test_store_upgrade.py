@@ -14,11 +14,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight.config import USER_AGENT
-from raysight.ingest import otlp
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
 from raysight.signals.registry import every_table
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
+from raysight.signals.spans.parse import SPANS
 from raysight.store import logs_query, schema
 from raysight.store import store as store_module
 from raysight.store.journal import Journal
@@ -154,7 +154,7 @@ def test_a_schema_15_store_keeps_each_span_s_resource_once_and_replays_spans_jou
     of a 300 KB resource became 300 MB): after the upgrade each resource is kept once, named by its spans, and a
     journal record of that shape still folds."""
     data = tmp_path / "data"
-    legacy = {column: None for column in otlp.SPANS.names if column != "resource_id"}
+    legacy = {column: None for column in SPANS.names if column != "resource_id"}
     stored = {**legacy, "trace_id": "01" * 16, "span_id": "02" * 8, "start_ns": 1, "end_ns": 2, "session": SESSION}
     journalled = {**stored, "span_id": "03" * 8}
     resource = '{"service.name":"old"}'

@@ -31,6 +31,7 @@ from raysight.ingest.ray_metrics import RAY_REPORTED, RaySample, parse_aggregato
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.registry import every_table
 from raysight.signals.run_exits import parse as run_exits
+from raysight.signals.spans import parse as spans
 from raysight.store import event_stages, schema
 from raysight.store.fold import fold
 from raysight.store.store import Post, Store
@@ -138,14 +139,14 @@ def _span_export() -> bytes:
 
 
 def test_otlp_spans_write_every_column_of_spans_and_their_attempt_s_end() -> None:
-    export = otlp.parse(_span_export(), False)
+    export = spans.parse(_span_export(), False)
     (row,) = export.spans
-    assert set(row) == set(otlp.SPANS.names)  # (one not set would be NULL without a word too)
-    assert not unknown(dict.fromkeys(otlp.SPAN_RESOURCES.names), otlp.SPAN_RESOURCES)
+    assert set(row) == set(spans.SPANS.names)  # (one not set would be NULL without a word too)
+    assert not unknown(dict.fromkeys(spans.SPAN_RESOURCES.names), spans.SPAN_RESOURCES)
     with duckdb.connect() as con:  # the store inserts attempt_ends by position
-        con.register("spans", arrow_rows(export.spans, otlp.SPANS.arrow_schema()))
-        ends = con.execute(schema.attempt_ends_sql("spans"))
-        assert [column[0] for column in ends.description] == otlp.ATTEMPT_ENDS.names
+        con.register("spans", arrow_rows(export.spans, spans.SPANS.arrow_schema()))
+        ends = con.execute(spans.attempt_ends_sql("spans"))
+        assert [column[0] for column in ends.description] == spans.ATTEMPT_ENDS.names
         assert len(ends.fetchall()) == 1
 
 

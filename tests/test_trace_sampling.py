@@ -1,6 +1,6 @@
-"""Stored traces: tail sampling (``store/trace_sampling.py``) — complete traces neither failed nor slow are kept in
-the fraction asked for, by a hash of their ID; failed and slow ones always; undecided ones wait — and the writer's
-folding of the exports that arrive within its spans linger together."""
+"""Stored traces: tail sampling (``signals/spans/trace_sampling.py``) — complete traces neither failed nor slow are
+kept in the fraction asked for, by a hash of their ID; failed and slow ones always; undecided ones wait — and the
+writer's folding of the exports that arrive within its spans linger together."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from click.testing import CliRunner
 
 from raysight import wire
 from raysight.cli.server import server_cmd
-from raysight.ingest import otlp
 from raysight.settings import TailSampling, WriterSettings
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
+from raysight.signals.spans import apply
+from raysight.signals.spans.apply import apply_spans
+from raysight.signals.spans.parse import SPANS
+from raysight.signals.spans.trace_sampling import sample_traces
 from raysight.store.store import Store
 from raysight.store.writer import Writer
 
@@ -25,7 +28,7 @@ NOW = 1_800_000_000 * S
 
 
 def span(trace: int, span_id: int, start: int, end: int, status: str = "unset") -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(otlp.SPANS.names)
+    row: dict[str, Any] = dict.fromkeys(SPANS.names)
     row.update(
         trace_id=f"{trace:032x}", span_id=f"{span_id:016x}", name=f"s{span_id}", start_ns=start, end_ns=end,
         status=status, session="session_2026-11-24_12-00-00_000000_1",
@@ -59,16 +62,16 @@ def test_failed_slow_and_unfinished_traces_stay_the_rest_go(store: Store) -> Non
         span(3, 5, done - 3 * S, done),  # 3 s long: kept as slow
         span(4, 6, NOW - 2 * S, NOW - S),  # ended a second ago: not decided yet
     ]
-    store.apply_spans([orjson.dumps(rows)])
+    apply_spans(store, [orjson.dumps(rows)])
     sampling = TailSampling(keep=0.0, slow_ns=2 * S, wait_s=30)
-    assert store.sample_traces(sampling, NOW) == 2
+    assert sample_traces(store, sampling, NOW) == 2
     assert traces(store) == {2, 3, 4}
     ends = store.reader().execute("SELECT task_id, attempt, error FROM attempt_ends").fetchall()
     assert ends == [("ab" * 24, 0, None)]  # how the attempt ended outlives its span: it returned
-    assert store.sample_traces(sampling, NOW) == 0  # decided once
+    assert sample_traces(store, sampling, NOW) == 0  # decided once
     late = span(1, 7, done, done + 1)  # a span of a trace already decided, come late: kept
-    store.apply_spans([orjson.dumps([late])])
-    assert store.sample_traces(sampling, NOW + 60 * S) == 1  # trace 4, now complete
+    apply_spans(store, [orjson.dumps([late])])
+    assert sample_traces(store, sampling, NOW + 60 * S) == 1  # trace 4, now complete
     assert traces(store) == {1, 2, 3}
     assert {k: v for k, v in counters(store).items() if "sampled" in k} == {
         "traces_sampled_out": 2,
@@ -82,8 +85,8 @@ def test_the_fraction_kept_is_decided_by_the_trace_id_alike_everywhere(tmp_path:
     for name in ("a", "b"):
         store = Store(tmp_path / name)
         try:
-            store.apply_spans([orjson.dumps(rows)])
-            store.sample_traces(TailSampling(keep=0.25, wait_s=30), NOW)
+            apply_spans(store, [orjson.dumps(rows)])
+            sample_traces(store, TailSampling(keep=0.25, wait_s=30), NOW)
             kept.append(traces(store))
         finally:
             store.close()
@@ -100,15 +103,16 @@ def test_the_server_takes_the_sampling_options_and_refuses_bad_ones() -> None:
 
 
 @pytest.mark.parametrize("linger_s", [0.0, 1.0])
-def test_exports_arriving_within_the_spans_linger_are_folded_in_one_transaction(store: Store, linger_s: float) -> None:
+def test_exports_arriving_within_the_spans_linger_are_folded_in_one_transaction(
+    store: Store, linger_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folds: list[int] = []  # the exports each fold took
-    apply_spans = store.apply_spans
 
-    def counted(bodies: list[bytes], journal_seq: int | None = None) -> int:
+    def counted(store: Store, bodies: list[bytes], journal_seq: int | None = None) -> int:
         folds.append(len(bodies))
-        return apply_spans(bodies, journal_seq)
+        return apply_spans(store, bodies, journal_seq)
 
-    store.apply_spans = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(apply, "apply_spans", counted)
     writer = Writer(store, settings=WriterSettings(fold_linger_s=0, fold_rest=0, spans_linger_s=linger_s))
     try:
         for i in range(5):  # five exports 50 ms apart, as five traced workers' a moment apart

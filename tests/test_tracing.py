@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import raysight.instrument
 from raysight.cli import main
 from raysight.client import Client
-from raysight.store.traces import critical_path, tree_order
+from raysight.signals.spans.traces_query import critical_path, tree_order
 from tests.ray_programs import traced as traced_program
 from tests.ray_scenarios import ServerProcess, ray_run
 

@@ -249,7 +249,7 @@ class Client:
 
     def export_spans(self, body: bytes, key: str | None) -> int:
         """Send one OTLP protobuf trace export to the receiver, as an exporter would; returns the spans it refused."""
-        from raysight.ingest.otlp import rejected_spans
+        from raysight.signals.spans.parse import rejected_spans
 
         headers = {"Content-Type": "application/x-protobuf"}
         answer = self._request(

@@ -149,7 +149,7 @@ class Downsampling:
 
 @dataclass(frozen=True)
 class TailSampling:
-    """Which complete traces the store keeps (``store/trace_sampling.py``)."""
+    """Which complete traces the store keeps (``signals/spans/trace_sampling.py``)."""
 
     keep: float = 1.0  # of the traces neither failed nor slow
     slow_ns: int | None = None  # a trace this long is always kept

@@ -12,7 +12,7 @@ from raysight import units
 from raysight.cli import render
 from raysight.cli.common import Checked, client_options, make_client, parse_time, server_option, session_option
 from raysight.cli.run import key_option
-from raysight.ingest import sdk_json
+from raysight.signals.spans import sdk_json
 
 TRACES_COLUMNS = ["trace_id", "root", "start_ms", "duration", "spans", "errors", "jobs"]
 

@@ -88,7 +88,7 @@ def parse(body: bytes, json: bool, default_session: str | None, now_ns: int, lim
 
 def line(record: LogRecord, scope: str, at_ns: int) -> str:
     """A record as one JSON line (Ray's JSON logging's keys); ValueError when it cannot be kept. (Each field is read
-    once, as in ``otlp.row``.)"""
+    once, as in the spans' ``parse.row``.)"""
     trace_id, span_id, body = record.trace_id, record.span_id, record.body
     if trace_id and len(trace_id) != 16:
         raise ValueError("a log record's trace ID is 16 bytes")

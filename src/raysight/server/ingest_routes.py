@@ -33,7 +33,7 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest import otlp, otlp_logs, prom_text
+from raysight.ingest import otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.agent_logs import MAX_LOG_LINES
 from raysight.ingest.batch_shape import array_length
@@ -52,6 +52,7 @@ from raysight.signals.registry import SIGNALS
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.run_exits.apply import record as record_run_exit
 from raysight.signals.signal import Intake, Signal
+from raysight.signals.spans import parse as spans_parse
 from raysight.store.queries import latest_session
 from raysight.store.store import Store
 from raysight.store.writer import CONTENT_ERRORS
@@ -255,7 +256,7 @@ async def _off_loop(request: Request, body: bytes, parse: Callable[[bytes], T]) 
 
 async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
     state = app_state(request)
-    export, body = await _off_loop(request, body, lambda data: (otlp.parse(data, json), data))
+    export, body = await _off_loop(request, body, lambda data: (spans_parse.parse(data, json), data))
     started = time.perf_counter()
     if state.forwarder is not None and export.spans:
         forwarded = state.forwarder.put(body, "application/json" if json else "application/x-protobuf")
@@ -272,7 +273,7 @@ async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
         state.writer.call(
             lambda store: store.count(spans_rejected=export.rejected, spans_dropped_at_source=dropped_at_source)
         )
-    return _otlp_answer(otlp.response(export.rejected, export.reason, json), json)
+    return _otlp_answer(spans_parse.response(export.rejected, export.reason, json), json)
 
 
 async def _journal_log_records(request: Request, body: bytes, json: bool) -> Response:

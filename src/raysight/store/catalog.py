@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from raysight.signals.spans import traces_query
 from raysight.store import (
     errors,
     event_stages,
@@ -16,7 +17,6 @@ from raysight.store import (
     schema,
     summaries,
     timeline,
-    traces,
 )
 from raysight.store.statements import Group, Macro, Query
 
@@ -29,7 +29,7 @@ MACROS: tuple[Macro, ...] = (
     *errors.MACROS,
 )
 GROUPS: tuple[Group, ...] = tuple(pipeline.GROUPS.values())
-READ_MODELS: tuple[ModuleType, ...] = (summaries, errors, timeline, traces, logs_query)
+READ_MODELS: tuple[ModuleType, ...] = (summaries, errors, timeline, traces_query, logs_query)
 
 
 def created() -> list[str]:

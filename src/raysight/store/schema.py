@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from raysight import wire
-from raysight.ingest import agent_logs, otlp
+from raysight.ingest import agent_logs
 from raysight.ingest.ray_event_tables import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
+from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql
 from raysight.tables import Column, FoldedTable, Table, columns
 
 SCHEMA_VERSION = 17
@@ -98,16 +98,6 @@ def _copy_raw_events(ddl: str, name: str, columns: str) -> list[str]:
     ]
 
 
-def attempt_ends_sql(spans: str) -> str:
-    """SQL: the ``attempt_ends`` rows of the spans in ``spans`` (a table of span rows): raysight's spans of task
-    attempts (its instrumentation's scope, kind consumer) that name their session, task and attempt."""
-    return f"""SELECT session, task_id, attempt, trace_id, span_id, end_ns,
-                      CASE WHEN status = 'error' THEN coalesce(status_message, '') END AS error
-               FROM {spans}
-               WHERE scope = '{wire.TASK_SCOPE}' AND kind = 'consumer'
-                 AND session IS NOT NULL AND task_id IS NOT NULL AND attempt IS NOT NULL"""
-
-
 # The ``seq`` of the last log line stored (0 before any), kept in ``meta``
 LOG_SEQ_KEY = "log_lines_seq"
 LAST_LOG_SEQ_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{LOG_SEQ_KEY}'"
@@ -116,7 +106,7 @@ INDEXED_FROM_KEY = "log_indexed_from"
 INDEXED_FROM_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key = '{INDEXED_FROM_KEY}'"
 
 
-RESOURCE_ID_SQL = "left(md5(resource::VARCHAR), 16)"  # as ``otlp.resource_id``
+RESOURCE_ID_SQL = "left(md5(resource::VARCHAR), 16)"  # as ``signals/spans/parse.py``'s ``resource_id``
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
 MIGRATIONS = {
     3: [
@@ -145,8 +135,8 @@ MIGRATIONS = {
     ],
     15: [],  # spans (all_ddl() makes it)
     16: [  # a span names its resource, kept once in span_resources, where it held a copy (whatever the spans' shape)
-        otlp.SPANS.ddl(),
-        otlp.SPAN_RESOURCES.ddl(),
+        SPANS.ddl(),
+        SPAN_RESOURCES.ddl(),
         "ALTER TABLE spans ADD COLUMN IF NOT EXISTS resource JSON",
         "ALTER TABLE spans ADD COLUMN IF NOT EXISTS resource_id VARCHAR",
         f"""INSERT INTO span_resources SELECT DISTINCT {RESOURCE_ID_SQL}, resource FROM spans WHERE resource IS NOT NULL
@@ -156,7 +146,7 @@ MIGRATIONS = {
     ],
     17: [  # attempt_ends (all_ddl() makes it), from the spans kept; log_lines.own (all_ddl() adds it): no line
         # stored before was flagged raysight's own
-        otlp.ATTEMPT_ENDS.ddl(),
+        ATTEMPT_ENDS.ddl(),
         f"INSERT INTO attempt_ends {attempt_ends_sql('spans')} ON CONFLICT DO NOTHING",
     ],
 }

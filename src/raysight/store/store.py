@@ -23,15 +23,14 @@ from typing import Any, TypeVar
 import duckdb
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from raysight import os_thread
-from raysight.ingest import agent_logs, otlp, prom_text
+from raysight.ingest import agent_logs, prom_text
 from raysight.ingest.prom_text import Scrape
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
-from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings, TailSampling
+from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
@@ -42,7 +41,6 @@ from raysight.store import (
     metric_downsample,
     metric_retention,
     schema,
-    trace_sampling,
 )
 from raysight.store import event_stages as stage
 from raysight.store.event_stages import SUPPORTED_TYPES
@@ -62,7 +60,6 @@ ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
-SPAN_SCHEMA = otlp.SPANS.arrow_schema()
 MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
 MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
 MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
@@ -415,56 +412,6 @@ class Store:
                 log_batches=len(bodies),
                 log_gaps=new_gaps,
             )
-        return int(stored)
-
-    def apply_spans(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
-        """Store the spans of journalled OTLP exports (``otlp.Export.journalled``) and their resources in one
-        transaction, each span once however often it was sent (the first copy: DuckDB's conflict check keeps the
-        first of a batch too), and how each task attempt they are of ended (``attempt_ends``), also of the spans of a
-        server that keeps none; the spans stored. An attempt whose outcome was inferred, Ray's end missing, is
-        inferred again with its span's."""
-        rows: list[dict[str, Any]] = []
-        passing: list[dict[str, Any]] = []  # spans not kept, read for their attempts' ends
-        resources: dict[str, str] = {}
-        for body in bodies:
-            export = orjson.loads(body)
-            if isinstance(export, list):  # journalled before resources were kept apart: each row holds its own
-                export = {"resources": {}, "spans": export}
-                for row in export["spans"]:
-                    text = row.pop("resource", None) or "{}"
-                    row["resource_id"] = otlp.resource_id(text.encode())
-                    resources[row["resource_id"]] = text
-            (rows if export.get("keep", True) else passing).extend(export["spans"])
-            resources.update(export["resources"])
-        spans = arrow_rows(rows, SPAN_SCHEMA)
-        seen = pa.concat_tables([spans, arrow_rows(passing, SPAN_SCHEMA)])
-        del rows, passing
-        sessions = pc.unique(spans["session"].drop_null()).to_pylist()
-        kept = pa.table([list(resources), list(resources.values())], schema=otlp.SPAN_RESOURCES.arrow_schema())
-        with (
-            self.folding(journal_seq),
-            self._registered("staged_spans", spans),
-            self._registered("seen_spans", seen),
-            self._registered("staged_resources", kept),
-        ):
-            (stored,) = self._one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
-            self._run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
-            ends = self.tx.returning(
-                f"""INSERT INTO attempt_ends {schema.attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
-                    RETURNING session, task_id, attempt""",
-                ["session", "task_id", "attempt"],
-            )
-            if sessions:
-                self._run(
-                    "INSERT INTO sessions (session) SELECT unnest($1::VARCHAR[]) ON CONFLICT DO NOTHING", [sessions]
-                )
-            with self._registered("new_ends", ends):  # (an end kept before changes nothing)
-                inferred = self._run(
-                    """SELECT DISTINCT session FROM new_ends JOIN tasks t USING (session, task_id, attempt)
-                       WHERE t.inferred_state IS NOT NULL"""
-                ).fetchall()
-            reconcile(self._run, sorted(session for (session,) in inferred))
-            self.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
         return int(stored)
 
     def _index_lines(self, first: int) -> None:
@@ -889,14 +836,6 @@ class Store:
         """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
         with self._one_thread(self.con), self.transaction():
             return metric_retention.prune(self._run, retention, _or_now(now_ms, 1_000_000))
-
-    def sample_traces(self, sampling: TailSampling, now_ns: int | None = None) -> int:
-        """Tail-sample the traces complete since the last pass (``store/trace_sampling.py``); the spans deleted."""
-        with self._one_thread(self.con), self.transaction():
-            traces, spans = trace_sampling.sample(self.con, sampling, _or_now(now_ns))
-            if traces:
-                self.count(traces_sampled_out=traces, spans_sampled_out=spans)
-        return spans
 
     def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""

@@ -7,25 +7,47 @@ trace left to judge it with). Spans the server forwards are sent on before any o
 
 from __future__ import annotations
 
-import duckdb
+import time
+from typing import TYPE_CHECKING
 
-from raysight.settings import TailSampling
+from raysight.settings import TailSampling, WriterSettings
+from raysight.store.tx import Tx
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 WATERMARK_KEY = "traces_sampled_through_ns"  # in ``meta``: traces whose last span ended by then were decided
 HASH_BUCKETS = 1_000_000
 
 
-def sample(con: duckdb.DuckDBPyConnection, sampling: TailSampling, now_ns: int) -> tuple[int, int]:
+def upkeep(store: Store, settings: WriterSettings) -> str | None:
+    """The writer's pass, where the settings sample traces: what it dropped, for the log."""
+    sampling = settings.trace_sampling
+    if sampling.active and (dropped := sample_traces(store, sampling)):
+        return f"{dropped} spans of traces neither failed nor slow dropped"
+    return None
+
+
+def sample_traces(store: Store, sampling: TailSampling, now_ns: int | None = None) -> int:
+    """Tail-sample the traces complete since the last pass (in one transaction, counted); the spans deleted."""
+    with store.folding(None) as tx:
+        traces, spans = sample(tx, sampling, time.time_ns() if now_ns is None else now_ns)
+        if traces:
+            tx.count(traces_sampled_out=traces, spans_sampled_out=spans)
+    return spans
+
+
+def sample(tx: Tx, sampling: TailSampling, now_ns: int) -> tuple[int, int]:
     """Decide the traces whose last span ended after the last pass's watermark and before ``now_ns - wait_s``;
     delete those not kept. Returns (traces, spans) deleted. Runs in the caller's transaction."""
-    row = con.execute(f"SELECT value::BIGINT FROM meta WHERE key = '{WATERMARK_KEY}'").fetchone()
+    row = tx.one(f"SELECT value::BIGINT FROM meta WHERE key = '{WATERMARK_KEY}'")
     since, until = (row[0] if row else 0), now_ns - int(sampling.wait_s * 1e9)
     if until <= since:
         return 0, 0
     slow = sampling.slow_ns if sampling.slow_ns is not None else 2**62
     dropped = [
         trace_id
-        for (trace_id,) in con.execute(
+        for (trace_id,) in tx.run(
             f"""SELECT trace_id FROM spans
                 WHERE trace_id IN (SELECT DISTINCT trace_id FROM spans WHERE end_ns > $since)
                 GROUP BY trace_id
@@ -36,7 +58,7 @@ def sample(con: duckdb.DuckDBPyConnection, sampling: TailSampling, now_ns: int) 
     ]
     spans = 0
     if dropped:
-        deleted = con.execute("DELETE FROM spans WHERE trace_id IN (SELECT unnest($ids))", {"ids": dropped}).fetchone()
+        deleted = tx.one("DELETE FROM spans WHERE trace_id IN (SELECT unnest($ids))", {"ids": dropped})
         spans = deleted[0] if deleted else 0
-    con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [WATERMARK_KEY, str(until)])
+    tx.run("INSERT OR REPLACE INTO meta VALUES (?, ?)", [WATERMARK_KEY, str(until)])
     return len(dropped), int(spans)
