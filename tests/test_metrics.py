@@ -19,7 +19,6 @@ from starlette.testclient import TestClient
 
 from raysight import wire
 from raysight.cli import main
-from raysight.ingest.prom_text import Scrape
 from raysight.promql.budget import Budget
 from raysight.promql.evaluator import evaluate
 from raysight.promql.matchers import Matcher
@@ -28,8 +27,12 @@ from raysight.promql.source import NEVER, Samples
 from raysight.promql.values import Vector
 from raysight.server.app import create_app
 from raysight.settings import Downsampling, QueryLimits, Retention, Settings
-from raysight.store import metric_retention
-from raysight.store.metrics_query import SessionMetrics
+from raysight.signals.scrapes import metric_retention
+from raysight.signals.scrapes.apply import record_scrapes
+from raysight.signals.scrapes.metric_downsample import downsample_metrics
+from raysight.signals.scrapes.metric_retention import prune_metrics
+from raysight.signals.scrapes.metrics_query import SessionMetrics
+from raysight.signals.scrapes.parse import Scrape
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 
@@ -415,8 +418,8 @@ def test_retention_drops_the_oldest_samples_leaves_a_marker_and_queries_that_rea
     server: TestClient,
 ) -> None:
     load(server)  # 13 scrapes, 5 s apart: 6 samples each up to scrape 5, 5 after
-    assert store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=0)) == 0  # (at the epoch)
-    dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY))
+    assert store_call(server, lambda s: prune_metrics(s, Retention(max_age="30s"), now_ms=0)) == 0  # (at the epoch)
+    dropped = store_call(server, lambda s: prune_metrics(s, Retention(max_age="30s"), now_ms=T0 + 12 * EVERY))
     assert dropped == 6 * 6  # scrapes 0-5, older than 30 s
     (marker,) = [m for m in server.get("/api/raysight/doctor").json()["metrics_dropped"] if m["session"] == SESSION]
     assert (marker["samples"], marker["through_ms"]) == (36, T0 + 5 * EVERY)
@@ -430,15 +433,15 @@ def test_retention_drops_the_oldest_samples_leaves_a_marker_and_queries_that_rea
     ]
     later = server.get("/api/v1/query", params={"query": "req_total", "time": at(12) + 600}).json()
     assert "warnings" not in later  # (its lookback does not reach them)
-    assert store_call(server, lambda s: s.prune_metrics(Retention(max_age="30s"), now_ms=T0 + 12 * EVERY)) == 0
+    assert store_call(server, lambda s: prune_metrics(s, Retention(max_age="30s"), now_ms=T0 + 12 * EVERY)) == 0
 
 
 def test_size_retention_keeps_the_newest_samples_within_the_size(server: TestClient) -> None:
     load(server)
-    samples, per_sample = store_call(server, lambda s: metric_retention.footprint(s._run))
+    samples, per_sample = store_call(server, lambda s: metric_retention.footprint(s.tx.run))
     bound = samples * per_sample / 2
-    dropped = store_call(server, lambda s: s.prune_metrics(Retention(max_size=f"{bound:.0f}B")))
-    left, _ = store_call(server, lambda s: metric_retention.footprint(s._run))
+    dropped = store_call(server, lambda s: prune_metrics(s, Retention(max_size=f"{bound:.0f}B")))
+    left, _ = store_call(server, lambda s: metric_retention.footprint(s.tx.run))
     assert left == samples - dropped and left * per_sample <= bound < (left + 6) * per_sample  # (a scrape's worth)
     (oldest,) = store_call(server, lambda s: s._one("SELECT min(ts_ms) FROM metric_samples"))
     assert oldest > T0 and values(instant(server, 'req_total{route="/a"}', 12)) == [120.0]
@@ -455,8 +458,8 @@ def test_scrapes_kept_together_are_each_kept_as_alone(tmp_path: Path) -> None:
             Scrape(SESSION, T0 + EVERY, "h:1", "ray", "x 2\nz 3\n"),
             Scrape(SESSION, T0 + EVERY - 1, "h:1", "ray", "x 9\n"),  # older than the one before it
         ]
-        assert store.record_scrapes(batch) == [2, 1, 2, 0]
-        assert store.record_scrapes([Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", "x 3\n")]) == [1]
+        assert record_scrapes(store, batch) == [2, 1, 2, 0]
+        assert record_scrapes(store, [Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", "x 3\n")]) == [1]
         rows = store.con.execute(
             """SELECT s.instance, s.name, list(m.value ORDER BY m.ts_ms) FROM metric_samples m
                JOIN metric_series s USING (series_no) GROUP BY ALL ORDER BY ALL"""
@@ -465,7 +468,7 @@ def test_scrapes_kept_together_are_each_kept_as_alone(tmp_path: Path) -> None:
         assert store.con.execute("SELECT count(*) FROM metric_scrapes").fetchone() == (4,)
         # a line naming a label twice is no sample, and no series refused either
         malformed = Scrape(SESSION, T0 + 3 * EVERY, "h:1", "ray", 'x 4\nbad{a="1",a="2"} 1\n')
-        assert store.record_scrapes([malformed]) == [1]
+        assert record_scrapes(store, [malformed]) == [1]
         assert store.con.execute("SELECT count(*) FROM metric_refused").fetchone() == (0,)
     finally:
         store.close()
@@ -476,8 +479,8 @@ def test_samples_stored_out_of_time_order_are_read_in_order(tmp_path: Path) -> N
     it, and the selection still reads each series in time order (its fast path checks, and sorts by both keys)."""
     store = Store(tmp_path / "data")
     try:
-        store.record_scrapes([Scrape(SESSION, T0 + EVERY, "h:1", "ray", f"x 1 {T0 + 3000}\ny 7\n")])
-        store.record_scrapes([Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", f"x 2 {T0 + 1000}\ny 8\n")])
+        record_scrapes(store, [Scrape(SESSION, T0 + EVERY, "h:1", "ray", f"x 1 {T0 + 3000}\ny 7\n")])
+        record_scrapes(store, [Scrape(SESSION, T0 + 2 * EVERY, "h:1", "ray", f"x 2 {T0 + 1000}\ny 8\n")])
         source = SessionMetrics(store.con, SESSION)
         (x,) = source.select([Matcher("__name__", "=", "x")], T0, T0 + 3 * EVERY, Budget(QueryLimits()), 0)
         assert x.ts.tolist() == [T0 + 1000, T0 + 3000] and x.values.tolist() == [2.0, 1.0]
@@ -533,12 +536,12 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
         for i in range(360):
             counter = i if i < 200 else i - 200  # reset at scrape 200
             page = f'c_total {counter}\ng {i % 7}\nh_bucket{{le="1"}} {i // 2}\n'
-            store.record_scrapes([Scrape(SESSION, T0 + EVERY * i, "h:1", "ray", page)])
+            record_scrapes(store, [Scrape(SESSION, T0 + EVERY * i, "h:1", "ray", page)])
         raw_ts, raw_g = _samples(store, "g")
         raw_c_ts, raw_c = _samples(store, "c_total")
         last_ms = T0 + EVERY * 359
-        assert store.downsample_metrics(Downsampling("1m", "1d"), now_ms=0) == 0  # (at the epoch nothing is old)
-        thinned = store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000)
+        assert downsample_metrics(store, Downsampling("1m", "1d"), now_ms=0) == 0  # (at the epoch nothing is old)
+        thinned = downsample_metrics(store, Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000)
         ts, g = _samples(store, "g")
         minutes = {t // 60_000 for t in raw_ts}
         assert len(ts) == len(minutes) and thinned == 3 * 360 - len(_samples(store, "c_total")[0]) - 2 * len(ts)
@@ -550,9 +553,9 @@ def test_downsampling_keeps_each_intervals_last_sample_and_each_counters_last_be
         assert _increase(c) == _increase(since_first) == 199 - c[0] + 159
         (scrapes,) = store.con.execute("SELECT count(*) FROM metric_scrapes").fetchone()  # type: ignore[misc]
         assert scrapes == len(ts)
-        assert store.downsample_metrics(Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000) == 0  # done already
+        assert downsample_metrics(store, Downsampling("1m", "1d"), now_ms=last_ms + 3_600_000) == 0  # done already
 
-        store.downsample_metrics(Downsampling("1m", "10m"), now_ms=last_ms + 3_600_000)
+        downsample_metrics(store, Downsampling("1m", "10m"), now_ms=last_ms + 3_600_000)
         ts, g = _samples(store, "g")
         assert len(ts) == len({t // 600_000 for t in raw_ts})
         source = SessionMetrics(store.con, SESSION)

@@ -16,9 +16,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight.errors import BadIngest, TooMany
-from raysight.ingest import prom_text
 from raysight.server.app import create_app
 from raysight.settings import Settings
+from raysight.signals.scrapes import parse as prom_text
+from raysight.signals.scrapes.apply import targets
 from tests.ray_scenarios import JSON, ServerProcess
 from tests.test_metrics import SESSION, T0, at, scrape, store_call, values
 
@@ -152,7 +153,8 @@ def test_a_time_past_int64_is_refused_and_the_targets_next_scrape_records(server
 
 def known_lines(store: Any) -> tuple[int, int]:
     """The lines the store remembers of its targets, counted and as it accounts them."""
-    return sum(len(target.series) for target in store._targets.values()), store._known_lines
+    known = targets(store)
+    return sum(len(target.series) for target in known.known.values()), known.lines
 
 
 def test_refused_series_are_remembered_only_while_their_target_exposes_them(tmp_path: Path) -> None:
@@ -176,13 +178,13 @@ def test_refused_series_are_remembered_only_while_their_target_exposes_them(tmp_
 def test_the_lines_remembered_are_bounded_across_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_KNOWN_LINES (here 5, not 500,000) the least recently scraped target is forgotten; its next scrape
     finds its series again by their labels."""
-    monkeypatch.setattr("raysight.store.store.MAX_KNOWN_LINES", 5)
+    monkeypatch.setattr("raysight.signals.scrapes.apply.MAX_KNOWN_LINES", 5)
     page = "a 1\nb 2\nc 3\n"
     with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as c:
         for i, instance in enumerate(("h:1", "h:2", "h:1")):
             assert scrape(c, i, page, instance=instance).json()["samples"] == 3
             assert store_call(c, known_lines) == (3, 3)
-        assert store_call(c, lambda s: [key[1] for key in s._targets]) == ["h:1"]
+        assert store_call(c, lambda s: [key[1] for key in targets(s).known]) == ["h:1"]
         assert values(
             c.get("/api/v1/query", params={"query": "count_over_time(a[1m])", "time": at(2)}).json()["data"]["result"]
         ) == [2.0, 1.0]

@@ -18,13 +18,14 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from raysight.cli import main
-from raysight.ingest.prom_text import Scrape
 from raysight.promql import matchers
 from raysight.promql.budget import SERIES_COST, TOO_MANY_SAMPLES
 from raysight.promql.matchers import Matcher
 from raysight.promql.parse import MAX_NESTING, MAX_QUERY_CHARS
 from raysight.server.app import create_app
 from raysight.settings import QueryLimits, Settings
+from raysight.signals.scrapes.apply import record_scrapes
+from raysight.signals.scrapes.parse import Scrape
 from raysight.store.store import Store
 from tests import test_metrics
 from tests.ray_scenarios import ServerProcess, peak_rss_mb
@@ -45,7 +46,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     try:
         page = "".join(f'probe{{i="{i}"}} {i}\n' for i in range(SERIES))
         page += f'ray_node_cpu_count{{SessionName="{RAY_SESSION}"}} 8\n'
-        store.record_scrapes([Scrape(RAY_SESSION, T0 + EVERY * k, "h:1", "ray", page) for k in range(60)])
+        record_scrapes(store, [Scrape(RAY_SESSION, T0 + EVERY * k, "h:1", "ray", page) for k in range(60)])
     finally:
         store.close()
     with ServerProcess(data, options=["--metrics-downsample", "off", "--query-max-samples", "1000000"]) as server:

@@ -25,12 +25,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from raysight import wire
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Gap, Tailer
-from raysight.ingest import agent_logs, otlp, otlp_logs, prom_text, ray_events, ray_state
+from raysight.ingest import agent_logs, otlp, otlp_logs, ray_events
 from raysight.ingest.ray_event_tables import TASKS, WORKERS
-from raysight.ingest.ray_metrics import RAY_REPORTED, RaySample, parse_aggregator_metrics
 from raysight.signals.node_sightings import parse as node_sightings
+from raysight.signals.polls import parse as ray_state
+from raysight.signals.ray_metrics.parse import RAY_REPORTED, RaySample, parse_aggregator_metrics
 from raysight.signals.registry import every_table
 from raysight.signals.run_exits import parse as run_exits
+from raysight.signals.scrapes import parse as prom_text
 from raysight.signals.spans import parse as spans
 from raysight.store import event_stages, schema
 from raysight.store.fold import fold

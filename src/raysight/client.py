@@ -258,7 +258,7 @@ class Client:
         return rejected_spans(answer)
 
     def ray_state(self, poll: wire.RayState, key: str | None) -> int:
-        """Send what a poll of a live cluster's dashboard found (``ingest/ray_state.py``); returns the rows kept."""
+        """Send what a poll of a live cluster's dashboard found (``signals/polls/parse.py``); returns the rows kept."""
         return self._request("POST", wire.AGENT_RAY_STATE, json=poll, params=wire.key_params(key))["rows"]  # type: ignore[no-any-return]
 
     def ray_metrics(self, text: str, key: str | None) -> int:

@@ -97,7 +97,7 @@ class QueryLimits:
 class Retention:
     """How long, and how much of, something to keep (None: no bound), as given (`raysight server --log-retention 30d
     --log-max-size 50GB`, ``--metrics-retention``, ``--metrics-max-size``). What each bound drops is the business of
-    ``store/log_retention.py`` and ``store/metric_retention.py``."""
+    ``store/log_retention.py`` and ``signals/scrapes/metric_retention.py``."""
 
     max_age: str | None = None  # 30d
     max_size: str | None = None  # 50GB
@@ -123,7 +123,7 @@ class Retention:
 @dataclass(frozen=True)
 class Downsampling:
     """After how long raw metric samples become one a minute, and after how long one each 10 minutes (None: never;
-    ``store/metric_downsample.py``)."""
+    ``signals/scrapes/metric_downsample.py``)."""
 
     raw_for: str | None = "7d"
     minutes_for: str | None = "90d"
@@ -203,7 +203,7 @@ FOLD_REST = 3.0
 @dataclass(frozen=True)
 class StoreSettings:
     """The store's part: DuckDB's memory limit (its notation: ``1GB``; folding a full group of 48 MB takes ~500 MB,
-    and a larger group is split), and the series a session may hold (``store/metric_retention.py``)."""
+    and a larger group is split), and the series a session may hold (``signals/scrapes/metric_retention.py``)."""
 
     memory_limit: str = "1GB"
     metrics_max_series: int = 1_000_000

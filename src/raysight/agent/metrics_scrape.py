@@ -141,7 +141,7 @@ def raylet_ips(session: str, running: Mapping[node_watch.Key, int]) -> dict[str,
 
 class HostScraper:
     """Scrapes the sessions running on this host, each through ``send`` (a scrape's JSON body, as
-    ``ingest/prom_text.py`` takes it); closed with its agent."""
+    ``signals/scrapes/parse.py`` takes it); closed with its agent."""
 
     def __init__(self, send: Callable[[wire.MetricsScrape], None], families: Families | None = None) -> None:
         self._send, self.families = send, families or Families()

@@ -19,7 +19,7 @@ from raysight import os_thread, wire
 from raysight.agent import node_watch
 from raysight.client import Client
 from raysight.config import OWN_HEADERS
-from raysight.ingest.ray_metrics import PREFIX
+from raysight.signals.ray_metrics.parse import PREFIX
 
 SCRAPE_EVERY_S = 2.0
 TIMEOUT_S = 1.0

@@ -1,6 +1,6 @@
 """PromQL, evaluated as Prometheus 2.42 does (the release Debian ships), over the samples a :class:`Source` gives
-(``source.py``). Pure: parsing is `promql-parser`'s, the storage is the caller's (``store/metrics_query.py``, over
-DuckDB, which this package never imports).
+(``source.py``). Pure: parsing is `promql-parser`'s, the storage is the caller's
+(``signals/scrapes/metrics_query.py``, over DuckDB, which this package never imports).
 
 Every expression is evaluated at all steps of a query at once (an instant query is a range of one step): a vector is
 series of labels with an array of values over the steps (NaN where the series has no value then), a scalar an array.

@@ -1,5 +1,5 @@
-"""What PromQL evaluates over: a :class:`Source` of samples, which the caller implements (``store/metrics_query.py``
-over DuckDB), and the samples it gives."""
+"""What PromQL evaluates over: a :class:`Source` of samples, which the caller implements
+(``signals/scrapes/metrics_query.py`` over DuckDB), and the samples it gives."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Samples:
 
 
 class Source(Protocol):
-    """The stored samples a query reads: ``store/metrics_query.py``'s ``SessionMetrics`` over DuckDB."""
+    """The stored samples a query reads: ``signals/scrapes/metrics_query.py``'s ``SessionMetrics`` over DuckDB."""
 
     def select(
         self, matchers: list[Matcher], start_ms: int, end_ms: int, budget: Budget, points_each: int
@@ -39,5 +39,5 @@ class Source(Protocol):
 
     def lookback_ms(self, steps: np.ndarray) -> np.ndarray:
         """How far back an instant vector looks for a sample at each step: :data:`LOOKBACK_MS`, or more where the
-        samples were thinned (``store/metric_downsample.py``)."""
+        samples were thinned (``signals/scrapes/metric_downsample.py``)."""
         ...

@@ -17,9 +17,9 @@ from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_j
 from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
+from raysight.signals.scrapes import metrics_top as metrics_top_sql
 from raysight.signals.spans import traces_query as traces_sql
 from raysight.store import logs_query, queries, summaries
-from raysight.store import metrics_top as metrics_top_sql
 from raysight.store import timeline as timeline_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
@@ -240,7 +240,7 @@ async def status(request: Request) -> Response:
 
 async def metrics_top(request: Request) -> Response:
     """GET /api/raysight/metrics/top?session=&at=&limit=: the busiest nodes, workers and actors at ``at`` (epoch ms, ISO
-    8601 or a time ago; default now, or an ended session's last scrape), by CPU (``store/metrics_top.py``)."""
+    8601 or a time ago; default now, or an ended session's last scrape), by CPU (``signals/scrapes/metrics_top.py``)."""
     at = time_param(request.query_params, "at", units.MS)
     limit = int_param(request.query_params, "limit", 10) or 10
     if limit > MAX_TOP:

@@ -33,11 +33,9 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest import otlp_logs, prom_text
-from raysight.ingest import ray_state as ray_state_poll
+from raysight.ingest import otlp_logs
 from raysight.ingest.agent_logs import MAX_LOG_LINES
 from raysight.ingest.batch_shape import array_length
-from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
@@ -48,9 +46,14 @@ from raysight.signals import ray_events as ray_signal
 from raysight.signals import spans as spans_signal
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.node_sightings.apply import record as record_sightings
+from raysight.signals.polls import parse as polls
+from raysight.signals.polls.apply import record_poll
+from raysight.signals.ray_metrics.apply import record as record_ray_metrics
+from raysight.signals.ray_metrics.parse import parse_aggregator_metrics
 from raysight.signals.registry import SIGNALS
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.run_exits.apply import record as record_run_exit
+from raysight.signals.scrapes import parse as scrapes
 from raysight.signals.signal import Intake, Signal
 from raysight.signals.spans import parse as spans_parse
 from raysight.store.queries import latest_session
@@ -379,21 +382,21 @@ async def _record(
 
 
 async def ray_state(request: Request) -> Response:
-    """POST /ingest/agent/ray-state: what a poll of a live cluster's dashboard found (``ingest/ray_state.py``)."""
+    """POST /ingest/agent/ray-state: what a poll of a live cluster's dashboard found (``signals/polls/parse.py``)."""
     try:
-        poll = await run_in_threadpool(ray_state_poll.parse, await read_body(request, RAY_STATE_MAX_BODY))  # (64 MiB)
+        poll = await run_in_threadpool(polls.parse, await read_body(request, RAY_STATE_MAX_BODY))  # (64 MiB)
     except BadIngest as exc:
         raise _rejected(request, "bad_ray_state", BadIngest(f"bad poll: {exc}")) from None
-    return await _record(request, "the poll", lambda s: s.record_poll(poll), lambda n: {"rows": n})
+    return await _record(request, "the poll", lambda s: record_poll(s, poll), lambda n: {"rows": n})
 
 
 async def metrics_scrape(request: Request) -> Response:
-    """POST /ingest/agent/metrics: one scrape of a Prometheus target (``ingest/prom_text.py``), from an agent: parsed
-    and checked against the bounds on a thread (a page of 50,000 lines takes ~0.1 s), refused with 400 (a line past
-    them) or 413 (too many lines) before the writer sees it."""
-    body = await read_body(request, prom_text.MAX_BODY)
+    """POST /ingest/agent/metrics: one scrape of a Prometheus target (``signals/scrapes/parse.py``), from an agent:
+    parsed and checked against the bounds on a thread (a page of 50,000 lines takes ~0.1 s), refused with 400 (a line
+    past them) or 413 (too many lines) before the writer sees it."""
+    body = await read_body(request, scrapes.MAX_BODY)
     try:
-        scrape = await run_in_threadpool(prom_text.parse, body)
+        scrape = await run_in_threadpool(scrapes.parse, body)
     except BadIngest as exc:
         raise _rejected(request, "bad_scrape", BadIngest(f"bad scrape: {exc}")) from None
     except TooMany as exc:
@@ -421,7 +424,12 @@ async def ray_metrics(request: Request) -> Response:
         samples = await run_in_threadpool(parse_aggregator_metrics, text)
     except ValueError as exc:  # not Prometheus text
         raise BadQuery(f"bad Ray metrics: {exc}") from None
-    return await _record(request, "Ray's metrics", lambda s: s.record_ray_metrics(samples), lambda n: {"samples": n})
+    return await _record(
+        request,
+        "Ray's metrics",
+        lambda s: s.write(lambda tx: record_ray_metrics(tx, samples)),
+        lambda n: {"samples": n},
+    )
 
 
 def routes() -> list[BaseRoute]:

@@ -32,7 +32,8 @@ from raysight.server.answers import answer
 from raysight.server.app_state import app_state
 from raysight.server.ingest_routes import read_body
 from raysight.server.routing import FORM_TYPES, Access, route
-from raysight.store import metrics_query, queries
+from raysight.signals.scrapes import metrics_query
+from raysight.store import queries
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
 MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql/parse.py's MAX_QUERY_CHARS)

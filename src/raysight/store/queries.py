@@ -361,7 +361,7 @@ JOBS = Resource(
 )
 
 
-# What Ray never sends as events, as the poller recorded it (``ingest/ray_state.py``): each row's fields as Ray's
+# What Ray never sends as events, as the poller recorded it (``signals/polls/parse.py``): each row's fields as Ray's
 # state API gives them, and raysight's own: when the entity was first and last seen and its state's history.
 _POLLED_TIMES = [
     _f("first_seen_ms", f"p.first_ns {MS}", "time_ms"),

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, astuple, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,12 +25,10 @@ import orjson
 import pyarrow as pa
 
 from raysight import os_thread
-from raysight.ingest import agent_logs, prom_text
-from raysight.ingest.prom_text import Scrape
+from raysight.ingest import agent_logs
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
-from raysight.ingest.ray_metrics import RaySample
-from raysight.ingest.ray_state import KINDS, Poll, driver_patch
-from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings
+from raysight.settings import DB_FILE, Retention, StoreSettings
+from raysight.signals.polls.parse import driver_patch
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
@@ -38,8 +36,6 @@ from raysight.store import (
     catalog,
     log_index,
     log_retention,
-    metric_downsample,
-    metric_retention,
     schema,
 )
 from raysight.store import event_stages as stage
@@ -60,25 +56,7 @@ ROW_GROUP_ROWS = 16_384
 STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
-MAX_TARGETS = 4096  # scraped targets whose series the store knows by their lines, in memory
-MAX_KNOWN_LINES = 500_000  # lines of those targets' last scrapes, all together (~180 MB of Ray's, 362 bytes each)
-MALFORMED = -1  # a line whose labels are not well formed (a label named twice): no series, parsed again each scrape
-SAMPLES_SCHEMA = prom_text.METRIC_SAMPLES.arrow_schema()
 T = TypeVar("T")
-
-
-@dataclass
-class _Target:
-    """What the store knows of a scraped target: its last scrape's time, and the series of each line that scrape
-    exposed (the line up to its value → the series' number; None: refused past the session's limit). Only the last
-    scrape's: a line the target no longer exposes is forgotten, refused or not (it is parsed again if it comes back)."""
-
-    last_ms: int | None
-    series: dict[str, int | None] = field(default_factory=dict)
-
-
-def key_of(scrape: Scrape) -> dict[str, str]:
-    return {"session": scrape.session, "instance": scrape.instance, "job": scrape.job}
 
 
 @dataclass(frozen=True)
@@ -173,8 +151,6 @@ class Store:
         settings = settings or StoreSettings()
         self.data_dir = Path(data_dir)
         self.metrics_max_series = settings.metrics_max_series
-        self._targets: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], _Target] = {}  # scraped targets, LRU
-        self._known_lines = 0  # the lines of self._targets, all together
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
         self.threads = len(os.sched_getaffinity(0))
@@ -623,220 +599,6 @@ class Store:
         with self.transaction() as tx:
             return write(tx)
 
-    def record_poll(self, poll: Poll) -> int:
-        """Keep what a poll of a live cluster's dashboard found (``ingest/ray_state.py``): each entity's newest row,
-        its state's changes appended to its history (a poll older than what is kept changes nothing), a sampled
-        resource's rows replaced by the newest poll's; and how each resource's poll went. Returns the rows kept."""
-        sampled = [r for r in poll.polled if r in KINDS and KINDS[r].sample]
-        with self.transaction():
-            stale = [  # a sampled resource polled since: this poll's rows of it are out of date
-                row[0]
-                for row in self._run(
-                    """SELECT DISTINCT resource FROM polled
-                       WHERE session = $1 AND list_contains($2, resource) AND last_ns > $3""",
-                    [poll.session, sampled, poll.polled_ns],
-                ).fetchall()
-            ]
-            self._run(  # else only this poll's rows of it stand
-                "DELETE FROM polled WHERE session = $1 AND list_contains($2, resource)",
-                [poll.session, [r for r in sampled if r not in stale]],
-            )
-            with self._registered("staged_poll", poll.rows):
-                self._run(
-                    """INSERT INTO polled
-                       SELECT $1, resource, id, $2, $2, state, row, [{'ts': $2, 'state': state}] FROM staged_poll
-                       WHERE NOT list_contains($3, resource)
-                       ON CONFLICT DO UPDATE SET
-                           first_ns = least(polled.first_ns, excluded.first_ns),
-                           last_ns = greatest(polled.last_ns, excluded.last_ns),
-                           row = CASE WHEN excluded.last_ns >= polled.last_ns THEN excluded.row ELSE polled.row END,
-                           state = CASE WHEN excluded.last_ns >= polled.last_ns THEN excluded.state
-                                        ELSE polled.state END,
-                           history = CASE WHEN excluded.last_ns > polled.last_ns
-                                               AND excluded.state IS DISTINCT FROM polled.state
-                                          THEN list_append(polled.history, excluded.history[1])
-                                          ELSE polled.history END""",
-                    [poll.session, poll.polled_ns, stale],
-                )
-                self._run(
-                    """INSERT INTO polls
-                       SELECT $1, r.resource, CASE WHEN r.ok THEN $2 END, CASE WHEN r.ok THEN coalesce(c.n, 0) END,
-                              r.error, CASE WHEN r.ok THEN NULL ELSE $2 END
-                       FROM (SELECT unnest($3::VARCHAR[]) AS resource, true AS ok, NULL::VARCHAR AS error
-                             UNION ALL SELECT unnest($4::VARCHAR[]), false, unnest($5::VARCHAR[])) r
-                       LEFT JOIN (SELECT resource, count(*) AS n FROM staged_poll GROUP BY resource) c USING (resource)
-                       ON CONFLICT DO UPDATE SET
-                           last_ok_ns = coalesce(greatest(polls.last_ok_ns, excluded.last_ok_ns), polls.last_ok_ns),
-                           rows = CASE WHEN excluded.last_ok_ns >= coalesce(polls.last_ok_ns, 0) THEN excluded.rows
-                                       ELSE polls.rows END,
-                           last_error = coalesce(excluded.last_error, polls.last_error),
-                           last_error_ns = coalesce(excluded.last_error_ns, polls.last_error_ns)""",
-                    [poll.session, poll.polled_ns, poll.polled, list(poll.errors), list(poll.errors.values())],
-                )
-            if poll.cluster_status is not None:
-                self._run(
-                    "INSERT OR REPLACE INTO cluster_status VALUES (?, ?, ?)",
-                    [poll.session, poll.polled_ns, poll.cluster_status],
-                )
-            self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
-            if changed := self._changed_drivers(poll):  # workers, as their events would be (a driver outliving its
-                self._upsert_patches(changed)  # session is inferred dead)
-                reconcile(self._run, [poll.session])
-        return poll.rows.num_rows
-
-    def _changed_drivers(self, poll: Poll) -> list[tuple[str, Key, Patch]]:
-        """The drivers of ``poll`` that would change what is kept (a driver lives once: alive, then dead). One polled
-        again as it was changes nothing, and costs no re-derivation of its session."""
-        ids = [key[1] for _, key, _ in poll.drivers]
-        kept = {
-            worker_id: (node_id, pid, {h["state"] for h in history or []})
-            for worker_id, node_id, pid, history in self._run(
-                "SELECT worker_id, node_id, pid, history FROM workers "
-                "WHERE session = ? AND list_contains(?, worker_id)",
-                [poll.session, ids],
-            ).fetchall()
-        }
-
-        def known(key: Key, patch: Patch) -> bool:
-            node_id, pid, states = kept.get(key[1], (None, None, set()))
-            return (node_id, pid) == (patch["node_id"], patch["pid"]) and states >= {
-                h["state"] for h in patch["history"] or []
-            }
-
-        return [(table, key, patch) for table, key, patch in poll.drivers if not known(key, patch)]
-
-    def record_scrape(self, scrape: Scrape) -> int:
-        """:meth:`record_scrapes` of one scrape."""
-        return self.record_scrapes([scrape])[0]
-
-    def record_scrapes(self, scrapes: Sequence[Scrape]) -> list[int]:
-        """Keep scrapes of Prometheus targets (``ingest/prom_text.py``), in one transaction: their samples, the
-        series new to the store (their labels parsed once), each scrape itself (a series the target no longer exposes
-        is stale from then on) and each metric's type and help. A scrape not newer than its target's last changes
-        nothing (Prometheus too refuses samples out of order). Returns the samples kept of each.
-
-        Each target's series are known by the lines of its last scrape (:class:`_Target`, in memory, at most
-        :data:`MAX_TARGETS` targets and :data:`MAX_KNOWN_LINES` lines, the least recently scraped forgotten first:
-        found again from their labels), so a scrape parses only its new lines' labels; the samples go in as one Arrow
-        table."""
-        kept_of: list[int] = []
-        staged: dict[Any, _Target] = {}  # what the transaction adds to the targets, theirs once it commits
-        samples: dict[str, list[Any]] = {name: [] for name in SAMPLES_SCHEMA.names}
-        done: list[tuple[str, str, str, int, int]] = []
-        refused: dict[str, list[int]] = {}  # session -> [series refused, samples dropped, last scrape's ms]
-        with self.transaction():
-            for scrape in scrapes:
-                key = (scrape.session, scrape.instance, scrape.job, tuple(scrape.labels.items()))
-                known = staged.get(key) or self._targets.get(key) or self._target(scrape)
-                if known.last_ms is not None and known.last_ms >= scrape.scraped_ms:
-                    kept_of.append(0)
-                    continue
-                page = scrape.page
-                new = [i for i, head in enumerate(page.heads) if head not in known.series]
-                found = self._record_new_series(scrape, page, new) if new else {}
-                lines = {**known.series, **found} if found else known.series
-                numbers = [lines.get(head, MALFORMED) for head in page.heads]
-                if len(lines) != len(page.heads):  # (the lines gone from the page forgotten: no more than it has)
-                    lines = {head: number for head, number in zip(page.heads, numbers) if number != MALFORMED}
-                staged[key] = _Target(scrape.scraped_ms, lines)
-                dropped = numbers.count(None)  # (refused past the session's limit)
-                ts_ms, values = page.ts_ms, page.values  # (the page's own lists left whole: it may be kept again)
-                if dropped or MALFORMED in numbers:
-                    kept = [i for i, number in enumerate(numbers) if number is not None and number != MALFORMED]
-                    numbers = [numbers[i] for i in kept]
-                    ts_ms, values = [ts_ms[i] for i in kept], [values[i] for i in kept]
-                samples["series_no"] += numbers
-                samples["ts_ms"] += ts_ms
-                samples["value"] += values
-                done.append((scrape.session, scrape.instance, scrape.job, scrape.scraped_ms, len(numbers)))
-                kept_of.append(len(numbers))
-                if dropped:
-                    counts = refused.setdefault(scrape.session, [0, 0, 0])
-                    counts[0] += sum(1 for number in found.values() if number is None)
-                    counts[1] += dropped
-                    counts[2] = max(counts[2], scrape.scraped_ms)
-            if samples["series_no"]:
-                self.con.from_arrow(pa.table(samples, schema=SAMPLES_SCHEMA)).insert_into("metric_samples")
-            if done:
-                rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(done))
-                self._run(f"INSERT INTO metric_scrapes VALUES {rows}", [v for row in done for v in row])
-            for session, (series, dropped, last_ms) in refused.items():
-                added = {"session": session, "series": series, "samples": dropped, "ts_ms": last_ms}
-                self._run(metric_retention.COUNT_REFUSED, added)
-        for key, target in staged.items():  # (only once committed)
-            self._forget(key)
-            self._targets[key] = target  # (the most recently used last)
-            self._known_lines += len(target.series)
-        while len(self._targets) > MAX_TARGETS or self._known_lines > MAX_KNOWN_LINES:
-            self._forget(next(iter(self._targets)))
-        return kept_of
-
-    def _forget(self, key: tuple[str, str, str, tuple[tuple[str, str], ...]]) -> None:
-        if (target := self._targets.pop(key, None)) is not None:
-            self._known_lines -= len(target.series)
-
-    def _target(self, scrape: Scrape) -> _Target:
-        """A target not in memory: its last scrape, as stored (its series are found again by their labels)."""
-        (last,) = self._one(
-            "SELECT max(ts_ms) FROM metric_scrapes WHERE session = $session AND instance = $instance AND job = $job",
-            key_of(scrape),  # type: ignore[arg-type]
-        )
-        return _Target(last)
-
-    def _record_new_series(self, scrape: Scrape, page: prom_text.Lines, new: list[int]) -> dict[str, int | None]:
-        """Keep the series of the page's ``new`` lines (their labels parsed, under their canonical IDs) while the
-        session has room for them, the type and help of the scrape's metrics, and the session; each new line's head
-        → its series (None: refused past the session's limit; a line whose labels are not well formed is left out)."""
-        split = [prom_text.name_and_labels(page.heads[i]) for i in new]
-        lines = pa.table(
-            {
-                "line": pa.array(new, pa.int32()),
-                "name": [name for name, _ in split],
-                "labels_text": [labels for _, labels in split],
-            }
-        )
-        self.con.register("new_lines", lines)
-        try:
-            self._run(f"CREATE OR REPLACE TEMP TABLE new_series AS {prom_text.SERIES}", scrape.target)
-        finally:
-            self.con.unregister("new_lines")
-        self._run(
-            """CREATE OR REPLACE TEMP TABLE fresh_series AS
-               SELECT DISTINCT ON (series_id) * FROM new_series ANTI JOIN metric_series USING (series_id)"""
-        )
-        (fresh,) = self._one("SELECT count(*) FROM fresh_series")
-        (held,) = self._one("SELECT count(*) FROM metric_series WHERE session = ?", [scrape.session])
-        room = max(0, min(fresh, self.metrics_max_series - held))
-        self._run(
-            """INSERT INTO metric_series
-               SELECT nextval('metric_series_no'), series_id, $session, name, labels, $instance, $job
-               FROM fresh_series ORDER BY name, series_id LIMIT $room""",
-            {**key_of(scrape), "room": room},
-        )
-        numbers = dict(
-            self._run(
-                "SELECT n.line, s.series_no FROM new_series n LEFT JOIN metric_series s USING (series_id)"
-            ).fetchall()
-        )
-        self._run(
-            f"INSERT OR REPLACE INTO metric_metadata SELECT $session, name, type, help FROM ({prom_text.METADATA})",
-            {"session": scrape.session, "text": scrape.text},
-        )
-        self._run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [scrape.session])
-        for staged in ("new_series", "fresh_series"):
-            self._run(f"DROP TABLE {staged}")
-        return {page.heads[i]: numbers[i] for i in new if i in numbers}
-
-    def downsample_metrics(self, downsampling: Downsampling, now_ms: int | None = None) -> int:
-        """Thin old samples (``store/metric_downsample.py``); the samples dropped."""
-        with self._one_thread(self.con), self.transaction():
-            return metric_downsample.downsample(self._run, downsampling, _or_now(now_ms, 1_000_000))
-
-    def prune_metrics(self, retention: Retention, now_ms: int | None = None) -> int:
-        """Drop the samples ``retention`` no longer keeps, leaving markers (``store/metric_retention.py``); how many."""
-        with self._one_thread(self.con), self.transaction():
-            return metric_retention.prune(self._run, retention, _or_now(now_ms, 1_000_000))
-
     def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
         """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
         with self._one_thread(self.con), self.transaction():
@@ -844,26 +606,6 @@ class Store:
             if dropped:
                 self.count(log_lines_dropped=dropped)
         return dropped
-
-    def record_ray_metrics(self, samples: Sequence[RaySample]) -> int:
-        """Keep what Ray's aggregators reported (one statement, so one transaction); returns the samples written.
-
-        Counters only grow within one agent process (a sample's ``source``), so a counter keeps its greatest value
-        and a late or repeated scrape never lowers it; a gauge takes the newest.
-        """
-        if not samples:
-            return 0
-        self.con.execute(
-            """INSERT INTO ray_reported
-               SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[]),
-                      unnest($5::VARCHAR[]), unnest($6::DOUBLE[]), now()
-               ON CONFLICT DO UPDATE SET
-                   value = CASE WHEN excluded.kind = 'counter' THEN greatest(ray_reported.value, excluded.value)
-                                ELSE excluded.value END,
-                   kind = excluded.kind, updated_at = excluded.updated_at""",
-            [list(column) for column in zip(*(astuple(s) for s in samples))],
-        )
-        return len(samples)
 
     def reindex(self) -> int:
         """Rebuild every entity table from the raw events; returns how many events were refolded.
@@ -897,10 +639,6 @@ class Store:
         ).fetchall()
         self._upsert_patches(driver_patch(session, orjson.loads(row), dead_ns) for session, row, dead_ns in rows)
         reconcile(self._run, sorted({row[0] for row in rows}))
-
-    def forget_targets(self, session: str) -> None:
-        """Let go of what is known in memory of ``session``'s scraped targets (its series are being deleted)."""
-        self._targets = {key: target for key, target in self._targets.items() if key[0] != session}
 
     def delete_session(self, session: str) -> bool:
         """Delete what the store holds of ``session``: each signal's rows of it, then the store's own."""

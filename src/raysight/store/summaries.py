@@ -7,7 +7,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from raysight.ingest.ray_metrics import PREFIX
+from raysight.signals.ray_metrics.parse import PREFIX
 from raysight.store import resources
 from raysight.store.queries import ACTORS, NODES, OBJECTS, resolve_session
 from raysight.store.schema import driver_task_id_sql, task_job_id_sql

@@ -38,9 +38,10 @@ import duckdb
 
 from raysight import os_thread
 from raysight.errors import BadIngest, QueueFull
-from raysight.ingest.prom_text import Scrape
 from raysight.settings import JOURNAL_DIR, WriterSettings
 from raysight.signals.registry import SIGNALS
+from raysight.signals.scrapes.apply import record_scrapes
+from raysight.signals.scrapes.parse import Scrape
 from raysight.signals.signal import fold_linger
 from raysight.store.journal import RAY_EVENTS, Batch, Journal, Record
 from raysight.store.store import ApplyResult, Store
@@ -181,7 +182,7 @@ class Writer:
 
     def record_scrape(self, scrape: Scrape) -> Future[int]:
         """Keep a scrape on the fold thread (its samples kept, the future's result); the scrapes that wait meanwhile
-        are kept together, in one transaction (``Store.record_scrapes``)."""
+        are kept together, in one transaction (``signals/scrapes/apply.py``)."""
         future: Future[int] = Future()
         with self._lock:
             self._scrapes.append((scrape, future))
@@ -194,11 +195,11 @@ class Writer:
         with self._lock:
             waiting, self._scrapes = [(s, f) for s, f in self._scrapes if f.set_running_or_notify_cancel()], []
         try:
-            kept = store.record_scrapes([scrape for scrape, _ in waiting])
+            kept = record_scrapes(store, [scrape for scrape, _ in waiting])
         except Exception:  # noqa: BLE001 (one scrape the store refuses must not fail the others: each alone)
             for scrape, future in waiting:
                 try:
-                    future.set_result(store.record_scrape(scrape))
+                    future.set_result(record_scrapes(store, [scrape])[0])
                 except Exception as exc:  # noqa: BLE001 (handed to the sender through its future)
                     future.set_exception(exc)
             return

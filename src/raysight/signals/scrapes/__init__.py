@@ -1,12 +1,15 @@
-"""Prometheus scrapes of Ray's and raysight's own metrics (``ingest/prom_text.py``): each series once, its samples,
-each target's scrapes, metadata and what a session's series limit refused. Written at once, not journalled."""
+"""Prometheus scrapes of Ray's and raysight's own metrics (``parse.py``): each series once, its samples, each target's
+scrapes, metadata and what a session's series limit refused. Written at once, not journalled (the writer keeps the
+scrapes that wait together: ``apply.record_scrapes``). The store's side (``apply.py``, the retention of
+``metric_retention.py`` and the downsampling of ``metric_downsample.py``, the read models ``metrics_query.py`` and
+``metrics_top.py``) is loaded when first used, so that a client reading the parser loads no database."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raysight.ingest.prom_text import METRIC_SAMPLES, METRIC_SERIES, METRIC_TABLES
-from raysight.signals.signal import Signal, Upkeep, forget_by_session
+from raysight.signals.scrapes.parse import METRIC_TABLES
+from raysight.signals.signal import Signal, Upkeep
 
 if TYPE_CHECKING:
     from raysight.settings import WriterSettings
@@ -14,32 +17,27 @@ if TYPE_CHECKING:
     from raysight.store.tx import Tx
 
 
-def forget(store: Store, tx: Tx, session: str) -> None:
-    tx.run(  # (keyed by series, not by session)
-        f"DELETE FROM {METRIC_SAMPLES.name} WHERE series_no IN "
-        f"(SELECT series_no FROM {METRIC_SERIES.name} WHERE session = ?)",
-        [session],
-    )
-    forget_by_session(METRIC_TABLES)(store, tx, session)
-    store.forget_targets(session)
+def forgotten(store: Store, tx: Tx, session: str) -> None:
+    from raysight.signals.scrapes.apply import forget
+
+    forget(store, tx, session)
 
 
-def prune(store: Store, settings: WriterSettings) -> str | None:
-    retention = settings.metrics_retention
-    if retention and (dropped := store.prune_metrics(retention)):
-        return f"dropped {dropped} ({retention.why('metrics')})"
-    return None
+def pruned(store: Store, settings: WriterSettings) -> str | None:
+    from raysight.signals.scrapes.metric_retention import upkeep
+
+    return upkeep(store, settings)
 
 
-def downsample(store: Store, settings: WriterSettings) -> str | None:
-    if settings.metrics_downsampling and (thinned := store.downsample_metrics(settings.metrics_downsampling)):
-        return f"{thinned} samples thinned away"
-    return None
+def downsampled(store: Store, settings: WriterSettings) -> str | None:
+    from raysight.signals.scrapes.metric_downsample import upkeep
+
+    return upkeep(store, settings)
 
 
 SIGNAL = Signal(
     "scrapes",
     tuple(METRIC_TABLES),
-    forget=forget,
-    upkeep=(Upkeep("metrics retention", prune), Upkeep("metrics downsampling", downsample)),
+    forget=forgotten,
+    upkeep=(Upkeep("metrics retention", pruned), Upkeep("metrics downsampling", downsampled)),
 )

@@ -70,8 +70,8 @@ METRIC_METADATA = Table(
     columns(session="VARCHAR", name="VARCHAR", type="VARCHAR", help="VARCHAR"),
     key=("session", "name"),
 )
-# What the bounds on metrics cost each session (``store/metric_retention.py``): the series refused past the limit and
-# their samples dropped since; the samples the retention dropped, through when, and why.
+# What the bounds on metrics cost each session (``metric_retention.py``): the series refused past the limit and their
+# samples dropped since; the samples the retention dropped, through when, and why.
 METRIC_REFUSED = Table(
     "metric_refused", columns(session="VARCHAR", series="BIGINT", samples="BIGINT", last_ms="BIGINT"), key=("session",)
 )

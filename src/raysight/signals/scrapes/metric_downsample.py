@@ -1,6 +1,6 @@
 """Downsampling of old metric samples, as Prometheus's long-term stores do it: raw samples older than a week become
 one a minute, and those older than 90 days one each 10 minutes (`raysight server --metrics-downsample 7d,90d`, or
-``off``). Checked every minute by the writer, beside the retention (``store/metric_retention.py``).
+``off``). Checked every minute by the writer, beside the retention (``signals/scrapes/metric_retention.py``).
 
 Each series keeps the last sample of each interval, which is what an instant query and a gauge read; a counter
 (by its type, or a name ending ``_total``, ``_count``, ``_sum``, ``_bucket``) also keeps each sample before a reset,
@@ -13,17 +13,35 @@ samples) finds one sample or none, as in Thanos.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 
 from raysight import units
-from raysight.settings import Downsampling
+from raysight.settings import Downsampling, WriterSettings
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 Run = Callable[..., duckdb.DuckDBPyConnection]
 MINUTE_MS, TEN_MINUTES_MS = 60_000, 600_000
 MAX_SPAN_MS = 86_400_000  # thinned in one go, at most: a store that waited long catches up a day a minute
+
+
+def upkeep(store: Store, settings: WriterSettings) -> str | None:
+    """The writer's pass, where the settings downsample: what it thinned, for the log."""
+    if settings.metrics_downsampling and (thinned := downsample_metrics(store, settings.metrics_downsampling)):
+        return f"{thinned} samples thinned away"
+    return None
+
+
+def downsample_metrics(store: Store, downsampling: Downsampling, now_ms: int | None = None) -> int:
+    """Thin old samples (:func:`downsample`, in one transaction); the samples dropped."""
+    with store.folding(None) as tx:
+        return downsample(tx.run, downsampling, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
 
 
 def tiers(downsampling: Downsampling) -> list[tuple[int, float]]:

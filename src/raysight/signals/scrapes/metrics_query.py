@@ -13,7 +13,7 @@ from raysight.promql.budget import SERIES_COST, Budget
 from raysight.promql.matchers import Matcher
 from raysight.promql.source import LOOKBACK_MS, NEVER, Samples
 from raysight.promql.values import NAME
-from raysight.store import metric_downsample
+from raysight.signals.scrapes import metric_downsample
 
 SERIES_CHUNK = 10_000  # series matched at a time (between checks of a query's budget)
 

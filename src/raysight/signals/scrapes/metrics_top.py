@@ -15,7 +15,7 @@ from raysight.promql.budget import Budget
 from raysight.promql.evaluator import evaluate
 from raysight.promql.values import Vector
 from raysight.settings import QueryLimits
-from raysight.store.metrics_query import SessionMetrics
+from raysight.signals.scrapes.metrics_query import SessionMetrics
 
 # What each process used at the moment (a rate over the last minute for CPU): key -> PromQL
 PER_PROCESS = {

@@ -19,7 +19,7 @@ SAMPLE_SUFFIX = {"counter": "_total", "gauge": ""}  # the kinds kept, and how a 
 
 
 # What the aggregators reported, per agent process (``source``): a counter keeps the greatest value seen, a gauge the
-# latest (``Store.record_ray_metrics``); a sample is a row but for when it was kept
+# latest (``apply.record``); a sample is a row but for when it was kept
 RAY_REPORTED = Table(
     "ray_reported",
     columns(

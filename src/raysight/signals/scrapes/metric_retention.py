@@ -15,11 +15,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from raysight.settings import Retention
+from raysight.settings import Retention, WriterSettings
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 UNWRITTEN_BYTES = 20  # a sample's width before DuckDB compresses it into a block: series_no, ts_ms, value
 Run = Callable[..., duckdb.DuckDBPyConnection]
@@ -47,6 +52,20 @@ FROM metric_samples m JOIN metric_series s USING (series_no) WHERE m.ts_ms < $cu
 ON CONFLICT DO UPDATE SET samples = samples + excluded.samples, through_ms = greatest(through_ms, excluded.through_ms),
     why = excluded.why, dropped_at = excluded.dropped_at
 """
+
+
+def upkeep(store: Store, settings: WriterSettings) -> str | None:
+    """The writer's pass, where the settings keep metrics for a while or to a size: what it dropped, for the log."""
+    retention = settings.metrics_retention
+    if retention and (dropped := prune_metrics(store, retention)):
+        return f"dropped {dropped} ({retention.why('metrics')})"
+    return None
+
+
+def prune_metrics(store: Store, retention: Retention, now_ms: int | None = None) -> int:
+    """Drop the samples ``retention`` no longer keeps (:func:`prune`, in one transaction); how many."""
+    with store.folding(None) as tx:
+        return prune(tx.run, retention, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
 
 
 def footprint(run: Run) -> tuple[int, float]:
