@@ -133,7 +133,7 @@ def test_each_error_is_typed_as_prometheus_types_it(tmp_path: Path, monkeypatch:
         def fails(*args: object) -> None:
             raise RuntimeError("a failure of the server's own")
 
-        monkeypatch.setattr("raysight.store.metrics_query.metadata", fails)
+        monkeypatch.setattr("raysight.signals.scrapes.metrics_query.metadata", fails)
         failed = server.get("/api/v1/metadata")
         assert failed.status_code == 500 and failed.json() == {
             "status": "error",
