@@ -4,7 +4,7 @@
   series new to a session that has reached the limit are refused, and their samples dropped, each scrape, counted
   per session (``metric_refused``, which `raysight doctor` shows). A refused series' line is remembered as such in
   memory while its target exposes it (the lines of each target's last scrape, within the store's bound on them:
-  ``store.MAX_KNOWN_LINES``), so a scrape neither parses it again nor counts it twice; a line forgotten (gone from a
+  ``apply.MAX_KNOWN_LINES``), so a scrape neither parses it again nor counts it twice; a line forgotten (gone from a
   scrape, past that bound, or across a restart) is parsed, refused and counted again when it comes back. A server
   restarted with a higher limit takes them.
 - **Retention** (opt-in: ``--metrics-retention 15d``, ``--metrics-max-size 20GB``): the oldest samples go, and each
