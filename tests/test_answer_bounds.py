@@ -24,7 +24,9 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from raysight.store import logs_query, queries, timeline
+from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines.apply import apply_logs
+from raysight.store import queries, timeline
 from raysight.store.store import Post, Store
 from tests.ray_scenarios import ServerProcess, wait_folded
 from tests.test_inference import record
@@ -81,7 +83,7 @@ def big(tmp_path_factory: pytest.TempPathFactory, ray_batches: list[list[dict[st
                     FROM {table} x, range(1, {TASKS // recorded}) c(n)"""
             )
         step = 50_000
-        store.apply_logs([log_batch(first, step) for first in range(0, LINES, step)])
+        apply_logs(store, [log_batch(first, step) for first in range(0, LINES, step)])
     finally:
         store.close()
     with ServerProcess(data) as server:

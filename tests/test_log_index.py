@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Tailer
-from raysight.store import log_index
-from raysight.store.logs_query import LogQuery, log_lines
+from raysight.signals.log_lines import log_index
+from raysight.signals.log_lines.apply import apply_logs
+from raysight.signals.log_lines.logs_query import LogQuery, log_lines
 from raysight.store.store import Store
 
 _ATOMS = st.sampled_from(["a", "b", "c", "-", "\\.", ".", "[ab]", "\\d", "x", "yz"])
@@ -104,7 +105,7 @@ def _store_lines(tmp_path: Path, store: Store, batches: list[list[str]]) -> None
                 out.write(line + "\n")
         tailer.scan()
         chunks = tailer.read(1 << 24)
-        store.apply_logs([batch_body("node-1", chunks, [])])
+        apply_logs(store, [batch_body("node-1", chunks, [])])
         tailer.commit(chunks, [])
     tailer.close()
 

@@ -15,8 +15,9 @@ import pytest
 from raysight import units
 from raysight.client import Client
 from raysight.settings import Retention, age, amount
-from raysight.store import log_index
-from raysight.store.logs_query import LogQuery, log_lines
+from raysight.signals.log_lines import log_index
+from raysight.signals.log_lines.log_retention import prune_logs
+from raysight.signals.log_lines.logs_query import LogQuery, log_lines
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, agent_command
 from tests.test_log_index import _store_lines
@@ -54,7 +55,7 @@ def test_lines_older_than_the_retention_go_whole_blocks_at_a_time_with_a_marker(
         _store_lines(tmp_path, store, [new])
         stored = _texts(store)  # in the order stored (a batch's lines file by file)
         assert sorted(stored[:40]) == sorted(old)
-        assert store.prune_logs(Retention(max_age="1h"), now_ns=between + 3600 * 10**9) == 31
+        assert prune_logs(store, Retention(max_age="1h"), now_ns=between + 3600 * 10**9) == 31
         assert _texts(store) == stored[31:]
         dropped = log_lines(store.reader(), LogQuery()).dropped
         assert dropped == {"lines": 31, "through_ms": dropped["through_ms"], "why": dropped["why"]}  # type: ignore[index]
@@ -62,11 +63,11 @@ def test_lines_older_than_the_retention_go_whole_blocks_at_a_time_with_a_marker(
         assert dropped["through_ms"] <= between // 10**6  # type: ignore[index]
         files = store.reader().execute("SELECT sum(lines), count(*) FROM log_dropped").fetchall()
         assert files == [(31, 2)]  # a marker on each of the two files that lost lines
-        assert store.prune_logs(Retention(max_age="1h"), now_ns=between + 3600 * 10**9) == 0  # done already
-        assert store.prune_logs(Retention(max_age="1s"), now_ns=time.time_ns() + 10**10) == 0  # (seq 32-45:
+        assert prune_logs(store, Retention(max_age="1h"), now_ns=between + 3600 * 10**9) == 0  # done already
+        assert prune_logs(store, Retention(max_age="1s"), now_ns=time.time_ns() + 10**10) == 0  # (seq 32-45:
         _store_lines(tmp_path, store, [[f"later {i}" for i in range(20)]])  # the block being filled; now 64-65 are)
         stored = _texts(store)
-        assert store.prune_logs(Retention(max_age="1s"), now_ns=time.time_ns() + 10**10) == 32
+        assert prune_logs(store, Retention(max_age="1s"), now_ns=time.time_ns() + 10**10) == 32
         assert _texts(store) == stored[-2:]
         counters = store.reader().execute("SELECT value FROM counters WHERE name = 'log_lines_dropped'").fetchall()
         assert counters == [(31 + 32,)]
@@ -81,10 +82,10 @@ def test_the_oldest_lines_past_the_size_go(tmp_path: Path, monkeypatch: pytest.M
         lines = [f"{i:099d}" for i in range(100)]  # 100 bytes each: 1,600 a block
         _store_lines(tmp_path, store, [lines[:50], lines[50:]])
         stored = _texts(store)
-        assert store.prune_logs(Retention(max_size="5000B")) == 63  # blocks 0-3 go (seq 1-63); 4-6 stay
+        assert prune_logs(store, Retention(max_size="5000B")) == 63  # blocks 0-3 go (seq 1-63); 4-6 stay
         assert _texts(store) == stored[63:]  # 37 lines: 3,700 bytes, and one more block would be 5,300
-        assert store.prune_logs(Retention(max_size="1kB")) == 32  # all but the block being filled
-        assert store.prune_logs(Retention(max_age="30d")) == 0  # nothing that old
+        assert prune_logs(store, Retention(max_size="1kB")) == 32  # all but the block being filled
+        assert prune_logs(store, Retention(max_age="30d")) == 0  # nothing that old
     finally:
         store.close()
 

@@ -32,11 +32,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.testclient import TestClient
 
 from raysight.cli import main
-from raysight.ingest import otlp_logs
 from raysight.ingest.otlp import key_values
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.settings import Settings
+from raysight.signals.log_lines import otlp_logs
 from tests.ray_scenarios import ServerProcess, wait_folded
 
 SESSION = "session_2026-11-24_12-00-00_000000_1"

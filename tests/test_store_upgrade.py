@@ -16,10 +16,12 @@ from starlette.testclient import TestClient
 from raysight.config import USER_AGENT
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
+from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines.apply import apply_logs
 from raysight.signals.registry import every_table
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.signals.spans.parse import SPANS
-from raysight.store import logs_query, schema
+from raysight.store import schema
 from raysight.store import store as store_module
 from raysight.store.journal import Journal
 from raysight.store.store import REWRITE_SUFFIX, Store
@@ -198,14 +200,14 @@ def test_a_schema_16_store_shows_its_lines_and_flags_raysight_s_own_requests_fro
     requests said python-httpx): after the upgrade those lines are shown, the lines of its requests stored since
     are not."""
     store = Store(tmp_path)
-    store.apply_logs([_dashboard_log(0, "python-httpx/0.28.1")])
+    apply_logs(store, [_dashboard_log(0, "python-httpx/0.28.1")])
     store.close()
     with duckdb.connect(str(tmp_path / DB_FILE)) as con:  # back to schema 16's log lines
         con.execute("ALTER TABLE log_lines DROP COLUMN own")
         con.execute("UPDATE meta SET value = '16' WHERE key = 'schema_version'")
     store = Store(tmp_path)
     try:
-        store.apply_logs([_dashboard_log(100, USER_AGENT)])
+        apply_logs(store, [_dashboard_log(100, USER_AGENT)])
 
         def agents(**query: Any) -> list[str]:
             rows = orjson.loads(logs_query.log_lines(store.con, logs_query.LogQuery(**query)).rows)

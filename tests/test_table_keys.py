@@ -25,8 +25,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from raysight import wire
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Gap, Tailer
-from raysight.ingest import agent_logs, otlp, otlp_logs, ray_events
+from raysight.ingest import otlp, ray_events
 from raysight.ingest.ray_event_tables import TASKS, WORKERS
+from raysight.signals.log_lines import otlp_logs
+from raysight.signals.log_lines import parse as log_lines
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.polls import parse as ray_state
 from raysight.signals.ray_metrics.parse import RAY_REPORTED, RaySample, parse_aggregator_metrics
@@ -91,16 +93,16 @@ def _log_batch(tmp_path: Path) -> bytes:
     return batch_body("node-1", chunks, [Gap(chunks[0].file, 100, 200, "deleted before it was read")])
 
 
-def _check_log_batch(batch: agent_logs.LogBatch) -> None:
+def _check_log_batch(batch: log_lines.LogBatch) -> None:
     """Each column of an agent's batch is one of its table's (or staged for the store to compute from), and none is
     left out of the Arrow tables the store inserts."""
-    for sent, table, arrow in zip((batch.lines, batch.files, batch.gaps), agent_logs.LOG_TABLES, batch.tables()):
+    for sent, table, arrow in zip((batch.lines, batch.files, batch.gaps), log_lines.LOG_TABLES, batch.tables()):
         assert not unknown(dict.fromkeys(set(sent) - STAGED_ONLY), table), table.name
         assert set(sent) == set(arrow.column_names), table.name
 
 
 def test_an_agent_s_log_batch_writes_columns_of_the_log_tables(tmp_path: Path) -> None:
-    batch = agent_logs.parse(_log_batch(tmp_path), 1000)
+    batch = log_lines.parse(_log_batch(tmp_path), 1000)
     assert any(batch.lines["raw"]) and any(batch.lines["marker"]) and all(t.num_rows for t in batch.tables())
     _check_log_batch(batch)
 
@@ -114,9 +116,9 @@ def test_otlp_log_records_write_columns_of_the_log_tables() -> None:
     parsed = otlp_logs.parse(export.SerializeToString(), False, None, AT_NS, 10)
     assert parsed.lines == 1
     for sent in parsed.batches:
-        batch = agent_logs.parse(orjson.dumps(sent), 1000)
+        batch = log_lines.parse(orjson.dumps(sent), 1000)
         assert batch.appends
-        _check_log_batch(agent_logs.placed(batch, {}))
+        _check_log_batch(log_lines.placed(batch, {}))
 
 
 def _span_export() -> bytes:

@@ -7,7 +7,7 @@ import ipaddress
 
 VERSION = "0.1.0"
 # What raysight's own HTTP requests say they are, on every client it makes: a Ray dashboard logs it on the line of each
-# request it serves, which `raysight logs` leaves out unless asked (``ingest/agent_logs.py``'s ``own``)
+# request it serves, which `raysight logs` leaves out unless asked (``signals/log_lines/parse.py``'s ``own``)
 USER_AGENT = f"raysight/{VERSION}"
 OWN_HEADERS = {"user-agent": USER_AGENT}
 

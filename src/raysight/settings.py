@@ -97,7 +97,7 @@ class QueryLimits:
 class Retention:
     """How long, and how much of, something to keep (None: no bound), as given (`raysight server --log-retention 30d
     --log-max-size 50GB`, ``--metrics-retention``, ``--metrics-max-size``). What each bound drops is the business of
-    ``store/log_retention.py`` and ``signals/scrapes/metric_retention.py``."""
+    ``signals/log_lines/log_retention.py`` and ``signals/scrapes/metric_retention.py``."""
 
     max_age: str | None = None  # 30d
     max_size: str | None = None  # 50GB

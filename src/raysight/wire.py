@@ -105,7 +105,7 @@ TASK_SCOPE = "raysight.ray"  # the instrumentation scope of raysight's span of e
 
 
 class LogColumns(TypedDict):
-    """A file's records in a log batch (``ingest/agent_logs.py`` says what each holds): a list each, as long as
+    """A file's records in a log batch (``signals/log_lines/parse.py`` says what each holds): a list each, as long as
     ``offsets``; a column whose values may be null may be left out, or null: all null."""
 
     offsets: list[int]

@@ -38,7 +38,7 @@ LOOK_S = 1.0  # between looks at the node's Ray processes
 
 
 def batch_body(host: str, chunks: list[Chunk], gaps: list[Gap]) -> bytes:
-    """The JSON the server's ``/ingest/agent/logs`` takes (``ingest/agent_logs.py``)."""
+    """The JSON the server's ``/ingest/agent/logs`` takes (``signals/log_lines/parse.py``)."""
     now = time.time_ns()
     files: list[wire.LogFile] = []
     for chunk in chunks:

@@ -12,7 +12,7 @@ import click
 import orjson
 
 from raysight.cli.common import make_client, parse_time, server_option, session_option
-from raysight.ingest.agent_logs import STREAMS
+from raysight.signals.log_lines.parse import STREAMS
 
 PAGE = 10_000  # lines per request while printing everything that matches
 FOLLOW_POLL_S = 0.25

@@ -17,13 +17,14 @@ from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_j
 from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
+from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines.logs_query import LogQuery
 from raysight.signals.scrapes import metrics_top as metrics_top_sql
 from raysight.signals.spans import traces_query as traces_sql
-from raysight.store import logs_query, queries, summaries
+from raysight.store import queries, summaries
 from raysight.store import timeline as timeline_sql
 from raysight.store.errors import ErrorQuery, error_groups, failure
 from raysight.store.filters import parse_filter
-from raysight.store.logs_query import LogQuery
 
 MAX_LIMIT = 1_000_000
 MAX_TOP = 1000  # rows of each `metrics top` table

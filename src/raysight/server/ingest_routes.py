@@ -33,17 +33,17 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest import otlp_logs
-from raysight.ingest.agent_logs import MAX_LOG_LINES
 from raysight.ingest.batch_shape import array_length
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
 from raysight.server.resends import digest
 from raysight.server.routing import Access, route
-from raysight.signals import agent_logs as logs_signal
+from raysight.signals import log_lines as logs_signal
 from raysight.signals import ray_events as ray_signal
 from raysight.signals import spans as spans_signal
+from raysight.signals.log_lines import otlp_logs
+from raysight.signals.log_lines.parse import MAX_LOG_LINES
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.node_sightings.apply import record as record_sightings
 from raysight.signals.polls import parse as polls
@@ -222,8 +222,8 @@ async def otlp_traces(request: Request) -> Response:
 
 async def otlp_log_records(request: Request) -> Response:
     """POST /v1/logs (or /ingest/otlp/{key}/v1/logs): an OTLP/HTTP log export, protobuf or JSON, gzipped or not,
-    stored as lines (``ingest/otlp_logs.py``: a file per resource, in its ``ray.session_name`` or the newest session)
-    and answered once durable; a record the store cannot keep is counted in the partial success."""
+    stored as lines (``signals/log_lines/otlp_logs.py``: a file per resource, in its ``ray.session_name`` or the
+    newest session) and answered once durable; a record the store cannot keep is counted in the partial success."""
     return await _otlp(request, _journal_log_records)
 
 

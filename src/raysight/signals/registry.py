@@ -3,7 +3,7 @@ applies each kind of journalled group with its signal's ``apply``. A new signal 
 
 from __future__ import annotations
 
-from raysight.signals import agent_logs, node_sightings, polls, ray_events, ray_metrics, run_exits, scrapes, spans
+from raysight.signals import log_lines, node_sightings, polls, ray_events, ray_metrics, run_exits, scrapes, spans
 from raysight.signals.signal import Signal
 from raysight.store import schema
 from raysight.tables import FoldedTable, Table
@@ -18,7 +18,7 @@ SIGNALS: dict[str, Signal] = {
         scrapes.SIGNAL,
         spans.SIGNAL,
         node_sightings.SIGNAL,
-        agent_logs.SIGNAL,
+        log_lines.SIGNAL,
     )
 }
 

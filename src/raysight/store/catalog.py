@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from raysight.signals.log_lines import logs_query
 from raysight.signals.spans import traces_query
 from raysight.store import (
     errors,
     event_stages,
-    logs_query,
     pipeline,
     queries,
     reconcile,

@@ -26,9 +26,9 @@ import orjson
 
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
+from raysight.signals.log_lines.logs_query import LogQuery, log_lines
 from raysight.sql_literals import sql_str
 from raysight.store.filters import Filter
-from raysight.store.logs_query import LogQuery, log_lines
 from raysight.store.queries import ACTORS, JOBS, NODES, TASKS, WORKERS, Resource, list_page
 from raysight.store.reconcile import ALL_NODES_DIED
 from raysight.store.schema import task_kind_sql

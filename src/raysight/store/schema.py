@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from raysight.ingest import agent_logs
 from raysight.ingest.ray_event_tables import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
+from raysight.signals.log_lines.parse import LOG_FILES
 from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql
 from raysight.tables import Column, FoldedTable, Table, columns
 
@@ -124,7 +124,7 @@ MIGRATIONS = {
         f"INSERT OR REPLACE INTO meta SELECT '{INDEXED_FROM_KEY}', value FROM meta WHERE key = '{LOG_SEQ_KEY}'"
     ],
     10: [  # node_evidence and log_dropped (all_ddl() makes them); the sessions known by their logs alone are listed
-        agent_logs.LOG_FILES.ddl(),  # (from below 7, not there yet)
+        LOG_FILES.ddl(),  # (from below 7, not there yet)
         "INSERT INTO sessions (session) SELECT DISTINCT session FROM log_files ON CONFLICT DO NOTHING",
     ],
     11: [],  # polled, polls and cluster_status (all_ddl() makes them)

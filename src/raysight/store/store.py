@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,17 +24,14 @@ import orjson
 import pyarrow as pa
 
 from raysight import os_thread
-from raysight.ingest import agent_logs
 from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
-from raysight.settings import DB_FILE, Retention, StoreSettings
+from raysight.settings import DB_FILE, StoreSettings
 from raysight.signals.polls.parse import driver_patch
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
 from raysight.store import (
     catalog,
-    log_index,
-    log_retention,
     schema,
 )
 from raysight.store import event_stages as stage
@@ -333,84 +329,6 @@ class Store:
             self.count(quarantined=1)
             self._mark_folded(journal_seq)
 
-    def apply_logs(self, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
-        """Store node agents' batches of log lines (``ingest/agent_logs.py``) in one transaction: each line once,
-        however often its batch was sent (a file's lines before what is stored of it are skipped), and the lines of
-        files appended to (the OTLP receiver's) after what is stored of them; the lines stored."""
-        batches = [agent_logs.parse(body, agent_logs.MAX_LOG_LINES) for body in bodies]
-        if appended := {b.files["file_key"][row] for b in batches for row, _, _ in b.appends}:
-            ends = {
-                (session, host, key): end
-                for session, host, key, end in self.con.execute(
-                    "SELECT session, host, file_key, end_offset FROM log_files WHERE file_key IN (SELECT unnest(?))",
-                    [sorted(appended)],
-                ).fetchall()
-            }
-            batches = [agent_logs.placed(batch, ends) for batch in batches]
-        lines, files, gaps = (pa.concat_tables(tables) for tables in zip(*(batch.tables() for batch in batches)))
-        lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
-        fields = ", ".join(f"{sql} AS {name}" for name, sql in agent_logs.LINE_FIELDS.items())
-        with self.folding(journal_seq):
-            (first,) = self._one(schema.LAST_LOG_SEQ_SQL)
-            with self._registered("staged_lines", lines):
-                (stored,) = self._one(
-                    f"""INSERT INTO log_lines BY NAME
-                        SELECT {first} + row_number() OVER (ORDER BY ord) AS seq,
-                               * EXCLUDE (ord, read_ns, utc_offset_s, stamped, raw),
-                               {agent_logs.LINE_TIME} AS ts_ns, from_base64(raw) AS raw, {fields}
-                        FROM (SELECT l.*, {agent_logs.STAMPED_NS} AS stamped
-                              FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
-                              WHERE l.byte_offset >= coalesce(f.end_offset, 0)
-                              QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset
-                                                         ORDER BY ord) = 1)"""
-                )
-            with self._registered("staged_files", files):
-                self._run(
-                    """INSERT INTO log_files
-                       SELECT session, host, file_key, arg_min(name, end_offset), arg_max(path, end_offset),
-                              arg_min(stream, end_offset), arg_min(worker_id, end_offset), arg_min(job_id, end_offset),
-                              arg_min(pid, end_offset), max(end_offset), min(read_ns), max(read_ns)
-                       FROM staged_files GROUP BY ALL
-                       ON CONFLICT DO UPDATE SET end_offset = greatest(end_offset, excluded.end_offset),
-                           path = excluded.path, last_ns = greatest(last_ns, excluded.last_ns)"""
-                )
-                # a session known by its logs alone (its events never sent, or yet to come) is still listed
-                self._run(
-                    "INSERT INTO sessions (session) SELECT DISTINCT session FROM staged_files ON CONFLICT DO NOTHING"
-                )
-            with self._registered("staged_gaps", gaps):
-                (new_gaps,) = self._one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
-            self._index_lines(first)
-            self._run(f"INSERT OR REPLACE INTO meta VALUES ('{schema.LOG_SEQ_KEY}', ?)", [str(first + stored)])
-            self.count(
-                log_lines=stored,
-                log_lines_deduplicated=lines.num_rows - stored,
-                log_batches=len(bodies),
-                log_gaps=new_gaps,
-            )
-        return int(stored)
-
-    def _index_lines(self, first: int) -> None:
-        """Index the lines stored after ``first`` (``store/log_index.py``): their blocks' trigrams, and the blocks of
-        their files."""
-        block = log_index.BLOCK_LINES
-        new_lines = self.con.sql(f"SELECT seq, text FROM log_lines WHERE seq > {first} ORDER BY seq")
-        with self._registered("staged_blocks", log_index.block_grams(new_lines.to_arrow_table())):
-            self._run(
-                """INSERT INTO log_blocks SELECT block, grams::BIT FROM staged_blocks
-                   ON CONFLICT DO UPDATE SET grams = grams | excluded.grams"""
-            )
-        self._run(
-            f"""INSERT INTO log_file_blocks
-                SELECT session, host, file_key, seq // {block}, count(*), min(byte_offset), max(byte_offset),
-                       min(ts_ns), max(ts_ns), sum(strlen(text))
-                FROM log_lines WHERE seq > {first} GROUP BY ALL
-                ON CONFLICT DO UPDATE SET lines = lines + excluded.lines, bytes = bytes + excluded.bytes,
-                    first_offset = least(first_offset, excluded.first_offset),
-                    last_offset = greatest(last_offset, excluded.last_offset),
-                    first_ns = least(first_ns, excluded.first_ns), last_ns = greatest(last_ns, excluded.last_ns)"""
-        )
-
     def journal_folded(self) -> int:
         """The last journal record folded into the store (0 before any)."""
         row = self._one("SELECT value FROM meta WHERE key = 'journal_folded'")
@@ -599,14 +517,6 @@ class Store:
         with self.transaction() as tx:
             return write(tx)
 
-    def prune_logs(self, retention: Retention, now_ns: int | None = None) -> int:
-        """Drop the log lines ``retention`` no longer keeps, leaving markers (``store/log_retention.py``); how many."""
-        with self._one_thread(self.con), self.transaction():
-            dropped = log_retention.prune(self._run, retention, _or_now(now_ns))
-            if dropped:
-                self.count(log_lines_dropped=dropped)
-        return dropped
-
     def reindex(self) -> int:
         """Rebuild every entity table from the raw events; returns how many events were refolded.
 
@@ -648,11 +558,6 @@ class Store:
                 signal.forget_session(self, tx, session)
             forget_by_session(schema.OWN_TABLES)(self, tx, session)
         return bool(found and found[0])
-
-
-def _or_now(given: int | None, unit_ns: int = 1) -> int:
-    """``given`` (the epoch, 0, too), else now, in units of ``unit_ns``."""
-    return time.time_ns() // unit_ns if given is None else given
 
 
 def posts_table(posts: Sequence[Post]) -> pa.Table:

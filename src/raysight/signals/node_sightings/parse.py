@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.agent_logs import agent_batch, int_field, session_field
+from raysight.ingest.fields import agent_batch, int_field, session_field
 from raysight.tables import Table, arrow_rows, columns
 
 PROCESSES = ("raylet", "gcs_server")

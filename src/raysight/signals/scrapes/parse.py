@@ -33,7 +33,7 @@ from typing import Any
 
 from raysight import wire
 from raysight.errors import BadIngest, TooMany
-from raysight.ingest.agent_logs import int_field, json_object, session_field, text_field
+from raysight.ingest.fields import int_field, json_object, session_field, text_field
 from raysight.ingest.otlp import INT64_MAX
 from raysight.tables import Column, Table, columns
 

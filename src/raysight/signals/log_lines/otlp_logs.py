@@ -1,5 +1,5 @@
 """OTLP/HTTP log exports (``ExportLogsServiceRequest``, protobuf or JSON) → batches of log lines shaped as a node
-agent sends them (``agent_logs.py``), so that they are stored, indexed and queried as every other line. Pure.
+agent sends them (``parse.py``), so that they are stored, indexed and queried as every other line. Pure.
 
 Each resource is a file of its own, ``otlp-<service>[-<pid>].log``, keyed by its attributes, to which the store
 appends (``"append"``: an exporter sends no offsets, so a resent export is stored again, as OTLP's at-least-once

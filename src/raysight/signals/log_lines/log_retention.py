@@ -1,21 +1,23 @@
 """Opt-in retention of log lines (`raysight server --log-retention 30d --log-max-size 50GB`; every line is kept
-unless told). The oldest lines go, a whole index block (``store/log_index.py``) at a time and never the block still
+unless told). The oldest lines go, a whole index block (``log_index.py``) at a time and never the block still
 being filled, and each file keeps a marker of what it lost (``log_dropped``: how many lines, through which byte
 offset and time, and why), which `raysight logs` and `raysight doctor` show. What the store knows of each file
-(``log_files``) stays, so that a batch an agent resends later is not stored again.
+(``log_files``) stays, so that a batch an agent resends later is not stored again. The writer runs it between groups
+(the signal's upkeep).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from typing import TYPE_CHECKING
 
-import duckdb
-
-from raysight.settings import Retention
-from raysight.store import log_index
+from raysight.settings import Retention, WriterSettings
+from raysight.signals.log_lines import log_index
 from raysight.store.schema import LAST_LOG_SEQ_SQL
+from raysight.store.tx import Tx
 
-Run = Callable[..., duckdb.DuckDBPyConnection]
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 # The first block to keep: the one after the last block whose lines are all older than $cutoff_ns, or whose bytes
 # and all before them exceed what may be kept of $max_bytes; never past the block now being filled ($current).
@@ -40,10 +42,28 @@ ON CONFLICT DO UPDATE SET lines = lines + excluded.lines, through_offset = great
 """
 
 
-def prune(run: Run, retention: Retention, now_ns: int) -> int:
-    """Drop the lines ``retention`` no longer keeps (with ``run``, the store's, inside its transaction); how many."""
+def upkeep(store: Store, settings: WriterSettings) -> str | None:
+    """The writer's pass, where the settings keep fewer lines than all: what it dropped, for the log."""
+    retention = settings.log_retention
+    if retention and (dropped := prune_logs(store, retention)):
+        return f"dropped {dropped} ({retention.why('log')})"
+    return None
+
+
+def prune_logs(store: Store, retention: Retention, now_ns: int | None = None) -> int:
+    """Drop the log lines ``retention`` no longer keeps, leaving markers (in one transaction, counted); how many."""
+    with store.folding(None) as tx:
+        dropped = prune(tx, retention, time.time_ns() if now_ns is None else now_ns)
+        if dropped:
+            tx.count(log_lines_dropped=dropped)
+    return dropped
+
+
+def prune(tx: Tx, retention: Retention, now_ns: int) -> int:
+    """Drop the lines ``retention`` no longer keeps (inside ``tx``); how many."""
     if not retention:
         return 0
+    run = tx.run
     (last,) = run(LAST_LOG_SEQ_SQL).fetchall()[0]
     never = 2**62
     age_s, max_bytes = retention.age_s, retention.size_bytes

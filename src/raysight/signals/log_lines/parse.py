@@ -29,19 +29,17 @@ from dataclasses import dataclass, field
 from types import NoneType, UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-import orjson
 import pyarrow as pa
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.ids import SESSION_NAME
+from raysight.ingest.fields import MAX_KEY, agent_batch, int_field, session_field, text_field
 from raysight.tables import Column, Table, columns
 
 STREAMS = ("stdout", "stderr", "system")
 MAX_LOG_LINES = 200_000  # in one batch
-MAX_NAME = 1024
-MAX_KEY = 255  # a file's key, name and worker ID, and the host: each stored on every line of the file
-# What those fields take, repeated on each line of a batch: a 16 MiB body of 200k lines must not become gigabytes
+# What a file's key, name, worker ID and host take, repeated on each of its lines: a 16 MiB body of 200k lines must
+# not become gigabytes
 MAX_REPEATED_BYTES = 64 * 1024 * 1024
 
 
@@ -172,7 +170,7 @@ LOG_GAPS = Table(
     key=("session", "host", "file_key", "start_offset"),
 )
 # Which trigrams each block of lines' text holds, and which blocks hold each file's lines (with their byte offsets and
-# times): what a query may skip (``store/log_index.py``).
+# times): what a query may skip (``log_index.py``).
 LOG_BLOCKS = Table("log_blocks", columns(block="BIGINT", grams="BIT"), key=("block",))
 LOG_FILE_BLOCKS = Table(
     "log_file_blocks",
@@ -241,35 +239,12 @@ class LogBatch:
         )
 
 
-def text_field(value: Any, what: str, optional: bool = False, limit: int = MAX_NAME) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise BadIngest(f"{what} must be a string of 1 to {limit} characters")
-    return value
-
-
-def session_field(value: Any, what: str) -> str:
-    """A Ray session's name (``session_…``), as every route checks it."""
-    if not (isinstance(value, str) and SESSION_NAME.fullmatch(value)):
-        raise BadIngest(f"{what} must be the name of a Ray session (session_…)")
-    return value
-
-
 def _base64(text: str) -> bool:
     try:
         binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
         return False
     return True
-
-
-def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high: int = 2**63 - 1) -> int | None:
-    if value is None and optional:
-        return None
-    if type(value) is not int or not low <= value <= high:
-        raise BadIngest(f"{what} must be an integer from {low} to {high}")
-    return value
 
 
 def _column(file: Mapping[str, Any], name: str, count: int, where: str) -> list[Any]:
@@ -283,26 +258,6 @@ def _column(file: Mapping[str, Any], name: str, count: int, where: str) -> list[
         if not (type(value) is kind or (value is None and nullable)):
             raise BadIngest(f"{where}: {name} holds {type(value).__name__}, not {kind.__name__}")
     return values
-
-
-def json_object(body: bytes, field: str, kind: type, shape: str) -> dict[str, Any]:
-    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadIngest otherwise."""
-    try:
-        found = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadIngest(f"body is not JSON: {exc}") from None
-    if not isinstance(found, dict) or not isinstance(found.get(field), kind):
-        raise BadIngest(f"body must be a JSON object {shape}")
-    return found
-
-
-def agent_batch(body: bytes, listed: str, shape: str) -> tuple[dict[str, Any], str]:
-    """A node agent's JSON body, an object of ``shape`` whose field ``listed`` is a list, and the host it names;
-    BadIngest otherwise."""
-    batch = json_object(body, listed, list, shape)
-    host = text_field(batch.get("host"), "host", limit=MAX_KEY)
-    assert host is not None
-    return batch, host
 
 
 def parse(body: bytes, max_lines: int) -> LogBatch:

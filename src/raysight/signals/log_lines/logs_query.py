@@ -18,8 +18,8 @@ import duckdb
 import numpy as np
 
 from raysight.errors import BadQuery
-from raysight.ingest.agent_logs import STREAMS
-from raysight.store import log_index
+from raysight.signals.log_lines import log_index
+from raysight.signals.log_lines.parse import STREAMS
 from raysight.store.queries import resolve_session
 from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 from raysight.store.statements import Macro, Query
@@ -207,7 +207,7 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
 def _blocks(
     con: duckdb.DuckDBPyConnection, query: LogQuery, params: dict[str, object], attempts: str
 ) -> list[int] | None:
-    """The blocks of lines (``store/log_index.py``) that may hold what ``query`` asks for, ascending; None: any.
+    """The blocks of lines (``log_index.py``) that may hold what ``query`` asks for, ascending; None: any.
     A block may hold the text searched for when it has every trigram of it, and lines of a file when it was stored
     with some: of the files the query's worker, pid, name, stream, actor, node or task attempts point to."""
     found: set[int] | None = None
@@ -278,7 +278,7 @@ def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True
     are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found; of each line only its
     ``seq`` and its text's length are kept here, to cut the page into chunks of about :data:`CHUNK_BYTES`."""
     _check(query)
-    session = resolve_session(con, query.session)  # (sessions known by their logs alone too: Store.apply_logs)
+    session = resolve_session(con, query.session)  # (sessions known by their logs alone too: apply.py)
     if session is None:
         return LogPage(query, None, 0, query.after_seq or 0, None)
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile
@@ -380,12 +380,12 @@ def log_lines(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = Tru
 LOGS_DROPPED = Query(
     "logs dropped",
     "SELECT sum(lines), max(through_ns) // 1000000, max(why) FROM log_dropped WHERE session = $session",
-    about="what the log retention dropped of the session (store/log_retention.py)",
+    about="what the log retention dropped of the session (signals/log_lines/log_retention.py)",
 )
 
 
 def _dropped(con: duckdb.DuckDBPyConnection, session: str) -> dict[str, Any] | None:
-    """The marker of what the log retention dropped of ``session`` (``store/log_retention.py``), if anything."""
+    """The marker of what the log retention dropped of ``session`` (``log_retention.py``), if anything."""
     row = con.execute(LOGS_DROPPED.sql, {"session": session}).fetchall()[0]
     return None if row[0] is None else {"lines": int(row[0]), "through_ms": row[1], "why": row[2]}
 
