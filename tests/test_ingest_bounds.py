@@ -5,12 +5,13 @@ whole, and session names are Ray's."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import gzip
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -25,6 +26,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from starlette.testclient import TestClient
 
+from raysight.errors import Unavailable
 from raysight.ingest.otlp import key_values
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
@@ -247,6 +249,29 @@ def test_an_agent_log_batch_whose_file_fields_would_fill_memory_on_every_line_is
         assert kept.json() == {"ok": True, "lines": n}  # the same lines, with fields of their usual size
 
 
+def answered(get: Callable[[], httpx.Response], timeout_s: float = 30) -> httpx.Response:
+    """``get()``'s answer once it is not a 503 (a read the store had no memory for while the writer held it)."""
+    deadline = time.monotonic() + timeout_s
+    while (response := get()).status_code == 503:
+        assert time.monotonic() < deadline, f"still unavailable: {response.text}"
+        time.sleep(0.05)
+    return response
+
+
+def test_a_read_the_store_has_no_memory_for_now_is_a_503_to_retry(tmp_path: Path) -> None:
+    """A read that finds the store out of memory (the writer holding most of --memory-limit) is answered 503 with
+    Retry-After, as any moment the server cannot serve, not 500."""
+    app = create_app(Settings(tmp_path / "data").replace(memory_limit="32MB"))
+    with TestClient(app) as client:
+        state = app.state.raysight
+        huge = lambda cursor: cursor.execute("SELECT list(i) FROM range(20000000) t(i)").fetchall()  # noqa: E731
+        with pytest.raises(Unavailable, match="no memory for this read now") as refused:
+            asyncio.run(state.read(huge))
+        assert isinstance(refused.value.__cause__, duckdb.OutOfMemoryException)
+        assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "1"}
+        assert client.get("/api/raysight/doctor").status_code == 200  # (the store is whole)
+
+
 def test_a_poison_batch_whose_body_cannot_be_kept_aside_waits_for_the_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,7 +284,7 @@ def test_a_poison_batch_whose_body_cannot_be_kept_aside_waits_for_the_disk(
     with TestClient(
         create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0, memory_limit="32MB"))
     ) as client:
-        doctor = lambda: client.get("/api/raysight/doctor").json()  # noqa: E731
+        doctor = lambda: answered(lambda: client.get("/api/raysight/doctor")).json()  # noqa: E731
         disk.armed = True
         assert client.post("/v1/traces", content=poison(), headers=GZIP).status_code == 200
         deadline = time.monotonic() + 60

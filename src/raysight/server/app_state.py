@@ -133,12 +133,17 @@ class AppState:
         self.queries = asyncio.Semaphore(self.query_limits.max_concurrency)
 
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Run a read on a thread with its own cursor."""
+        """Run a read on a thread with its own cursor. A read the store has no memory for now (the writer holding
+        most of ``--memory-limit``) is a 503 its caller retries, not a failure of the server."""
 
         def run() -> T:
             cursor = self.store.reader()
             try:
                 return fn(cursor)
+            except duckdb.OutOfMemoryException as e:
+                raise Unavailable(
+                    "the store has no memory for this read now (--memory-limit): retry", headers={"Retry-After": "1"}
+                ) from e
             finally:
                 cursor.close()
 
