@@ -19,7 +19,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from raysight.ingest.ids import RFC3339_UTC, parse_ts_ns
+from raysight.signals.ray_events.ray_ids import RFC3339_UTC, parse_ts_ns
 from raysight.store import event_stages, schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"

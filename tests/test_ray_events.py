@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from raysight.ingest.ids import b64_to_hex, parse_ts_ns
+from raysight.signals.ray_events.ray_ids import b64_to_hex, parse_ts_ns
 from raysight.store.store import Post, Store
 
 

@@ -25,10 +25,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from raysight import wire
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Gap, Tailer
-from raysight.ingest import agent_logs, otlp, otlp_logs, prom_text, ray_events, ray_state
-from raysight.ingest.ray_event_tables import TASKS, WORKERS
+from raysight.ingest import agent_logs, otlp, otlp_logs, prom_text, ray_state
 from raysight.ingest.ray_metrics import RAY_REPORTED, RaySample, parse_aggregator_metrics
 from raysight.signals.node_sightings import parse as node_sightings
+from raysight.signals.ray_events import parse as ray_events
+from raysight.signals.ray_events.parse import TASKS, WORKERS
 from raysight.signals.registry import every_table
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.spans import parse as spans

@@ -36,7 +36,6 @@ from raysight.errors import (
 from raysight.ingest import otlp_logs, prom_text
 from raysight.ingest import ray_state as ray_state_poll
 from raysight.ingest.agent_logs import MAX_LOG_LINES
-from raysight.ingest.batch_shape import array_length
 from raysight.ingest.ray_metrics import parse_aggregator_metrics
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
@@ -48,6 +47,7 @@ from raysight.signals import ray_events as ray_signal
 from raysight.signals import spans as spans_signal
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.node_sightings.apply import record as record_sightings
+from raysight.signals.ray_events.batch_shape import array_length
 from raysight.signals.registry import SIGNALS
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.run_exits.apply import record as record_run_exit

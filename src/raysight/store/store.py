@@ -3,7 +3,7 @@
 A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.event_stages` in the order of
 :mod:`raysight.store.pipeline`: DuckDB explodes and parses them, the raw events are inserted (only first sightings are
 folded), task events are folded in SQL and the cluster-level events by their Python folds
-(:mod:`raysight.ingest.ray_events`), all in one transaction.
+(:mod:`raysight.signals.ray_events.parse`), all in one transaction.
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
 readers take their own cursor (:meth:`Store.reader`) and see committed data only.
 """
@@ -27,10 +27,10 @@ import pyarrow as pa
 from raysight import os_thread
 from raysight.ingest import agent_logs, prom_text
 from raysight.ingest.prom_text import Scrape
-from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.ingest.ray_metrics import RaySample
 from raysight.ingest.ray_state import KINDS, Poll, driver_patch
 from raysight.settings import DB_FILE, Downsampling, Retention, StoreSettings
+from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, fold_payload
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
