@@ -24,8 +24,9 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight.signals.ray_events.apply import Post, apply_posts
 from raysight.store import logs_query, queries, timeline
-from raysight.store.store import Post, Store
+from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, wait_folded
 from tests.test_inference import record
 
@@ -73,7 +74,7 @@ def big(tmp_path_factory: pytest.TempPathFactory, ray_batches: list[list[dict[st
     store = Store(data)
     try:
         for batch in ray_batches:
-            store.apply([Post(orjson.dumps(batch), "rec")])
+            apply_posts(store, [Post(orjson.dumps(batch), "rec")])
         (recorded,) = store.con.execute("SELECT count(*) FROM tasks").fetchone() or (0,)
         for table in ("tasks", "task_transitions", "task_profile"):  # each copy a task ID of its own
             store.con.execute(

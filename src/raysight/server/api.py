@@ -17,6 +17,7 @@ from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_j
 from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
+from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.spans import traces_query as traces_sql
 from raysight.store import logs_query, queries, summaries
 from raysight.store import metrics_top as metrics_top_sql
@@ -327,7 +328,7 @@ async def trace(request: Request) -> Response:
 
 async def reindex(request: Request) -> Response:
     state = app_state(request)
-    events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
+    events = await asyncio.wrap_future(state.writer.call(ray_apply.reindex))
     return answer({"ok": True, "events": events})
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from raysight.signals.ray_events import event_stages, pipeline
 from raysight.signals.spans import traces_query
 from raysight.store import (
     errors,
-    event_stages,
     logs_query,
-    pipeline,
     queries,
     reconcile,
     schema,

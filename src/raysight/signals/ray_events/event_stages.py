@@ -3,8 +3,8 @@
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
 parsed, validated and folded by DuckDB's JSON reader and SQL, in the same statements for a group of POSTs whatever
 its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few
-events per process) keep their readable Python folds in :mod:`raysight.signals.ray_events.parse`. The store runs these
-stages (``store/store.py``), in the order of :mod:`raysight.store.pipeline`, each making the relation it names:
+events per process) keep their readable Python folds in :mod:`.parse`. The signal's writes run these stages
+(``apply.py``), in the order of :mod:`.pipeline`, each making the relation it names:
 
 - :data:`POSTS` (``incoming``): one row per event, its JSON text, from the POST bodies (:data:`POSTED`, an Arrow table
   the store registers); :data:`RAW_CHUNK` makes it of the raw events themselves when reindexing;
