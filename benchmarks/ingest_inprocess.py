@@ -21,7 +21,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.recorded import GROUP, body, parse_only, synth_batches
-from raysight.store.store import Post, Store
+from raysight.signals.ray_events.apply import Post, apply_posts
+from raysight.store.store import Store
 
 
 class StatementCosts(logging.Handler):
@@ -53,7 +54,7 @@ def main(rounds: int = 5, tasks: int = 20_000) -> None:
             events.append(n)
             started = time.perf_counter()
             for i in range(0, len(bodies), GROUP):
-                store.apply([Post(b) for b in bodies[i : i + GROUP]])
+                apply_posts(store, [Post(b) for b in bodies[i : i + GROUP]])
             apply_rates.append(n / (time.perf_counter() - started))
             print(
                 f"round {r + 1}: {n:,} events; parse only {parse_rates[-1]:,.0f}/s; "

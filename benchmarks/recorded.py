@@ -19,8 +19,9 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from raysight.ingest.ids import RFC3339_UTC, parse_ts_ns
-from raysight.store import event_stages, schema
+from raysight.signals.ray_events import event_stages
+from raysight.signals.ray_events.ray_ids import RFC3339_UTC, parse_ts_ns
+from raysight.store import schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
 GROUP = 48  # POSTs the server's writer folds at once when they queue up (about 48 MB)
@@ -108,9 +109,9 @@ def body(texts: list[str]) -> bytes:
 def parse_only(bodies: list[bytes]) -> float:
     """Seconds to parse ``bodies`` as the store does, on one thread, storing nothing: the bound for ingest.
 
-    In groups of :data:`GROUP` POSTs, the store's staging stages (``raysight.store.event_stages``): explode each body
-    into events, parse and validate them, unnest transitions and profile entries, and merge the tasks columns every
-    event sets into one row per task attempt; no raw events, no entity tables, no commit.
+    In groups of :data:`GROUP` POSTs, the store's staging stages (``raysight.signals.ray_events.event_stages``):
+    explode each body into events, parse and validate them, unnest transitions and profile entries, and merge the
+    tasks columns every event sets into one row per task attempt; no raw events, no entity tables, no commit.
     """
     con = duckdb.connect()
     con.execute("SET threads = 1")

@@ -26,8 +26,9 @@ from starlette.testclient import TestClient
 
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.apply import apply_logs
+from raysight.signals.ray_events.apply import Post, apply_posts
 from raysight.store import queries, timeline
-from raysight.store.store import Post, Store
+from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, wait_folded
 from tests.test_inference import record
 
@@ -75,7 +76,7 @@ def big(tmp_path_factory: pytest.TempPathFactory, ray_batches: list[list[dict[st
     store = Store(data)
     try:
         for batch in ray_batches:
-            store.apply([Post(orjson.dumps(batch), "rec")])
+            apply_posts(store, [Post(orjson.dumps(batch), "rec")])
         (recorded,) = store.con.execute("SELECT count(*) FROM tasks").fetchone() or (0,)
         for table in ("tasks", "task_transitions", "task_profile"):  # each copy a task ID of its own
             store.con.execute(

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from raysight.errors import BadIngest
-from raysight.ingest import batch_shape
-from raysight.ingest.batch_shape import array_length
+from raysight.signals.ray_events import batch_shape
+from raysight.signals.ray_events.batch_shape import array_length
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from raysight.client import Client
 from raysight.server import ingest_routes
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
+from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.run_exits.parse import RunExit
 from raysight.store.store import Store
 from raysight.store.tx import Tx
@@ -157,12 +158,12 @@ def _folding_held(client: TestClient) -> Iterator[threading.Event]:
 def test_with_several_cores_a_drained_backlog_is_parsed_ahead_while_the_group_before_is_written(
     tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While the fold thread writes one group, the gather thread parses the next (Store.parse, on its own
+    """While the fold thread writes one group, the gather thread parses the next (parse_posts, on its own
     connection); every batch is folded once, in order, as without."""
     events = ray_batches[2]
     monkeypatch.setattr("raysight.store.writer.MAX_GROUP_EVENTS", len(events))  # each POST a full group
     parsed_on, written = [], []
-    parse, apply = Store.parse, Store.apply
+    parse, apply = ray_apply.parse_posts, ray_apply.apply_posts
 
     def parse_spy(self: Store, posts):
         parsed_on.append(threading.current_thread().name)
@@ -173,8 +174,8 @@ def test_with_several_cores_a_drained_backlog_is_parsed_ahead_while_the_group_be
         written.append((parsed is not None, [orjson.loads(p.body)[0]["sessionName"] for p in posts]))
         return apply(self, posts, journal_seq, parsed)
 
-    monkeypatch.setattr(Store, "parse", parse_spy)
-    monkeypatch.setattr(Store, "apply", slow_apply)
+    monkeypatch.setattr(ray_apply, "parse_posts", parse_spy)
+    monkeypatch.setattr(ray_apply, "apply_posts", slow_apply)
     sessions = [f"ahead_{i}" for i in range(5)]
     with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         client.app.state.raysight.writer.store.threads = 2  # however many cores this machine has
@@ -345,7 +346,7 @@ def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
     monkeypatch.setattr("raysight.store.writer.RETRY_S", 0.01)
     monkeypatch.setattr("raysight.store.writer.MAX_RETRY_S", 0.05)
     error = duckdb.IOException("disk hiccup") if environmental else duckdb.InternalException("odd input met a bug")
-    apply, tries = Store.apply, []
+    apply, tries = ray_apply.apply_posts, []
 
     def fail_on_odd(self: Store, posts, journal_seq=None, parsed=None):
         if any(b'"sessionName":"odd"' in p.body for p in posts) and (not environmental or len(tries) < 8):
@@ -353,7 +354,7 @@ def test_a_batch_the_store_keeps_failing_on_holds_up_nothing_behind_it(
             raise error
         return apply(self, posts, journal_seq, parsed)
 
-    monkeypatch.setattr(Store, "apply", fail_on_odd)
+    monkeypatch.setattr(ray_apply, "apply_posts", fail_on_odd)
     events = ray_batches[2]
     with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0))) as client:
         with _folding_held(client):  # the three fold as one group

@@ -10,8 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from raysight.ingest.ids import b64_to_hex, parse_ts_ns
-from raysight.store.store import Post, Store
+from raysight.signals.ray_events.apply import Post, apply_posts
+from raysight.signals.ray_events.ray_ids import b64_to_hex, parse_ts_ns
+from raysight.store.store import Store
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_timestamps_keep_nanoseconds_alike_in_python_and_sql(store: Store, text,
 
 def test_every_recorded_event_is_kept_raw_and_folded(store: Store, ray_batches) -> None:
     events = [e for b in ray_batches for e in b]
-    result = store.apply([Post(orjson.dumps(events), label="lab")])
+    result = apply_posts(store, [Post(orjson.dumps(events), label="lab")])
     assert result.stored == len(events) and result.quarantined == result.unsupported == 0
     tasks = rows(store, "SELECT * FROM tasks")
     fails = next(t for t in tasks if t["name"] == "fails")
@@ -81,7 +82,7 @@ def test_every_recorded_event_is_kept_raw_and_folded(store: Store, ray_batches) 
 
 
 def test_owner_and_executor_halves_merge_into_one_attempt(store: Store, ray_batches) -> None:
-    store.apply([Post(orjson.dumps(b)) for b in ray_batches])
+    apply_posts(store, [Post(orjson.dumps(b)) for b in ray_batches])
     counter_inc = rows(store, "SELECT * FROM tasks WHERE name = 'Counter.inc'")
     assert len(counter_inc) == 3
     for task in counter_inc:
@@ -126,7 +127,7 @@ def test_malformed_events_are_quarantined_with_reasons_and_the_rest_kept(store: 
         bad_id,
         unknown,
     ]
-    result = store.apply([Post(orjson.dumps(batch))])
+    result = apply_posts(store, [Post(orjson.dumps(batch))])
     assert result.stored == 2 and result.unsupported == 1 and result.quarantined == len(batch) - 2
     kept = rows(store, "SELECT event_type, supported FROM raw_events ORDER BY event_type")
     assert kept == [
@@ -168,7 +169,7 @@ def test_a_task_event_is_read_from_its_own_payload_and_bad_transitions_never_rea
     lenient = variant(4, taskAttempt="abc", workerPid=True)  # not numbers: read as absent, as Ray would mean
     stray = {**copy.deepcopy(lifecycle), "eventType": "SOME_FUTURE_EVENT", "eventId": "c3RyYXlzdHJheQ=="}
     stray["taskLifecycleEvent"]["taskId"] = base64.b64encode(b"\x07" * 24).decode()
-    result = store.apply([Post(orjson.dumps([no_state, no_time, not_object, lenient, stray]))])
+    result = apply_posts(store, [Post(orjson.dumps([no_state, no_time, not_object, lenient, stray]))])
     reasons = sorted(r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall())
     assert reasons == [
         "a state transition has a bad timestamp: none",
@@ -222,7 +223,7 @@ def test_an_event_of_the_nil_task_folds_into_no_task_and_leaves_its_batch_whole(
     transitions = copy.deepcopy(lifecycle)  # a lifecycle event of the nil task, its transitions included
     transitions["eventId"] = base64.b64encode(b"\x09" * 28).decode()
     transitions["taskLifecycleEvent"]["taskId"] = nil
-    result = store.apply([Post(orjson.dumps([profiled, transitions, lifecycle]))])
+    result = apply_posts(store, [Post(orjson.dumps([profiled, transitions, lifecycle]))])
     assert (result.stored, result.quarantined) == (3, 0)
     (task,) = rows(store, "SELECT task_id FROM tasks")
     assert task["task_id"] == b64_to_hex(lifecycle["taskLifecycleEvent"]["taskId"])

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.settings import Settings
+from raysight.signals.ray_events import apply as ray_apply
 from raysight.store.journal import Journal
 from raysight.store.store import Store
 from tests.conftest import FIXTURES
@@ -216,14 +217,14 @@ def test_a_batch_whose_content_the_store_refuses_is_quarantined_whole_and_the_re
 ) -> None:
     """Acknowledged means kept: a batch whose content the store refuses is set apart with its reason, never dropped
     or stuck."""
-    apply = Store.apply
+    apply = ray_apply.apply_posts
 
     def refuse_poison(self: Store, posts, journal_seq=None, parsed=None):
         if any(b'"sessionName":"poison"' in p.body for p in posts):
             raise duckdb.ConversionException("cannot convert this")
         return apply(self, posts, journal_seq, parsed)
 
-    monkeypatch.setattr(Store, "apply", refuse_poison)
+    monkeypatch.setattr(ray_apply, "apply_posts", refuse_poison)
     with TestClient(create_app(Settings(tmp_path / "data"))) as client:
         writer = client.app.state.raysight.writer
         release = threading.Event()

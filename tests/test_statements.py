@@ -1,7 +1,7 @@
 """Every named statement of the store runs on the recorded session (`fixtures/ray_batches.json`): each macro, each
 stage and write of each group, each read model's query, as :mod:`raysight.store.catalog` collects them, so that one
 that no longer binds fails here; and the store runs each group's statements in the order
-`python -m raysight.store.pipeline` prints them."""
+`python -m raysight.signals.ray_events.pipeline` prints them."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from raysight.store import catalog, event_stages, pipeline
+from raysight.signals.ray_events import event_stages, pipeline
+from raysight.signals.ray_events.apply import apply_posts, parse_posts, posts_table, reindex
+from raysight.store import catalog
 from raysight.store.statements import Group, bind, params
-from raysight.store.store import Store, posts_table
+from raysight.store.store import Store
 from tests.conftest import run_exit
 from tests.test_store import load, post, snapshot
 
@@ -101,7 +103,10 @@ def test_each_read_model_query_runs_on_the_recorded_session(recorded: Store) -> 
 
 def test_python_m_prints_each_group_s_statements_in_order() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "raysight.store.pipeline", "apply"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "raysight.signals.ray_events.pipeline", "apply"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     printed = done.stdout
@@ -134,9 +139,9 @@ def test_the_store_runs_each_group_in_the_order_it_is_printed(
     store = Store(tmp_path)
     try:
         half = len(ray_batches) // 2
-        store.apply([post(batch, "rec", "run-1") for batch in ray_batches[:half]])
-        store.apply([], parsed=store.parse([post(batch, "rec", "run-1") for batch in ray_batches[half:]]))
-        store.reindex()
+        apply_posts(store, [post(batch, "rec", "run-1") for batch in ray_batches[:half]])
+        apply_posts(store, [], parsed=parse_posts(store, [post(batch, "rec", "run-1") for batch in ray_batches[half:]]))
+        reindex(store)
         run_exit(store, "run-1", None, 0, 2**62)
     finally:
         store.close()

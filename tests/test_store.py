@@ -11,8 +11,10 @@ import orjson
 import pytest
 
 from raysight.client import RESOURCES
+from raysight.signals.ray_events import apply as ray_apply
+from raysight.signals.ray_events.apply import Post, apply_posts, parse_posts, reindex
 from raysight.store import queries
-from raysight.store.store import Post, Store
+from raysight.store.store import Store
 from tests.conftest import FIXTURES, run_exit
 
 
@@ -26,7 +28,7 @@ def snapshot(store: Store) -> dict[str, list[dict]]:
 
 def load(store: Store, batches: list[list[dict]]) -> None:
     for batch in batches:
-        store.apply([post(batch, label="rec", run_id="run-1")])
+        apply_posts(store, [post(batch, label="rec", run_id="run-1")])
 
 
 def post(events: list[dict], label: str | None = None, run_id: str | None = None) -> Post:
@@ -81,7 +83,7 @@ def test_arrival_order_and_resends_do_not_change_the_answer(tmp_path: Path, ray_
     load(shuffled, chunks + chunks[:3] + chunks)  # every event at least twice, some three times
     assert snapshot(shuffled) == snapshot(in_order)
     grouped = Store(tmp_path / "c")  # the same, as the writer applies a group of posts: in one transaction
-    grouped.apply([post(c) for c in chunks + chunks[:3] + chunks])
+    apply_posts(grouped, [post(c) for c in chunks + chunks[:3] + chunks])
     assert snapshot(grouped) == snapshot(in_order)
     counts = dict(shuffled.reader().execute("SELECT name, value FROM counters").fetchall())
     assert counts["stored"] == len(events)
@@ -91,7 +93,7 @@ def test_arrival_order_and_resends_do_not_change_the_answer(tmp_path: Path, ray_
 def test_reindex_rebuilds_the_same_entities(store: Store, ray_batches) -> None:
     load(store, ray_batches)
     before = snapshot(store)
-    assert store.reindex() == sum(len(b) for b in ray_batches)
+    assert reindex(store) == sum(len(b) for b in ray_batches)
     assert snapshot(store) == before
 
 
@@ -133,7 +135,7 @@ def test_inferred_states_are_marked_and_a_late_report_wins(store: Store, ray_bat
             "rayErrorInfo": {"errorType": "TASK_CANCELLED", "errorMessage": "late"},
         },
     }
-    store.apply([post([event])])
+    apply_posts(store, [post([event])])
     row = next(
         t
         for t in snapshot(store)["tasks"]
@@ -174,8 +176,8 @@ def test_sessions_count_their_events_and_a_v2_store_is_upgraded_in_place(tmp_pat
     store.close()
     upgraded = Store(tmp_path)
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
-    assert upgraded.apply([post(ray_batches[2])]).stored == 0  # the migrated raw keys still deduplicate
-    upgraded.reindex()
+    assert apply_posts(upgraded, [post(ray_batches[2])]).stored == 0  # the migrated raw keys still deduplicate
+    reindex(upgraded)
     assert upgraded.con.execute("SELECT events, raw_bytes FROM sessions").fetchone() == raw
     upgraded.close()
 
@@ -184,16 +186,16 @@ def test_a_resend_still_names_its_session(store: Store, ray_batches) -> None:
     """Events already stored are not folded again, but a resend through a labelled URL still gives the session its
     label and run ID (a session's label and span come from every well-formed event), in one group or two."""
     events = [e for b in ray_batches for e in b]
-    store.apply([post(events)])
+    apply_posts(store, [post(events)])
     assert store.con.execute("SELECT label, run_id FROM sessions").fetchall() == [(None, None)]
-    assert store.apply([post(events, label="prod", run_id="r1")]).stored == 0
+    assert apply_posts(store, [post(events, label="prod", run_id="r1")]).stored == 0
     assert store.con.execute("SELECT label, run_id, events FROM sessions").fetchall() == [("prod", "r1", len(events))]
 
 
 def test_an_event_twice_in_one_group_counts_once_and_its_labelled_copy_names_the_session(tmp_path: Path) -> None:
     store = Store(tmp_path)
     events = [{**e, "sessionName": "twice"} for e in orjson.loads((FIXTURES / "ray_batches.json").read_bytes())[0]]
-    result = store.apply([post(events), post(events, label="lab")])
+    result = apply_posts(store, [post(events), post(events, label="lab")])
     assert result.stored == len(events) and result.deduplicated == len(events)
     assert store.con.execute("SELECT label, events FROM sessions").fetchall() == [("lab", len(events))]
     store.close()
@@ -203,18 +205,18 @@ def test_resends_are_found_wherever_they_were_stored_and_without_a_timestamp(sto
     """Resends are found by session, ID and timestamp (reading only the raw row groups of a group's time span): an
     old event resent among new ones of later days counts once, and so does one with no timestamp."""
     events = [e for b in ray_batches for e in b]
-    store.apply([post(events)])
+    apply_posts(store, [post(events)])
     later = []
     for k in range(1, 10):  # copies of the events, each with new IDs and a later day
         for e in copy.deepcopy(events):
             e["eventId"] = base64.b64encode(k.to_bytes(4, "big") + e["eventId"].encode()[:12]).decode()
             e["timestamp"] = e["timestamp"].replace("2026-11-21", f"2026-12-{k:02d}")
             later.append(e)
-    assert store.apply([post(later)]).stored == len(later)
+    assert apply_posts(store, [post(later)]).stored == len(later)
     untimed = {**events[0], "eventId": base64.b64encode(b"no timestamp").decode()}
     del untimed["timestamp"]
-    assert store.apply([post([untimed])]).stored == 1
-    resent = store.apply([post(later[-5:] + [events[3], untimed])])
+    assert apply_posts(store, [post([untimed])]).stored == 1
+    resent = apply_posts(store, [post(later[-5:] + [events[3], untimed])])
     assert (resent.stored, resent.deduplicated) == (0, 7)
     (raw,) = store.con.execute("SELECT count(*) FROM raw_events").fetchone()
     assert raw == len(events) + len(later) + 1
@@ -230,8 +232,8 @@ def test_a_group_parsed_on_another_connection_folds_as_one_parsed_in_the_transac
     groups = [[post(events[:40])], [post(events[20:]), post(malformed)], [post(events, label="again")]]
     inline, parsed = Store(tmp_path / "inline"), Store(tmp_path / "parsed")
     for group in groups:
-        expected = inline.apply(group)
-        assert parsed.apply(group, parsed=parsed.parse(group)) == expected
+        expected = apply_posts(inline, group)
+        assert apply_posts(parsed, group, parsed=parse_posts(parsed, group)) == expected
     assert snapshot(parsed) == snapshot(inline)
     counters = "SELECT * FROM counters ORDER BY 1"
     assert parsed.con.execute(counters).fetchall() == inline.con.execute(counters).fetchall()
@@ -239,14 +241,14 @@ def test_a_group_parsed_on_another_connection_folds_as_one_parsed_in_the_transac
     assert parsed.con.execute(quarantine).fetchall() == inline.con.execute(quarantine).fetchall()
     staging = "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'staging'"
     assert parsed.con.execute(staging).fetchone() == (0,)
-    left = parsed.parse(groups[0])
+    left = parse_posts(parsed, groups[0])
 
     def fail(*_: object) -> None:
         raise RuntimeError("the fold failed")
 
-    monkeypatch.setattr(Store, "_fold", fail)
+    monkeypatch.setattr(ray_apply, "_fold", fail)
     with pytest.raises(RuntimeError, match="the fold failed"):  # a failed apply lets its parse go too
-        parsed.apply(groups[0], parsed=left)
+        apply_posts(parsed, groups[0], parsed=left)
     assert parsed.con.execute(staging).fetchone() == (0,)
     inline.close()
     parsed.close()
@@ -272,7 +274,7 @@ def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_s
         variant(5, lambda e, p: e.update(timestamp="9999-12-31T00:00:00Z")),  # the event's own time: unknown
         variant(6, lambda e, p: p.update(taskLogInfo={"stdoutFile": "a\u0000b"})),
     ]
-    result = store.apply([post(odd + kept)])
+    result = apply_posts(store, [post(odd + kept)])
     assert result.stored == 2 and result.quarantined == 4
     reasons = [r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall()]
     assert all("bits" in r or "timestamp" in r for r in reasons), reasons

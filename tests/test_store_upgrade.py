@@ -18,6 +18,7 @@ from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.apply import apply_logs
+from raysight.signals.ray_events.apply import apply_posts
 from raysight.signals.registry import every_table
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.signals.spans.parse import SPANS
@@ -84,7 +85,7 @@ def write_old_format(built: Path, old: Path) -> None:
 def old_store(tmp_path: Path, ray_batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """A schema-4 store in the v0.10.2 storage format with the old raw DDL; what it answered."""
     store = Store(tmp_path / "built")
-    store.apply([post(events, label="rec", run_id="run-1") for events in copies(ray_batches)])
+    apply_posts(store, [post(events, label="rec", run_id="run-1") for events in copies(ray_batches)])
     answers = {
         "snapshot": snapshot(store),
         "raw": store.con.execute("SELECT count(*), sum(hash(session, event_id, body)) FROM raw_events").fetchone(),
@@ -114,7 +115,7 @@ def assert_upgraded(old: dict[str, Any], ray_batches: list[list[dict[str, Any]]]
             "AND segment_type = 'VARCHAR'"
         ).fetchall()
         assert compression == [("ZSTD",)]
-        assert store.apply([post(copies(ray_batches)[0])]).stored == 0  # the copied raw keys still deduplicate
+        assert apply_posts(store, [post(copies(ray_batches)[0])]).stored == 0  # the copied raw keys still deduplicate
     finally:
         store.close()
     assert storage_version(old["path"]) not in ("v0.10.0+", "v1.0.0+")

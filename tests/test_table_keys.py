@@ -25,20 +25,23 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from raysight import wire
 from raysight.agent.node_agent import batch_body
 from raysight.agent.tailer import Gap, Tailer
-from raysight.ingest import otlp, ray_events
-from raysight.ingest.ray_event_tables import TASKS, WORKERS
+from raysight.ingest import otlp
 from raysight.signals.log_lines import otlp_logs
 from raysight.signals.log_lines import parse as log_lines
 from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.polls import parse as ray_state
+from raysight.signals.ray_events import event_stages
+from raysight.signals.ray_events import parse as ray_events
+from raysight.signals.ray_events.apply import Post, apply_posts
+from raysight.signals.ray_events.fold import fold
+from raysight.signals.ray_events.parse import TASKS, WORKERS
 from raysight.signals.ray_metrics.parse import RAY_REPORTED, RaySample, parse_aggregator_metrics
 from raysight.signals.registry import every_table
 from raysight.signals.run_exits import parse as run_exits
 from raysight.signals.scrapes import parse as prom_text
 from raysight.signals.spans import parse as spans
-from raysight.store import event_stages, schema
-from raysight.store.fold import fold
-from raysight.store.store import Post, Store
+from raysight.store import schema
+from raysight.store.store import Store
 from raysight.tables import FoldedTable, Table, arrow_rows
 from tests.conftest import FIXTURES
 
@@ -222,7 +225,7 @@ def test_a_row_naming_what_its_table_has_not_is_refused_not_dropped(
     store = Store(tmp_path)
     try:
         with pytest.raises(ValueError, match="host_name"):  # (the writer quarantines the batch, saying why)
-            store.apply([Post(orjson.dumps([e for batch in ray_batches for e in batch]))])
+            apply_posts(store, [Post(orjson.dumps([e for batch in ray_batches for e in batch]))])
     finally:
         store.close()
 

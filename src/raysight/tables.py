@@ -7,7 +7,7 @@ columns and derived columns (SQL over the merged values). Every merged column ha
 non-null newcomer wins), ``keep`` (the first non-null stays), ``least``, ``greatest``, ``sum`` (of what each event
 brought: only first sightings are folded), or ``union`` (a sorted set-union list, for histories) — applied the same
 way when one batch's rows of a key are combined (in SQL by :meth:`Column.aggregate_sql`, in Python by
-:mod:`raysight.store.fold`) and when a row already in the store is updated (:meth:`FoldedTable.merge_sql`).
+:mod:`raysight.signals.ray_events.fold`) and when a row already in the store is updated (:meth:`FoldedTable.merge_sql`).
 Apart from ``latest``, the rules are commutative and idempotent, so events may arrive in any order and any number
 of times.
 """

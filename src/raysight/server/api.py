@@ -19,6 +19,7 @@ from raysight.server.params import bool_param, duration_param, int_param, time_p
 from raysight.server.routing import Access, route
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.logs_query import LogQuery
+from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.scrapes import metrics_top as metrics_top_sql
 from raysight.signals.spans import traces_query as traces_sql
 from raysight.store import queries, summaries
@@ -328,7 +329,7 @@ async def trace(request: Request) -> Response:
 
 async def reindex(request: Request) -> Response:
     state = app_state(request)
-    events = await asyncio.wrap_future(state.writer.call(lambda store: store.reindex()))
+    events = await asyncio.wrap_future(state.writer.call(ray_apply.reindex))
     return answer({"ok": True, "events": events})
 
 

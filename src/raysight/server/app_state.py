@@ -17,7 +17,8 @@ from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder
 from raysight.server.resends import Resends
 from raysight.settings import DB_FILE, Forwarding, QueryLimits
-from raysight.store.store import ApplyResult, Store
+from raysight.signals.ray_events.apply import ApplyResult
+from raysight.store.store import Store
 from raysight.store.writer import Writer
 
 T = TypeVar("T")

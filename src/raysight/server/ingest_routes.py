@@ -33,7 +33,6 @@ from raysight.errors import (
     Unavailable,
     UnsupportedEncoding,
 )
-from raysight.ingest.batch_shape import array_length
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
 from raysight.server.guard import media_type
@@ -48,6 +47,7 @@ from raysight.signals.node_sightings import parse as node_sightings
 from raysight.signals.node_sightings.apply import record as record_sightings
 from raysight.signals.polls import parse as polls
 from raysight.signals.polls.apply import record_poll
+from raysight.signals.ray_events.batch_shape import array_length
 from raysight.signals.ray_metrics.apply import record as record_ray_metrics
 from raysight.signals.ray_metrics.parse import parse_aggregator_metrics
 from raysight.signals.registry import SIGNALS

@@ -84,6 +84,8 @@ class Signal:
     forget: Forget | None = None
     upkeep: tuple[Upkeep, ...] = ()
     intake: Intake | None = None  # its ingest route, where it has one of the common kind
+    # What rebuilds its folds from what it kept raw, when an upgrade drops them (schema.REFOLD_BELOW); how many it read
+    refold: Callable[[Store], int] | None = None
 
     def forget_session(self, store: Store, tx: Tx, session: str) -> None:
         (self.forget or forget_by_session(self.tables))(store, tx, session)

@@ -7,11 +7,10 @@ from __future__ import annotations
 from types import ModuleType
 
 from raysight.signals.log_lines import logs_query
+from raysight.signals.ray_events import event_stages, pipeline
 from raysight.signals.spans import traces_query
 from raysight.store import (
     errors,
-    event_stages,
-    pipeline,
     queries,
     reconcile,
     schema,

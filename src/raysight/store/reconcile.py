@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from raysight.store.event_stages import TERMINAL_SQL
+from raysight.signals.ray_events.event_stages import TERMINAL_SQL
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 from raysight.store.statements import Group, Macro, Query, Stage, bind
 

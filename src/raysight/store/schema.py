@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from raysight.ingest.ray_event_tables import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
 from raysight.signals.log_lines.parse import LOG_FILES
+from raysight.signals.ray_events.parse import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
 from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql
 from raysight.tables import Column, FoldedTable, Table, columns
 

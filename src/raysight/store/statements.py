@@ -6,7 +6,7 @@
   parameters of its own: what several statements share is read by name (``FROM session_ends($sessions)``), never
   spliced in as text that relies on the aliases of the statement around it.
 - A :class:`Query` is a statement run as it is, its parameters named (``$session``).
-- A :class:`Group` is statements run in order: what ``python -m raysight.store.pipeline`` prints.
+- A :class:`Group` is statements run in order: what ``python -m raysight.signals.ray_events.pipeline`` prints.
 
 Each module keeps its own beside the code that runs them; :mod:`raysight.store.catalog` collects them, the store
 creates the macros when it opens, and ``tests/test_statements.py`` runs every one of them on the recorded session.

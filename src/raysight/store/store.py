@@ -1,9 +1,8 @@
-"""The embedded DuckDB store: opening and upgrading it, applying batches in one transaction, and reindexing.
+"""The embedded DuckDB store: opening and upgrading it, transactions, readers and counters.
 
-A group of POST bodies goes in whole, through the stages of :mod:`raysight.store.event_stages` in the order of
-:mod:`raysight.store.pipeline`: DuckDB explodes and parses them, the raw events are inserted (only first sightings are
-folded), task events are folded in SQL and the cluster-level events by their Python folds
-(:mod:`raysight.ingest.ray_events`), all in one transaction.
+Each signal's writes (``signals/*/apply.py``) go through its transactions: :meth:`Store.folding` for a journalled
+group, :meth:`Store.write` for what is written at once; what a signal keeps beside the store is its part
+(:meth:`Store.part`).
 Only the server process opens the store. Writes go through :class:`raysight.store.writer.Writer`, one thread;
 readers take their own cursor (:meth:`Store.reader`) and see committed data only.
 """
@@ -14,19 +13,15 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-import orjson
 import pyarrow as pa
 
 from raysight import os_thread
-from raysight.ingest.ray_events import HANDLERS, Key, Patch, fold_payload
 from raysight.settings import DB_FILE, StoreSettings
-from raysight.signals.polls.parse import driver_patch
 from raysight.signals.registry import SIGNALS, every_table
 from raysight.signals.signal import forget_by_session
 from raysight.sql_literals import sql_str
@@ -34,13 +29,7 @@ from raysight.store import (
     catalog,
     schema,
 )
-from raysight.store import event_stages as stage
-from raysight.store.event_stages import SUPPORTED_TYPES
-from raysight.store.fold import fold
-from raysight.store.reconcile import reconcile
-from raysight.store.statements import Stage
 from raysight.store.tx import Tx
-from raysight.tables import arrow_rows
 
 _INSERTED = "inserted_keys"  # the keys an upsert inserted (an Arrow table), which its merge leaves out
 
@@ -53,33 +42,6 @@ STORAGE_VERSION = "latest"
 REWRITE_SUFFIX = ".rewrite"
 IDLE_CHECKPOINT_BYTES = 32 * 1024 * 1024
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Post:
-    """One POST body (a JSON array of Ray events) and the ingest URL's cluster label and run ID."""
-
-    body: bytes | str
-    label: str | None = None
-    run_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """POST bodies parsed apart from the store's transaction (:meth:`Store.parse`): the table of their events (as
-    ``batch_events`` would hold them), and the patches of the Python-folded types."""
-
-    table: str  # in the staging database, dropped by apply
-    patches: dict[int, list[tuple[str, Key, Patch]]]
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    received: int
-    stored: int
-    deduplicated: int
-    quarantined: int
-    unsupported: int
 
 
 def _connect(path: Path, niceness: int, threads: int, memory_limit: str) -> duckdb.DuckDBPyConnection:
@@ -154,12 +116,8 @@ class Store:
         self.tables = every_table()  # (of the signals registered now)
         self.con = self._open()
         self._reader_lock = threading.Lock()
-        self._merges: dict[tuple[str, tuple[str, ...]], str] = {}
-        self._staged: dict[str, Stage] = {}  # the staging relations made, by name
-        self._folds, self._folds_lock = 0, threading.Lock()  # connections folding or parsing now (_one_thread)
-        self._parser: duckdb.DuckDBPyConnection | None = None  # Store.parse's, made on first use
+        self._folds, self._folds_lock = 0, threading.Lock()  # connections folding or parsing now (one_thread)
         self._parts: dict[str, Any] = {}  # what each signal keeps beside the store (Store.part)
-        self._parses = 0
         try:
             self._migrate()
         except BaseException:
@@ -169,7 +127,7 @@ class Store:
     def _open(self) -> duckdb.DuckDBPyConnection:
         con = _connect(self.path, self._niceness, self.threads, self._memory_limit)
         con.execute("SET enable_progress_bar = false")  # long migrations must not draw on the server's terminal
-        con.execute(f"ATTACH ':memory:' AS {STAGING}")  # what Store.parse hands to the writer's connection
+        con.execute(f"ATTACH ':memory:' AS {STAGING}")  # what a signal parses ahead hands to the writer's connection
         return con
 
     def _migrate(self) -> None:
@@ -203,7 +161,9 @@ class Store:
             self._rewrite()
             self._migrate()  # on from REWRITE_BELOW, in place
         if refold:
-            self.reindex()
+            for signal in SIGNALS.values():
+                if signal.refold is not None:
+                    signal.refold(self)
 
     def _rewrite(self) -> None:
         """Copy every table into a new file, created with the current DDL in the current storage format (at
@@ -277,13 +237,13 @@ class Store:
     def folding(self, journal_seq: int | None) -> Iterator[Tx]:
         """The transaction a signal applies a group of its journalled batches in, its statements on one thread, that
         records ``journal_seq`` (the last journal record the group holds; None: not journalled) as folded."""
-        with self._one_thread(self.con), self.transaction() as tx:
+        with self.one_thread(self.con), self.transaction() as tx:
             yield tx
             if journal_seq is not None:
                 self._mark_folded(journal_seq)
 
     @contextlib.contextmanager
-    def _one_thread(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    def one_thread(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         """Run the block's statements on one thread. A fold is two dozen short statements: split across threads
         they cost ~20 % more CPU and finish no sooner (reads meanwhile run on one thread too). DuckDB's thread count
         is the database's, not a connection's: it is back to all cores once no connection folds or parses."""
@@ -351,162 +311,13 @@ class Store:
         for kept in self._parts.values():
             if callable(getattr(kept, "close", None)):
                 kept.close()
-        if self._parser is not None:
-            self._parser.close()
         self.con.close()
-
-    # --- writes (writer thread only) -------------------------------------------------------------------------
-
-    def apply(self, posts: Sequence[Post], journal_seq: int | None = None, parsed: Parsed | None = None) -> ApplyResult:
-        """Write POST bodies durably: raw events, quarantine, entity folds, inference and counters, in one transaction.
-
-        Only events the store had not seen are folded, so a resent batch changes nothing but the counters.
-        ``journal_seq`` is the last journal record the posts hold; it is recorded in the same transaction.
-        ``parsed`` is what :meth:`parse` made of the same posts, if it was called (else they are parsed here).
-        """
-        try:
-            return self._apply(posts, journal_seq, parsed)
-        finally:
-            if parsed is not None:  # after the transaction, which writes to the store's database only
-                with contextlib.suppress(duckdb.Error):  # (the connection a failure left unusable will not)
-                    self._run(f"DROP TABLE IF EXISTS {parsed.table}")
-
-    def _apply(self, posts: Sequence[Post], journal_seq: int | None, parsed: Parsed | None) -> ApplyResult:
-        with self.folding(journal_seq):
-            if parsed is None:
-                with self._registered(stage.POSTED, posts_table(posts)):
-                    patches = self._parse(stage.POSTS)
-            else:
-                self._stage(stage.parsed(parsed.table))
-                patches = parsed.patches
-            received, unsupported = self._one(stage.RECEIVED.sql)
-            (quarantined,) = self._one(stage.QUARANTINE.sql)
-            self._stage(stage.SEEN)  # a resend, or an event twice in the group: fold each first sighting once
-            self._stage(stage.FRESH)
-            (stored,) = self._one(stage.INSERT_RAW.sql)
-            self._fold(patches)
-            result = ApplyResult(
-                received=received,
-                stored=stored,
-                deduplicated=received - stored - quarantined,
-                quarantined=quarantined,
-                unsupported=unsupported,
-            )
-            self.count(**asdict(result), batches=1)
-            self._drop_staging()
-        return result
-
-    def parse(self, posts: Sequence[Post]) -> Parsed:
-        """Parse POST bodies for :meth:`apply` with a connection of this method's own, into a table of the staging
-        database: on another thread, while the writer's connection writes the group before (one thread at a time
-        calls this). :meth:`apply` drops the table; a parse that is never applied leaves it until the store closes."""
-        if self._parser is None:
-            self._parser = self.reader()
-        self._parses += 1
-        table = f"{STAGING}.parsed_{self._parses}"
-        with self._one_thread(self._parser), self._registered(stage.POSTED, posts_table(posts), self._parser):
-            try:
-                patches = self._parse(stage.POSTS, self._parser, into=table)
-            except BaseException:
-                self._parser.execute(f"DROP TABLE IF EXISTS {table}")
-                raise
-            finally:
-                self._parser.execute(stage.POSTS.drop)
-        return Parsed(table, patches)
-
-    def _stage(self, made: Stage, con: duckdb.DuckDBPyConnection | None = None) -> None:
-        """Make one stage's relation (see :mod:`raysight.store.pipeline`) with ``con`` (the writer's connection, which
-        drops it at the end of the group, unless another is given)."""
-        self._run(made.sql, con=con)
-        if con is None:
-            self._staged[made.name] = made
 
     def _run(
         self, sql: str, params: object = None, con: duckdb.DuckDBPyConnection | None = None
     ) -> duckdb.DuckDBPyConnection:
         """Run one statement of the write path (timed: :meth:`Tx.run`) with ``con``, else the writer's connection."""
         return (self.tx if con is None else Tx(con)).run(sql, params)
-
-    def _drop_staging(self) -> None:
-        """Let go of the group's staging relations (a 48 MB group's parsed events hold several times that)."""
-        for made in self._staged.values():
-            self._run(made.drop)
-        self._staged.clear()
-
-    def _parse(
-        self, incoming: Stage, con: duckdb.DuckDBPyConnection | None = None, into: str | None = None
-    ) -> dict[int, list[tuple[str, Key, Patch]]]:
-        """Parse the events of ``incoming`` into ``batch_events``, or the table ``into`` (with ``con``, else the
-        writer's connection); returns the patches of the Python-folded types (whose malformed events get their
-        ``reason`` here)."""
-        self._stage(incoming, con)
-        if into is None:
-            self._stage(stage.EVENTS)
-        else:
-            self._run(f"CREATE TABLE {into} AS {stage.EVENTS.select}", con=con)
-        events = into or stage.EVENTS.name
-        patches: dict[int, list[tuple[str, Key, Patch]]] = {}
-        reasons: list[tuple[int, str]] = []
-        rows = self._run(
-            f"SELECT seq, session, event_type, body FROM {events} "
-            "WHERE reason IS NULL AND list_contains($1, event_type)",
-            [list(HANDLERS)],
-            con,
-        ).fetchall()
-        for seq, session, event_type, body in rows:
-            try:
-                patches[seq] = fold_payload(event_type, session, orjson.loads(body))
-            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-                reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
-        if reasons:
-            self._run(
-                f"UPDATE {events} SET reason = r.reason FROM (SELECT unnest($1::BIGINT[]) AS seq, "
-                f"unnest($2::VARCHAR[]) AS reason) r WHERE {events}.seq = r.seq",
-                [[seq for seq, _ in reasons], [why for _, why in reasons]],
-                con,
-            )
-        return patches
-
-    def _fold(self, patches: dict[int, list[tuple[str, Key, Patch]]]) -> None:
-        """Fold ``fresh`` (events first seen) into the entity tables: tasks in SQL, the rest from ``patches``; session
-        spans come from all of ``batch_events``."""
-        for made in (stage.TRANSITIONS, stage.PROFILE, stage.TASKS):
-            self._stage(made)
-        self._upsert("tasks", stage.TASKS.name)
-        for appended in stage.APPENDED:
-            self._run(appended.sql)
-        seqs = self._run(stage.PATCHED.sql).fetchall()
-        self._upsert_patches(p for (seq,) in seqs for p in patches[seq])
-        self._stage(stage.SESSIONS)
-        self._upsert("sessions", stage.SESSIONS.name)
-        sessions = [row[0] for row in self._run(f"SELECT session FROM {stage.SESSIONS.name} ORDER BY 1").fetchall()]
-        reconcile(self._run, sessions)
-
-    def _upsert_patches(self, patches: Iterable[tuple[str, Key, Patch]]) -> None:
-        """Fold ``patches`` (in arrival order) into their entity tables."""
-        for name, folded in fold(patches).items():
-            staged = arrow_rows(folded, schema.FOLDED_TABLES[name].arrow_schema())
-            with self._registered(f"arrow_{name}", staged):
-                self._upsert(name, f"arrow_{name}")
-
-    def _upsert(self, name: str, staged: str) -> None:
-        """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
-        cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets)."""
-        table = schema.FOLDED_TABLES[name]
-        inserted = self.tx.returning(table.insert_sql(staged), [c.name for c in table.keys])
-        (total,) = self._one(f"SELECT count(*) FROM {staged}")
-        if inserted.num_rows == total:
-            return
-        keys = ", ".join(c.name for c in table.keys)
-        with self._registered(_INSERTED, inserted):
-            merging = Stage("merging", f"SELECT * FROM {staged} ANTI JOIN {_INSERTED} USING ({keys})")
-            self._stage(merging)
-        counts = self._one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + f" FROM {merging.name}")
-        columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
-        sql = self._merges.get((name, columns))
-        if sql is None:
-            sql = self._merges[(name, columns)] = table.merge_sql(merging.name, list(columns))
-        self._run(sql).fetchall()
 
     def count(self, **deltas: int) -> None:
         """Add to the ingest counters (``raysight doctor``) on their own."""
@@ -517,39 +328,6 @@ class Store:
         with self.transaction() as tx:
             return write(tx)
 
-    def reindex(self) -> int:
-        """Rebuild every entity table from the raw events; returns how many events were refolded.
-
-        An event this raysight's parser rejects (kept by an older one) is left out of the folds, not fatal.
-        """
-        with self.transaction() as tx:
-            for name in schema.FOLD_TABLE_NAMES:
-                tx.run(f"DELETE FROM {name}")
-            tx.run("UPDATE sessions SET first_ns = NULL, last_ns = NULL, events = NULL, raw_bytes = NULL")
-            (last,) = self._one("SELECT coalesce(max(rowid) + 1, 0) FROM raw_events")
-            total = 0
-            for start in range(0, last, REINDEX_CHUNK):
-                self._run("SET VARIABLE chunk_start = ?", [start])
-                self._run("SET VARIABLE chunk_end = ?", [start + REINDEX_CHUNK])
-                patches = self._parse(stage.RAW_CHUNK)
-                self._stage(stage.NONE_SEEN)
-                self._stage(stage.FRESH)
-                self._fold(patches)
-                total += self._one(f"SELECT count(*) FROM {stage.FRESH.name}")[0]
-            self._refold_drivers()
-            tx.run("UPDATE raw_events SET supported = list_contains($1, event_type)", [SUPPORTED_TYPES])
-            self._drop_staging()
-        return total
-
-    def _refold_drivers(self) -> None:
-        """Fold the drivers the poller kept (``polled``) into the workers table again: the raw events hold none."""
-        rows = self._run(
-            """SELECT session, row, coalesce(list_filter(history, lambda h: h.state = 'DEAD')[1].ts, last_ns)
-               FROM polled WHERE resource = 'drivers'"""
-        ).fetchall()
-        self._upsert_patches(driver_patch(session, orjson.loads(row), dead_ns) for session, row, dead_ns in rows)
-        reconcile(self._run, sorted({row[0] for row in rows}))
-
     def delete_session(self, session: str) -> bool:
         """Delete what the store holds of ``session``: each signal's rows of it, then the store's own."""
         with self.transaction() as tx:
@@ -558,15 +336,3 @@ class Store:
                 signal.forget_session(self, tx, session)
             forget_by_session(schema.OWN_TABLES)(self, tx, session)
         return bool(found and found[0])
-
-
-def posts_table(posts: Sequence[Post]) -> pa.Table:
-    """``staged_posts``: the POST bodies, numbered, with their URL's label and run ID."""
-    return pa.table(
-        {
-            "post": pa.array(range(len(posts)), pa.int32()),
-            "label": pa.array([p.label for p in posts], pa.string()),
-            "run_id": pa.array([p.run_id for p in posts], pa.string()),
-            "body": pa.array([p.body for p in posts], pa.string()),
-        }
-    )

@@ -2,8 +2,8 @@
 
 The journal thread appends the POST bodies that are waiting, fsyncs once, and resolves each caller's future: the
 batch is durable and may be acknowledged. The gather thread makes groups of journalled batches and, when the machine
-has several cores, parses each (:meth:`Store.parse`) while the group before is written. The fold thread applies each
-group to the store in one transaction that also records the last journal record folded; it runs the store's other
+has several cores, parses each (its signal's ``prepare``) while the group before is written. The fold thread applies
+each group to the store in one transaction that also records the last journal record folded; it runs the store's other
 writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded records are folded
 first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
 
@@ -39,12 +39,13 @@ import duckdb
 from raysight import os_thread
 from raysight.errors import BadIngest, QueueFull
 from raysight.settings import JOURNAL_DIR, WriterSettings
+from raysight.signals.ray_events.apply import ApplyResult
 from raysight.signals.registry import SIGNALS
 from raysight.signals.scrapes.apply import record_scrapes
 from raysight.signals.scrapes.parse import Scrape
 from raysight.signals.signal import fold_linger
 from raysight.store.journal import RAY_EVENTS, Batch, Journal, Record
-from raysight.store.store import ApplyResult, Store
+from raysight.store.store import Store
 
 log = logging.getLogger("raysight.writer")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raysight.ingest.ray_events import Key, Patch
 from raysight.signals.polls.parse import CLUSTER_STATUS, KINDS, POLLED, POLLS, Poll
+from raysight.signals.ray_events.apply import upsert_patches
+from raysight.signals.ray_events.parse import Key, Patch
 from raysight.store.reconcile import reconcile
 from raysight.store.tx import Tx
 
@@ -69,9 +70,7 @@ def record_poll(store: Store, poll: Poll) -> int:
             )
         tx.run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
         if changed := _changed_drivers(tx, poll):  # workers, as their events would be (a driver outliving its
-            # session is inferred dead). NOTE(integrator): Store._upsert_patches is the Ray-events fold, the only seam
-            # on main; call the public one signals/ray_events/ gives once it lands.
-            store._upsert_patches(changed)
+            upsert_patches(store, tx, changed)  # session is inferred dead)
             reconcile(tx.run, [poll.session])
     return poll.rows.num_rows
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.fields import int_field, json_object, session_field
-from raysight.ingest.ray_events import Key, Patch
+from raysight.signals.ray_events.parse import Key, Patch
 from raysight.tables import Column, Table, arrow_rows, columns
 
 

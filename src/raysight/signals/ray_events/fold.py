@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from raysight.ingest.ray_events import Key, Patch
+from raysight.signals.ray_events.parse import Key, Patch
 from raysight.store import schema
 
 _RULES = {name: {c.name: c.rule for c in t.columns} for name, t in schema.FOLDED_TABLES.items()}

@@ -1,21 +1,21 @@
 """How a group of POSTs (or, when reindexing, a chunk of the raw events) is folded: its statements, in order.
 
-Each stage makes one temporary relation from the stages before it, in one statement (``store/event_stages.py``);
-the store (``store/store.py``) runs them in the order of these groups, with its own writes between them: after
+Each stage makes one temporary relation from the stages before it, in one statement (``event_stages.py``); the
+signal's writes (``apply.py``) run them in the order of these groups, with its own writes between them: after
 ``staged_tasks`` and ``staged_sessions`` it merges their rows into the entity tables, after the appends it folds the
 Python-folded types' patches, and last it re-derives what is inferred of the group's sessions
 (:data:`raysight.store.reconcile.RECONCILE`). The input that is not a stage is an Arrow table the store registers:
 ``staged_posts`` (the POST bodies). With several cores, POSTS and EVENTS run on another connection while the group
-before is written (``Store.parse``), into a table of the in-memory ``staging`` database that the store's connections
-share, and :func:`raysight.store.event_stages.parsed` stands in for them. ``python -m raysight.store.pipeline
-[group]`` prints the SQL of each group (or the one named); the store logs each statement it runs, with its time, to
-the ``raysight.store.sql`` logger at DEBUG."""
+before is written (``apply.parse_posts``), into a table of the in-memory ``staging`` database that the store's
+connections share, and :func:`.event_stages.parsed` stands in for them. ``python -m
+raysight.signals.ray_events.pipeline [group]`` prints the SQL of each group (or the one named); the store logs each
+statement it runs, with its time, to the ``raysight.store.sql`` logger at DEBUG."""
 
 from __future__ import annotations
 
 import sys
 
-from raysight.store import event_stages as stage
+from raysight.signals.ray_events import event_stages as stage
 from raysight.store.reconcile import RECONCILE
 from raysight.store.statements import Group
 

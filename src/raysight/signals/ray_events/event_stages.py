@@ -3,8 +3,8 @@
 A busy session is almost all task events (definition, lifecycle, profile: several per task attempt), so those are
 parsed, validated and folded by DuckDB's JSON reader and SQL, in the same statements for a group of POSTs whatever
 its size, never an object per event in Python. The cluster-level entities (nodes, jobs, workers, actors: a few
-events per process) keep their readable Python folds in :mod:`raysight.ingest.ray_events`. The store runs these
-stages (``store/store.py``), in the order of :mod:`raysight.store.pipeline`, each making the relation it names:
+events per process) keep their readable Python folds in :mod:`.parse`. The signal's writes run these stages
+(``apply.py``), in the order of :mod:`.pipeline`, each making the relation it names:
 
 - :data:`POSTS` (``incoming``): one row per event, its JSON text, from the POST bodies (:data:`POSTED`, an Arrow table
   the store registers); :data:`RAW_CHUNK` makes it of the raw events themselves when reindexing;
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import orjson
 
-from raysight.ingest.ids import RFC3339_UTC
-from raysight.ingest.ray_event_tables import APPEND_TABLES
-from raysight.ingest.ray_event_tables import TASKS as TASK_TABLE
-from raysight.ingest.ray_events import HANDLERS
+from raysight.signals.ray_events.parse import APPEND_TABLES, HANDLERS
+from raysight.signals.ray_events.parse import TASKS as TASK_TABLE
+from raysight.signals.ray_events.ray_ids import RFC3339_UTC
 from raysight.sql_literals import sql_in, sql_list, sql_str
 from raysight.store.statements import Macro, Query, Stage
 
@@ -468,7 +467,7 @@ def _appended(table: str, stage: Stage) -> Query:
 
 
 APPENDED = (_appended("task_transitions", TRANSITIONS), _appended("task_profile", PROFILE))
-# The events of the Python-folded types (:mod:`raysight.ingest.ray_events`), in the order they arrived
+# The events of the Python-folded types (:mod:`raysight.signals.ray_events.parse`), in the order they arrived
 PATCHED = Query(
     "patched",
     f"SELECT seq FROM {FRESH.name} WHERE list_contains({sql_list(HANDLERS)}, event_type) ORDER BY seq",
