@@ -22,10 +22,10 @@ from raysight.signals.ray_events.apply import apply_posts
 from raysight.signals.registry import every_table
 from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.signals.spans.parse import SPANS
-from raysight.store import schema
-from raysight.store import store as store_module
+from raysight.store import schema, upgrade
 from raysight.store.journal import Journal
-from raysight.store.store import REWRITE_SUFFIX, Store
+from raysight.store.store import Store
+from raysight.store.upgrade import REWRITE_SUFFIX
 from tests.ray_scenarios import wait_folded
 from tests.test_store import post, snapshot
 
@@ -130,7 +130,7 @@ def test_an_old_format_store_is_rewritten_smaller_with_the_same_answers(old_stor
     assert meta(old_store["path"])["journal_folded"] == str(JOURNAL_FOLDED)
 
 
-@pytest.mark.parametrize("step", ["_fsync", "replace"])
+@pytest.mark.parametrize("step", ["fsync", "replace"])
 def test_a_rewrite_that_fails_midway_leaves_the_old_store_usable(
     old_store, ray_batches, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
@@ -139,9 +139,9 @@ def test_a_rewrite_that_fails_midway_leaves_the_old_store_usable(
 
     with monkeypatch.context() as patch:
         if step == "replace":
-            patch.setattr(store_module.os, "replace", fail)
+            patch.setattr(upgrade.os, "replace", fail)
         else:
-            patch.setattr(store_module, step, fail)
+            patch.setattr(upgrade, step, fail)
         with pytest.raises(OSError, match="simulated crash"):
             Store(old_store["dir"])
     assert old_store["path"].with_name(DB_FILE + REWRITE_SUFFIX).exists()  # the copy was written, never swapped in

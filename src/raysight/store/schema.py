@@ -81,7 +81,7 @@ COUNTERS = Table("counters", columns(name="VARCHAR", value="BIGINT"), key=("name
 
 OWN_TABLES: list[Table | FoldedTable] = [META, QUARANTINE, COUNTERS, SESSIONS]  # (each signal's: theirs)
 
-ZSTD = "USING COMPRESSION zstd"  # (what an old storage format refuses: see Store._migrate)
+ZSTD = "USING COMPRESSION zstd"  # (what an old storage format refuses: see upgrade.migrate)
 RAW_COLUMNS = ", ".join(RAW_EVENTS.names)
 RAW_EVENTS_V4_DDL = f"""CREATE TABLE raw_events_v4 (
         key UHUGEINT PRIMARY KEY, session VARCHAR, event_id VARCHAR, event_type VARCHAR, source_type VARCHAR,
@@ -152,7 +152,7 @@ MIGRATIONS = {
 }
 REFOLD_BELOW = 2
 # Older stores are upgraded in place to the version before this one, then copied into a new file (the current DDL in
-# the current storage format: zstd raw bodies, and nothing of what earlier migrations dropped), see Store._rewrite.
+# the current storage format: zstd raw bodies, and nothing of what earlier migrations dropped), see upgrade.rewrite.
 REWRITE_BELOW = 5
 
 

@@ -23,9 +23,10 @@ from raysight.signals.ray_events.event_stages import SUPPORTED_TYPES
 from raysight.signals.ray_events.fold import fold
 from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, fold_payload
 from raysight.store import schema
+from raysight.store.opening import STAGING
 from raysight.store.reconcile import reconcile
 from raysight.store.statements import Stage
-from raysight.store.store import STAGING, Store
+from raysight.store.store import Store
 from raysight.store.tx import Tx
 from raysight.tables import arrow_rows
 
