@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.apply import apply_logs
+from raysight.signals.ray_events import state_query, timeline_query
 from raysight.signals.ray_events.apply import Post, apply_posts
-from raysight.store import queries, timeline
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, wait_folded
 from tests.test_inference import record
@@ -174,9 +174,9 @@ def test_an_answer_read_in_many_chunks_is_the_answer_read_in_one(
         "/api/raysight/logs?grep=line%203&context=4",
     ]
     whole = {path: server.get(path).json() for path in paths}
-    monkeypatch.setattr(queries, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(state_query, "CHUNK_ROWS", 2)
     monkeypatch.setattr(logs_query, "CHUNK_ROWS", 7)
     monkeypatch.setattr(logs_query, "CHUNK_BYTES", 1000)
-    monkeypatch.setattr(timeline, "CHUNK_EVENTS", 3)
+    monkeypatch.setattr(timeline_query, "CHUNK_EVENTS", 3)
     for path in paths:
         assert server.get(path).json() == whole[path], path

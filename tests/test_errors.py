@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from starlette.testclient import TestClient
 
-from raysight.store.errors import template_sql
+from raysight.signals.ray_events.failures_query import template_sql
 from tests.test_inference import AGENT_SAW_NS, end_run, record, rows, see, sessions, sighting
 from tests.test_otlp_receiver import JSON, JSON_TRACE, json_export, json_span, settle
 from tests.test_ray_state_ingest import NODE, send

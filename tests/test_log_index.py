@@ -18,6 +18,7 @@ from raysight.agent.tailer import Tailer
 from raysight.signals.log_lines import log_index
 from raysight.signals.log_lines.apply import apply_logs
 from raysight.signals.log_lines.logs_query import LogQuery, log_lines
+from raysight.store.sessions_query import latest_session
 from raysight.store.store import Store
 
 _ATOMS = st.sampled_from(["a", "b", "c", "-", "\\.", ".", "[ab]", "\\d", "x", "yz"])
@@ -111,7 +112,7 @@ def _store_lines(tmp_path: Path, store: Store, batches: list[list[str]]) -> None
 
 
 def _found(con: duckdb.DuckDBPyConnection, **query: object) -> list[str]:
-    result = log_lines(con, LogQuery(limit=10_000, **query))  # type: ignore[arg-type]
+    result = log_lines(con, LogQuery(session=latest_session(con), limit=10_000, **query))  # type: ignore[arg-type]
     rows = orjson.loads(result.rows)
     assert result.total == len(rows)
     return sorted(row["text"] for row in rows)
@@ -168,12 +169,18 @@ def test_queries_through_the_indexes_find_what_a_scan_of_every_line_finds(
         monkeypatch.setattr(log_index, "FIRST_WINDOW", 8)  # pages found across several windows
         for search in searches:
             assert _found(con, **search) == _expected(lines, **search), search  # type: ignore[arg-type]
-            every = orjson.loads(log_lines(con, LogQuery(limit=10_000, **search)).rows)  # type: ignore[arg-type]
+            every = orjson.loads(log_lines(con, LogQuery(session=latest_session(con), limit=10_000, **search)).rows)  # type: ignore[arg-type]
             for newest in (False, True):
-                page = log_lines(con, LogQuery(limit=7, newest=newest, **search), count=False)  # type: ignore[arg-type]
+                page = log_lines(
+                    con, LogQuery(session=latest_session(con), limit=7, newest=newest, **search), count=False
+                )  # type: ignore[arg-type]
                 assert orjson.loads(page.rows) == (every[-7:] if newest else every[:7]), (search, newest)
         for needle, n in [("OOM1", 1), ("delta3", 3), ("the needle", 40)]:  # context across many blocks too
-            rows = orjson.loads(log_lines(con, LogQuery(grep=needle, context=n, limit=10_000), count=False).rows)
+            rows = orjson.loads(
+                log_lines(
+                    con, LogQuery(session=latest_session(con), grep=needle, context=n, limit=10_000), count=False
+                ).rows
+            )
             found = sorted((r["pid"], r["text"], bool(r.get("context"))) for r in rows)
             assert found == _with_context(lines, needle, n), (needle, n)
         has_needle = " AND ".join(f"get_bit(grams, {b}) = 1" for b in log_index.needle_grams(["the needle"]))

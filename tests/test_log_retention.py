@@ -18,6 +18,7 @@ from raysight.settings import Retention, age, amount
 from raysight.signals.log_lines import log_index
 from raysight.signals.log_lines.log_retention import prune_logs
 from raysight.signals.log_lines.logs_query import LogQuery, log_lines
+from raysight.store.sessions_query import latest_session
 from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess, agent_command
 from tests.test_log_index import _store_lines
@@ -38,7 +39,10 @@ def test_durations_and_sizes_read_as_written_and_nothing_else() -> None:
 
 
 def _texts(store: Store) -> list[str]:
-    return [row["text"] for row in orjson.loads(log_lines(store.reader(), LogQuery(limit=10_000)).rows)]
+    con = store.reader()
+    return [
+        row["text"] for row in orjson.loads(log_lines(con, LogQuery(session=latest_session(con), limit=10_000)).rows)
+    ]
 
 
 def test_lines_older_than_the_retention_go_whole_blocks_at_a_time_with_a_marker(
@@ -57,7 +61,7 @@ def test_lines_older_than_the_retention_go_whole_blocks_at_a_time_with_a_marker(
         assert sorted(stored[:40]) == sorted(old)
         assert prune_logs(store, Retention(max_age="1h"), now_ns=between + 3600 * 10**9) == 31
         assert _texts(store) == stored[31:]
-        dropped = log_lines(store.reader(), LogQuery()).dropped
+        dropped = log_lines(con := store.reader(), LogQuery(session=latest_session(con))).dropped
         assert dropped == {"lines": 31, "through_ms": dropped["through_ms"], "why": dropped["why"]}  # type: ignore[index]
         assert dropped["why"] == "dropped by the server's log retention (older than 1h)"  # type: ignore[index]
         assert dropped["through_ms"] <= between // 10**6  # type: ignore[index]

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from raysight.signals.ray_events.apply import Post, apply_posts
-from raysight.signals.ray_events.ray_ids import b64_to_hex, parse_ts_ns
+from raysight.signals.ray_events.conversions import b64_to_hex, parse_ts_ns
 from raysight.store.store import Store
 
 

@@ -12,8 +12,10 @@ import pytest
 
 from raysight.client import RESOURCES
 from raysight.signals.ray_events import apply as ray_apply
+from raysight.signals.ray_events import entities
 from raysight.signals.ray_events.apply import Post, apply_posts, parse_posts, reindex
-from raysight.store import queries
+from raysight.signals.ray_events.state_query import list_rows
+from raysight.store.sessions_query import latest_session
 from raysight.store.store import Store
 from tests.conftest import FIXTURES, run_exit
 
@@ -21,8 +23,8 @@ from tests.conftest import FIXTURES, run_exit
 def snapshot(store: Store) -> dict[str, list[dict]]:
     con = store.reader()
     return {
-        name: queries.list_rows(con, res, session=None, limit=None, detail=True, sort=[res.id_field]).rows
-        for name, res in queries.RESOURCES.items()
+        name: list_rows(con, res, session=latest_session(con), limit=None, detail=True, sort=[res.id_field]).rows
+        for name, res in entities.RESOURCES.items()
     }
 
 
@@ -43,13 +45,13 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_the_client_names_every_resource_the_store_answers() -> None:
-    assert set(RESOURCES) == set(queries.RESOURCES)
+    assert set(RESOURCES) == set(entities.RESOURCES)
 
 
 def test_recorded_session_folds_field_by_field(store: Store, ray_batches) -> None:
     load(store, ray_batches)
     con = store.reader()
-    tasks = queries.list_rows(con, queries.TASKS, session=None, limit=None, detail=True).rows
+    tasks = list_rows(con, entities.TASKS, session=latest_session(con), limit=None, detail=True).rows
     by_name = {}
     for t in tasks:
         by_name.setdefault(t["name"], []).append(t)
@@ -63,13 +65,15 @@ def test_recorded_session_folds_field_by_field(store: Store, ray_batches) -> Non
     assert {c["parent_task_id"] for c in by_name["child"]} == {parent["task_id"]}
     inc = by_name["Counter.inc"][0]
     assert [e["state"] for e in inc["events"]][-1] == "FINISHED" and inc["task_log_info"]["stdout_file"]
-    actors = {a["class_name"]: a for a in queries.list_rows(con, queries.ACTORS, session=None, detail=True).rows}
+    actors = {
+        a["class_name"]: a for a in list_rows(con, entities.ACTORS, session=latest_session(con), detail=True).rows
+    }
     assert actors["Counter"]["name"] == "my_counter" and actors["Counter"]["state"] == "DEAD"
     assert actors["Counter"]["death_cause"]["actorDiedErrorContext"]["reason"] == "RAY_KILL"
     assert actors["Fragile"]["num_restarts"] == 1 and actors["Fragile"]["state"] == "ALIVE"
-    workers = queries.list_rows(con, queries.WORKERS, session=None, detail=True).rows
+    workers = list_rows(con, entities.WORKERS, session=latest_session(con), detail=True).rows
     assert {w["exit_type"] for w in workers if not w["is_alive"]} >= {"SYSTEM_ERROR", "INTENDED_SYSTEM_EXIT"}
-    nodes = queries.list_rows(con, queries.NODES, session=None, detail=True).rows
+    nodes = list_rows(con, entities.NODES, session=latest_session(con), detail=True).rows
     assert len(nodes) == 1 and nodes[0]["is_head_node"] and nodes[0]["resources_total"]["CPU"] == 2.0
 
 

@@ -24,6 +24,7 @@ from raysight.signals.spans import SIGNAL as SPANS_SIGNAL
 from raysight.signals.spans.parse import SPANS
 from raysight.store import schema, upgrade
 from raysight.store.journal import Journal
+from raysight.store.sessions_query import latest_session
 from raysight.store.store import Store
 from raysight.store.upgrade import REWRITE_SUFFIX
 from tests.ray_scenarios import wait_folded
@@ -211,7 +212,9 @@ def test_a_schema_16_store_shows_its_lines_and_flags_raysight_s_own_requests_fro
         apply_logs(store, [_dashboard_log(100, USER_AGENT)])
 
         def agents(**query: Any) -> list[str]:
-            rows = orjson.loads(logs_query.log_lines(store.con, logs_query.LogQuery(**query)).rows)
+            rows = orjson.loads(
+                logs_query.log_lines(store.con, logs_query.LogQuery(session=latest_session(store.con), **query)).rows
+            )
             return [row["text"].rsplit(" ", 1)[1] for row in rows]
 
         assert agents() == ["'python-httpx/0.28.1'"]

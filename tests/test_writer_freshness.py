@@ -12,7 +12,7 @@ import orjson
 
 from raysight.client import Client
 from raysight.errors import NotFound
-from raysight.signals.ray_events.ray_ids import b64_to_hex
+from raysight.signals.ray_events.conversions import b64_to_hex
 from tests.ray_scenarios import JSON, ServerProcess
 
 BATCHES = 20

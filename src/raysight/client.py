@@ -29,7 +29,8 @@ from raysight.errors import (
 )
 from raysight.settings import ENV_ADMIN_TOKEN, ENV_SERVER, ENV_TOKEN, default_server
 
-# What list / get / summary take (the server's store.queries.RESOURCES; kept here so the CLI need not load DuckDB).
+# What list / get / summary take (the server's ``signals/ray_events/entities.py`` RESOURCES; kept here so the CLI
+# need not load DuckDB).
 RESOURCES = (
     *("actors", "jobs", "nodes", "tasks", "workers"),
     *("placement_groups", "objects", "runtime_envs", "cluster_events"),  # (polled from a live cluster's dashboard)

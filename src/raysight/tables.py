@@ -188,7 +188,9 @@ class FoldedTable:
     keys: list[Column]
     columns: list[Column]
     derived: list[Derived] = field(default_factory=list)
-    inferred: list[Column] = field(default_factory=list)  # what reconciliation writes (``store/reconcile.py``)
+    inferred: list[Column] = field(
+        default_factory=list
+    )  # what reconciliation writes (``signals/ray_events/reconcile.py``)
 
     @property
     def staged(self) -> list[Column]:

@@ -1,6 +1,6 @@
 """What a node agent sees of its node's life: the raylet of each node and the GCS of each Ray session on this host,
-running or gone. Evidence for reconciliation (``store/reconcile.py``): a node whose raylet is gone is dead, and a
-session whose GCS is gone has ended, even when Ray's last events about them were lost.
+running or gone. Evidence for reconciliation (``signals/ray_events/reconcile.py``): a node whose raylet is gone is
+dead, and a session whose GCS is gone has ended, even when Ray's last events about them were lost.
 
 A process is known by its command line (Ray's ``raylet --node_id=… --session_dir=…``, ``gcs_server
 --session-dir=…``), and the processes a session directory should have by the files their nodes write in it

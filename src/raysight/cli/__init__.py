@@ -8,7 +8,7 @@ import click
 
 from raysight import __version__
 from raysight.cli.agent import agent_cmd
-from raysight.cli.errors import errors_cmd
+from raysight.cli.failures import errors_cmd
 from raysight.cli.logs import logs_cmd
 from raysight.cli.metrics import metrics_cmd
 from raysight.cli.poll import poll_cmd

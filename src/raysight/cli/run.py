@@ -27,7 +27,7 @@ from raysight.agent.state_poll import StatePoller
 from raysight.cli import render
 from raysight.cli.common import metrics_options, server_option
 from raysight.cli.detach import start_detached
-from raysight.cli.errors import ERRORS_COLUMNS, errors_row
+from raysight.cli.failures import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
 from raysight.errors import RaysightError
 from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -19,12 +20,16 @@ from raysight.server.params import bool_param, duration_param, int_param, time_p
 from raysight.server.routing import Access, route
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.logs_query import LogQuery
+from raysight.signals.polls.status_query import cluster_status
+from raysight.signals.ray_events import activity_query, state_query, summary_query
 from raysight.signals.ray_events import apply as ray_apply
+from raysight.signals.ray_events import timeline_query as timeline_sql
+from raysight.signals.ray_events.entities import resource
+from raysight.signals.ray_events.failures_query import ErrorQuery, error_groups, failure
 from raysight.signals.scrapes import metrics_top as metrics_top_sql
 from raysight.signals.spans import traces_query as traces_sql
-from raysight.store import queries, summaries
-from raysight.store import timeline as timeline_sql
-from raysight.store.errors import ErrorQuery, error_groups, failure
+from raysight.store import doctor as doctor_sql
+from raysight.store import sessions_query
 from raysight.store.filters import parse_filter
 
 MAX_LIMIT = 1_000_000
@@ -34,7 +39,7 @@ MAX_TOP = 1000  # rows of each `metrics top` table
 async def list_resource(request: Request) -> Response:
     """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail=: streamed, a chunk of rows
     at a time, so that the largest page takes no more memory than a small one."""
-    res = queries.resource(request.path_params["resource"])
+    res = resource(request.path_params["resource"])
     params = request.query_params
     limit = int_param(params, "limit", 100)
     if limit is not None and limit > MAX_LIMIT:
@@ -42,10 +47,10 @@ async def list_resource(request: Request) -> Response:
     filters = [parse_filter(f) for f in params.getlist("filter")]
 
     def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
-        page = queries.list_page(
+        page = state_query.list_page(
             con,
             res,
-            session=params.get("session"),
+            session=named_session(con, request, every=True),
             filters=filters,
             sort=params.getlist("sort"),
             limit=limit,
@@ -53,19 +58,18 @@ async def list_resource(request: Request) -> Response:
             detail=bool_param(params, "detail"),
             exclude_driver=not bool_param(params, "include_driver"),
         )
-        return {"session": page.session, "total": page.total, "rows": ROWS}, pieces(queries.page_rows(con, page))
+        return {"session": page.session, "total": page.total, "rows": ROWS}, pieces(state_query.page_rows(con, page))
 
     return await streamed(app_state(request), rows)
 
 
 async def get_resource(request: Request) -> Response:
     """GET /api/raysight/{resource}/{id}: every row with that ID (a task's attempts), all fields."""
-    res = queries.resource(request.path_params["resource"])
+    res = resource(request.path_params["resource"])
     entity_id = request.path_params["entity_id"].lower()
-    session = request.query_params.get("session")
 
     def read(con: Any) -> dict[str, Any]:
-        result = queries.get_rows(con, res, entity_id, session=session)
+        result = state_query.get_rows(con, res, entity_id, session=named_session(con, request, every=True))
         return {"session": result.session, "rows": result.rows}
 
     return await read_json(app_state(request), read)
@@ -74,28 +78,27 @@ async def get_resource(request: Request) -> Response:
 async def summary(request: Request) -> Response:
     """GET /api/raysight/summary/{tasks|actors}?session="""
     what = request.path_params["resource"]
-    functions = {"tasks": summaries.summarize_tasks, "actors": summaries.summarize_actors}
+    functions = {"tasks": summary_query.summarize_tasks, "actors": summary_query.summarize_actors}
     if what not in functions:
         raise BadQuery(f"summaries exist for tasks and actors, not {what!r}")
-    session = request.query_params.get("session")
-    return await read_json(app_state(request), lambda con: functions[what](con, session))
+    return await read_json(app_state(request), lambda con: functions[what](con, named_session(con, request)))
 
 
 async def sessions(request: Request) -> Response:
-    return await read_json(app_state(request), lambda con: {"sessions": summaries.list_sessions(con)})
+    return await read_json(app_state(request), lambda con: {"sessions": sessions_query.list_sessions(con)})
 
 
 async def delete_session(request: Request) -> Response:
     name = request.path_params["session"]
     state = app_state(request)
-    resolved = await state.read(lambda con: queries.recorded_session(con, name))
+    resolved = await state.read(lambda con: sessions_query.recorded_session(con, name))
     await asyncio.wrap_future(state.writer.call(lambda store: store.delete_session(resolved)))
     return answer({"ok": True, "deleted": resolved})
 
 
 async def doctor(request: Request) -> Response:
     state = app_state(request)
-    report = await state.read(summaries.doctor)
+    report = await state.read(doctor_sql.doctor)
     report["ingest_backlog"] = state.writer.backlog()  # acknowledged (journalled), not yet folded
     report["folding"] = state.writer.folding()  # waiting on a full disk, say, and what the journal's recovery skipped
     if state.forwarder is not None:  # spans sent on to another backend
@@ -146,7 +149,6 @@ async def logs(request: Request) -> Response:
     if limit is not None and limit > MAX_LIMIT:
         raise BadQuery(f"limit {limit} is over {MAX_LIMIT}; follow with after= instead")
     query = LogQuery(
-        session=text("session"),
         task_id=entity("task"),
         attempt=int_param(params, "attempt", None),
         actor_id=entity("actor"),
@@ -171,26 +173,32 @@ async def logs(request: Request) -> Response:
     count = bool_param(params, "count", True)
 
     def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
-        page = logs_query.log_page(con, query, count=count)
+        page = logs_query.log_page(con, replace(query, session=named_session(con, request)), count=count)
         shape = {"session": page.session, "total": page.total, "last_seq": page.last_seq, "dropped": page.dropped}
         return {**shape, "rows": ROWS}, (piece.encode() for piece in logs_query.page_rows(con, page))
 
     return await streamed(app_state(request), rows)
 
 
+def named_session(con: Any, request: Request, every: bool = False) -> str | None:
+    """The session a request names (``?session=``, by name or label; default the newest), resolved once for the
+    request's read models: None when none is recorded yet; ``*`` (every session) where ``every``."""
+    return sessions_query.resolve_session(con, request.query_params.get("session"), every)
+
+
 def recorded_session(con: Any, request: Request) -> str:
-    """The session a request names (``?session=``, default the newest); NotFound when none is recorded yet."""
-    return queries.recorded_session(con, request.query_params.get("session"))
+    """:func:`named_session`; NotFound when none is recorded yet."""
+    return sessions_query.recorded_session(con, request.query_params.get("session"))
 
 
 async def errors(request: Request) -> Response:
     """GET /api/raysight/errors?session=&job=&since=&until=&type=: the session's root failures grouped by cause (most
-    frequent first), each with its consequences (``store/errors.py``); ``since``/``until``: epoch ns, ISO 8601 or a time
-    ago."""
+    frequent first), each with its consequences (``signals/ray_events/failures_query.py``); ``since``/``until``:
+    epoch ns, ISO 8601 or a time ago."""
     params = request.query_params
 
     def read(con: Any) -> dict[str, Any]:
-        session = queries.resolve_session(con, params.get("session"))
+        session = named_session(con, request)
         if session is None:
             return {"session": None, "groups": []}
         query = ErrorQuery(
@@ -222,20 +230,22 @@ async def error_detail(request: Request) -> Response:
 
 async def activity(request: Request) -> Response:
     """GET /api/raysight/activity?session=&buckets=: task attempts started, finished and failed per interval."""
-    buckets = int_param(request.query_params, "buckets", summaries.ACTIVITY_BUCKETS) or 0
+    buckets = int_param(request.query_params, "buckets", activity_query.ACTIVITY_BUCKETS) or 0
     if not 1 <= buckets <= 10_000:
         raise BadQuery(f"buckets must be 1 to 10000, not {buckets}")
-    session = request.query_params.get("session")
-    return await read_json(app_state(request), lambda con: summaries.activity(con, session, buckets))
+    return await read_json(
+        app_state(request), lambda con: activity_query.activity(con, named_session(con, request), buckets)
+    )
 
 
 async def status(request: Request) -> Response:
     """GET /api/raysight/status?session=&at=: what the cluster had and what waited for it at ``at`` (epoch ns, ISO 8601
-    or a time ago; default the last sample the poller took), as `ray status` shows it (``store/summaries.py``)."""
+    or a time ago; default the last sample the poller took), as `ray status` shows it
+    (``signals/polls/status_query.py``)."""
     at = time_param(request.query_params, "at", units.NS)
 
     def read(con: Any) -> dict[str, Any]:
-        return summaries.cluster_status(con, recorded_session(con, request), at)
+        return cluster_status(con, recorded_session(con, request), at)
 
     return await read_json(app_state(request), read)
 
@@ -277,7 +287,7 @@ async def timeline(request: Request) -> Response:
 
 async def task_stream(request: Request) -> Response:
     """GET /api/raysight/task-stream?session=&job=&limit=: the dashboard's timeline, a lane per worker and a bar per
-    task attempt in columns (``store/timeline.py``), the first ``limit`` attempts by start."""
+    task attempt in columns (``signals/ray_events/timeline_query.py``), the first ``limit`` attempts by start."""
     job = job_param(request)
     limit = int_param(request.query_params, "limit", timeline_sql.STREAM_LIMIT) or 0
     if not 1 <= limit <= 2_000_000:
@@ -305,7 +315,6 @@ async def traces(request: Request) -> Response:
     if limit > MAX_TRACES:
         raise BadQuery(f"limit must be at most {MAX_TRACES}")
     query = traces_sql.TraceQuery(
-        session=params.get("session") or None,
         job_id=job_param(request),
         task_id=entity("task"),
         actor_id=entity("actor"),
@@ -317,7 +326,9 @@ async def traces(request: Request) -> Response:
         until_ns=time_param(params, "until", units.NS),
         limit=limit,
     )
-    return await read_json(app_state(request), lambda con: traces_sql.list_traces(con, query))
+    return await read_json(
+        app_state(request), lambda con: traces_sql.list_traces(con, replace(query, session=named_session(con, request)))
+    )
 
 
 async def trace(request: Request) -> Response:

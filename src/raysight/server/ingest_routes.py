@@ -56,7 +56,7 @@ from raysight.signals.run_exits.apply import record as record_run_exit
 from raysight.signals.scrapes import parse as scrapes
 from raysight.signals.signal import Intake, Signal
 from raysight.signals.spans import parse as spans_parse
-from raysight.store.queries import latest_session
+from raysight.store.sessions_query import latest_session
 from raysight.store.store import Store
 from raysight.store.writer import CONTENT_ERRORS
 

@@ -33,7 +33,7 @@ from raysight.server.app_state import app_state
 from raysight.server.ingest_routes import read_body
 from raysight.server.routing import FORM_TYPES, Access, route
 from raysight.signals.scrapes import metrics_query
-from raysight.store import queries
+from raysight.store import sessions_query
 
 MAX_POINTS = 11_000  # per series of a range query, as Prometheus
 MAX_FORM_BODY = 1024 * 1024  # a POSTed form's (a query is at most promql/parse.py's MAX_QUERY_CHARS)
@@ -108,7 +108,7 @@ def _with_params(
 
 def _session(con: Any, request: Request) -> str:
     """The session of the request's path (``/sessions/<name>/…``), else the newest."""
-    return queries.recorded_session(con, request.path_params.get("session"))
+    return sessions_query.recorded_session(con, request.path_params.get("session"))
 
 
 def _sorted(labels: dict[str, str]) -> dict[str, str]:

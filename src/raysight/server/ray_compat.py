@@ -20,7 +20,10 @@ from raysight.server.answers import ROWS, answer, pieces, rendered, streamed
 from raysight.server.app_state import app_state
 from raysight.server.params import bool_param, int_param
 from raysight.server.routing import Access, route
-from raysight.store import queries, summaries
+from raysight.signals.polls.polled_resources import OBJECTS
+from raysight.signals.ray_events import state_query, summary_query
+from raysight.signals.ray_events.entities import JOBS, resource
+from raysight.store import sessions_query
 from raysight.store.filters import Filter
 
 RAY_MAX_LIMIT = 10_000
@@ -37,8 +40,9 @@ def ray_error(error: RaysightError) -> Response:
     return answer({"result": False, "msg": str(error), "data": {"result": None}}, error.status, error.headers)
 
 
-def _session(request: Request) -> str | None:
-    return request.path_params.get("session")
+def _session(con: Any, request: Request, every: bool = False) -> str | None:
+    """The session the URL names (``/s/<session>/…``; default the newest), resolved once for the request."""
+    return sessions_query.resolve_session(con, request.path_params.get("session"), every)
 
 
 def _filters(request: Request) -> list[Filter]:
@@ -55,7 +59,7 @@ def _filters(request: Request) -> list[Filter]:
 
 
 async def list_resource(request: Request) -> Response:
-    res = queries.resource(request.path_params["resource"])
+    res = resource(request.path_params["resource"])
     params = request.query_params
     limit = int_param(params, "limit", 100)
     if limit is None or limit > RAY_MAX_LIMIT:
@@ -66,10 +70,10 @@ async def list_resource(request: Request) -> Response:
     detail = bool_param(params, "detail")
 
     def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
-        page = queries.list_page(
+        page = state_query.list_page(
             con,
             res,
-            session=_session(request),
+            session=_session(con, request, every=True),
             filters=filters,
             limit=limit,
             detail=detail,
@@ -81,9 +85,9 @@ async def list_resource(request: Request) -> Response:
             "num_filtered": page.total,
             "result": ROWS,
             "partial_failure_warning": "",
-            "warnings": [SAMPLED] if res is queries.OBJECTS else None,
+            "warnings": [SAMPLED] if res is OBJECTS else None,
         }
-        return envelope(shape), pieces(queries.page_rows(con, page))
+        return envelope(shape), pieces(state_query.page_rows(con, page))
 
     return await streamed(app_state(request), rows)
 
@@ -92,7 +96,7 @@ async def summarize(request: Request) -> Response:
     what = request.path_params["resource"]
     state = app_state(request)
     if what == "tasks":
-        data = await state.read(lambda con: summaries.summarize_tasks(con, _session(request)))
+        data = await state.read(lambda con: summary_query.summarize_tasks(con, _session(con, request)))
         groups = data["summary"]
         by_type = {
             t: sum(g["attempts"] for g in groups if g["type"] == t)
@@ -110,7 +114,7 @@ async def summarize(request: Request) -> Response:
         }
         total = sum(by_type.values())
     elif what == "actors":
-        data = await state.read(lambda con: summaries.summarize_actors(con, _session(request)))
+        data = await state.read(lambda con: summary_query.summarize_actors(con, _session(con, request)))
         cluster = {
             "summary": {
                 g["class_name"]: {"class_name": g["class_name"], "state_counts": g["state_counts"]}
@@ -121,7 +125,7 @@ async def summarize(request: Request) -> Response:
         }
         total = cluster["total_actors"]
     elif what == "objects":
-        data = await state.read(lambda con: summaries.summarize_objects(con, _session(request)))
+        data = await state.read(lambda con: summary_query.summarize_objects(con, _session(con, request)))
         cluster = {
             "summary": {g["call_site"]: {k: v for k, v in g.items() if k != "call_site"} for g in data["summary"]},
             "total_objects": sum(g["total_objects"] for g in data["summary"]),
@@ -154,7 +158,7 @@ def _ray_version() -> str:
 
 
 async def version(request: Request) -> Response:
-    session = await app_state(request).read(lambda con: queries.resolve_session(con, _session(request)))
+    session = await app_state(request).read(lambda con: _session(con, request))
     return answer(
         {"version": API_VERSION, "ray_version": _ray_version(), "ray_commit": "", "session_name": session or ""}
     )
@@ -162,8 +166,8 @@ async def version(request: Request) -> Response:
 
 async def jobs(request: Request) -> Response:
     def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
-        page = queries.list_page(con, queries.JOBS, session=_session(request), limit=None, detail=True)
-        return ROWS, pieces(queries.page_rows(con, page))
+        page = state_query.list_page(con, JOBS, session=_session(con, request, every=True), limit=None, detail=True)
+        return ROWS, pieces(state_query.page_rows(con, page))
 
     return await streamed(app_state(request), rows)
 
@@ -171,7 +175,9 @@ async def jobs(request: Request) -> Response:
 async def job(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     result = await app_state(request).read(
-        lambda con: queries.list_rows(con, queries.JOBS, session=_session(request), limit=None, detail=True)
+        lambda con: state_query.list_rows(
+            con, JOBS, session=_session(con, request, every=True), limit=None, detail=True
+        )
     )
     for row in result.rows:
         if job_id in (row["job_id"], row["submission_id"]):

@@ -7,28 +7,43 @@ from __future__ import annotations
 from types import ModuleType
 
 from raysight.signals.log_lines import logs_query
-from raysight.signals.ray_events import event_stages, pipeline
-from raysight.signals.spans import traces_query
-from raysight.store import (
-    errors,
-    queries,
+from raysight.signals.polls import status_query
+from raysight.signals.ray_events import (
+    activity_query,
+    entities,
+    event_stages,
+    failures_query,
+    pipeline,
     reconcile,
-    schema,
-    summaries,
-    timeline,
+    summary_query,
+    timeline_query,
 )
+from raysight.signals.ray_metrics import reported_query
+from raysight.signals.spans import traces_query
+from raysight.store import doctor, schema, sessions_query
 from raysight.store.statements import Group, Macro, Query
 
 MACROS: tuple[Macro, ...] = (
     *event_stages.MACROS,
     *reconcile.MACROS,
-    *queries.MACROS,
-    *timeline.MACROS,
+    *entities.MACROS,
+    *timeline_query.MACROS,
     *logs_query.MACROS,
-    *errors.MACROS,
+    *failures_query.MACROS,
 )
 GROUPS: tuple[Group, ...] = tuple(pipeline.GROUPS.values())
-READ_MODELS: tuple[ModuleType, ...] = (summaries, errors, timeline, traces_query, logs_query)
+READ_MODELS: tuple[ModuleType, ...] = (
+    summary_query,
+    status_query,
+    activity_query,
+    sessions_query,
+    doctor,
+    reported_query,
+    failures_query,
+    timeline_query,
+    traces_query,
+    logs_query,
+)
 
 
 def created() -> list[str]:

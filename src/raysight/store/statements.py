@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import duckdb
 
 _PARAMETER = re.compile(r"\$([A-Za-z_]\w*)")
 
@@ -85,3 +88,9 @@ class Group:
     def describe(self) -> str:
         """The group's SQL, statement by statement in order, each under its name."""
         return "\n\n".join(f"-- {step.name}: {step.about}\n{step.sql};" for step in self.steps)
+
+
+def dict_rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """A query's rows, each a dict by column name."""
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, r)) for r in cursor.fetchall()]

@@ -20,7 +20,6 @@ import numpy as np
 from raysight.errors import BadQuery
 from raysight.signals.log_lines import log_index
 from raysight.signals.log_lines.parse import STREAMS
-from raysight.store.queries import resolve_session
 from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 from raysight.store.statements import Macro, Query
 
@@ -93,7 +92,7 @@ _BLOCK_OF_ATTEMPT = _of_attempt("f", ("b.first_offset", "b.last_offset"), ("b.fi
 
 @dataclass(frozen=True)
 class LogQuery:
-    session: str | None = None  # name or label; None: the latest
+    session: str | None = None  # resolved once per request (store/sessions_query.py): None when none is recorded
     task_id: str | None = None
     attempt: int | None = None
     actor_id: str | None = None
@@ -278,7 +277,7 @@ def log_page(con: duckdb.DuckDBPyConnection, query: LogQuery, count: bool = True
     are read, in windows from the first (or, ``newest``, the last) until ``limit`` are found; of each line only its
     ``seq`` and its text's length are kept here, to cut the page into chunks of about :data:`CHUNK_BYTES`."""
     _check(query)
-    session = resolve_session(con, query.session)  # (sessions known by their logs alone too: apply.py)
+    session = query.session  # (resolved by the caller: None when none is recorded)
     if session is None:
         return LogPage(query, None, 0, query.after_seq or 0, None)
     # The lines looked at are those stored when this began: what a follower reads on from, whatever comes meanwhile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from raysight.signals.node_sightings.parse import NODE_EVIDENCE
-from raysight.store.reconcile import reconcile
+from raysight.signals.ray_events.reconcile import reconcile
 from raysight.store.tx import Tx
 
 KEEP = f"""INSERT INTO {NODE_EVIDENCE.name}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from raysight.signals.polls.parse import CLUSTER_STATUS, KINDS, POLLED, POLLS, Poll
 from raysight.signals.ray_events.apply import upsert_patches
 from raysight.signals.ray_events.parse import Key, Patch
-from raysight.store.reconcile import reconcile
+from raysight.signals.ray_events.reconcile import reconcile
 from raysight.store.tx import Tx
 
 if TYPE_CHECKING:

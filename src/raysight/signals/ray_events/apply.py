@@ -3,7 +3,7 @@
 A group goes in whole, through the stages of :mod:`.event_stages` in the order of :mod:`.pipeline`: DuckDB explodes
 and parses the bodies, the raw events are inserted (only first sightings are folded), task events are folded in SQL
 and the cluster-level events by their Python folds (:mod:`.parse`), all in one transaction, then what is inferred of
-the group's sessions is derived again (``store/reconcile.py``). With several cores a group is parsed ahead
+the group's sessions is derived again (``signals/ray_events/reconcile.py``). With several cores a group is parsed ahead
 (:func:`parse_posts`) on a connection of the signal's own while the group before it is written.
 """
 
@@ -22,9 +22,9 @@ from raysight.signals.ray_events import event_stages as stage
 from raysight.signals.ray_events.event_stages import SUPPORTED_TYPES
 from raysight.signals.ray_events.fold import fold
 from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, fold_payload
+from raysight.signals.ray_events.reconcile import reconcile
 from raysight.store import schema
 from raysight.store.opening import STAGING
-from raysight.store.reconcile import reconcile
 from raysight.store.statements import Stage
 from raysight.store.store import Store
 from raysight.store.tx import Tx

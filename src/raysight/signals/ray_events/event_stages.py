@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import orjson
 
+from raysight.signals.ray_events.conversions import RFC3339_UTC
 from raysight.signals.ray_events.parse import APPEND_TABLES, HANDLERS
 from raysight.signals.ray_events.parse import TASKS as TASK_TABLE
-from raysight.signals.ray_events.ray_ids import RFC3339_UTC
 from raysight.sql_literals import sql_in, sql_list, sql_str
 from raysight.store.statements import Macro, Query, Stage
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from raysight.signals.ray_events.ray_ids import b64_to_hex, parse_ts_ns, to_int
+from raysight.signals.ray_events.conversions import b64_to_hex, parse_ts_ns, to_int
 from raysight.tables import Column, Derived, FoldedTable, Table, columns
 
 Patch = dict[str, Any]
@@ -259,7 +259,7 @@ RAW_EVENTS = Table(
 SESSION = Column("session", "VARCHAR")
 TASK_KEY = [SESSION, Column("task_id", "VARCHAR"), Column("attempt", "INTEGER")]
 
-# Reconciliation writes these (``store/reconcile.py``); a terminal state reported later clears them.
+# Reconciliation writes these (``signals/ray_events/reconcile.py``); a terminal state reported later clears them.
 TASK_INFERENCE = [
     Column("inferred_state", "VARCHAR", added=True),
     Column("inferred_reason", "VARCHAR", added=True),

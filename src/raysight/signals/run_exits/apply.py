@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raysight.signals.ray_events.reconcile import reconcile
 from raysight.signals.run_exits.parse import RUN_EXITS, RunExit
-from raysight.store.reconcile import reconcile
 from raysight.store.tx import Tx
 
 if TYPE_CHECKING:

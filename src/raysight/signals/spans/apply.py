@@ -9,9 +9,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raysight.signals.ray_events.reconcile import reconcile
 from raysight.signals.signal import forget_by_session
 from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql, resource_id
-from raysight.store.reconcile import reconcile
 from raysight.store.tx import Tx
 from raysight.tables import arrow_rows
 

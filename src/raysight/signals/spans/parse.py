@@ -73,8 +73,8 @@ SPANS = Table(
 # Each resource's attributes once, by the digest its spans name (:func:`resource_id`)
 SPAN_RESOURCES = Table("span_resources", columns(resource_id="VARCHAR", attributes="JSON"), key=("resource_id",))
 # How each task attempt's execution ended, as raysight's span of it says: when, and the error it raised, if it did
-# ("Type: message"); what its outcome is inferred from when Ray never sent it (``store/reconcile.py``). Raw input, kept
-# apart from the spans, which tail sampling may delete and a server may not keep at all.
+# ("Type: message"); what its outcome is inferred from when Ray never sent it (``signals/ray_events/reconcile.py``).
+# Raw input, kept apart from the spans, which tail sampling may delete and a server may not keep at all.
 ATTEMPT_ENDS = Table(
     "attempt_ends",
     columns(

@@ -13,7 +13,6 @@ import orjson
 
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import BadQuery, NotFound
-from raysight.store.queries import resolve_session
 from raysight.store.statements import Query
 
 TRACE_ID_HEX = 32
@@ -51,7 +50,7 @@ class TraceQuery:
 def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, Any]:
     """The traces with a span that matches the query, newest first: each with its root span's name, start, duration,
     spans, errors and the jobs and services it went through."""
-    session = resolve_session(con, query.session)
+    session = query.session  # (resolved by the caller: None when none is recorded)
     if session is None:
         return {"session": None, "traces": []}
     where: list[str] = ["session = ?"]

@@ -27,13 +27,13 @@ import orjson
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
 from raysight.signals.log_lines.logs_query import LogQuery, log_lines
+from raysight.signals.ray_events.entities import ACTORS, JOBS, NODES, TASKS, WORKERS
+from raysight.signals.ray_events.reconcile import ALL_NODES_DIED
+from raysight.signals.ray_events.state_query import Resource, list_page
 from raysight.sql_literals import sql_str
 from raysight.store.filters import Filter
-from raysight.store.queries import ACTORS, JOBS, NODES, TASKS, WORKERS, Resource, list_page
-from raysight.store.reconcile import ALL_NODES_DIED
 from raysight.store.schema import task_kind_sql
-from raysight.store.statements import Macro, Query
-from raysight.store.summaries import dict_rows
+from raysight.store.statements import Macro, Query, dict_rows
 
 _PLACEHOLDERS = [  # in this order: a URL or an address before its path and numbers, an ID (Ray's are 16 hex digits
     # or more) before a quantity that could end like one (1922826240B), a quantity before a short ID
