@@ -40,7 +40,7 @@ from raysight import wire  # noqa: E402
 from raysight.cli.run import free_port, ray_env  # noqa: E402
 from raysight.client import Client  # noqa: E402
 from raysight.errors import NotFound  # noqa: E402
-from raysight.signals.ray_events.ray_ids import b64_to_hex  # noqa: E402
+from raysight.signals.ray_events.conversions import b64_to_hex  # noqa: E402
 from tests.ray_scenarios import JSON, ServerProcess  # noqa: E402
 
 POLL_S = 0.02

@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 
 from raysight.signals.ray_events import event_stages
-from raysight.signals.ray_events.ray_ids import RFC3339_UTC, parse_ts_ns
+from raysight.signals.ray_events.conversions import RFC3339_UTC, parse_ts_ns
 from raysight.store import schema
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ray_batches.json"
