@@ -33,7 +33,7 @@ from raysight.signals.polls import parse as ray_state
 from raysight.signals.ray_events import event_stages
 from raysight.signals.ray_events import parse as ray_events
 from raysight.signals.ray_events.apply import Post, apply_posts
-from raysight.signals.ray_events.fold import fold
+from raysight.signals.ray_events.merge import merge_patches
 from raysight.signals.ray_events.parse import TASKS, WORKERS
 from raysight.signals.ray_metrics.parse import RAY_REPORTED, RaySample, parse_aggregator_metrics
 from raysight.signals.registry import every_table
@@ -73,13 +73,13 @@ def test_the_ray_event_folds_write_columns_of_their_tables(ray_batches: list[lis
         patch
         for event in events
         if event["eventType"] in ray_events.HANDLERS
-        for patch in ray_events.fold_payload(event["eventType"], event["sessionName"], event)
+        for patch in ray_events.event_patches(event["eventType"], event["sessionName"], event)
     ]
     for name, key, patch in patches:
         table = schema.FOLDED_TABLES[name]
         assert len(key) == len(table.keys), (name, key)
         assert not unknown(patch, table), (name, patch)
-    for name, rows in fold(patches).items():
+    for name, rows in merge_patches(patches).items():
         assert all(not unknown(row, schema.FOLDED_TABLES[name]) for row in rows), name
     # The task folds are SQL: each column a task event sets is a column of tasks
     assert set(event_stages.TASK_COLUMNS) <= set(TASKS.names)

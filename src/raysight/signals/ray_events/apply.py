@@ -20,8 +20,8 @@ import pyarrow as pa
 from raysight.signals.polls.parse import driver_patch
 from raysight.signals.ray_events import event_stages as stage
 from raysight.signals.ray_events.event_stages import SUPPORTED_TYPES
-from raysight.signals.ray_events.fold import fold
-from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, fold_payload
+from raysight.signals.ray_events.merge import merge_patches
+from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, event_patches
 from raysight.signals.ray_events.reconcile import reconcile
 from raysight.store import schema
 from raysight.store.opening import STAGING
@@ -178,7 +178,7 @@ def _parse(tx: Tx, incoming: Stage, part: Folding | None = None, into: str | Non
     ).fetchall()
     for seq, session, event_type, body in rows:
         try:
-            patches[seq] = fold_payload(event_type, session, orjson.loads(body))
+            patches[seq] = event_patches(event_type, session, orjson.loads(body))
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
             reasons.append((seq, f"{type(exc).__name__}: {exc}"[:500]))
     if reasons:
@@ -213,7 +213,7 @@ def upsert_patches(store: Store, tx: Tx, patches: Iterable[tuple[str, Key, Patch
 
 
 def _upsert_patches(tx: Tx, part: Folding, patches: Iterable[tuple[str, Key, Patch]]) -> None:
-    for name, folded in fold(patches).items():
+    for name, folded in merge_patches(patches).items():
         staged = arrow_rows(folded, schema.FOLDED_TABLES[name].arrow_schema())
         with tx.registered(f"arrow_{name}", staged):
             _upsert(tx, part, name, f"arrow_{name}")

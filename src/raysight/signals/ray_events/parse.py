@@ -25,7 +25,7 @@ Patch = dict[str, Any]
 Key = tuple[Any, ...]
 
 
-def fold_payload(event_type: str, session: str, event: Any) -> list[tuple[str, Key, Patch]]:
+def event_patches(event_type: str, session: str, event: Any) -> list[tuple[str, Key, Patch]]:
     """The patches one event of a type in :data:`HANDLERS` makes; raises with the reason it is malformed."""
     payload_name, fold = HANDLERS[event_type]
     payload = event.get(payload_name)

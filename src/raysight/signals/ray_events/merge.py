@@ -1,4 +1,5 @@
-"""One batch's Python-folded patches combined into one row per entity key, with the schema's merge rules. Pure.
+"""One batch's patches (what the Python folds of ``parse.py`` made of its events) merged into one row per entity
+key, with the schema's merge rules. Pure.
 
 The SQL-folded task tables get the same rules from :meth:`raysight.tables.Column.aggregate_sql`.
 """
@@ -14,7 +15,7 @@ from raysight.store import schema
 _RULES = {name: {c.name: c.rule for c in t.columns} for name, t in schema.FOLDED_TABLES.items()}
 
 
-def fold(patches: Iterable[tuple[str, Key, Patch]]) -> dict[str, list[dict[str, Any]]]:
+def merge_patches(patches: Iterable[tuple[str, Key, Patch]]) -> dict[str, list[dict[str, Any]]]:
     """Merge ``patches`` (in arrival order) per table and key: table -> rows, key columns named beside the rest."""
     rows: dict[str, dict[Key, Patch]] = {}
     for table, key, patch in patches:
