@@ -26,7 +26,7 @@ from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.ray_events import timeline_query as timeline_sql
 from raysight.signals.ray_events.entities import resource
 from raysight.signals.ray_events.failures_query import ErrorQuery, error_groups, failure
-from raysight.signals.scrapes import metrics_top as metrics_top_sql
+from raysight.signals.scrapes import top_query
 from raysight.signals.spans import traces_query as traces_sql
 from raysight.store import doctor as doctor_sql
 from raysight.store import sessions_query
@@ -252,14 +252,14 @@ async def status(request: Request) -> Response:
 
 async def metrics_top(request: Request) -> Response:
     """GET /api/raysight/metrics/top?session=&at=&limit=: the busiest nodes, workers and actors at ``at`` (epoch ms, ISO
-    8601 or a time ago; default now, or an ended session's last scrape), by CPU (``signals/scrapes/metrics_top.py``)."""
+    8601 or a time ago; default now, or an ended session's last scrape), by CPU (``signals/scrapes/top_query.py``)."""
     at = time_param(request.query_params, "at", units.MS)
     limit = int_param(request.query_params, "limit", 10) or 10
     if limit > MAX_TOP:
         raise BadQuery(f"limit must be at most {MAX_TOP}")
 
     def read(con: Any) -> dict[str, Any]:
-        return metrics_top_sql.top(con, recorded_session(con, request), at, limit, state.query_limits)
+        return top_query.top(con, recorded_session(con, request), at, limit, state.query_limits)
 
     state = app_state(request)
     return await read_json(state, read)

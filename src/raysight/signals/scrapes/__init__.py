@@ -2,7 +2,7 @@
 scrapes, metadata and what a session's series limit refused. Written at once, not journalled (the writer keeps the
 scrapes that wait together: ``apply.record_scrapes``). The store's side (``apply.py``, the retention of
 ``metric_retention.py`` and the downsampling of ``metric_downsample.py``, the read models ``metrics_query.py`` and
-``metrics_top.py``) is loaded when first used, so that a client reading the parser loads no database."""
+``top_query.py``) is loaded when first used, so that a client reading the parser loads no database."""
 
 from __future__ import annotations
 
