@@ -1,5 +1,5 @@
 """The store's schema: every table it holds, made from their declarations (``tables.py``: the signals' tables are
-declared beside their parsers in ``ingest/``, the store's own here), the macros their SQL uses, and the migrations
+declared beside their parsers in ``signals/``, the store's own here), the macros their SQL uses, and the migrations
 that bring an older store up to them.
 """
 
