@@ -20,10 +20,10 @@ from starlette.testclient import TestClient
 
 from raysight.cli.query import folding_lines
 from raysight.client import Client
-from raysight.server import ingest_routes
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
 from raysight.signals.ray_events import apply as ray_apply
+from raysight.signals.run_exits import apply as run_exits_apply
 from raysight.signals.run_exits.parse import RunExit
 from raysight.store.store import Store
 from raysight.store.tx import Tx
@@ -476,14 +476,14 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
         release.set()
         assert client.post("/ingest/agent/metrics", json=scrape).json() == {"ok": True, "samples": 1}  # retried
 
-        record, failures = ingest_routes.record_run_exit, [duckdb.IOException("disk hiccup")] * 3
+        record, failures = run_exits_apply.record, [duckdb.IOException("disk hiccup")] * 3
 
         def flaky(tx: Tx, exit_: RunExit) -> None:
             if failures:
                 raise failures.pop()
             record(tx, exit_)
 
-        monkeypatch.setattr(ingest_routes, "record_run_exit", flaky)
+        monkeypatch.setattr(run_exits_apply, "record", flaky)
         failed = client.post("/ingest/agent/run-exit", json=report)
         assert (
             failed.status_code == 503 and failed.json()["error"] == "could not record the run exit (IOException); retry"

@@ -21,9 +21,9 @@ from raysight.server.app_state import AppState, BodyBudget, Metrics, app_state
 from raysight.server.auth import Secrets
 from raysight.server.forward import Forwarder
 from raysight.server.guard import Guard
-from raysight.server.ingest_routes import RAY_METRICS_MAX_BODY
 from raysight.server.routing import Access, envelope_of, route
 from raysight.settings import Settings
+from raysight.signals.ray_metrics import parse as ray_metrics
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_NICENESS, Writer
 
@@ -67,7 +67,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics_ = Metrics(store)
         writer = Writer(store, metrics_.committed, settings.writer)
         metrics_.watch(writer)
-        bodies = BodyBudget(BODIES_HELD * max(limits.max_body, RAY_METRICS_MAX_BODY))
+        bodies = BodyBudget(BODIES_HELD * max(limits.max_body, ray_metrics.MAX_BODY))
         forwarder = Forwarder(settings.forwarding) if settings.forwarding.url else None
         app.state.raysight = AppState(
             store,

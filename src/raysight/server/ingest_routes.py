@@ -43,30 +43,16 @@ from raysight.signals import ray_events as ray_signal
 from raysight.signals import spans as spans_signal
 from raysight.signals.log_lines import otlp_logs
 from raysight.signals.log_lines.parse import MAX_LOG_LINES
-from raysight.signals.node_sightings import parse as node_sightings
-from raysight.signals.node_sightings.apply import record as record_sightings
-from raysight.signals.polls import parse as polls
-from raysight.signals.polls.apply import record_poll
 from raysight.signals.ray_events.batch_shape import array_length
-from raysight.signals.ray_metrics.apply import record as record_ray_metrics
-from raysight.signals.ray_metrics.parse import parse_aggregator_metrics
 from raysight.signals.registry import SIGNALS
-from raysight.signals.run_exits import parse as run_exits
-from raysight.signals.run_exits.apply import record as record_run_exit
-from raysight.signals.scrapes import parse as scrapes
-from raysight.signals.signal import Intake, Signal
+from raysight.signals.signal import Intake, Signal, WrittenIntake
 from raysight.signals.spans import parse as spans_parse
 from raysight.store.sessions_query import latest_session
-from raysight.store.store import Store
 from raysight.store.writer import CONTENT_ERRORS
 
 log = logging.getLogger("raysight.ingest")
 T = TypeVar("T")
 
-RAY_METRICS_MAX_BODY = 1024 * 1024
-RUN_EXIT_MAX_BODY = 64 * 1024
-NODE_LIFE_MAX_BODY = 4 * 1024 * 1024
-RAY_STATE_MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 JOURNALLED_PER_BODY = 4  # what an export may take in the journal (its rows as JSON), in bodies of the largest size
 RETRY = {"Retry-After": "1"}
 
@@ -337,38 +323,38 @@ def _decoded(encoding: str, body: bytes, limit: int) -> bytes:
     return bytes(data)
 
 
-async def run_exit(request: Request) -> Response:
-    """POST /ingest/agent/run-exit: {"run_id", "driver_pid", "exit_code", "ended_ns", "session"} from `raysight run`."""
-    exit_ = run_exits.parse(await read_body(request, RUN_EXIT_MAX_BODY))
-    return await _record(
-        request, "the run exit", lambda s: s.write(lambda tx: record_run_exit(tx, exit_)), lambda _: {}
-    )
+def written_route(signal: Signal, intake: WrittenIntake) -> BaseRoute:
+    """The ingest route of a signal written at once (a :class:`WrittenIntake`): the body read whole within the
+    intake's limit, parsed on a thread, written by the writer, and acknowledged once committed."""
+
+    async def receive(request: Request) -> Response:
+        body = await read_body(request, intake.limit)
+        try:
+            parsed = await run_in_threadpool(intake.parse, body)
+        except BadIngest as exc:
+            if intake.rejected:
+                app_state(request).metrics.rejected.labels(intake.rejected).inc()
+            raise BadIngest(f"bad {intake.what}: {exc}") from None
+        except TooMany as exc:
+            raise _rejected(request, "too_many_items", TooMany(f"bad {intake.what}: {exc}")) from None
+        writer = app_state(request).writer
+        if intake.together:
+            future = writer.call_together(intake.write, parsed)
+        else:
+            future = writer.call(lambda store: intake.write(store, parsed))
+        result = await _committed(future, intake.written)
+        return JSONResponse({"ok": True, **({intake.answer: result} if intake.answer else {})})
+
+    receive.__doc__ = f"POST {intake.path}: {signal.name}, acknowledged once written."
+    return route(intake.path, receive, access=Access.INGEST, envelope=raysight_error, methods=["POST"])
 
 
-async def node_life_sightings(request: Request) -> Response:
-    """POST /ingest/agent/node-life: what a node agent saw of its Ray processes (``signals/node_sightings``)."""
+async def _committed(future: Future[T], what: str) -> T:
+    """What the writer's ``future`` returns, or 503 (the sender retries) when it cannot be done within the ingest
+    deadline (folding is behind or stalled) or the store fails for a reason not the sender's. A write that timed out
+    is cancelled if it has not started, else completes: each must be harmless twice."""
     try:
-        host, sightings = await run_in_threadpool(node_sightings.parse, await read_body(request, NODE_LIFE_MAX_BODY))
-    except BadIngest as exc:
-        raise _rejected(request, "bad_node_life", BadIngest(f"bad node sightings: {exc}")) from None
-    return await _record(
-        request,
-        "the node sightings",
-        lambda s: s.write(lambda tx: record_sightings(tx, host, sightings)),
-        lambda n: {"changed": n},
-    )
-
-
-async def _record(
-    request: Request, what: str, write: Callable[[Store], T] | Future[T], answer: Callable[[T], dict[str, Any]]
-) -> Response:
-    """Have the writer run ``write`` (or await its future, when the writer was handed it so) and answer
-    ``{"ok": true, **answer(result)}``, or 503 (the sender retries) when it cannot be done within the ingest deadline
-    (folding is behind or stalled) or the store fails for a reason not the sender's. A write that timed out is
-    cancelled if it has not started, else completes: each must be harmless twice."""
-    future = write if isinstance(write, Future) else app_state(request).writer.call(write)
-    try:
-        result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=INGEST_DEADLINE_S)
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout=INGEST_DEADLINE_S)
     except asyncio.TimeoutError:
         why = f"busy: could not record {what} in {INGEST_DEADLINE_S} s (folding is behind); retry"
         raise Unavailable(why, headers=RETRY) from None
@@ -378,64 +364,18 @@ async def _record(
     except Exception as exc:  # noqa: BLE001 (environmental, or not foreseen: may pass on a retry)
         log.error("could not record %s", what, exc_info=exc)
         raise Unavailable(f"could not record {what} ({type(exc).__name__}); retry", headers=RETRY) from None
-    return JSONResponse({"ok": True, **answer(result)})
-
-
-async def ray_state(request: Request) -> Response:
-    """POST /ingest/agent/ray-state: what a poll of a live cluster's dashboard found (``signals/polls/parse.py``)."""
-    try:
-        poll = await run_in_threadpool(polls.parse, await read_body(request, RAY_STATE_MAX_BODY))  # (64 MiB)
-    except BadIngest as exc:
-        raise _rejected(request, "bad_ray_state", BadIngest(f"bad poll: {exc}")) from None
-    return await _record(request, "the poll", lambda s: record_poll(s, poll), lambda n: {"rows": n})
-
-
-async def metrics_scrape(request: Request) -> Response:
-    """POST /ingest/agent/metrics: one scrape of a Prometheus target (``signals/scrapes/parse.py``), from an agent:
-    parsed and checked against the bounds on a thread (a page of 50,000 lines takes ~0.1 s), refused with 400 (a line
-    past them) or 413 (too many lines) before the writer sees it."""
-    body = await read_body(request, scrapes.MAX_BODY)
-    try:
-        scrape = await run_in_threadpool(scrapes.parse, body)
-    except BadIngest as exc:
-        raise _rejected(request, "bad_scrape", BadIngest(f"bad scrape: {exc}")) from None
-    except TooMany as exc:
-        raise _rejected(request, "too_many_items", TooMany(f"bad scrape: {exc}")) from None
-    future = app_state(request).writer.record_scrape(scrape)
-    return await _record(request, "the scrape", future, lambda n: {"samples": n})
-
-
-def parse_metrics_post(body: bytes) -> str:
-    """The Prometheus text of a ``{"text": …}`` body (JSON: a content type no web page may send unasked)."""
-    try:
-        fields = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        fields = None
-    text = wire.shaped(fields, wire.RayMetrics)["text"] if isinstance(fields, dict) else None
-    if not isinstance(text, str):
-        raise BadQuery('bad Ray metrics: the body must be a JSON object {"text": "<Prometheus text>"}')
-    return text
-
-
-async def ray_metrics(request: Request) -> Response:
-    """POST /ingest/agent/ray-metrics: a node's Prometheus text (its aggregator's lines suffice) from `raysight run`."""
-    try:
-        text = parse_metrics_post(await read_body(request, RAY_METRICS_MAX_BODY))
-        samples = await run_in_threadpool(parse_aggregator_metrics, text)
-    except ValueError as exc:  # not Prometheus text
-        raise BadQuery(f"bad Ray metrics: {exc}") from None
-    return await _record(
-        request,
-        "Ray's metrics",
-        lambda s: s.write(lambda tx: record_ray_metrics(tx, samples)),
-        lambda n: {"samples": n},
-    )
 
 
 def routes() -> list[BaseRoute]:
     """Every ingest route: those of the signals registered now that come in by an intake, then the others."""
     return [
-        *(intake_route(signal, signal.intake) for signal in SIGNALS.values() if signal.intake),
+        *(
+            intake_route(signal, signal.intake)
+            if isinstance(signal.intake, Intake)
+            else written_route(signal, signal.intake)
+            for signal in SIGNALS.values()
+            if signal.intake
+        ),
         *OWN_ROUTES,
     ]
 
@@ -443,11 +383,6 @@ def routes() -> list[BaseRoute]:
 OWN_ROUTES = [
     route(wire.RAY_EVENTS, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.RAY_EVENTS_KEYED, ray_events, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_RUN_EXIT, run_exit, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_RAY_METRICS, ray_metrics, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_NODE_LIFE, node_life_sightings, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_RAY_STATE, ray_state, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
-    route(wire.AGENT_METRICS, metrics_scrape, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.OTLP_TRACES, otlp_traces, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.OTLP_TRACES_KEYED, otlp_traces, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),
     route(wire.OTLP_LOGS, otlp_log_records, access=Access.INGEST, envelope=raysight_error, methods=["POST"]),

@@ -71,6 +71,24 @@ class Intake:
 
 
 @dataclass(frozen=True)
+class WrittenIntake:
+    """How a signal not journalled comes in over HTTP (a route of its own, the ingest key's): each body read whole
+    within its limit, parsed off the event loop, written on the writer's fold thread (in order with the groups), then
+    acknowledged once committed; a write that cannot be done within the ingest deadline is a 503 (retry)."""
+
+    path: str  # its route's template (wire's)
+    limit: int  # bytes of a body (sent as it is: not inflated)
+    parse: Callable[[bytes], Any]  # pure; BadIngest says what is wrong (a 400), TooMany that it holds too much (413)
+    write: Callable[[Store, Any], Any]  # the parsed body into the store; harmless twice (a sender retries)
+    what: str  # what a body is, as a refusal names it ("bad poll: …")
+    written: str  # what is written, as an answer names it ("could not record the poll")
+    answer: str | None = None  # the acknowledgement's field beside ``ok`` that holds what ``write`` returned
+    rejected: str | None = None  # what a bad body counts as in raysight_ingest_rejected (None: not counted)
+    # ``write`` takes the parsed bodies that wait for the fold thread together, a list, and returns a result each
+    together: bool = False
+
+
+@dataclass(frozen=True)
 class Signal:
     """One kind of what raysight is sent, and what the writer and the store do with it."""
 
@@ -83,7 +101,7 @@ class Signal:
     # `sessions` among them, go after every signal's
     forget: Forget | None = None
     upkeep: tuple[Upkeep, ...] = ()
-    intake: Intake | None = None  # its ingest route, where it has one of the common kind
+    intake: Intake | WrittenIntake | None = None  # its ingest route, where it has one of the common kinds
     # What rebuilds its folds from what it kept raw, when an upgrade drops them (schema.REFOLD_BELOW); how many it read
     refold: Callable[[Store], int] | None = None
 

@@ -41,8 +41,6 @@ from raysight.errors import BadIngest, QueueFull
 from raysight.settings import JOURNAL_DIR, WriterSettings
 from raysight.signals.ray_events.apply import ApplyResult
 from raysight.signals.registry import SIGNALS
-from raysight.signals.scrapes.apply import record_scrapes
-from raysight.signals.scrapes.parse import Scrape
 from raysight.signals.signal import fold_linger
 from raysight.store.journal import RAY_EVENTS, Batch, Journal, Record
 from raysight.store.store import Store
@@ -126,7 +124,7 @@ class Writer:
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
-        self._scrapes: list[tuple[Scrape, Future[int]]] = []  # waiting for the fold thread (record_scrape)
+        self._together: dict[Callable[..., Any], list[tuple[Any, Future[Any]]]] = {}  # waiting (call_together)
         self._stopping = threading.Event()
         self._on_commit = on_commit
         self.stall: Stall | None = None
@@ -181,31 +179,33 @@ class Writer:
         self._to_journal.put((fn, future))  # through the journal thread, so it stays behind earlier batches
         return future
 
-    def record_scrape(self, scrape: Scrape) -> Future[int]:
-        """Keep a scrape on the fold thread (its samples kept, the future's result); the scrapes that wait meanwhile
-        are kept together, in one transaction (``signals/scrapes/apply.py``)."""
-        future: Future[int] = Future()
+    def call_together(self, write: Callable[[Store, list[Any]], list[Any]], item: Any) -> Future[Any]:
+        """Run ``write(store, items)`` on the fold thread for ``item`` and whatever else is handed with the same
+        ``write`` meanwhile (the scrapes that wait, kept in one transaction); the future's result is ``item``'s, of the
+        list it returns. Where that fails, each is written alone: one the store refuses must not fail the others."""
+        future: Future[Any] = Future()
         with self._lock:
-            self._scrapes.append((scrape, future))
-            first = len(self._scrapes) == 1
+            waiting = self._together.setdefault(write, [])
+            waiting.append((item, future))
+            first = len(waiting) == 1
         if first:
-            self.call(self._record_scrapes)
+            self.call(lambda store: self._write_together(store, write))
         return future
 
-    def _record_scrapes(self, store: Store) -> None:
+    def _write_together(self, store: Store, write: Callable[[Store, list[Any]], list[Any]]) -> None:
         with self._lock:
-            waiting, self._scrapes = [(s, f) for s, f in self._scrapes if f.set_running_or_notify_cancel()], []
+            waiting = [(item, f) for item, f in self._together.pop(write) if f.set_running_or_notify_cancel()]
         try:
-            kept = record_scrapes(store, [scrape for scrape, _ in waiting])
-        except Exception:  # noqa: BLE001 (one scrape the store refuses must not fail the others: each alone)
-            for scrape, future in waiting:
+            results = write(store, [item for item, _ in waiting])
+        except Exception:  # noqa: BLE001 (one item the store refuses must not fail the others: each alone)
+            for item, future in waiting:
                 try:
-                    future.set_result(record_scrapes(store, [scrape])[0])
+                    future.set_result(write(store, [item])[0])
                 except Exception as exc:  # noqa: BLE001 (handed to the sender through its future)
                     future.set_exception(exc)
             return
-        for (_, future), samples in zip(waiting, kept, strict=True):
-            future.set_result(samples)
+        for (_, future), result in zip(waiting, results, strict=True):
+            future.set_result(result)
 
     def close(self, timeout: float = 30) -> None:
         """Stop after the group being folded; what is left unfolded stays in the journal for the next start."""

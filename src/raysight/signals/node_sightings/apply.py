@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from raysight.signals.node_sightings.parse import NODE_EVIDENCE
 from raysight.signals.ray_events.reconcile import reconcile
 from raysight.store.tx import Tx
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
 
 KEEP = f"""INSERT INTO {NODE_EVIDENCE.name}
     SELECT session, $1, process, node_id, pid, alive, ns, last_alive_ns FROM staged_sightings
@@ -23,3 +28,8 @@ def record(tx: Tx, host: str, sightings: pa.Table) -> int:
         changed = tx.run(KEEP, [host]).fetchall()
     reconcile(tx.run, sorted({row[0] for row in changed}))
     return len(changed)
+
+
+def write(store: Store, sent: tuple[str, pa.Table]) -> int:
+    """``record`` of a batch (its host, its sightings) in a transaction of its own (the sightings' intake)."""
+    return store.write(lambda tx: record(tx, *sent))

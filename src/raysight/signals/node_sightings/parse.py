@@ -24,6 +24,7 @@ from raysight.ingest.fields import agent_batch, int_field, session_field
 from raysight.tables import Table, arrow_rows, columns
 
 PROCESSES = ("raylet", "gcs_server")
+MAX_BODY = 4 * 1024 * 1024
 MAX_SIGHTINGS = 10_000
 _NODE_ID = re.compile(r"[0-9a-f]{56}")
 # What node agents last saw of each raylet (``node_id``) and GCS (``node_id`` '') of a session on their host: running

@@ -2,7 +2,35 @@
 cluster's status, and how each poll went; the drivers polled folded into the workers table. Written at once, not
 journalled (``apply.py``)."""
 
-from raysight.signals.polls.parse import POLL_TABLES
-from raysight.signals.signal import Signal
+from __future__ import annotations
 
-SIGNAL = Signal("polls", tuple(POLL_TABLES))
+from typing import TYPE_CHECKING
+
+from raysight import wire
+from raysight.signals.polls import parse
+from raysight.signals.signal import Signal, WrittenIntake
+
+if TYPE_CHECKING:
+    from raysight.store.store import Store
+
+
+def recorded(store: Store, poll: parse.Poll) -> int:
+    from raysight.signals.polls.apply import record_poll  # (it imports the store, which imports the registry)
+
+    return record_poll(store, poll)
+
+
+SIGNAL = Signal(
+    "polls",
+    tuple(parse.POLL_TABLES),
+    intake=WrittenIntake(
+        wire.AGENT_RAY_STATE,
+        parse.MAX_BODY,
+        parse.parse,
+        recorded,
+        "poll",
+        "the poll",
+        answer="rows",
+        rejected="bad_ray_state",
+    ),
+)

@@ -75,6 +75,7 @@ KINDS = {
     ),
 }
 STATUS: Final = "cluster_status"  # (wire.RayState's)
+MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 # What the polls found (raw input): each entity's last row as Ray gave it, when first and last polled, its state then
 # and every change of it (a sampled resource holds the last poll's rows only); what the cluster had and what waited

@@ -10,10 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from raysight import wire
+from raysight.errors import BadIngest
 from raysight.tables import Table, columns
 
+MAX_BODY = 1024 * 1024
 PREFIX = "ray_aggregator_agent_"
 SAMPLE_SUFFIX = {"counter": "_total", "gauge": ""}  # the kinds kept, and how a sample's name extends its family's
 
@@ -49,7 +53,7 @@ def parse_aggregator_metrics(text: str) -> list[RaySample]:
     """The aggregator's counters and gauges in ``text``; series that differ only in other labels are summed.
 
     Samples of other metrics, without a ``SessionName`` or with a non-finite value are left out; text that is not
-    Prometheus exposition raises ValueError.
+    Prometheus exposition raises BadIngest (a ValueError).
     """
     summed: dict[tuple[str, str, str, str, str], float] = {}
     try:
@@ -66,5 +70,18 @@ def parse_aggregator_metrics(text: str) -> list[RaySample]:
                 key = (session, source, family.name, labels.get("event_type", ""), family.type)
                 summed[key] = summed.get(key, 0.0) + sample.value
     except ValueError as exc:
-        raise ValueError(f"not Prometheus text: {exc}") from None
+        raise BadIngest(f"not Prometheus text: {exc}") from None
     return [RaySample(*key, value) for key, value in summed.items()]
+
+
+def parse(body: bytes) -> list[RaySample]:
+    """The aggregators' samples of a ``{"text": …}`` body (``POST /ingest/agent/ray-metrics``, ``wire.RayMetrics``:
+    JSON, a content type no web page may send unasked); BadIngest says what is wrong."""
+    try:
+        fields = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        fields = None
+    text = wire.shaped(fields, wire.RayMetrics)["text"] if isinstance(fields, dict) else None
+    if not isinstance(text, str):
+        raise BadIngest('the body must be a JSON object {"text": "<Prometheus text>"}')
+    return parse_aggregator_metrics(text)

@@ -28,5 +28,10 @@ def record(tx: Tx, exit_: RunExit) -> None:
     reconcile(tx.run, sorted({r[0] for r in started} | ({session} if session else set())))
 
 
+def write(store: Store, exit_: RunExit) -> None:
+    """``record`` in a transaction of its own (the run exit's intake)."""
+    store.write(lambda tx: record(tx, exit_))
+
+
 def forget(store: Store, tx: Tx, session: str) -> None:
     tx.run(FORGET, [session])

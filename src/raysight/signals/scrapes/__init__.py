@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raysight.signals.scrapes.parse import METRIC_TABLES
-from raysight.signals.signal import Signal, Upkeep
+from raysight import wire
+from raysight.signals.scrapes import parse
+from raysight.signals.signal import Signal, Upkeep, WrittenIntake
 
 if TYPE_CHECKING:
     from raysight.settings import WriterSettings
     from raysight.store.store import Store
     from raysight.store.tx import Tx
+
+
+def recorded(store: Store, scrapes: list[parse.Scrape]) -> list[int]:
+    from raysight.signals.scrapes.apply import record_scrapes
+
+    return record_scrapes(store, scrapes)
 
 
 def forgotten(store: Store, tx: Tx, session: str) -> None:
@@ -37,7 +44,20 @@ def downsampled(store: Store, settings: WriterSettings) -> str | None:
 
 SIGNAL = Signal(
     "scrapes",
-    tuple(METRIC_TABLES),
+    tuple(parse.METRIC_TABLES),
     forget=forgotten,
     upkeep=(Upkeep("metrics retention", pruned), Upkeep("metrics downsampling", downsampled)),
+    # parsed and checked against the bounds on a thread (a page of 50,000 lines takes ~0.1 s), refused with 400 (a
+    # line past them) or 413 (too many lines) before the writer sees it
+    intake=WrittenIntake(
+        wire.AGENT_METRICS,
+        parse.MAX_BODY,
+        parse.parse,
+        recorded,
+        "scrape",
+        "the scrape",
+        answer="samples",
+        rejected="bad_scrape",
+        together=True,
+    ),
 )
