@@ -82,7 +82,10 @@ class Metrics:
         self.deduplicated.inc(events)
         self.resends.inc()
 
-    def committed(self, result: ApplyResult, seconds: float) -> None:
+    def committed(self, result: Any, seconds: float) -> None:
+        """What a group's apply returned once committed: Ray events' counts, and how long their group took."""
+        if not isinstance(result, ApplyResult):
+            return
         self.received.inc(result.received)
         self.stored.inc(result.stored)
         self.deduplicated.inc(result.deduplicated)

@@ -39,7 +39,6 @@ import duckdb
 from raysight import os_thread
 from raysight.errors import BadIngest, QueueFull
 from raysight.settings import JOURNAL_DIR, WriterSettings
-from raysight.signals.ray_events.apply import ApplyResult
 from raysight.signals.registry import SIGNALS
 from raysight.signals.signal import fold_linger
 from raysight.store.journal import RAY_EVENTS, Batch, Journal, Record
@@ -106,11 +105,11 @@ class Writer:
     def __init__(
         self,
         store: Store,
-        on_commit: Callable[[ApplyResult, float], None] | None = None,
+        on_commit: Callable[[Any, float], None] | None = None,
         settings: WriterSettings | None = None,
     ) -> None:
-        """Fold what is journalled into ``store`` (``on_commit`` told of each group committed), as ``settings`` say
-        (None: the defaults)."""
+        """Fold what is journalled into ``store`` (``on_commit`` told what each group's apply returned, once committed,
+        where it returned anything), as ``settings`` say (None: the defaults)."""
         self.store, self.settings = store, settings or WriterSettings()
         self._prune_after = 0.0  # monotonic time of the next application of the retention
         folded = store.journal_folded()
@@ -451,7 +450,7 @@ class Writer:
             self._done([record], None, 0.0)
             return
 
-    def _done(self, group: list[Record], result: ApplyResult | None, seconds: float) -> None:
+    def _done(self, group: list[Record], result: Any, seconds: float) -> None:
         self.stall = None
         self.journal.release(group[-1].seq)
         self._backlog(-sum(len(r.body) for r in group), -len(group))
