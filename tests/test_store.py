@@ -11,11 +11,13 @@ import orjson
 import pytest
 
 from raysight.client import RESOURCES
+from raysight.errors import NotFound
+from raysight.signals.log_lines.logs_query import LogQuery, log_page
 from raysight.signals.ray_events import apply as ray_apply
-from raysight.signals.ray_events import entities
+from raysight.signals.ray_events import entities, summary_query
 from raysight.signals.ray_events.apply import Post, apply_posts, parse_posts, reindex
 from raysight.signals.ray_events.state_query import list_rows
-from raysight.store.sessions_query import latest_session
+from raysight.store.sessions_query import EVERY_SESSION, latest_session, resolve_session
 from raysight.store.store import Store
 from tests.conftest import FIXTURES, run_exit
 
@@ -75,6 +77,25 @@ def test_recorded_session_folds_field_by_field(store: Store, ray_batches) -> Non
     assert {w["exit_type"] for w in workers if not w["is_alive"]} >= {"SYSTEM_ERROR", "INTENDED_SYSTEM_EXIT"}
     nodes = list_rows(con, entities.NODES, session=latest_session(con), detail=True).rows
     assert len(nodes) == 1 and nodes[0]["is_head_node"] and nodes[0]["resources_total"]["CPU"] == 2.0
+
+
+def test_read_models_take_the_session_as_resolved_and_never_pick_one_themselves(store: Store, ray_batches) -> None:
+    """The server resolves a request's session once (by name or label, default the newest) and hands it to every read
+    model: None means none is recorded, ``*`` every session; a read model given None picks no session of its own."""
+    load(store, ray_batches)
+    con = store.reader()
+    (session,) = {row[0] for row in con.execute("SELECT session FROM sessions").fetchall()}
+    assert resolve_session(con, "rec") == resolve_session(con, None) == session  # by label; the newest
+    assert resolve_session(con, EVERY_SESSION, every=True) == EVERY_SESSION
+    with pytest.raises(NotFound, match="no session named"):
+        resolve_session(con, EVERY_SESSION)
+    tasks = list_rows(con, entities.TASKS, session=session, limit=None)
+    assert tasks.total > 0 and tasks.session == session
+    assert list_rows(con, entities.TASKS, session=EVERY_SESSION, limit=None).total == tasks.total
+    assert list_rows(con, entities.TASKS, session=None, limit=None).total == 0
+    assert summary_query.summarize_tasks(con, None)["summary"] == []
+    assert summary_query.summarize_tasks(con, session)["summary"]
+    assert log_page(con, LogQuery(session=None)).total == 0
 
 
 def test_arrival_order_and_resends_do_not_change_the_answer(tmp_path: Path, ray_batches) -> None:
