@@ -63,6 +63,12 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if missing := ui_routes.vendor_missing():
+            log.warning(
+                "the dashboard's libraries are not installed (%s): its pages say so; run `npm ci` in %s",
+                ", ".join(missing),
+                ui_routes.UI_DIR,
+            )
         store = Store(settings.data_dir, settings.store, worker_niceness=FOLD_NICENESS)
         metrics_ = Metrics(store)
         writer = Writer(store, metrics_.committed, settings.writer)

@@ -8,10 +8,11 @@ page must load to ask for it. Nothing here is built from a request: files are lo
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from raysight import wire
@@ -53,13 +54,30 @@ def vendor_missing() -> list[str]:
     return [name for name, path in VENDOR.items() if not (UI_DIR / "node_modules" / path).is_file()]
 
 
+def missing_page(missing: list[str]) -> str:
+    """What every page says in place of the dashboard when its libraries are not installed (the server's log says
+    where to install them: this page is served without a token, so it names no path of the server's)."""
+    names = ", ".join(f"<code>{html.escape(name)}</code>" for name in missing)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>raysight: the dashboard is not installed</title></head>
+<body><h1>raysight's dashboard cannot be drawn</h1>
+<p>The libraries its pages use are not installed with this raysight: {names}.</p>
+<p>Install raysight from a wheel that holds them, or run <code>npm ci</code> in raysight's <code>ui</code> folder (the
+server's log at start names it). The API, Ray's CLI and raysight's CLI work without them.</p></body></html>
+"""
+
+
 async def home(request: Request) -> Response:
     return RedirectResponse(wire.UI + "/", status_code=307)
 
 
 async def shell(request: Request) -> Response:
-    """Any page: the HTML shell, whose scripts read the URL."""
-    return FileResponse(UI_DIR / "index.html", headers={**HEADERS, "Cache-Control": "no-cache"})
+    """Any page: the HTML shell, whose scripts read the URL; or, without the libraries it needs, a page saying so
+    (503: an install to complete, not a page that draws nothing)."""
+    headers = {**HEADERS, "Cache-Control": "no-cache"}
+    if missing := vendor_missing():
+        return HTMLResponse(missing_page(missing), status_code=503, headers=headers)
+    return FileResponse(UI_DIR / "index.html", headers=headers)
 
 
 async def vendor(request: Request) -> Response:
