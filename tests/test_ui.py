@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -624,3 +625,35 @@ def test_a_line_found_by_the_log_search_leads_to_its_task_attempt(recorded: Serv
     w.settle()
     assert "crash_once: retry" in page.locator("#attempt-1 pre.log").inner_text()
     assert not page.locator("pre.log a.line-task").count()  # a task's own lines do not link to it again
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_missing_without_its_libraries(
+    tmp_path: Path, watched: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A clone holds no dashboard libraries (npm's, by the lock file): building a wheel installs them (the build
+    backend runs `npm ci`) and the wheel ships them, so an installed server's pages draw; removed, every page and the
+    log at start say what is missing."""
+    clone, dist, site = tmp_path / "clone", tmp_path / "dist", tmp_path / "site"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    assert not (clone / "src" / "raysight" / "ui" / "node_modules").exists()
+    pip = [sys.executable, "-m", "pip", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(clone)], check=True, timeout=300)
+    (wheel,) = dist.glob("raysight-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)], check=True)
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the servers below run the wheel's raysight
+    where = subprocess.run([sys.executable, "-c", "import raysight; print(raysight.__file__)"], capture_output=True)
+    assert where.stdout.decode().startswith(str(site))
+    with ServerProcess(tmp_path / "data") as server:
+        page = watched(server.url).open("/ui/sessions")
+        page.locator("#page .tabulator").first.wait_for(timeout=WAIT_MS)  # the table library loaded and drew
+        assert httpx.get(f"{server.url}/ui/vendor/d3.js").status_code == 200
+    capfd.readouterr()
+    shutil.rmtree(site / "raysight" / "ui" / "node_modules")
+    with ServerProcess(tmp_path / "data") as server:
+        answer = httpx.get(f"{server.url}/ui/tasks")
+        assert answer.status_code == 503 and "<code>tabulator.mjs</code>" in answer.text and "npm ci" in answer.text
+    logged = capfd.readouterr().err
+    assert "the dashboard's libraries are not installed (tabulator.mjs, tabulator.css, uplot.mjs" in logged
