@@ -631,7 +631,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_missing_without_its_libraries(
-    tmp_path: Path, watched: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, watched: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], ray_batches: Any
 ) -> None:
     """A clone holds no dashboard libraries (npm's, by the lock file): building a wheel installs them (the build
     backend runs `npm ci`) and the wheel ships them, so an installed server's pages draw; removed, every page and the
@@ -647,8 +647,11 @@ def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_
     where = subprocess.run([sys.executable, "-c", "import raysight; print(raysight.__file__)"], capture_output=True)
     assert where.stdout.decode().startswith(str(site))
     with ServerProcess(tmp_path / "data") as server:
-        page = watched(server.url).open("/ui/sessions")
-        page.locator("#page .tabulator").first.wait_for(timeout=WAIT_MS)  # the table library loaded and drew
+        for batch in ray_batches:  # (a session, for the sessions table to draw)
+            assert httpx.post(f"{server.url}/ingest/ray-events", json=batch).status_code == 200
+        wait_folded(server.url)
+        (row,) = rows(watched(server.url).open("/ui/"), "#sessions")  # the table library loaded and drew
+        assert row[0] == ray_batches[0][0]["sessionName"]
         assert httpx.get(f"{server.url}/ui/vendor/d3.js").status_code == 200
     capfd.readouterr()
     shutil.rmtree(site / "raysight" / "ui" / "node_modules")
