@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import struct
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import click
 import httpx
 import orjson
 import pytest
@@ -23,7 +25,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from raysight import wire
-from raysight.cli import main
+from raysight.cli import SECTIONS, main
 from raysight.cli.run import free_port
 from raysight.client import Client
 from raysight.settings import ENV_INGEST_KEY, ENV_SERVER, ENV_TOKEN
@@ -287,7 +289,7 @@ def test_help_and_version_list_every_command(url: str) -> None:
         "doctor",
         "reindex",
     ]
-    listed = ok(url, "--help").split("Commands:")[1].split()
+    listed = ok(url, "--help").split("Recording:")[1].split()  # (the commands, by what they are for)
     assert all(c in listed for c in commands)
     assert ok(url, "--version").startswith("raysight, version ")
     assert "--detach" in ok(url, "server", "-h") and "delete" in ok(url, "sessions", "--help")
@@ -449,3 +451,27 @@ def test_a_record_follows_the_one_before_only_where_that_one_ends() -> None:
     assert not follows(line, {**line, "byte_offset": 16}) and not follows(line, {**line, "byte_offset": 18})
     assert follows(line, {**line, "byte_offset": 16, "continued": True})  # a piece of the same line: no newline
     assert not follows(line, {**line, "byte_offset": 17, "file_key": "other"})
+
+
+def test_help_groups_the_commands_and_each_command_s_help_leads_with_an_example_that_parses() -> None:
+    """`raysight --help` lists every command once, under what it is for; each command's help opens with one example,
+    whose words that command takes."""
+    runner = CliRunner()
+    listing = runner.invoke(main, ["--help"]).output
+    titles = [line for line in listing.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert (
+        titles
+        == ["Options:", *(f"{title}:" for title in SECTIONS)]
+        == ["Options:", "Recording:", "Querying:", "Tools:"]
+    )
+    named = [command.name for commands in SECTIONS.values() for command, _ in commands]
+    assert len(named) == len(set(named)) and set(named) == set(main.commands)
+    for commands in SECTIONS.values():
+        for command, example in commands:
+            shown = runner.invoke(main, [str(command.name), "--help"]).output.split("\n\n")
+            assert shown[1].strip() == f"Example: {shlex.join(['raysight', *example])}", shown[:2]
+            said: click.Command = main  # the words parsed as a user's would be, by the command they name; none run
+            words = list(example)
+            while isinstance(said, click.Group) and words and words[0] in said.commands:
+                said, words = said.commands[words[0]], words[1:]
+            said.make_context(str(said.name), words, parent=click.Context(main, info_name="raysight"))

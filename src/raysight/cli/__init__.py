@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import shlex
 from typing import Any
 
 import click
@@ -33,6 +35,12 @@ class RaysightGroup(click.Group):
         except RaysightError as exc:
             raise click.ClickException(str(exc)) from None
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands by what they are for (:data:`SECTIONS`), each section in the order it lists them."""
+        for title, commands in SECTIONS.items():
+            with formatter.section(title):
+                formatter.write_dl([(command.name or "", _summary(command)) for command, _ in commands])
+
 
 @click.group(cls=RaysightGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="raysight")
@@ -44,24 +52,51 @@ def main() -> None:
     """
 
 
-for command in (
-    server_cmd,
-    env_cmd,
-    run_cmd,
-    agent_cmd,
-    poll_cmd,
-    demo_cmd,
-    list_cmd,
-    get_cmd,
-    summary_cmd,
-    logs_cmd,
-    errors_cmd,
-    timeline_cmd,
-    traces_cmd,
-    status_cmd,
-    metrics_cmd,
-    sessions_cmd,
-    doctor_cmd,
-    reindex_cmd,
-):
-    main.add_command(command)
+# Every command under what it is for, each with the one example its help leads with (its arguments after `raysight`)
+SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
+    "Recording": (
+        (server_cmd, ("server", "--data-dir", "/var/lib/raysight")),
+        (run_cmd, ("run", "--", "python", "app.py")),
+        (env_cmd, ("env", "--server", "http://head:7474", "--cluster", "prod")),
+        (agent_cmd, ("agent", "--server", "http://head:7474")),
+        (poll_cmd, ("poll", "--dashboard", "http://head:8265", "--server", "http://head:7474")),
+        (demo_cmd, ("demo",)),
+    ),
+    "Querying": (
+        (sessions_cmd, ("sessions",)),
+        (list_cmd, ("list", "tasks", "--filter", "state=FAILED")),
+        (get_cmd, ("get", "actors", "5c6b7d40e6a24a9b7c4e06ab01000000")),
+        (summary_cmd, ("summary", "tasks", "--session", "prod")),
+        (errors_cmd, ("errors", "--since", "-1h")),
+        (logs_cmd, ("logs", "--grep", "CUDA error", "--follow")),
+        (traces_cmd, ("traces", "--errors", "--min-duration", "250ms")),
+        (timeline_cmd, ("timeline", "-o", "trace.json")),
+        (status_cmd, ("status", "--at", "-10m")),
+        (metrics_cmd, ("metrics", "top")),
+    ),
+    "Tools": (
+        (doctor_cmd, ("doctor",)),
+        (reindex_cmd, ("reindex",)),
+    ),
+}
+
+
+SHORT_HELP = 64  # characters of a command's line in `raysight --help`: its help's first sentence, cut to fit 80
+
+
+def _leading_with(command: click.Command, example: tuple[str, ...]) -> click.Command:
+    """``command`` whose help starts with ``example``, a paragraph of its own."""
+    command.help = f"\b\nExample: {shlex.join(['raysight', *example])}\n\n{inspect.cleandoc(command.help or '')}"
+    return command
+
+
+def _summary(command: click.Command) -> str:
+    """The first sentence of ``command``'s help after its example, cut at a word to :data:`SHORT_HELP`."""
+    text = (command.help or "").split("\n\n", 2)[1]
+    sentence = " ".join(text.split()).split(". ")[0]
+    return sentence if len(sentence) <= SHORT_HELP else sentence[: SHORT_HELP - 3].rsplit(" ", 1)[0] + "..."
+
+
+for _commands in SECTIONS.values():
+    for _command, _example in _commands:
+        main.add_command(_leading_with(_command, _example))
