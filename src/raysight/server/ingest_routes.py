@@ -332,9 +332,8 @@ def written_route(signal: Signal, intake: WrittenIntake) -> BaseRoute:
         try:
             parsed = await run_in_threadpool(intake.parse, body)
         except BadIngest as exc:
-            if intake.rejected:
-                app_state(request).metrics.rejected.labels(intake.rejected).inc()
-            raise BadIngest(f"bad {intake.what}: {exc}") from None
+            refused = BadIngest(f"bad {intake.what}: {exc}")
+            raise (_rejected(request, intake.rejected, refused) if intake.rejected else refused) from None
         except TooMany as exc:
             raise _rejected(request, "too_many_items", TooMany(f"bad {intake.what}: {exc}")) from None
         writer = app_state(request).writer

@@ -77,7 +77,7 @@ def rewrite(store: Store) -> None:
         ).fetchall()
         with store.transaction() as tx:
             for (name,) in tables:  # the columns the current DDL keeps (raw_events' key went in schema 6)
-                (columns,) = store.tx.one(
+                (columns,) = tx.one(
                     """SELECT string_agg('"' || column_name || '"', ', ') FROM duckdb_columns()
                        WHERE database_name = ? AND schema_name = 'main' AND table_name = ? AND column_name IN (
                            SELECT column_name FROM duckdb_columns()
