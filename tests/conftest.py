@@ -74,10 +74,11 @@ def recorded(demo: tuple[Path, int, str]) -> Iterator[ServerProcess]:
         yield server
 
 
+SCREENSHOTS = Path("/tmp/raysight-ui-screenshots")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Name the folder of the dashboard's screenshots (tests/test_ui.py writes one of each page it visits)."""
-    from tests.test_ui import SCREENSHOTS
-
     if SCREENSHOTS.is_dir() and any(SCREENSHOTS.iterdir()):
         terminalreporter.write_line(f"Screenshots of the dashboard's pages: {SCREENSHOTS}")
 

@@ -27,11 +27,11 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from raysight.client import Client
 from raysight.config import USER_AGENT
 from raysight.ingest.otlp import key_values
+from tests.conftest import SCREENSHOTS
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path("/tmp/raysight-ui-screenshots")
 WAIT_MS = 15_000
 
 
