@@ -57,9 +57,9 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
     "Recording": (
         (server_cmd, ("server", "--data-dir", "/var/lib/raysight")),
         (run_cmd, ("run", "--", "python", "app.py")),
-        (env_cmd, ("env", "--server", "http://head:7474", "--cluster", "prod")),
-        (agent_cmd, ("agent", "--server", "http://head:7474")),
-        (poll_cmd, ("poll", "--dashboard", "http://head:8265", "--server", "http://head:7474")),
+        (env_cmd, ("env", "--server", "http://head:8271", "--cluster", "prod")),
+        (agent_cmd, ("agent", "--server", "http://head:8271")),
+        (poll_cmd, ("poll", "--dashboard", "http://head:8265", "--server", "http://head:8271")),
         (demo_cmd, ("demo",)),
     ),
     "Querying": (
