@@ -37,7 +37,7 @@ from tests.ray_scenarios import ServerProcess, peak_rss_mb, wait_folded
 SESSION = "session_2026-11-26_10-00-00_000000_1"
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 GZIP = {**PROTOBUF, "Content-Encoding": "gzip"}
-RSS_BOUND_MB = 1024  # the README's promise
+RSS_BOUND_MB = 1024  # docs/operations.md's promise
 
 
 def spans(n: int, first: int = 1, **attributes: object) -> list[Span]:
