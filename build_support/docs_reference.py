@@ -54,7 +54,8 @@ def _section(path: tuple[str, ...], command: click.Command) -> str:
     ctx = _context(path, command)
     usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
     out = [f"### `{ctx.command_path}`\n", f"```text\n{usage}\n```\n", f"{_help(command)}\n"]
-    records = filter(None, (param.get_help_record(ctx) for param in command.get_params(ctx) if param.name != "help"))
+    params = [param for param in command.get_params(ctx) if param is not command.get_help_option(ctx)]
+    records = filter(None, (param.get_help_record(ctx) for param in params))
     rows = [f"| `{_cell(names)}` | {_cell(text)} |" for names, text in records]
     if rows:
         out.append("| option | what it does |\n|---|---|\n" + "\n".join(rows) + "\n")
