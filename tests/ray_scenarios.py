@@ -35,10 +35,11 @@ class ServerProcess:
         prefix: Sequence[str] = (),
         start_timeout_s: float = 30,
         options: Sequence[str] = (),
+        python: str | Path = sys.executable,
     ) -> None:
         """``prefix`` runs the server under another command (``taskset -c 0`` for the benchmarks); ``options`` are
-        more `raysight server` options."""
-        self.data_dir, self.port = data_dir, port or free_port()
+        more `raysight server` options; ``python`` the interpreter (another environment's) that runs it."""
+        self.data_dir, self.port, self.python = data_dir, port or free_port(), python
         self.url = f"http://127.0.0.1:{self.port}"
         self.prefix, self.start_timeout_s, self.options = list(prefix), start_timeout_s, list(options)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -47,7 +48,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [
                 *self.prefix,
-                sys.executable,
+                str(self.python),
                 "-m",
                 "raysight",
                 "server",

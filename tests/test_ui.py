@@ -6,10 +6,13 @@ screenshotted into the folder the test run names at its end."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -631,22 +634,43 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_missing_without_its_libraries(
-    tmp_path: Path, watched: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], ray_batches: Any
+    tmp_path: Path, watched: Any, capfd: pytest.CaptureFixture[str], ray_batches: Any
 ) -> None:
-    """A clone holds no dashboard libraries (npm's, by the lock file): building a wheel installs them (the build
-    backend runs `npm ci`) and the wheel ships them, so an installed server's pages draw; removed, every page and the
-    log at start say what is missing."""
-    clone, dist, site = tmp_path / "clone", tmp_path / "dist", tmp_path / "site"
+    """A clone holds no dashboard libraries (npm's, by the lock file): building it as `python -m build` does — an
+    sdist through the build backend, then a wheel from the sdist — installs them (the backend runs `npm ci`) and
+    both ship them, so a server installed from the wheel draws its pages; removed, every page and the log at start
+    say what is missing."""
+    clone, dist, venv = tmp_path / "clone", tmp_path / "dist", tmp_path / "venv"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     assert not (clone / "src" / "raysight" / "ui" / "node_modules").exists()
+    backend = f"import raysight_build; print(raysight_build.build_sdist({str(dist)!r}))"
+    built = subprocess.run(
+        [sys.executable, "-c", backend],
+        cwd=clone,
+        env={**os.environ, "PYTHONPATH": str(clone / "build_support")},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    sdist = dist / built.stdout.split()[-1]
+    with tarfile.open(sdist) as tar:  # (the libraries travel in it: a wheel built from it needs no npm)
+        assert any("/src/raysight/ui/node_modules/tabulator-tables/" in name for name in tar.getnames())
     pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(clone)], check=True, timeout=300)
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(sdist)], check=True, timeout=300)
     (wheel,) = dist.glob("raysight-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)], check=True)
-    monkeypatch.setenv("PYTHONPATH", str(site))  # the servers below run the wheel's raysight
-    where = subprocess.run([sys.executable, "-c", "import raysight; print(raysight.__file__)"], capture_output=True)
-    assert where.stdout.decode().startswith(str(site))
-    with ServerProcess(tmp_path / "data") as server:
+    # A venv that sees the system's packages, and this one's (raysight's dependencies) after its own
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    Path(own.stdout.strip(), "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([python, "-m", "pip", "-q", "install", "--no-deps", "--no-index", str(wheel)], check=True)
+    where = subprocess.run([python, "-c", "import raysight; print(raysight.__file__)"], capture_output=True, text=True)
+    assert where.stdout.startswith(own.stdout.strip()), where
+    site = Path(own.stdout.strip())
+    with ServerProcess(tmp_path / "data", python=python) as server:
         for batch in ray_batches:  # (a session, for the sessions table to draw)
             assert httpx.post(f"{server.url}/ingest/ray-events", json=batch).status_code == 200
         wait_folded(server.url)
@@ -655,7 +679,7 @@ def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_
         assert httpx.get(f"{server.url}/ui/vendor/d3.js").status_code == 200
     capfd.readouterr()
     shutil.rmtree(site / "raysight" / "ui" / "node_modules")
-    with ServerProcess(tmp_path / "data") as server:
+    with ServerProcess(tmp_path / "data", python=python) as server:
         answer = httpx.get(f"{server.url}/ui/tasks")
         assert answer.status_code == 503 and "<code>tabulator.mjs</code>" in answer.text and "npm ci" in answer.text
     logged = capfd.readouterr().err
