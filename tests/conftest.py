@@ -21,6 +21,7 @@ from raysight.server.app import create_app
 from raysight.settings import ENV_SERVER, Settings
 from raysight.signals.run_exits.apply import record as record_run_exit
 from raysight.store.store import Store
+from tests.docs_examples import documented
 from tests.ray_scenarios import ServerProcess, ray_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,10 +53,12 @@ def server(tmp_path: Path) -> TestClient:
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    """`raysight demo --exit` as a user runs it, on a data dir and port of the test's: (data dir, port, its output)."""
+    """`raysight demo --exit` as a user runs it (as docs/getting-started.md shows it), on a data dir and port of the
+    test's: (data dir, port, its output)."""
     data_dir, port = tmp_path_factory.mktemp("store"), free_port()
+    demo = documented("raysight demo")[1:]
     done = subprocess.run(
-        [sys.executable, "-m", "raysight", "demo", "--exit", "--data-dir", str(data_dir), "--port", str(port)],
+        [sys.executable, "-m", "raysight", *demo, "--data-dir", str(data_dir), "--port", str(port)],
         capture_output=True,
         text=True,
         timeout=300,

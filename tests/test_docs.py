@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import importlib
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,9 @@ from click.testing import CliRunner
 from build_support import docs_reference
 from raysight.cli import main
 from raysight.settings import CLIENT_ENVIRONMENT, DEFAULT_PORT, ENV_SERVER, SERVER
+from tests.docs_examples import EXAMPLES, PAGES, README, ROOT, Example
 from tests.ray_scenarios import ServerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 DOCUMENTED_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 README_MAX_LINES = 200
 
@@ -52,35 +48,6 @@ LIVE = {
     "pip install .": "tests.test_ui.test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_"
     "missing_without_its_libraries",
 }
-
-
-@dataclass(frozen=True)
-class Example:
-    """A command a page shows, as written after its ``$ ``."""
-
-    page: Path
-    line: int
-    command: str
-
-    def __str__(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}: $ {self.command}"
-
-    @property
-    def argv(self) -> list[str]:
-        return shlex.split(self.command)
-
-
-def examples(page: Path) -> Iterator[Example]:
-    """The ``$ `` lines of ``page``'s ``console`` blocks."""
-    in_console = False
-    for number, line in enumerate(page.read_text().splitlines(), 1):
-        if line.startswith("```"):
-            in_console = not in_console and line.strip() == "```console"
-        elif in_console and line.startswith("$ "):
-            yield Example(page, number, line[2:])
-
-
-EXAMPLES = [example for page in PAGES for example in examples(page)]
 
 
 def live_test(example: Example) -> str | None:
