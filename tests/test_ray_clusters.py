@@ -201,7 +201,7 @@ def test_raysight_stop_stops_its_ray_start_node_alone_which_ends_dead(ray_start:
     stopped, state = ray_start["stopped"], ray_start["state"]
     assert stopped.returncode == 0, stopped.stderr
     assert re.fullmatch(
-        rf"Stopped Ray's \d+ processes of node {state['ray']['node_id']}; its agent \(pid {state['agent']['pid']}\) "
+        rf"Stopped Ray on node {state['ray']['node_id']} \(\d+ processes\); its agent \(pid {state['agent']['pid']}\) "
         rf"stopped; its poller \(pid {state['poller']['pid']}\) stopped\.\n",
         stopped.stdout,
     ), stopped.stdout

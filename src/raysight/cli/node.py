@@ -115,8 +115,7 @@ def stop_session(sid: int) -> tuple[int, int]:
     """Stop the processes of Unix session ``sid`` as `ray stop` stops Ray's: SIGTERM to the raylet, then to the rest,
     then to the GCS (and whatever is left), each step given its share of :data:`RAY_GRACE_S` before SIGKILL. How many
     there were, and how many needed SIGKILL; ClickException naming those that outlive it."""
-    seen: set[int] = set()
-    killed = 0
+    seen, killed = set(unix_session(sid)), 0
 
     def in_it(pid: int) -> bool:
         return _session_of(pid) == sid
@@ -194,7 +193,7 @@ def _running(state: Mapping[str, Any]) -> list[str]:
     """What of the node ``state`` records runs now, in words."""
     found = []
     if processes := ray_processes(state["ray"]):
-        found.append(f"Ray's {len(processes)} processes of {os.path.basename(state['ray']['session_dir'])}")
+        found.append(f"Ray's {_processes(len(processes))} of {os.path.basename(state['ray']['session_dir'])}")
     pieces = {name: piece for name in ("agent", "poller") if (piece := state.get(name))}
     return found + [f"its {name} (pid {piece['pid']})" for name, piece in pieces.items() if _runs(piece)]
 
@@ -274,7 +273,7 @@ def _say_started(state: Mapping[str, Any], state_file: Path) -> None:
     ray, agent, poller = state["ray"], state["agent"], state["poller"]
     kind = "head node" if state["head"] else "node"
     lines = [
-        f"Started a Ray {kind}, node {ray['node_id']} of {os.path.basename(ray['session_dir'])}, recorded by "
+        f"Started Ray {kind} {ray['node_id']} of {os.path.basename(ray['session_dir'])}, recorded by "
         f"{state['server']}" + (f" as cluster {state['cluster']}" if state["cluster"] else ""),
         f"  Ray:        {ray['gcs_address']}  (its output: {ray['log']})",
     ]
@@ -304,32 +303,43 @@ def stop_cmd(state_dir: Path | None) -> None:
     with exclusive(state_dir / "node.lock"):
         if (state := _read(state_file)) is None:
             raise nothing
-        ray = state["ray"]
-        count, killed = stop_session(ray["sid"]) if ray_processes(ray) else (0, 0)
-        said = [
-            f"Stopped Ray's {count} processes of node {ray['node_id']}"
-            + (f" ({killed} needed SIGKILL)" if killed else "")
-            if count
-            else f"Ray's processes of node {ray['node_id']} had ended"
-        ]
-        pieces = {name: piece for name in ("agent", "poller") if (piece := state.get(name))}
-        running = {piece["pid"]: piece for piece in pieces.values() if _runs(piece)}
-
-        def still(pid: int) -> bool:
-            return _runs(running[pid])
-
-        stubborn = signal_and_wait(running, still, PIECE_STOP_S, signal.SIGTERM)
-        if left := signal_and_wait(stubborn, still, KILL_WAIT_S, signal.SIGKILL):
-            raise click.ClickException(f"processes {left} outlived SIGKILL by {KILL_WAIT_S:.0f} s")
-        for name, piece in pieces.items():
-            pid = piece["pid"]
-            ended = (
-                "had ended"
-                if pid not in running
-                else f"needed SIGKILL after {PIECE_STOP_S:.0f} s"
-                if pid in stubborn
-                else "stopped"
-            )
-            said.append(f"its {name} (pid {pid}) {ended}")
+        said = [_stop_ray(state["ray"])]
+        said += _stop_pieces({name: piece for name in ("agent", "poller") if (piece := state.get(name))})
         state_file.unlink()
     click.echo("; ".join(said) + ".")
+
+
+def _stop_ray(ray: Mapping[str, Any]) -> str:
+    """Stop the node's Ray processes (:func:`stop_session`, once they are the node's); what was done, in words."""
+    if not ray_processes(ray):
+        return f"Ray on node {ray['node_id']} had ended"
+    count, killed = stop_session(ray["sid"])
+    by_kill = f", {killed} by SIGKILL" if killed else ""
+    return f"Stopped Ray on node {ray['node_id']} ({_processes(count)}{by_kill})"
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
+def _stop_pieces(pieces: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """SIGTERM the agent and the poller recorded that still run (the agent ships what is left, then exits), SIGKILL
+    any that outlives :data:`PIECE_STOP_S`; what was done to each, in words."""
+    running = {piece["pid"]: piece for piece in pieces.values() if _runs(piece)}
+
+    def still(pid: int) -> bool:
+        return _runs(running[pid])
+
+    stubborn = signal_and_wait(running, still, PIECE_STOP_S, signal.SIGTERM)
+    if left := signal_and_wait(stubborn, still, KILL_WAIT_S, signal.SIGKILL):
+        raise click.ClickException(f"processes {left} outlived SIGKILL by {KILL_WAIT_S:.0f} s")
+    said = []
+    for name, piece in pieces.items():
+        if piece["pid"] not in running:
+            ended = "had ended"
+        elif piece["pid"] in stubborn:
+            ended = f"killed, still running {PIECE_STOP_S:.0f} s after SIGTERM"
+        else:
+            ended = "stopped"
+        said.append(f"its {name} (pid {piece['pid']}) {ended}")
+    return said
