@@ -120,3 +120,18 @@ def test_stop_stops_what_was_recorded_and_nothing_else(recorded: dict[str, Any])
     assert procs["ray"].wait(5) == procs["agent"].wait(5) == -15  # SIGTERM
     assert procs["beside"].poll() is None and procs["other"].poll() is None
     assert not (recorded["dir"] / STATE_FILE).exists()
+
+
+def test_stop_leaves_a_unix_session_that_names_not_the_node(tmp_path: Path) -> None:
+    """The number of the session recorded, given since to another (none of its processes names the node's session
+    directory): not Ray's, not stopped."""
+    other = subprocess.Popen(SLEEPER, start_new_session=True)
+    node = {"sid": other.pid, "session_dir": str(tmp_path / "session_x"), "node_id": "n1", "gcs_address": "h:1"}
+    (tmp_path / STATE_FILE).write_text(json.dumps({"head": False, "ray": node, "agent": None, "poller": None}))
+    try:
+        result = raysight("stop", "--state-dir", str(tmp_path))
+        assert (result.exit_code, result.output) == (0, "Ray on node n1 had ended.\n")
+        assert other.poll() is None and not (tmp_path / STATE_FILE).exists()
+    finally:
+        other.kill()
+        other.wait()
