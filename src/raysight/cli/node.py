@@ -42,7 +42,7 @@ from raysight.settings import ENV_INGEST_KEY
 
 STATE_FILE = "node.json"
 RAY_START_TIMEOUT_S = 120
-RAY_GRACE_S = 16.0  # `ray stop`'s grace period, shared as it shares it by its three steps
+RAY_GRACE_S = 16.0  # `ray stop`'s grace period, which it splits between its three steps, as here
 KILL_WAIT_S = 10.0
 PIECE_STOP_S = 60.0  # the agent ships what is left before it exits (giving up after 30 s of a server taking nothing)
 
@@ -284,7 +284,8 @@ def _say_started(state: Mapping[str, Any], state_file: Path) -> None:
         lines.append(f"  poller:     pid {poller['pid']}, log {poller['log']}")
     if state["head"]:
         join = f"raysight start --address {ray['gcs_address']} --server {state['server']}"
-        lines.append(f"Other nodes join with `{join}`; drivers from any shell with ray.init(address=...).")
+        join += f" --cluster {state['cluster']}" if state["cluster"] else ""
+        lines.append(f'Other nodes join with `{join}`; drivers, from any shell, with ray.init("{ray["gcs_address"]}").')
     lines.append(f"`raysight stop` stops all of it (recorded in {state_file}).")
     click.echo("\n".join(lines))
 

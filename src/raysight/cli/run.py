@@ -144,7 +144,8 @@ key_option = click.option(
 def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool) -> None:
     """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
     then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head. Drivers started where these
-    are set trace their tasks and actors."""
+    are set trace their tasks and actors. (`raysight start` does all of it, the agent and poller too, in one
+    command.)"""
     for line in env_lines(server or default_server(), cluster, ingest_key, tracing):
         click.echo(line)
 
