@@ -100,32 +100,32 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     bystander = RayStartHead(None, "", tmp_path_factory.mktemp("other-ray"))
     out: dict[str, Any] = {"state_file": state_file}
     try:
-        out["started"] = raysight_cli(*start)
-        assert out["started"].returncode == 0, out["started"].stderr
-        out["state"] = state = json.loads(state_file.read_text())
-        out["again"] = raysight_cli(*start)
-        out["driver"] = run_plain_driver(state["ray"]["gcs_address"])
-        bystander.launch()  # (up while the poller is watched)
-        out["polled"] = poll_beside_the_head(server.url, state["ray"]["dashboard"])
-        with server.client() as client:
-            wait_until_quiet(client)
-            (session,) = client.sessions()
-            out["running"] = everything(client, session["session"])
-            out["doctor"] = client.doctor()
-        bystander.address()
-        assert bystander.proc is not None
-        others = unix_session(bystander.proc.pid)
-        out["others"] = {os.path.basename(args[0]) for args in others.values()}
-        out["stopped"] = raysight_cli("stop")
-        pieces = [state["agent"], state["poller"]]
-        out["left"] = session_pids(state["ray"]["sid"]) + [p["pid"] for p in pieces if running(p["pid"], p["command"])]
-        out["others_gone"] = set(others) - set(session_pids(bystander.proc.pid))
-        out["stop_again"] = raysight_cli("stop")
-    finally:
-        if state_file.exists():  # (the test failed before its `raysight stop`)
-            raysight_cli("stop")
-        bystander.stop()
-    try:
+        try:
+            out["started"] = raysight_cli(*start)
+            assert out["started"].returncode == 0, out["started"].stderr
+            out["state"] = state = json.loads(state_file.read_text())
+            out["again"] = raysight_cli(*start)
+            out["driver"] = run_plain_driver(state["ray"]["gcs_address"])
+            bystander.launch()  # (up while the poller is watched)
+            out["polled"] = poll_beside_the_head(server.url, state["ray"]["dashboard"])
+            with server.client() as client:
+                wait_until_quiet(client)
+                (session,) = client.sessions()
+                out["running"] = everything(client, session["session"])
+                out["doctor"] = client.doctor()
+            bystander.address()
+            assert bystander.proc is not None
+            others = unix_session(bystander.proc.pid)
+            out["others"] = {os.path.basename(args[0]) for args in others.values()}
+            out["stopped"] = raysight_cli("stop")
+            pieces = [p["pid"] for p in (state["agent"], state["poller"]) if running(p["pid"], p["command"])]
+            out["left"] = session_pids(state["ray"]["sid"]) + pieces
+            out["others_gone"] = set(others) - set(session_pids(bystander.proc.pid))
+            out["stop_again"] = raysight_cli("stop")
+        finally:
+            if state_file.exists():  # (the test failed before its `raysight stop`)
+                raysight_cli("stop")
+            bystander.stop()
         with server.client() as client:
             deadline = time.monotonic() + 30
             while (ended := client.sessions()[0])["end_reason"] is None:
