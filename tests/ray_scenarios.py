@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from raysight import wire
+from raysight.cli.node import unix_session
 from raysight.cli.run import free_port, wait_until_quiet
 from raysight.client import Client
 from raysight.settings import ENV_SERVER
@@ -193,31 +194,26 @@ def driver_env() -> dict[str, str]:
 
 def session_pids(sid: int) -> list[int]:
     """The processes of session ``sid`` (a process started with ``start_new_session`` and all it started)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+    return list(unix_session(sid))
 
 
 class RayStartHead:
     """A head node started as the README says (`eval "$(raysight env …)"`, then `ray start --head
-    --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"`), in a process session of its own that :meth:`stop` kills whole."""
+    --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"`), in a process session of its own that :meth:`stop` kills whole;
+    with no ``server_url``, a plain `ray start --head` that raysight knows nothing of (no CPUs, no dashboard)."""
 
-    def __init__(self, server_url: str, cluster: str, temp_dir: Path) -> None:
+    def __init__(self, server_url: str | None, cluster: str, temp_dir: Path) -> None:
         self.server_url, self.cluster, self.temp_dir = server_url, cluster, temp_dir
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _popen(self, ray_start: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         python = sys.executable
-        script = (
-            f'eval "$({python} -m raysight env --server {self.server_url} --cluster {self.cluster})" && '
-            f"exec {python} -m ray.scripts.scripts start {ray_start} --num-cpus=1 --disable-usage-stats --block"
-        )
+        script = f"exec {python} -m ray.scripts.scripts start {ray_start} --disable-usage-stats --block"
+        if self.server_url:
+            raysight = f"{python} -m raysight env --server {self.server_url} --cluster {self.cluster}"
+            script = f'eval "$({raysight})" && {script} --num-cpus=1'
+        else:
+            script += " --num-cpus=0 --include-dashboard=false"
         return subprocess.Popen(
             ["bash", "-c", script],
             env=env or without_ray_settings(),
@@ -228,9 +224,17 @@ class RayStartHead:
 
     def start(self, timeout_s: float = 90) -> str:
         """Start the head; its address once it is up."""
-        self.proc = self._popen(
-            f'--head --port=0 --temp-dir={self.temp_dir} --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"'
-        )
+        return self.launch().address(timeout_s)
+
+    def launch(self) -> RayStartHead:
+        """Start the head, without waiting for it to be up (:meth:`address` does)."""
+        config = ' --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"' if self.server_url else ""
+        self.proc = self._popen(f"--head --port=0 --temp-dir={self.temp_dir}{config}")
+        return self
+
+    def address(self, timeout_s: float = 90) -> str:
+        """The address of the head launched, once it is up."""
+        assert self.proc is not None
         address_file = self.temp_dir / "ray_current_cluster"
         deadline = time.monotonic() + timeout_s
         while not (address_file.exists() and address_file.read_text().strip()):

@@ -1,7 +1,8 @@
-"""Real Ray beyond one local `ray.init()`: a `ray start` cluster set up as the README says (a node agent beside it),
-with a driver started outside it, then killed whole; a two-node cluster that loses a node, hosts a driver without
-raysight's variables, and whose own driver fails under `raysight run`; and a `ray start` cluster whose agents run as
-Ray actors, joined by a second node. Each workload runs once for this module, one cluster at a time."""
+"""Real Ray beyond one local `ray.init()`: a `ray start` head started by `raysight start` (its agent and poller beside
+it), with a driver started outside it, then stopped by `raysight stop` beside a Ray it did not start; a two-node
+cluster that loses a node, hosts a driver without raysight's variables, and whose own driver fails under `raysight
+run`; and a `ray start` cluster whose agents run as Ray actors, joined by a second node. Each workload runs once for
+this module, one cluster at a time."""
 
 from __future__ import annotations
 
@@ -18,18 +19,19 @@ from typing import Any
 import pytest
 
 from raysight.agent.scrape import ray_temp_dir
-from raysight.agent.state_poll import dashboard_url
-from raysight.cli.run import wait_until_quiet
+from raysight.cli.detach import command_line
+from raysight.cli.node import default_node_dir, unix_session
+from raysight.cli.run import RAY_SYSTEM_CONFIG, wait_until_quiet
 from raysight.client import Client
 from tests.ray_programs.two_nodes import DOOMED_LINES
 from tests.ray_scenarios import (
     RayStartHead,
     ServerProcess,
-    agent_command,
     assert_nothing_alive_without_a_reason,
     driver_env,
     raysight_cli,
     replayed,
+    session_pids,
 )
 
 pytestmark = pytest.mark.ray
@@ -50,8 +52,9 @@ def by_name(tasks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def run_plain_driver(address: str) -> None:
-    """tests/ray_programs/plain_driver.py against the cluster at ``address``, from a user's shell; it must succeed."""
+def run_plain_driver(address: str) -> str:
+    """tests/ray_programs/plain_driver.py against the cluster at ``address``, from a user's shell; it must succeed.
+    What it printed."""
     driver = subprocess.run(
         [sys.executable, str(PROGRAMS / "plain_driver.py"), address],
         env=driver_env(),
@@ -60,66 +63,80 @@ def run_plain_driver(address: str) -> None:
         timeout=120,
     )
     assert driver.returncode == 0, driver.stderr[-3000:]
+    return driver.stdout
 
 
-def poll_beside_the_head(server_url: str, ray_dir: Path) -> dict[str, Any]:
-    """`raysight poll` at the dashboard the head logged, as the README says to run it beside a head: once, then
-    every second until it has polled twice more (each poll's time is the doctor's ``last_ok_ms``), then stopped."""
-    deadline = time.monotonic() + 30
-    while (dashboard := dashboard_url(ray_dir / "session_latest")) is None:
-        assert time.monotonic() < deadline, "the head logged no dashboard address within 30 s"
-        time.sleep(0.2)
+def poll_beside_the_head(server_url: str, dashboard: str) -> dict[str, Any]:
+    """`raysight poll --once` at the dashboard `raysight start` recorded, then the poller it started seen polling on
+    (each poll's time is the doctor's ``last_ok_ms``: one later than the poll --once made)."""
     once = raysight_cli("poll", "--once", "--dashboard", dashboard, "--server", server_url)
     assert once.returncode == 0, once.stderr
-    command = [sys.executable, "-m", "raysight", "poll", "--dashboard", dashboard, "--server", server_url]
-    looping = subprocess.Popen([*command, "--every", "1"], stderr=subprocess.DEVNULL)
     seen: set[int] = set()
-    try:
-        with Client(server_url) as client:
-            deadline = time.monotonic() + 60
-            while len(seen) < 3:
-                assert time.monotonic() < deadline, f"raysight poll --every 1 polled {len(seen) - 1} times in 60 s"
-                seen |= {p["last_ok_ms"] for p in client.doctor()["polls"] if p["resource"] == "jobs"}
-                time.sleep(0.2)
-    finally:
-        looping.terminate()
-        looping.wait(timeout=30)
+    with Client(server_url) as client:
+        deadline = time.monotonic() + 30
+        while len(seen) < 2:
+            assert time.monotonic() < deadline, "the poller `raysight start` started did not poll within 30 s"
+            seen |= {p["last_ok_ms"] for p in client.doctor()["polls"] if p["resource"] == "jobs"}
+            time.sleep(0.2)
     return {"once": once, "polls_seen": len(seen)}
+
+
+def running(pid: int, command: list[str]) -> bool:
+    return command_line(pid) == command
+
+
+USER_CONFIG = {"worker_register_timeout_seconds": 90}  # a system config of the user's own (Ray's default: 60)
 
 
 @pytest.fixture(scope="module")
 def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A `ray start` head with a node agent beside it, as the README says, and a plain driver; what raysight saw while
-    it ran, then after the head was killed whole (SIGKILL: Ray's last events are lost)."""
+    """A head started by `raysight start --head` (given a system config of the user's own, and its state dir the
+    suite's default: conftest's), a second start refused, a plain driver; what raysight saw while it ran; then
+    `raysight stop`, with another Ray running beside it that raysight did not start, and what raysight saw after."""
     server = ServerProcess(tmp_path_factory.mktemp("store")).start()
-    ray_dir = tmp_path_factory.mktemp("ray")
-    agent = subprocess.Popen(
-        agent_command(server.url, ray_dir, tmp_path_factory.mktemp("agent")), stderr=subprocess.DEVNULL
-    )
+    ray_dir, state_file = tmp_path_factory.mktemp("ray"), default_node_dir() / "node.json"
+    start = ("start", "--head", "--server", server.url, "--cluster", "prodlike", "--port=0", f"--temp-dir={ray_dir}")
+    start += ("--num-cpus=1", "--disable-usage-stats", f"--system-config={json.dumps(USER_CONFIG)}")
+    bystander = RayStartHead(None, "", tmp_path_factory.mktemp("other-ray"))
+    out: dict[str, Any] = {"state_file": state_file}
     try:
-        head = RayStartHead(server.url, "prodlike", ray_dir)
         try:
-            address = head.start()
-            run_plain_driver(address)
-            polled = poll_beside_the_head(server.url, ray_dir)
+            out["started"] = raysight_cli(*start)
+            assert out["started"].returncode == 0, out["started"].stderr
+            out["state"] = state = json.loads(state_file.read_text())
+            out["again"] = raysight_cli(*start)
+            out["driver"] = run_plain_driver(state["ray"]["gcs_address"])
+            bystander.launch()  # (up while the poller is watched)
+            out["polled"] = poll_beside_the_head(server.url, state["ray"]["dashboard"])
             with server.client() as client:
                 wait_until_quiet(client)
                 (session,) = client.sessions()
-                running = everything(client, session["session"])
-                doctor = client.doctor()
+                out["running"] = everything(client, session["session"])
+                out["doctor"] = client.doctor()
+            bystander.address()
+            assert bystander.proc is not None
+            others = unix_session(bystander.proc.pid)
+            out["others"] = {os.path.basename(args[0]) for args in others.values()}
+            out["stopped"] = raysight_cli("stop")
+            pieces = [p["pid"] for p in (state["agent"], state["poller"]) if running(p["pid"], p["command"])]
+            out["left"] = session_pids(state["ray"]["sid"]) + pieces
+            out["others_gone"] = set(others) - set(session_pids(bystander.proc.pid))
+            out["stop_again"] = raysight_cli("stop")
         finally:
-            head.stop()
+            if state_file.exists():  # (the test failed before its `raysight stop`)
+                raysight_cli("stop")
+            bystander.stop()
         with server.client() as client:
             deadline = time.monotonic() + 30
             while (ended := client.sessions()[0])["end_reason"] is None:
                 assert time.monotonic() < deadline, "the agent's sightings did not end the session within 30 s"
                 time.sleep(0.2)
             wait_until_quiet(client)
-            killed = everything(client, session["session"])
-        yield {"running": running, "doctor": doctor, "killed": killed, "session": ended, "polled": polled}
+            out["ended"], out["session"] = everything(client, session["session"]), ended
+        (raises,) = by_name(out["running"]["tasks"])["raises"]
+        out["raises_logs"] = raysight_cli("logs", "--server", server.url, "--task", raises["task_id"])
+        yield out
     finally:
-        agent.terminate()
-        agent.wait(timeout=60)
         server.stop()
 
 
@@ -132,6 +149,8 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
         False,
     )
     assert "boom: raised in a task of a plain driver" in raises["error_message"]
+    logs = ray_start["raises_logs"]
+    assert logs.returncode == 0 and "raises: about to raise, on purpose" in logs.stdout, logs  # the failure's line
     adds = tasks["Accumulator.add"]
     assert len(adds) == 3 and {t["type"] for t in adds} == {"ACTOR_TASK"} and all(t["duration_ms"] for t in adds)
     (creation,) = tasks["Accumulator.__init__"]
@@ -140,29 +159,72 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
     assert ray_start["doctor"]["drivers_without_task_events"] == []
 
 
+def test_raysight_start_starts_a_ray_start_head_with_the_users_system_config_and_raysights_and_refuses_another(
+    ray_start: dict[str, Any],
+) -> None:
+    """What the GCS gave the driver holds the user's key and raysight's both; `raysight start` said what it started,
+    as its state file records it; a second start while the first runs is refused in one line."""
+    (line,) = [line for line in ray_start["driver"].splitlines() if line.startswith("system config: ")]
+    config = json.loads(line.removeprefix("system config: "))
+    assert config.items() >= {**USER_CONFIG, **RAY_SYSTEM_CONFIG}.items(), config
+    state, said = ray_start["state"], ray_start["started"].stdout
+    ray, agent, poller = state["ray"], state["agent"], state["poller"]
+    assert (state["head"], state["cluster"], ray["dashboard"].startswith("http://")) == (True, "prodlike", True)
+    assert Path(ray["session_dir"]).name == ray_start["session"]["session"] and ray["sid"] == int(
+        ray["session_dir"].rsplit("_", 1)[1]
+    )  # (Ray names a head's session after its `ray start`'s pid)
+    assert agent["command"][3:] == ["agent", "--server", state["server"], "--ray-dir", ray["temp_dir"]]
+    assert poller["command"][3:] == ["poll", "--dashboard", ray["dashboard"], "--server", state["server"]]
+    for shown in (ray["node_id"], ray["gcs_address"], ray["dashboard"], f"pid {agent['pid']}", f"pid {poller['pid']}"):
+        assert shown in said, said
+    assert agent["log"] in said and poller["log"] in said and "`raysight stop`" in said
+    again = ray_start["again"]
+    assert again.returncode == 1 and len(again.stderr.splitlines()) == 1, again.stderr
+    assert (
+        again.stderr.startswith("Error: a node `raysight start` started runs (Ray's ")
+        and str(ray_start["state_file"]) in again.stderr
+    )
+
+
 def test_raysight_poll_records_what_a_ray_start_cluster_never_sends(ray_start: dict[str, Any]) -> None:
     session = ray_start["session"]["session"]
     once = ray_start["polled"]["once"].stdout
-    assert once.startswith(f"Polled {session}: ") and "1 jobs" in once and ray_start["polled"]["polls_seen"] >= 3
+    assert once.startswith(f"Polled {session}: ") and "1 jobs" in once and ray_start["polled"]["polls_seen"] >= 2
     polls = {p["resource"]: p for p in ray_start["doctor"]["polls"] if p["session"] == session}
     assert polls["jobs"]["rows"] == 1 and all(p["last_ok_ms"] for p in polls.values()), polls
     assert polls.keys() >= {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}
 
 
-def test_a_ray_start_cluster_killed_whole_ends_as_its_node_agent_saw(ray_start: dict[str, Any]) -> None:
+def test_raysight_stop_stops_its_ray_start_node_alone_which_ends_dead(ray_start: dict[str, Any]) -> None:
+    """`raysight stop` stops Ray's processes of its node, its agent and its poller, and leaves the Ray beside it
+    running; the node ends dead (as Ray said, or as the agent saw), and so does the session."""
+    stopped, state = ray_start["stopped"], ray_start["state"]
+    assert stopped.returncode == 0, stopped.stderr
+    assert re.fullmatch(
+        rf"Stopped Ray on node {state['ray']['node_id']} \(\d+ processes\); its agent \(pid {state['agent']['pid']}\) "
+        rf"stopped; its poller \(pid {state['poller']['pid']}\) stopped\.\n",
+        stopped.stdout,
+    ), stopped.stdout
+    assert ray_start["left"] == [] and not ray_start["state_file"].exists()
+    assert (
+        ray_start["others"] >= {"raylet", "gcs_server"} and ray_start["others_gone"] == set()
+    )  # another Ray, untouched
+    again = ray_start["stop_again"]
+    assert (again.returncode, again.stderr.count("\n")) == (1, 1) and "nothing to stop" in again.stderr
     (node,) = ray_start["running"]["nodes"]
     assert (node["state"], node["state_inferred"]) == ("ALIVE", False)
     session = ray_start["session"]
-    # The agent sees the raylet and the GCS go at once: whichever sighting is folded first ends the session
+    # The agent sees the raylet and the GCS go: whichever sighting is folded first ends the session
     assert session["end_time_ms"] and (
         session["end_reason"] == "every node of the cluster died"
         or session["end_reason"].startswith("its gcs_server (pid ")
         and session["end_reason"].endswith("as raysight's node agent saw")
     ), session
-    (node,) = ray_start["killed"]["nodes"]
-    assert (node["state"], node["reported_state"], node["state_inferred"]) == ("DEAD", "ALIVE", True)
-    assert node["inferred_reason"].startswith("its raylet (pid ")
-    assert_nothing_alive_without_a_reason(ray_start["killed"])
+    (node,) = ray_start["ended"]["nodes"]
+    assert node["state"] == "DEAD" and (
+        node["reported_state"] == "DEAD" or node["inferred_reason"].startswith("its raylet (pid ")
+    ), node
+    assert_nothing_alive_without_a_reason(ray_start["ended"])
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
 """A driver that joins a running cluster (`python plain_driver.py ADDRESS`), as one started in another shell would:
-a task that raises, three that succeed, an actor and its methods."""
+a task that raises (saying so first), three that succeed, an actor and its methods. Prints the system config the
+cluster gave it."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -11,6 +13,7 @@ import ray
 
 @ray.remote(max_retries=0)
 def raises() -> None:
+    print("raises: about to raise, on purpose")
     raise RuntimeError("boom: raised in a task of a plain driver")
 
 
@@ -32,6 +35,7 @@ class Accumulator:
 
 def main(address: str) -> None:
     ray.init(address=address)
+    print("system config:", json.dumps(ray._private.state.state.get_system_config()))  # what the GCS gives a driver
     try:
         ray.get(raises.remote())
     except ray.exceptions.RayTaskError:

@@ -106,13 +106,7 @@ class NodeAgent:
         """``since``: only the sessions active from then on (epoch seconds); else every session under ``ray_dir``.
         ``families``: the metric families sent (all, by default)."""
         self.server, self.key, self.host = server.rstrip("/"), key, socket.gethostname()
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock: IO[Any] = (state_dir / "agent.lock").open("w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise RuntimeError(f"another raysight agent uses {state_dir}; give this one its own --state-dir") from None
+        self._lock = hold(state_dir)
         self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
         self._http = httpx.Client(timeout=30, headers=OWN_HEADERS)
         self.sent_lines = 0
@@ -231,6 +225,19 @@ class NodeAgent:
         self._metrics_http.close()
         self._http.close()
         self._lock.close()
+
+
+def hold(state_dir: Path) -> IO[Any]:
+    """The lock that makes ``state_dir`` one agent's (released when the file returned is closed); RuntimeError when
+    another agent holds it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock = (state_dir / "agent.lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise RuntimeError(f"another raysight agent uses {state_dir}; give this one its own --state-dir") from None
+    return lock
 
 
 def default_state_dir() -> Path:

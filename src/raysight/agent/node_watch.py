@@ -60,12 +60,17 @@ class Sighting:
         }
 
 
+def cmdline_options(args: list[str]) -> dict[str, str]:
+    """The ``--name=value`` options of a command line (as Ray gives its processes theirs), by name."""
+    return dict(arg[2:].split("=", 1) for arg in args[1:] if arg.startswith("--") and "=" in arg)
+
+
 def parse_cmdline(args: list[str]) -> Key | None:
     """The key of a raylet's or GCS's command line; None for any other process."""
     if not args:
         return None
     program = os.path.basename(args[0])
-    options = dict(arg[2:].split("=", 1) for arg in args[1:] if arg.startswith("--") and "=" in arg)
+    options = cmdline_options(args)
     if program == RAYLET and "node_id" in options and "session_dir" in options:
         return os.path.basename(options["session_dir"].rstrip("/")), RAYLET, options["node_id"]
     if program == GCS and "session-dir" in options:

@@ -13,6 +13,7 @@ from raysight.cli.agent import agent_cmd
 from raysight.cli.failures import errors_cmd
 from raysight.cli.logs import logs_cmd
 from raysight.cli.metrics import metrics_cmd
+from raysight.cli.node import start_cmd, stop_cmd
 from raysight.cli.poll import poll_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
@@ -47,8 +48,8 @@ class RaysightGroup(click.Group):
 def main() -> None:
     """raysight: Ray's monitoring toolbox, with history that outlives the cluster.
 
-    Start a server (`raysight server`), point Ray at it (`raysight run -- python app.py`, or `raysight env` for
-    `ray start`), then ask as you would ask Ray: `raysight list actors`, `raysight summary tasks`.
+    Start a server (`raysight server`), point Ray at it (`raysight run -- python app.py`, or `raysight start` in place
+    of `ray start`), then ask as you would ask Ray: `raysight list actors`, `raysight summary tasks`.
     """
 
 
@@ -57,6 +58,8 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
     "Recording": (
         (server_cmd, ("server", "--data-dir", "/var/lib/raysight")),
         (run_cmd, ("run", "--", "python", "app.py")),
+        (start_cmd, ("start", "--head", "--server", "http://head:8271", "--cluster", "prod", "--num-cpus=8")),
+        (stop_cmd, ("stop",)),
         (env_cmd, ("env", "--server", "http://head:8271", "--cluster", "prod")),
         (agent_cmd, ("agent", "--server", "http://head:8271")),
         (poll_cmd, ("poll", "--dashboard", "http://head:8265", "--server", "http://head:8271")),

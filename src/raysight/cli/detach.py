@@ -1,5 +1,6 @@
 """A server in the background: `raysight server --detach` (and `raysight run`, when none answers) and
-`raysight server stop`, through a pidfile and a log in the data dir."""
+`raysight server stop`, through a pidfile and a log in the data dir; and what starting and stopping any of raysight's
+own processes in the background takes (`raysight start` and `raysight stop` use it too)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,12 @@ def start_detached(
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with _exclusive(data_dir / f"{PIDFILE}.lock"):  # two starts at once: the second sees the first's server
+    with exclusive(data_dir / f"{PIDFILE}.lock"):  # two starts at once: the second sees the first's server
         return _start(host, port, data_dir, args, env)
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
+def exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (waiting for another holder) for the block."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -88,16 +89,7 @@ def _start(host: str, port: int, data_dir: Path, args: Sequence[str], env: Mappi
     command = [sys.executable, "-m", "raysight", "server", "--host", host, "--port", str(port)]
     command += ["--data-dir", str(data_dir), *args]
     child_env = {**os.environ, **(env or {})}
-    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
-        log_start = log_path.stat().st_size
-        proc = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-            start_new_session=True,
-        )
+    proc, log_start = spawn(command, log_path, child_env)
     _write_pidfile(pidfile, proc.pid, host, port)  # from now on, `stop` can end it (Ctrl-C here leaves it running)
     url = f"http://{_reachable(host)}:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -105,10 +97,9 @@ def _start(host: str, port: int, data_dir: Path, args: Sequence[str], env: Mappi
         if proc.poll() is not None:
             if read_pid(pidfile) == proc.pid:
                 pidfile.unlink()
-            said = log_path.read_bytes()[log_start:].decode(errors="replace").splitlines()
-            last_words = [line for line in said if line.strip()][-3:]
             raise click.ClickException(
-                f"the server exited at start (code {proc.returncode}); from {log_path}:\n" + "\n".join(last_words)
+                f"the server exited at start (code {proc.returncode}); from {log_path}:\n"
+                + "\n".join(last_words(log_path, log_start))
             )
         if time.monotonic() > deadline:
             raise click.ClickException(
@@ -117,6 +108,23 @@ def _start(host: str, port: int, data_dir: Path, args: Sequence[str], env: Mappi
             )
         time.sleep(0.1)
     return proc.pid
+
+
+def spawn(command: Sequence[str], log_path: Path, env: Mapping[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``command`` in the background: in a session of its own (no terminal, so no Ctrl-C or hang-up reaches it),
+    its output appended to ``log_path`` (for its user only). The process, and where its output starts in the log."""
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+        log_start = log_path.stat().st_size
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+    return proc, log_start
+
+
+def last_words(log_path: Path, start: int, lines: int = 3) -> list[str]:
+    """The last non-blank ``lines`` a process wrote to ``log_path`` from offset ``start`` on."""
+    said = log_path.read_bytes()[start:].decode(errors="replace").splitlines()
+    return [line for line in said if line.strip()][-lines:]
 
 
 def _reachable(host: str) -> str:
@@ -157,16 +165,44 @@ def read_pid(pidfile: Path) -> int | None:
         return None
 
 
-def is_server_of(pid: int, data_dir: Path) -> bool:
-    """Whether process ``pid`` is a `raysight server` on ``data_dir`` as :func:`start_detached` starts them (read from
-    /proc: a pid the system has since given to another program is not this server). A zombie is not."""
+def command_line(pid: int) -> list[str] | None:
+    """Process ``pid``'s command line, read from /proc; None once it has ended (a zombie's is empty) or where it
+    cannot be read."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
-        return False
-    if args[1:4] != ["-m", "raysight", "server"] or "--data-dir" not in args[:-1]:
+        return None
+    return args.removesuffix("\0").split("\0") if args else None
+
+
+def raysight_args(pid: int) -> list[str] | None:
+    """What follows `python -m raysight` in process ``pid``'s command line; None when it runs no raysight command
+    (read from /proc: a pid the system has since given to another program is not raysight's)."""
+    args = command_line(pid)
+    return args[3:] if args is not None and args[1:3] == ["-m", "raysight"] else None
+
+
+def is_server_of(pid: int, data_dir: Path) -> bool:
+    """Whether process ``pid`` is a `raysight server` on ``data_dir`` as :func:`start_detached` starts them. A zombie
+    is not."""
+    args = raysight_args(pid)
+    if not args or args[0] != "server" or "--data-dir" not in args[:-1]:
         return False
     return args[args.index("--data-dir") + 1] == str(data_dir)
+
+
+def signal_and_wait(pids: Iterable[int], alive: Callable[[int], bool], timeout_s: float, sig: int) -> list[int]:
+    """Send ``sig`` to each of ``pids`` that is still ``alive`` (the process the caller means: checked first, so that
+    a pid the system gave to another program is left alone), then wait until none is; those alive after
+    ``timeout_s``."""
+    waiting = [pid for pid in pids if alive(pid)]
+    for pid in waiting:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while (waiting := [pid for pid in waiting if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return waiting
 
 
 def stop_detached(data_dir: Path) -> int:
@@ -184,15 +220,10 @@ def stop_detached(data_dir: Path) -> int:
             f"pid {pid} is not a raysight server of {data_dir} (it has ended, or the system gave its pid to another "
             f"program): not signalled; removed the stale {pidfile}"
         )
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while is_server_of(pid, data_dir):
-        if time.monotonic() > deadline:
-            raise click.ClickException(
-                f"the server (pid {pid}) still runs {STOP_TIMEOUT_S} s after SIGTERM (folding what it acknowledged?); "
-                f"run `raysight server stop` again later, or `kill -9 {pid}`"
-            )
-        time.sleep(0.1)
+    if signal_and_wait([pid], lambda p: is_server_of(p, data_dir), STOP_TIMEOUT_S, signal.SIGTERM):
+        raise click.ClickException(
+            f"the server (pid {pid}) still runs {STOP_TIMEOUT_S} s after SIGTERM (folding what it acknowledged?); "
+            f"run `raysight server stop` again later, or `kill -9 {pid}`"
+        )
     pidfile.unlink(missing_ok=True)
     return pid

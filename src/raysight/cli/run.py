@@ -98,14 +98,19 @@ def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
 RAY_SYSTEM_CONFIG = {"enable_ray_event": True, "enable_core_worker_ray_event_to_aggregator": True}
 
 
-def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> list[str]:
-    """What `raysight env` prints: shell lines that export Ray's variables (and tracing's) and the head's
-    ``--system-config``."""
-    exports = {
+def env_exports(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> dict[str, str]:
+    """What `raysight env` exports, and `raysight start` sets for `ray start`: Ray's variables (and tracing's) and the
+    head's ``--system-config``."""
+    return {
         **ray_env(server, cluster, key=key),
         **(tracing_env(server, key) if tracing else {}),
         ENV_RAY_SYSTEM_CONFIG: json.dumps(RAY_SYSTEM_CONFIG),
     }
+
+
+def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> list[str]:
+    """What `raysight env` prints: shell lines that export :func:`env_exports`, and how to use them."""
+    exports = env_exports(server, cluster, key, tracing)
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
         f'# on the head node: ray start --head --system-config="${ENV_RAY_SYSTEM_CONFIG}" …  '
         "(drivers started elsewhere",
@@ -139,7 +144,8 @@ key_option = click.option(
 def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool) -> None:
     """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
     then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head. Drivers started where these
-    are set trace their tasks and actors."""
+    are set trace their tasks and actors. (`raysight start` does all of it, the agent and poller too, in one
+    command.)"""
     for line in env_lines(server or default_server(), cluster, ingest_key, tracing):
         click.echo(line)
 
@@ -206,13 +212,14 @@ def _ship_logs(server: str, key: str | None, ray_dir: Path, families: Families |
     return finish
 
 
-def ensure_server(server: str | None) -> str:
-    """The server to use; when none was named and none answers locally, start a detached one on the default data dir."""
+def ensure_server(server: str | None, start: bool = True) -> str:
+    """The server to use; when none was named and none answers locally, start a detached one on the default data dir
+    (unless not to ``start`` one: then none answering is an error, as it is for a server named)."""
     url = server or default_server()
     with Client(url, timeout=2) as client:
         if client.ping():
             return url
-    if server or os.environ.get(ENV_SERVER):
+    if not start or server or os.environ.get(ENV_SERVER):
         raise click.ClickException(f"no raysight server answers at {url}")
     data_dir = default_data_dir()
     pid = start_detached(DEFAULT_HOST, DEFAULT_PORT, data_dir)
