@@ -42,6 +42,18 @@ def examples(page: Path) -> Iterator[Example]:
 EXAMPLES = [example for page in PAGES for example in examples(page)]
 
 
+def python_blocks(page: Path) -> Iterator[tuple[int, str]]:
+    """The ``python`` blocks of ``page``: the line each starts on, and its code."""
+    lines = page.read_text().splitlines()
+    starts = [number for number, line in enumerate(lines) if line.strip() == "```python"]
+    for start in starts:
+        end = next(number for number in range(start + 1, len(lines)) if lines[number].startswith("```"))
+        yield start + 2, "\n".join(lines[start + 1 : end])
+
+
+PYTHON = [(page, line, code) for page in PAGES for line, code in python_blocks(page)]
+
+
 def documented(prefix: str) -> list[str]:
     """The words of the one example that is ``prefix`` and at most options after it (a live test runs it)."""
     found = {tuple(e.argv) for e in EXAMPLES if e.argv[: len(prefix.split())] == prefix.split()}

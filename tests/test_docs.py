@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from build_support import docs_reference
 from raysight.cli import main
 from raysight.settings import CLIENT_ENVIRONMENT, DEFAULT_PORT, ENV_SERVER, SERVER
-from tests.docs_examples import EXAMPLES, PAGES, README, ROOT, Example
+from tests.docs_examples import EXAMPLES, PAGES, PYTHON, README, ROOT, Example
 from tests.ray_scenarios import ServerProcess
 
 DOCUMENTED_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -207,3 +207,13 @@ def test_an_example_runs_against_the_recorded_session(
     assert result.exit_code == 0, f"{example}\n{result.output}"
     assert result.output.strip() or list(in_a_temp_dir.iterdir()), f"{example}: printed nothing, wrote nothing"
     assert "Traceback" not in result.output and "Error" not in result.output.split("\n", 1)[0], result.output
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(("page", "line", "code"), PYTHON, ids=[f"{p.name}:{n}" for p, n, _ in PYTHON])
+def test_a_python_example_runs_against_the_recorded_session(
+    page: Path, line: int, code: str, recorded: ServerProcess
+) -> None:
+    names: dict[str, Any] = {}
+    exec(compile(code.replace(DOCUMENTED_SERVER, recorded.url), f"{page.name}:{line}", "exec"), names)  # noqa: S102
+    assert any(value for name, value in names.items() if not name.startswith("__") and not callable(value)), names
