@@ -60,14 +60,19 @@ def live_test(example: Example) -> str | None:
     return LIVE[max(prefixes, key=len)] if prefixes else None
 
 
-def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path: Path) -> None:
-    built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
+def build_site(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """`mkdocs build --strict` of the site whose mkdocs.yml is in ``root``, into ``site``."""
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
         capture_output=True,
         text=True,
         env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path: Path) -> None:
+    built = build_site(ROOT, tmp_path / "site")
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
     copy = tmp_path / "copy"
@@ -76,13 +81,7 @@ def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path: Path) -> 
     page = copy / "docs" / "logs.md"
     for broken in ("[a page that is not there](nowhere.md)", "[no such heading](errors.md#nowhere)"):
         page.write_text(page.read_text() + f"\n{broken}\n")
-        failed = subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "broken")],
-            cwd=copy,
-            capture_output=True,
-            text=True,
-            env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
-        )
+        failed = build_site(copy, tmp_path / "broken")
         assert failed.returncode == 1 and "nowhere" in failed.stderr, failed.stderr
         page.write_text(page.read_text().replace(f"\n{broken}\n", ""))
 
