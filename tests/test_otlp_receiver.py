@@ -588,3 +588,31 @@ def test_the_spans_an_exporter_dropped_are_counted(server: TestClient) -> None:
     while server.get("/api/raysight/doctor").json()["counters"].get("spans_dropped_at_source") != 7:
         assert time.monotonic() < deadline, server.get("/api/raysight/doctor").json()["counters"]
         time.sleep(0.05)
+
+
+def test_the_traces_list_is_paged_with_its_total_and_refuses_a_bad_offset_by_name(server: TestClient) -> None:
+    """Five traces, the newest failed: a page of two after an offset, the total that match beside it, under each
+    filter; a page past the end is empty with its total; a bad offset is a 400 that names it."""
+    traces = [f"{n:032x}" for n in range(1, 6)]
+    spans = [
+        json_span(f"root{n}", trace=t, start=str(T0 + n * 1_000), end=str(T0 + n * 1_000 + 500))
+        for n, t in enumerate(traces)
+    ]
+    spans[-1]["status"] = {"code": 2, "message": "it failed"}
+    assert server.post("/v1/traces", content=json_export(*spans), headers=JSON).status_code == 200
+    settle(server)
+
+    def listed(**params: Any) -> tuple[int, list[str]]:
+        answer = server.get("/api/raysight/traces", params={"session": SESSION, **params}).json()
+        return answer["total"], [t["trace_id"] for t in answer["traces"]]
+
+    newest_first = traces[::-1]
+    assert listed() == (5, newest_first)
+    assert listed(limit=2, offset=2) == (5, newest_first[2:4])
+    assert listed(limit=2, offset=4) == (5, newest_first[4:])
+    assert listed(limit=2, offset=9) == (5, [])
+    assert listed(error="true", limit=1) == (1, [traces[-1]])
+    assert listed(name="root1") == (1, [traces[1]])
+    for offset in ("-1", "two"):
+        reply = server.get("/api/raysight/traces", params={"session": SESSION, "offset": offset})
+        assert reply.status_code == 400 and "offset" in reply.json()["error"], reply.text

@@ -303,9 +303,10 @@ MAX_TRACES = 10_000
 
 
 async def traces(request: Request) -> Response:
-    """GET /api/raysight/traces?session=&job=&task=&actor=&request=&name=&min_duration=&error=&since=&until=&limit=: the
-    traces with a span that matches, newest first (``min_duration`` in ns or with its unit, 250ms; ``since``, ``until``:
-    epoch ns, ISO 8601 or a time ago)."""
+    """GET /api/raysight/traces?session=&job=&task=&actor=&request=&name=&min_duration=&error=&since=&until=&limit=
+    &offset=: the traces with a span that matches, newest first, ``limit`` of them after ``offset`` and the ``total``
+    that match (``min_duration`` in ns or with its unit, 250ms; ``since``, ``until``: epoch ns, ISO 8601 or a time
+    ago)."""
     params = request.query_params
 
     def entity(name: str) -> str | None:
@@ -325,6 +326,7 @@ async def traces(request: Request) -> Response:
         since_ns=time_param(params, "since", units.NS),
         until_ns=time_param(params, "until", units.NS),
         limit=limit,
+        offset=int_param(params, "offset", 0) or 0,
     )
     return await read_json(
         app_state(request), lambda con: traces_sql.list_traces(con, replace(query, session=named_session(con, request)))

@@ -45,14 +45,16 @@ class TraceQuery:
     since_ns: int | None = None
     until_ns: int | None = None
     limit: int = 50
+    offset: int = 0  # traces skipped (of those that match, newest first): a page's start
 
 
 def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, Any]:
-    """The traces with a span that matches the query, newest first: each with its root span's name, start, duration,
-    spans, errors and the jobs and services it went through."""
+    """The traces with a span that matches the query, newest first (``limit`` of them after ``offset``, and the
+    ``total`` that match): each with its root span's name, start, duration, spans, errors and the jobs and services it
+    went through."""
     session = query.session  # (resolved by the caller: None when none is recorded)
     if session is None:
-        return {"session": None, "traces": []}
+        return {"session": None, "total": 0, "traces": []}
     where: list[str] = ["session = ?"]
     params: list[object] = [session]
     for column, value in (
@@ -76,20 +78,22 @@ def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, 
         having.append(f"max(end_ns) - min(start_ns) >= {int(query.min_duration_ns)}")
     if query.errors_only:
         having.append("count(*) FILTER (status = 'error') > 0")
-    rows = con.execute(
-        f"""WITH hits AS (SELECT DISTINCT trace_id FROM spans WHERE {" AND ".join(where)})
+    matched = f"""WITH hits AS (SELECT DISTINCT trace_id FROM spans WHERE {" AND ".join(where)}), matched AS (
             SELECT trace_id, arg_min(name, (parent_span_id IS NOT NULL, start_ns)) AS root,
                    min(start_ns) AS start_ns, max(end_ns) - min(start_ns) AS duration_ns, count(*) AS spans,
                    count(*) FILTER (status = 'error') AS errors,
                    list_sort(list_distinct(list(job_id) FILTER (job_id IS NOT NULL))) AS jobs,
                    list_sort(list_distinct(list(service) FILTER (service IS NOT NULL))) AS services
             FROM spans WHERE trace_id IN (SELECT trace_id FROM hits)
-            GROUP BY trace_id {"HAVING " + " AND ".join(having) if having else ""}
-            ORDER BY start_ns DESC LIMIT {int(query.limit)}""",
+            GROUP BY trace_id {"HAVING " + " AND ".join(having) if having else ""})"""
+    (total,) = con.execute(f"{matched} SELECT count(*) FROM matched", params).fetchone() or (0,)
+    rows = con.execute(
+        f"{matched} FROM matched ORDER BY start_ns DESC, trace_id LIMIT {int(query.limit)} OFFSET {int(query.offset)}",
         params,
     )
     names = [d[0] for d in rows.description]
-    return {"session": session, "traces": [dict(zip(names, row, strict=True)) for row in rows.fetchall()]}
+    found = [dict(zip(names, row, strict=True)) for row in rows.fetchall()]
+    return {"session": session, "total": total, "traces": found}
 
 
 def get_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any]:
