@@ -73,16 +73,31 @@ export function section(title, ...children) {
   return h("section", {}, h("h2", {}, title), ...children);
 }
 
-/** A definition list of an object's fields, the values made by `show` (text by default). */
+/** Whether a value says nothing: null, undefined, "", [] or {}. */
+function blank(value) {
+  if (value === null || value === undefined || value === "") return true;
+  return typeof value === "object" && Object.keys(value).length === 0;
+}
+
+/** A definition list of an object's fields, the values made by `show` (text by default); blank fields left out. */
 export function fields(object, show = {}) {
   return h(
     "dl",
     { class: "fields" },
-    Object.entries(object).flatMap(([key, value]) => [
-      h("dt", {}, key),
-      h("dd", {}, show[key] ? show[key](value) : value === null || value === undefined ? "" : typeof value === "object" ? JSON.stringify(value) : String(value)),
-    ]),
+    Object.entries(object)
+      .filter(([, value]) => !blank(value))
+      .flatMap(([key, value]) => [
+        h("dt", {}, key),
+        h("dd", {}, show[key] ? show[key](value) : typeof value === "object" ? JSON.stringify(value) : String(value)),
+      ]),
   );
+}
+
+/** A long text (or a node holding one) shown in two lines at most, the whole text on hover. */
+export function clamped(value) {
+  const content = value instanceof Node ? value : String(value ?? "");
+  const text = value instanceof Node ? value.textContent : content;
+  return h("div", { class: "clamp", title: text || false }, content);
 }
 
 export function empty(text) {

@@ -4,23 +4,50 @@
 import { TabulatorFull as Tabulator } from "/ui/vendor/tabulator.mjs";
 import { api } from "./api.js";
 import { showError } from "./banner.js";
-import { duration, idLink, stateBadge, time } from "./dom.js";
+import { clamped, duration, h, idLink, stateBadge, time } from "./dom.js";
 
 export const PAGE_SIZE = 50;
 
-/** A column whose cells are made by `make(row)` (a node or text). */
+const TEXT_WIDTH = 420; // px: a long text column's most, its text wrapped to two lines within it
+
+/**
+ * A column whose cells are made by `make(row)` (a node or text). `text`: a long text (a message, an entrypoint), shown
+ * in two lines at most and whole on hover; `hidden`: rarely needed, shown by the table's "more columns" toggle.
+ */
 export function column(title, field, make, options = {}) {
+  const shown = make ?? ((row) => row[field]);
+  const long = options.text ? { maxWidth: TEXT_WIDTH, variableHeight: true, cssClass: "text" } : {};
   return {
     title,
     field,
     headerSort: options.sort ?? true,
-    formatter: make ? (cell) => node(make(cell.getData())) : undefined,
+    formatter: make || options.text ? (cell) => cellNode(shown(cell.getData()), options.text) : undefined,
+    visible: !options.hidden,
+    ...long,
     ...options.tabulator,
   };
 }
 
-function node(value) {
+function cellNode(value, long) {
+  if (long) return clamped(value);
   return value instanceof Node ? value : document.createTextNode(value ?? "");
+}
+
+/** A "more columns" toggle before `element` when its table has hidden columns: it shows or hides them all. */
+function moreColumns(element, table, columns) {
+  const hidden = columns.filter((c) => c.visible === false);
+  if (!hidden.length) return;
+  const toggle = h("button", { type: "button", class: "more-columns", "aria-pressed": "false", title: hidden.map((c) => c.title).join(", ") }, "More columns");
+  toggle.addEventListener("click", () => {
+    const show = toggle.getAttribute("aria-pressed") === "false";
+    for (const c of hidden) {
+      if (show) table.showColumn(c.field);
+      else table.hideColumn(c.field);
+    }
+    toggle.setAttribute("aria-pressed", String(show));
+    toggle.textContent = show ? "Fewer columns" : "More columns";
+  });
+  element.before(h("div", { class: "table-tools" }, toggle));
 }
 
 export const cells = {
@@ -39,10 +66,12 @@ export function filterBy(values) {
 
 /**
  * A table of `/api/raysight/<resource>` in `session`: `filters` always applied (`key=value`), the header filters
- * and sorts the user picks sent to the server, `PAGE_SIZE` rows a page. `refresh()` reloads the page shown (a live
- * session's) keeping the user's page, sort, filters and scroll.
+ * and sorts the user picks sent to the server, `PAGE_SIZE` rows a page (`read(resource, query)` fetches one, its
+ * `total` and `rows`: for a resource of its own shape). `refresh()` reloads the page shown (a live session's) keeping
+ * the user's page, sort, filters and scroll. `data-empty` is on `element` while it has no row and no header filter
+ * (a section holding only it is not shown).
  */
-export function resourceTable(element, { resource, session, columns, filters = [], initialSort, pageSize = PAGE_SIZE, syncUrl = false }) {
+export function resourceTable(element, { resource, session, columns, filters = [], initialSort, pageSize = PAGE_SIZE, syncUrl = false, read = readResource }) {
   const fromUrl = syncUrl ? viewOf(location.search, columns) : {};
   const table = new Tabulator(element, {
     layout: "fitDataStretch",
@@ -65,8 +94,9 @@ export function resourceTable(element, { resource, session, columns, filters = [
       };
       if (syncUrl) keepInUrl(params);
       try {
-        const answer = await api(`/api/raysight/${resource}`, query);
+        const answer = await read(resource, query);
         element.dataset.total = answer.total;
+        element.toggleAttribute("data-empty", answer.total === 0 && (params.filter ?? []).every((f) => f.value === ""));
         return { last_page: Math.max(1, Math.ceil(answer.total / params.size)), last_row: answer.total, data: answer.rows };
       } catch (error) {
         showError(error);
@@ -79,6 +109,7 @@ export function resourceTable(element, { resource, session, columns, filters = [
     paginationInitialPage: fromUrl.page ?? 1,
     placeholder: "No rows match",
   });
+  moreColumns(element, table, columns);
   const built = new Promise((resolve) => table.on("tableBuilt", resolve));
   return {
     table,
@@ -87,6 +118,11 @@ export function resourceTable(element, { resource, session, columns, filters = [
       await table.setPage(table.getPage() || 1);
     },
   };
+}
+
+/** A page of `/api/raysight/<resource>`: its `total` and `rows`. */
+function readResource(resource, query) {
+  return api(`/api/raysight/${resource}`, query);
 }
 
 /** The filters, sort, page and page size a URL's query gives a table (`?state=FAILED&sort=-duration_ms&page=3`). */
@@ -117,6 +153,7 @@ function keepInUrl(params) {
 /** A table of rows already fetched, sorted in the page; `replace(rows)` swaps them keeping the sort and scroll. */
 export function localTable(element, rows, columns, placeholder = "None") {
   const table = new Tabulator(element, { layout: "fitDataStretch", data: rows, columns, placeholder });
+  moreColumns(element, table, columns);
   const built = new Promise((resolve) => table.on("tableBuilt", resolve));
   return {
     table,

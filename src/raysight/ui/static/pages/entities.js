@@ -14,7 +14,7 @@ const KINDS = {
     columns: (s) => [
       column("Job", "job_id", cells.id(s, "jobs", "job_id")),
       column("Status", "status", cells.state("status"), { tabulator: filterBy(["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]) }),
-      column("Entrypoint", "entrypoint"),
+      column("Entrypoint", "entrypoint", null, { text: true }),
       column("Type", "type"),
       column("Exit code", "driver_exit_code"),
       column("Started", "start_time", cells.time("start_time")),
@@ -39,7 +39,7 @@ const KINDS = {
       column("Job", "job_id", cells.id(s, "jobs", "job_id"), { tabulator: filterBy() }),
       column("Node", "node_id", cells.id(s, "nodes", "node_id")),
       column("PID", "pid"),
-      column("Death", "death_message"),
+      column("Death", "death_message", null, { text: true }),
     ],
     related: (s, id) => [["Method calls", "tasks", taskColumns(s), [`actor_id=${id}`]]],
   },
@@ -55,7 +55,7 @@ const KINDS = {
       column("State", "state", cells.state(), { tabulator: filterBy(["ALIVE", "DEAD"]) }),
       column("Started", "start_time_ms", cells.time("start_time_ms")),
       column("Ended", "end_time_ms", cells.time("end_time_ms")),
-      column("Why", "state_message"),
+      column("Why", "state_message", null, { text: true }),
     ],
     related: (s, id) => [
       ["Workers", "workers", KINDS.workers.columns(s), [`node_id=${id}`]],

@@ -3,7 +3,7 @@
 // lines before it, and what failed beside it.
 
 import { api } from "../api.js";
-import { empty, h, idLink, logLines, section, sessionPath, time } from "../dom.js";
+import { clamped, empty, h, idLink, logLines, section, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
 
 const KIND_PAGES = { task: "tasks", actor: "actors", worker: "workers", node: "nodes", job: "jobs" };
@@ -11,6 +11,14 @@ const HEX_ID = /^[0-9a-f]{8,56}$/;
 
 function entityLink(session, kind, id) {
   return idLink(session, KIND_PAGES[kind], id);
+}
+
+/** A cause's name: its exception's type (else Ray's error type) and what it hit ("ValueError in fails"). */
+function causeTitle(failures) {
+  const [first] = failures;
+  if (!first) return "Cause";
+  const hit = [...new Set(failures.map((f) => f.name))];
+  return `${first.exception_type ?? first.error_type} in ${hit.length === 1 ? hit[0] : `${hit.length} ${first.kind}s`}`;
 }
 
 function tally(groups) {
@@ -32,10 +40,10 @@ async function groups(page, session) {
       column("Count", "count"),
       column("Kind", "kind"),
       column("Error type", "error_type"),
-      column("Error", "error", (g) => h("code", { title: g.example?.message ?? "" }, g.error)),
-      column("Affected", "affected", (g) => g.affected.join(", ")),
+      column("Error", "error", (g) => h("code", { title: g.example?.message ?? "" }, g.error), { text: true }),
+      column("Affected", "affected", (g) => g.affected.join(", "), { text: true }),
       column("Followed from it", "consequences", (g) => Object.entries(g.consequences).map(([k, n]) => `${n} ${k}`).join(", ")),
-      column("First", "first_ms", (g) => time(g.first_ms)),
+      column("First", "first_ms", (g) => time(g.first_ms), { hidden: true }),
       column("Last", "last_ms", (g) => time(g.last_ms)),
     ],
     "No failures in this session.",
@@ -77,7 +85,7 @@ function failureView(session, f, attempts) {
           h(
             "table",
             { class: "plain" },
-            attempts.map((a) => h("tr", {}, h("td", {}, `#${a.attempt}`), h("td", {}, a.state), h("td", {}, a.error_type ?? ""), h("td", {}, time(a.end_time_ms)))),
+            attempts.map((a) => h("tr", {}, h("td", {}, `#${a.attempt}`), h("td", {}, a.state), h("td", {}, clamped(a.error_type)), h("td", {}, time(a.end_time_ms)))),
           ),
         )
       : "",
@@ -90,7 +98,7 @@ function failureView(session, f, attempts) {
           h(
             "table",
             { class: "plain" },
-            f.beside.map((b) => h("tr", {}, h("td", {}, b.kind), h("td", {}, entityLink(session, b.kind, b.id)), h("td", {}, b.name), h("td", {}, time(b.time_ms)), h("td", {}, b.error_type))),
+            f.beside.map((b) => h("tr", {}, h("td", {}, b.kind), h("td", {}, entityLink(session, b.kind, b.id)), h("td", {}, clamped(b.name)), h("td", {}, time(b.time_ms)), h("td", {}, clamped(b.error_type)))),
           ),
         )
       : "",
@@ -102,7 +110,10 @@ async function detail(page, session, id) {
   const data = await api(`/api/raysight/errors/${id}`, { session });
   if (data.group_id && data.id === undefined) {
     const [first] = data.failures;
-    page.append(h("h1", {}, `Cause ${id}`), h("p", {}, `${data.failures.length} failure(s): `, h("code", {}, first ? `${first.error_type} ${first.error}` : "")));
+    page.append(
+      h("h1", {}, causeTitle(data.failures)),
+      h("p", { class: "id-line" }, "Cause ", h("code", {}, id), ` · ${data.failures.length} failure(s): `, h("code", {}, first ? `${first.error_type} ${first.error}` : "")),
+    );
     const box = h("div", { id: "group-failures" });
     page.append(box);
     localTable(box, data.failures, [

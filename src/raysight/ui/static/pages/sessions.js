@@ -4,6 +4,21 @@ import { api } from "../api.js";
 import { bytes, duration, empty, h, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
 
+// How a session ended, in a word or two, by the server's reason for it (whole in the badge's title)
+const ENDINGS = [
+  [/driver .* exited/, "driver exited"],
+  [/every node .* died/, "nodes died"],
+  [/gcs_server .* gone/, "cluster stopped"],
+  [/later session .* began/, "next session began"],
+];
+
+function ending(s) {
+  if (s.end_time_ms === null) return h("span", { class: "live" }, "live");
+  const reason = s.end_reason ?? "";
+  const word = ENDINGS.find(([pattern]) => pattern.test(reason))?.[1] ?? "ended";
+  return h("span", { class: "end-reason", title: reason || false }, word);
+}
+
 export async function render(page) {
   const { sessions } = await api("/api/raysight/sessions");
   page.append(h("h1", {}, "Sessions"));
@@ -26,9 +41,9 @@ export async function render(page) {
     column("Failures", "failures", (s) =>
       s.failures ? h("a", { href: sessionPath(s.session, "errors"), class: "failures" }, String(s.failures)) : "0",
     ),
-    column("Events", "events"),
-    column("Raw size", "raw_bytes", (s) => bytes(s.raw_bytes)),
-    column("How it ended", "end_reason"),
+    column("How it ended", "end_reason", ending, { tabulator: { minWidth: 130 } }),
+    column("Events", "events", null, { hidden: true }),
+    column("Raw size", "raw_bytes", (s) => bytes(s.raw_bytes), { hidden: true }),
   ]);
   return null;
 }

@@ -4,6 +4,7 @@
 
 import { api } from "../api.js";
 import { duration, empty, h, sessionPath, time } from "../dom.js";
+import { column, filterBy, resourceTable } from "../table.js";
 
 const ms = (ns) => ns / 1e6;
 
@@ -26,29 +27,39 @@ export async function traceLinks(session, filters) {
   );
 }
 
-function list(page, session, traces) {
-  page.append(
-    h("h1", {}, "Traces"),
-    traces.length
-      ? h(
-          "table",
-          { class: "plain traces-table" },
-          h("tr", {}, ["Root", "Started", "Duration", "Spans", "Failed", "Jobs"].map((t) => h("th", {}, t))),
-          traces.map((t) =>
-            h(
-              "tr",
-              {},
-              h("td", {}, h("a", { href: sessionPath(session, "traces", t.trace_id) }, t.root)),
-              h("td", {}, time(ms(t.start_ns))),
-              h("td", {}, duration(ms(t.duration_ns))),
-              h("td", {}, t.spans),
-              h("td", { class: t.errors ? "error" : "" }, t.errors || ""),
-              h("td", {}, t.jobs.join(", ")),
-            ),
-          ),
-        )
-      : empty("No traces in this session."),
-  );
+// The header filters of the traces table, as the API's parameters: a span's name, a job, a shortest duration, failed
+const PARAMS = { root: "name", jobs: "job", duration_ns: "min_duration", errors: "error" };
+
+/** A page of the session's traces as a table reads it, its filters (`field=value`) as the API's parameters. */
+async function readTraces(_resource, { session, limit, offset, filter }) {
+  const params = {};
+  for (const f of filter) {
+    const at = f.indexOf("=");
+    params[PARAMS[f.slice(0, at)]] = f.slice(at + 1);
+  }
+  const { total, traces } = await api("/api/raysight/traces", { session, limit, offset, ...params });
+  return { total, rows: traces };
+}
+
+function list(page, session) {
+  const box = h("div", { id: "traces-table", class: "traces-table" });
+  page.append(h("h1", {}, "Traces"), h("p", { class: "hint" }, "Newest first; filter by a span's name, a job, a shortest duration (250ms, 2s) or failed only."), box);
+  const unsorted = (options = {}) => ({ sort: false, ...options });
+  const table = resourceTable(box, {
+    resource: "traces",
+    session,
+    syncUrl: true,
+    read: readTraces,
+    columns: [
+      column("Root", "root", (t) => h("a", { href: sessionPath(session, "traces", t.trace_id), class: t.errors ? "trace-link failed" : "trace-link" }, t.root), unsorted({ tabulator: filterBy() })),
+      column("Started", "start_ns", (t) => time(ms(t.start_ns)), unsorted()),
+      column("Duration", "duration_ns", (t) => duration(ms(t.duration_ns)), unsorted({ tabulator: { ...filterBy(), headerFilterPlaceholder: "at least…" } })),
+      column("Spans", "spans", null, unsorted()),
+      column("Failed", "errors", (t) => (t.errors ? h("span", { class: "state state-failed" }, `${t.errors} failed`) : ""), unsorted({ tabulator: { headerFilter: "list", headerFilterParams: { values: { "": "any", true: "failed only" } } } })),
+      column("Jobs", "jobs", (t) => t.jobs.join(", "), unsorted({ tabulator: filterBy() })),
+    ],
+  });
+  return { refresh: table.refresh };
 }
 
 function where(session, span) {
@@ -97,6 +108,6 @@ function waterfall(page, session, trace) {
 }
 
 export async function render(page, { session, id }) {
-  if (id) waterfall(page, session, await api(`/api/raysight/traces/${encodeURIComponent(id)}`));
-  else list(page, session, (await api("/api/raysight/traces", { session, limit: 200 })).traces);
+  if (id) return waterfall(page, session, await api(`/api/raysight/traces/${encodeURIComponent(id)}`));
+  return list(page, session);
 }
