@@ -282,20 +282,35 @@ def page_kind(href: str) -> str:
     return HEX_ID.sub(lambda m: f"<{len(m.group())}>", path) + (f"?{'&'.join(names)}" if names else "")
 
 
+WIDTHS = (1400, 1280)  # px: the widths every page kind must fit (and is screenshotted at)
+
+
+def fits_each_width(w: Any, path: str) -> None:
+    """The page shown, at each of WIDTHS: no horizontal scroll of the page itself (a wide table scrolls in its own
+    box), screenshotted."""
+    for width in WIDTHS:
+        w.page.set_viewport_size({"width": width, "height": 900})
+        w.page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        scroll, viewport = w.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert scroll <= viewport, f"{path} scrolls sideways at {width} px: {scroll} px wide"
+        w.shot()
+
+
 @pytest.mark.ray
 def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: ServerProcess, watched: Any) -> None:
-    """A crawl from a session's overview, link by link, opening one page of each kind: every entity kind's page (a
-    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an entity that did
-    not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no page
-    showing a terminal's colour codes."""
+    """A crawl from the sessions and a session's overview, link by link, opening one page of each kind: every entity
+    kind's page (a task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an
+    entity that did not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on
+    any), no page showing a terminal's colour codes, each fitting 1400 and 1280 px without scrolling sideways."""
     w = watched(recorded.url)
     start = "/ui/sessions/demo"
-    queue, kinds = deque([start]), {page_kind(start)}
+    queue, kinds = deque(["/ui/", start]), {"/ui/", page_kind(start)}
     texts: dict[str, str] = {}
     while queue:
         path = queue.popleft()
         page = w.visit(path)
         texts[page_kind(path)] = page.locator("#page").inner_text()
+        fits_each_width(w, path)
         for href in page.eval_on_selector_all(
             "#nav a[href], #page a[href]", "as => as.map(a => a.getAttribute('href'))"
         ):
@@ -305,7 +320,13 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
         assert len(kinds) < 60, sorted(kinds)  # bounded: one page of each kind
     entity_pages = {f"{start}/{kind}/<{n}>" for kind, n in (("tasks", 48), ("actors", 32), ("jobs", 8))}
     entity_pages |= {f"{start}/{kind}/<56>" for kind in ("nodes", "workers")}
-    assert entity_pages <= kinds, sorted(kinds)
+    entity_pages |= {
+        f"{start}/traces/<32>",
+        f"{start}/errors/<12>",
+        f"{start}/errors/<48>",
+    }  # a trace, a cause, a failure
+    entity_pages |= {f"{start}/{kind}" for kind in ("tasks", "jobs", "actors", "nodes", "workers", "errors", "logs")}
+    assert entity_pages | {f"{start}/timeline", f"{start}/traces"} <= kinds, sorted(kinds)
     assert "did not fail" in texts[f"{start}/errors/<8>"]  # the demo's job, from its page's "its failures"
     assert not [kind for kind, text in texts.items() if "\x1b" in text]
 
@@ -471,6 +492,8 @@ def test_an_unknown_page_or_session_says_so(tmp_path: Path, watched: Any) -> Non
         assert page.locator("h1").inner_text() == "Not found"
         page = w.open("/ui/sessions/session_nope/errors/" + "ab" * 24)
         assert "no session named 'session_nope'" in page.locator("#banner").inner_text()
+        page.locator("#banner a.to-sessions").click()  # a missing session leads back to those recorded
+        page.wait_for_url("**/ui/")
     finally:
         server.stop()
 
@@ -684,3 +707,49 @@ def test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_
         assert answer.status_code == 503 and "<code>tabulator.mjs</code>" in answer.text and "npm ci" in answer.text
     logged = capfd.readouterr().err
     assert "the dashboard's libraries are not installed (tabulator.mjs, tabulator.css, uplot.mjs" in logged
+
+
+@pytest.mark.ray
+def test_traces_are_paged_and_filtered_causes_named_and_long_or_blank_things_kept_out_of_the_way(
+    recorded: ServerProcess, watched: Any
+) -> None:
+    """The Traces list pages and filters by failed only, each failed trace marked; a cause's page is titled by its
+    exception and what it hit; a long error is two lines with the whole on hover; Sessions' ending is a badge, its
+    rarely needed columns behind a toggle; a task's blank fields and empty sections are not shown."""
+    listed = httpx.get(f"{recorded.url}/api/raysight/traces", params={"session": "demo", "limit": 1000}).json()
+    failed = [t for t in listed["traces"] if t["errors"]]
+    assert listed["total"] > 5 and failed
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/traces?size=5")
+    first = rows(page, "#traces-table")
+    assert len(first) == 5 and f"of {listed['total']} rows" in page.locator(".tabulator-page-counter").inner_text()
+    page.get_by_role("button", name="Next").click()
+    second = wait_rows(page, "#traces-table", lambda r: r != first)
+    assert len(second) == 5 and "page=2" in page.url
+    page.goto(f"{recorded.url}/ui/sessions/demo/traces?errors=true")
+    shown = wait_rows(page, "#traces-table", lambda r: len(r) == len(failed))
+    assert page.locator("#traces-table a.trace-link.failed").count() == len(failed)
+    assert {r[column(page, "#traces-table", "Root")] for r in shown} == {t["root"] for t in failed}
+    w.shot()
+    groups = httpx.get(f"{recorded.url}/api/raysight/errors", params={"session": "demo"}).json()["groups"]
+    raised = next(g for g in groups if g["exception_type"])
+    page = w.open(f"/ui/sessions/demo/errors/{raised['group_id']}")
+    assert page.locator("h1").inner_text() == f"{raised['exception_type']} in {raised['affected'][0]}"
+    page = w.open("/ui/sessions/demo/errors")
+    longest = max(groups, key=lambda g: len(g["error"]))
+    cell = page.locator("#error-groups .clamp", has_text=longest["error"][:30])
+    font = float(cell.evaluate("e => parseFloat(getComputedStyle(e.firstChild).fontSize)"))
+    assert cell.bounding_box()["height"] < 3 * font < cell.evaluate("e => e.scrollHeight")  # two lines of more
+    assert cell.get_attribute("title") == longest["error"]
+    page = w.open("/")
+    ending = page.locator("#sessions .end-reason").first
+    assert ending.inner_text() == "driver exited" and "driver" in ending.get_attribute("title")
+    events = page.locator("#sessions .tabulator-col[tabulator-field='events']")
+    assert events.is_hidden()
+    page.locator("button.more-columns").click()
+    assert events.is_visible()
+    with Client(recorded.url) as client:
+        (task,) = client.list("tasks", filters=["func_or_class_name=fails"], session="demo")["rows"]
+    page = w.open(f"/ui/sessions/demo/tasks/{task['task_id']}")
+    assert "actor" not in page.locator("dl.fields dt").all_inner_texts()  # a task no actor ran
+    assert page.get_by_role("heading", name="Children (tasks it submitted)").is_hidden()  # it submitted none
