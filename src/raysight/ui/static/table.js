@@ -4,7 +4,7 @@
 import { TabulatorFull as Tabulator } from "/ui/vendor/tabulator.mjs";
 import { api } from "./api.js";
 import { showError } from "./banner.js";
-import { duration, idLink, stateBadge, time } from "./dom.js";
+import { duration, h, idLink, stateBadge, time } from "./dom.js";
 
 export const PAGE_SIZE = 50;
 
@@ -39,11 +39,15 @@ export function filterBy(values) {
 
 /**
  * A table of `/api/raysight/<resource>` in `session`: `filters` always applied (`key=value`), the header filters
- * and sorts the user picks sent to the server, `PAGE_SIZE` rows a page. `refresh()` reloads the page shown (a live
- * session's) keeping the user's page, sort, filters and scroll.
+ * and sorts the user picks sent to the server (`defaultSort`, the server's sort keys, when the user picked none),
+ * `PAGE_SIZE` rows a page; with `countBy` (a field with a header filter), a chip for each of its values counted over
+ * the other filters, each a filter on it. `refresh()` reloads the page shown (a live session's) in place, with no
+ * loading overlay, keeping the user's page, sort, filters and scroll.
  */
-export function resourceTable(element, { resource, session, columns, filters = [], initialSort, pageSize = PAGE_SIZE, syncUrl = false }) {
+export function resourceTable(element, { resource, session, columns, filters = [], initialSort, defaultSort = [], countBy, pageSize = PAGE_SIZE, syncUrl = false }) {
   const fromUrl = syncUrl ? viewOf(location.search, columns) : {};
+  const chips = countBy ? h("div", { class: "chips", role: "group", "aria-label": `${countBy} filter` }) : null;
+  if (chips) element.before(chips);
   const table = new Tabulator(element, {
     layout: "fitDataStretch",
     pagination: true,
@@ -55,18 +59,21 @@ export function resourceTable(element, { resource, session, columns, filters = [
     filterMode: "remote",
     ajaxURL: `/api/raysight/${resource}`,
     ajaxRequestFunc: async (_url, _config, params) => {
+      const chosen = (params.filter ?? []).filter((f) => f.value !== "");
       const query = {
         session,
         detail: "true",
         limit: params.size,
         offset: (params.page - 1) * params.size,
-        sort: (params.sort ?? []).map((s) => (s.dir === "desc" ? "-" : "") + s.field),
-        filter: [...filters, ...(params.filter ?? []).filter((f) => f.value !== "").map((f) => `${f.field}=${f.value}`)],
+        sort: params.sort?.length ? params.sort.map((s) => (s.dir === "desc" ? "-" : "") + s.field) : defaultSort,
+        filter: [...filters, ...chosen.map((f) => `${f.field}=${f.value}`)],
+        count_by: countBy,
       };
       if (syncUrl) keepInUrl(params);
       try {
         const answer = await api(`/api/raysight/${resource}`, query);
         element.dataset.total = answer.total;
+        if (chips) showChips(chips, table, countBy, answer.counts, chosen.find((f) => f.field === countBy)?.value);
         return { last_page: Math.max(1, Math.ceil(answer.total / params.size)), last_row: answer.total, data: answer.rows };
       } catch (error) {
         showError(error);
@@ -84,9 +91,24 @@ export function resourceTable(element, { resource, session, columns, filters = [
     table,
     async refresh() {
       await built;
-      await table.setPage(table.getPage() || 1);
+      await table.replaceData(); // the page shown asked for again, silently (no overlay), rendered in position
     },
   };
+}
+
+/** A chip for each value of `field` (`counts`: how many rows each), the one chosen marked; a click filters on its
+ * value (on the chosen one, clears the filter), as the column's header filter does. */
+function showChips(box, table, field, counts = {}, chosen) {
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  const values = Object.keys(counts).sort();
+  if (chosen && !values.some((v) => v.toLowerCase() === chosen.toLowerCase())) values.push(chosen);
+  const chip = (value, text) => {
+    const current = (value ?? "").toLowerCase() === (chosen ?? "").toLowerCase();
+    const pick = () => table.setHeaderFilterValue(field, current ? "" : value ?? "");
+    const state = value ? ` state-${value.toLowerCase()}` : "";
+    return h("button", { type: "button", class: `chip${state}${current ? " current" : ""}`, "aria-pressed": String(current), "data-value": value ?? "", onclick: pick }, text);
+  };
+  box.replaceChildren(chip(undefined, `All ${total}`), ...values.map((v) => chip(v, `${v} ${counts[v] ?? 0}`)));
 }
 
 /** The filters, sort, page and page size a URL's query gives a table (`?state=FAILED&sort=-duration_ms&page=3`). */
