@@ -48,7 +48,9 @@ export function resourceTable(element, { resource, session, columns, filters = [
   const fromUrl = syncUrl ? viewOf(location.search, columns) : {};
   const chips = countBy ? h("div", { class: "chips", role: "group", "aria-label": `${countBy} filter` }) : null;
   if (chips) element.before(chips);
+  let quiet = false; // a refresh's load is on: no loading overlay
   const table = new Tabulator(element, {
+    dataLoader: () => !quiet,
     layout: "fitDataStretch",
     pagination: true,
     paginationMode: "remote",
@@ -91,7 +93,13 @@ export function resourceTable(element, { resource, session, columns, filters = [
     table,
     async refresh() {
       await built;
-      await table.replaceData(); // the page shown asked for again, silently (no overlay), rendered in position
+      const holder = element.querySelector(".tabulator-tableholder");
+      const [top, left] = [holder.scrollTop, holder.scrollLeft];
+      quiet = true; // (read as the load starts, before its request)
+      const loaded = table.setPage(table.getPage() || 1);
+      quiet = false;
+      await loaded;
+      [holder.scrollTop, holder.scrollLeft] = [top, left];
     },
   };
 }
