@@ -285,9 +285,9 @@ def page_kind(href: str) -> str:
 @pytest.mark.ray
 def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: ServerProcess, watched: Any) -> None:
     """A crawl from a session's overview, link by link, opening one page of each kind: every entity kind's page (a
-    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an entity that did
-    not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no page
-    showing a terminal's colour codes."""
+    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, and the failures of an entity that
+    did not fail (the demo's job) — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no
+    page showing a terminal's colour codes."""
     w = watched(recorded.url)
     start = "/ui/sessions/demo"
     queue, kinds = deque([start]), {page_kind(start)}
@@ -306,7 +306,9 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
     entity_pages = {f"{start}/{kind}/<{n}>" for kind, n in (("tasks", 48), ("actors", 32), ("jobs", 8))}
     entity_pages |= {f"{start}/{kind}/<56>" for kind in ("nodes", "workers")}
     assert entity_pages <= kinds, sorted(kinds)
-    assert "did not fail" in texts[f"{start}/errors/<8>"]  # the demo's job, from its page's "its failures"
+    assert "Failed attempts" in texts[f"{start}/jobs/<8>"]  # the demo's job says where it stands
+    job = page_kind(f"{start}/jobs/01000000")
+    assert job in kinds and "did not fail" in w.visit(f"{start}/errors/01000000").locator("#page").inner_text()
     assert not [kind for kind, text in texts.items() if "\x1b" in text]
 
 
