@@ -79,6 +79,34 @@ def test_own_api_lists_filters_pages_and_gets(server: TestClient, ray_batches) -
     assert crash_group["state_counts"] == {"FAILED": 1, "FINISHED": 1}
 
 
+def test_own_api_counts_by_state_beside_a_page_and_sorts_failed_first(server: TestClient, ray_batches) -> None:
+    """``count_by=state``: the attempts of each state, counted over every filter but those on state (a table's chips),
+    in the page's answer; ``sort=-failed``: the failed attempts first; a bad one is a 400 naming it."""
+    for batch in ray_batches:
+        post(server, batch)
+    everything = server.get("/api/raysight/tasks", params={"limit": 1000}).json()["rows"]
+    by_state: dict[str, int] = {}
+    for row in everything:
+        by_state[row["state"]] = by_state.get(row["state"], 0) + 1
+    query = {"count_by": "state", "filter": "state=FAILED", "limit": 1}
+    failed = server.get("/api/raysight/tasks", params=query).json()
+    assert failed["counts"] == by_state and failed["total"] == by_state["FAILED"] and len(failed["rows"]) == 1
+    named = server.get("/api/raysight/tasks", params={"count_by": "state", "filter": "name=fails", "limit": 0}).json()
+    assert named["counts"] == {"FAILED": 1} and named["rows"] == []
+    assert "counts" not in server.get("/api/raysight/tasks").json()
+    query = {"sort": ["-failed", "-start_time_ms"], "detail": "true", "limit": 1000}
+    ordered = server.get("/api/raysight/tasks", params=query).json()["rows"]
+    states = [r["state"] == "FAILED" for r in ordered]
+    assert states == sorted(states, reverse=True) and states[0]
+    finished = [r["start_time_ms"] for r in ordered if r["state"] != "FAILED" and r["start_time_ms"] is not None]
+    assert finished == sorted(finished, reverse=True)
+    for params, named_in_error in (({"count_by": "task_id"}, "task_id"), ({"count_by": "colour"}, "colour")):
+        bad = server.get("/api/raysight/tasks", params=params)
+        assert bad.status_code == 400 and named_in_error in bad.json()["error"]
+    bad = server.get("/api/raysight/tasks", params={"sort": "-colour"})
+    assert bad.status_code == 400 and "'colour'" in bad.json()["error"] and "failed" in bad.json()["error"]
+
+
 def test_ray_compatible_api_speaks_rays_envelope(server: TestClient, ray_batches) -> None:
     for batch in ray_batches:
         post(server, batch)

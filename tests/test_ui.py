@@ -302,6 +302,11 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
     kind's page (a task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an
     entity that did not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on
     any), no page showing a terminal's colour codes, each fitting 1400 and 1280 px without scrolling sideways."""
+
+    """A crawl from a session's overview, link by link, opening one page of each kind: every entity kind's page (a
+    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, and the failures of an entity that
+    did not fail (the demo's job) — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no
+    page showing a terminal's colour codes."""
     w = watched(recorded.url)
     start = "/ui/sessions/demo"
     queue, kinds = deque(["/ui/", start]), {"/ui/", page_kind(start)}
@@ -328,6 +333,11 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
     entity_pages |= {f"{start}/{kind}" for kind in ("tasks", "jobs", "actors", "nodes", "workers", "errors", "logs")}
     assert entity_pages | {f"{start}/timeline", f"{start}/traces"} <= kinds, sorted(kinds)
     assert "did not fail" in texts[f"{start}/errors/<8>"]  # the demo's job, from its page's "its failures"
+
+    assert entity_pages <= kinds, sorted(kinds)
+    assert "Failed attempts" in texts[f"{start}/jobs/<8>"]  # the demo's job says where it stands
+    job = page_kind(f"{start}/jobs/01000000")
+    assert job in kinds and "did not fail" in w.visit(f"{start}/errors/01000000").locator("#page").inner_text()
     assert not [kind for kind, text in texts.items() if "\x1b" in text]
 
 
@@ -753,3 +763,95 @@ def test_traces_are_paged_and_filtered_causes_named_and_long_or_blank_things_kep
     page = w.open(f"/ui/sessions/demo/tasks/{task['task_id']}")
     assert "actor" not in page.locator("dl.fields dt").all_inner_texts()  # a task no actor ran
     assert page.get_by_role("heading", name="Children (tasks it submitted)").is_hidden()  # it submitted none
+
+
+# Counts each Tabulator loading overlay shown from now on (window.overlays)
+COUNT_OVERLAYS = """() => {
+  window.overlays = 0;
+  new MutationObserver((changes) => {
+    for (const change of changes)
+      for (const node of change.addedNodes)
+        if (node.nodeType === 1 && node.matches(".tabulator-alert, :has(.tabulator-alert)")) window.overlays++;
+  }).observe(document.body, { childList: true, subtree: true });
+}"""
+
+
+def test_a_live_table_refreshes_in_place_keeping_its_page_sort_and_filters(live_feed: LiveFeed, watched: Any) -> None:
+    """Ray's events arriving while a live tasks table is open on its second page, filtered and sorted: its rows change
+    on a refresh with no loading overlay, on the same page, sort and filter; the header says when it was updated, and
+    paused, the page asks for nothing."""
+    w = watched(live_feed.server.url)
+    view = "/ui/sessions/live/tasks?type=NORMAL_TASK&sort=-start_time_ms&page=2&size=2"
+    page = w.open(view)
+    before = rows(page, "#tasks-table")
+    page.evaluate(COUNT_OVERLAYS)
+    live_feed.send(first_half=False)
+    after = wait_rows(page, "#tasks-table", lambda r: r != before)
+    assert page.evaluate("window.overlays") == 0 and page.url.endswith(view)
+    assert len(after) == 2 and "Showing 3-4 of" in page.locator(".tabulator-page-counter").inner_text()
+    assert {r[column(page, "#tasks-table", "Type")] for r in after} == {"NORMAL_TASK"}
+    sorted_by = page.locator("#tasks-table .tabulator-col[tabulator-field='start_time_ms']")
+    assert sorted_by.get_attribute("aria-sort") == "descending"
+    assert re.fullmatch(r"updated \d+ s ago", page.locator("#updated").inner_text())
+    w.shot()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/raysight/" in r.url else None)
+    page.locator("#pause").click()
+    assert page.locator("#updated").inner_text() == "paused"
+    page.wait_for_timeout(3500)  # longer than a refresh's period
+    assert asked == []
+
+
+@pytest.mark.ray
+def test_a_jobs_page_says_where_it_stands(recorded: ServerProcess, watched: Any) -> None:
+    """A job's page opens on its status, entrypoint, duration and exit code, and a bar of its task attempts by state
+    whose counts are the API's; its fields are folded away without raysight's own hooks; its tasks failed first."""
+    (job,) = httpx.get(f"{recorded.url}/api/raysight/jobs", params={"session": "demo"}).json()["rows"]
+    query = {"session": "demo", "filter": f"job_id={job['job_id']}", "count_by": "state", "limit": 0}
+    counts = httpx.get(f"{recorded.url}/api/raysight/tasks", params=query).json()["counts"]
+    running = ("RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
+    groups = {
+        "finished": counts.get("FINISHED", 0),
+        "failed": counts.get("FAILED", 0),
+        "running": sum(counts.get(s, 0) for s in running),
+        "pending": sum(n for s, n in counts.items() if s not in ("FINISHED", "FAILED", *running)),
+    }
+    w = watched(recorded.url)
+    page = w.open(f"/ui/sessions/demo/jobs/{job['job_id']}")
+    legend = page.locator(".progress-legend li")
+    assert {li.get_attribute("data-group"): int(li.get_attribute("data-count")) for li in legend.all()} == groups
+    assert groups["failed"] > 0 and page.locator(".progress .bar").count() == sum(1 for n in groups.values() if n)
+    head = page.locator(".job-status").inner_text()
+    assert job["status"] in head and job["entrypoint"] in head and "Duration" in head and "Exit code 0" in head
+    assert page.locator(".job-status a.failed-tasks").inner_text() == f"{groups['failed']} →"
+    fields = page.locator("details.all-fields")
+    assert fields.get_attribute("open") is None
+    page.locator("details.all-fields summary").click()
+    shown = fields.inner_text()
+    assert "raysight.instrument" not in shown and "RAYSIGHT_" not in shown.replace("RAYSIGHT_*", "")
+    assert "raysight's own hooks" in shown and "submission_id" not in shown  # empty fields are left out
+    state = column(page, ".related", "State")
+    tasks = rows(page, ".related")
+    assert [t[state] for t in tasks[: groups["failed"]]] == ["FAILED"] * groups["failed"]
+    w.shot()
+
+
+@pytest.mark.ray
+def test_state_chips_filter_a_task_table_and_land_in_the_url(recorded: ServerProcess, watched: Any) -> None:
+    """A task table's chips count each state over its other filters; a chip filters on its state (in the URL) and
+    is marked, and clicked again clears the filter."""
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo/tasks?func_or_class_name=crash_once")
+    chips = page.locator(".chips .chip")
+    playwright_api.expect(chips).to_have_text(["All 2", "FAILED 1", "FINISHED 1"], timeout=WAIT_MS)
+    page.locator(".chips .chip[data-value='FAILED']").click()
+    page.wait_for_url(re.compile(r".*\?func_or_class_name=crash_once&state=FAILED$"))
+    (failed,) = wait_rows(page, "#tasks-table", lambda r: len(r) == 1)
+    assert failed[column(page, "#tasks-table", "State")] == "FAILED"
+    playwright_api.expect(chips).to_have_text(["All 2", "FAILED 1", "FINISHED 1"])  # the other states still counted
+    assert page.locator(".chips .chip.current").get_attribute("data-value") == "FAILED"
+    page.locator(".chips .chip.current").click()
+    page.wait_for_url(re.compile(r".*\?func_or_class_name=crash_once$"))
+    both = wait_rows(page, "#tasks-table", lambda r: len(r) == 2)
+    assert [r[column(page, "#tasks-table", "State")] for r in both] == ["FAILED", "FINISHED"]  # failed first
+    w.shot()

@@ -37,28 +37,40 @@ MAX_TOP = 1000  # rows of each `metrics top` table
 
 
 async def list_resource(request: Request) -> Response:
-    """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail=: streamed, a chunk of rows
-    at a time, so that the largest page takes no more memory than a small one."""
+    """GET /api/raysight/{resource}?session=&filter=k=v&sort=-field&limit=&offset=&detail=&count_by=: streamed, a
+    chunk of rows at a time, so that the largest page takes no more memory than a small one.
+
+    ``sort`` takes a field, or a key of the resource's own (tasks: ``-failed``, the failed attempts first);
+    ``count_by=FIELD`` (of text or true/false values) adds ``counts``: the rows matched by each value of FIELD, the
+    filters on FIELD left out (a table's state chips: ``count_by=state``)."""
     res = resource(request.path_params["resource"])
     params = request.query_params
     limit = int_param(params, "limit", 100)
     if limit is not None and limit > MAX_LIMIT:
         raise BadQuery(f"limit {limit} is over {MAX_LIMIT}; page with offset instead")
     filters = [parse_filter(f) for f in params.getlist("filter")]
+    exclude_driver = not bool_param(params, "include_driver")
+    counted = (params.get("count_by") or "").lower()
 
     def rows(con: Any) -> tuple[Any, Iterator[bytes]]:
+        session = named_session(con, request, every=True)
         page = state_query.list_page(
             con,
             res,
-            session=named_session(con, request, every=True),
+            session=session,
             filters=filters,
             sort=params.getlist("sort"),
             limit=limit,
             offset=int_param(params, "offset", 0) or 0,
             detail=bool_param(params, "detail"),
-            exclude_driver=not bool_param(params, "include_driver"),
+            exclude_driver=exclude_driver,
         )
-        return {"session": page.session, "total": page.total, "rows": ROWS}, pieces(state_query.page_rows(con, page))
+        shape: dict[str, Any] = {"session": page.session, "total": page.total}
+        if counted:
+            shape["counts"] = state_query.count_by(
+                con, res, counted, session=session, filters=filters, exclude_driver=exclude_driver
+            )
+        return {**shape, "rows": ROWS}, pieces(state_query.page_rows(con, page))
 
     return await streamed(app_state(request), rows)
 

@@ -115,6 +115,7 @@ TASKS = Resource(
     keys=("t.session", "t.task_id", "t.attempt"),
     tiebreak="t.attempt",
     not_driver=f"{_TASK_TYPE} <> 'DRIVER_TASK'",
+    sorts={"failed": f"{_TASK_STATE} = 'FAILED'"},  # ``-failed``: the failed attempts first
 )
 
 ACTORS = Resource(

@@ -46,6 +46,7 @@ class Resource:
     row_id: str = ""  # SQL of a BIGINT unique to each row, where its first table's rowid is not
     tiebreak: str = ""  # SQL sorted by last, after what was asked for (a task's attempt)
     not_driver: str = ""  # SQL a row meets when it is not a driver's (``exclude_driver``)
+    sorts: dict[str, str] = field(default_factory=dict)  # SQL of the keys a list sorts by that are no field
     by_name: dict[str, Field] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -125,6 +126,39 @@ def list_page(
     ).fetchnumpy()["locator"]
     total_row = con.execute(f"SELECT count(*) FROM {res.source} WHERE {where}", params).fetchone()
     return ListPage(res, resolved, int(total_row[0]) if total_row else 0, detail, located)
+
+
+COUNTABLE = ("str", "bool")  # the kinds of field that :func:`count_by` counts by: a few values each
+
+
+def count_by(
+    con: duckdb.DuckDBPyConnection,
+    res: Resource,
+    name: str,
+    *,
+    session: str | None,
+    filters: list[Filter] = (),  # type: ignore[assignment]
+    exclude_driver: bool = False,
+) -> dict[str, int]:
+    """How many rows of ``res`` that :func:`list_page` would find have each value of the field ``name``, the filters
+    on that field left out: the count of each choice a filter on it could make (a table's state chips)."""
+    counted = res.field(name)
+    if counted.kind not in COUNTABLE or counted.late:
+        raise BadQuery(f"count_by takes a field of text or true/false values, and {name} is of {counted.kind}")
+    if session is None:
+        return {}
+    resolved = None if session == EVERY_SESSION else session
+    where, params = _where(res, resolved, [f for f in filters if f.key != name], exclude_driver)
+    cursor = con.execute(
+        f"SELECT {counted.sql} AS value, count(*) AS n FROM {res.source} WHERE {where} GROUP BY ALL ORDER BY n DESC",
+        params,
+    )
+    return {_key(value): n for value, n in cursor.fetchall()}
+
+
+def _key(value: object) -> str:
+    """A value counted by, as the filter that picks it names it (``true``, ``null``)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def page_rows(con: duckdb.DuckDBPyConnection, page: ListPage) -> Iterator[list[dict[str, Any]]]:
@@ -209,8 +243,13 @@ def _order(res: Resource, sort: list[str]) -> str:
     terms = []
     for text in sort or res.order or [res.id_field]:
         name, descending = parse_sort(text)
-        column = res.field(name)
-        terms.append(f"{column.sql} {'DESC' if descending else 'ASC'} NULLS LAST")
+        if name in res.sorts:
+            sql = res.sorts[name]
+        elif name in res.by_name or not res.sorts:
+            sql = res.field(name).sql
+        else:
+            raise BadQuery(f"{res.name} sort by a field or by {', '.join(res.sorts)}; they have no field {name!r}")
+        terms.append(f"{sql} {'DESC' if descending else 'ASC'} NULLS LAST")
     if res.tiebreak:
         terms.append(res.tiebreak)
     return ", ".join(terms)

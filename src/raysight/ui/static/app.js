@@ -49,6 +49,8 @@ const ROUTES = [
 let current = null; // the page shown: {refresh?, stop?}
 let liveTimer = null;
 let knownSessions = [];
+let paused = false; // the user's pause of live updates (kept from page to page)
+let updated = null; // when the page shown was last rendered or refreshed (ms)
 
 export function navigate(path) {
   history.pushState({}, "", path);
@@ -127,17 +129,41 @@ async function show(page) {
     showError(error);
     return;
   }
+  updated = Date.now();
   const known = await switcher;
   if (known && known.end_time_ms === null && current?.refresh) {
+    const shown = current;
+    let busy = false; // a slow refresh is not stacked under the next
     liveTimer = setInterval(async () => {
+      if (paused || busy) return;
+      busy = true;
       try {
-        await current.refresh();
+        await shown.refresh();
+        if (shown === current) updated = Date.now();
       } catch (error) {
         showError(error);
+      } finally {
+        busy = false;
       }
     }, LIVE_EVERY_MS);
   }
+  showUpdated();
 }
+
+/** "updated N s ago" beside the live marker (or "paused"), as of now. */
+function showUpdated() {
+  const label = document.getElementById("updated");
+  if (paused) label.textContent = "paused";
+  else label.textContent = updated === null ? "" : `updated ${Math.max(0, Math.round((Date.now() - updated) / 1000))} s ago`;
+}
+
+document.getElementById("pause").addEventListener("click", (event) => {
+  paused = !paused;
+  event.target.textContent = paused ? "Resume" : "Pause";
+  event.target.setAttribute("aria-pressed", String(paused));
+  showUpdated();
+});
+setInterval(showUpdated, 1000);
 
 document.addEventListener("click", (event) => {
   const link = event.target.closest("a[href]");

@@ -66,14 +66,20 @@ export function filterBy(values) {
 
 /**
  * A table of `/api/raysight/<resource>` in `session`: `filters` always applied (`key=value`), the header filters
- * and sorts the user picks sent to the server, `PAGE_SIZE` rows a page (`read(resource, query)` fetches one, its
- * `total` and `rows`: for a resource of its own shape). `refresh()` reloads the page shown (a live session's) keeping
- * the user's page, sort, filters and scroll. `data-empty` is on `element` while it has no row and no header filter
- * (a section holding only it is not shown).
+ * and sorts the user picks sent to the server (`defaultSort`, the server's sort keys, when the user picked none),
+ * `PAGE_SIZE` rows a page (`read(resource, query)` fetches one, its `total` and `rows`: for a resource of its own
+ * shape); with `countBy` (a field with a header filter), a chip for each of its values counted over the other
+ * filters, each a filter on it. `refresh()` reloads the page shown (a live session's) in place, with no loading
+ * overlay, keeping the user's page, sort, filters and scroll. `data-empty` is on `element` while it has no row and no
+ * header filter (a section holding only it is not shown).
  */
-export function resourceTable(element, { resource, session, columns, filters = [], initialSort, pageSize = PAGE_SIZE, syncUrl = false, read = readResource }) {
+export function resourceTable(element, { resource, session, columns, filters = [], initialSort, defaultSort = [], countBy, pageSize = PAGE_SIZE, syncUrl = false, read = readResource }) {
   const fromUrl = syncUrl ? viewOf(location.search, columns) : {};
+  const chips = countBy ? h("div", { class: "chips", role: "group", "aria-label": `${countBy} filter` }) : null;
+  if (chips) element.before(chips);
+  let quiet = false; // a refresh's load is on: no loading overlay
   const table = new Tabulator(element, {
+    dataLoader: () => !quiet,
     layout: "fitDataStretch",
     pagination: true,
     paginationMode: "remote",
@@ -84,19 +90,22 @@ export function resourceTable(element, { resource, session, columns, filters = [
     filterMode: "remote",
     ajaxURL: `/api/raysight/${resource}`,
     ajaxRequestFunc: async (_url, _config, params) => {
+      const chosen = (params.filter ?? []).filter((f) => f.value !== "");
       const query = {
         session,
         detail: "true",
         limit: params.size,
         offset: (params.page - 1) * params.size,
-        sort: (params.sort ?? []).map((s) => (s.dir === "desc" ? "-" : "") + s.field),
-        filter: [...filters, ...(params.filter ?? []).filter((f) => f.value !== "").map((f) => `${f.field}=${f.value}`)],
+        sort: params.sort?.length ? params.sort.map((s) => (s.dir === "desc" ? "-" : "") + s.field) : defaultSort,
+        filter: [...filters, ...chosen.map((f) => `${f.field}=${f.value}`)],
+        count_by: countBy,
       };
       if (syncUrl) keepInUrl(params);
       try {
         const answer = await read(resource, query);
         element.dataset.total = answer.total;
         element.toggleAttribute("data-empty", answer.total === 0 && (params.filter ?? []).every((f) => f.value === ""));
+        if (chips) showChips(chips, table, countBy, answer.counts, chosen.find((f) => f.field === countBy)?.value);
         return { last_page: Math.max(1, Math.ceil(answer.total / params.size)), last_row: answer.total, data: answer.rows };
       } catch (error) {
         showError(error);
@@ -115,7 +124,13 @@ export function resourceTable(element, { resource, session, columns, filters = [
     table,
     async refresh() {
       await built;
-      await table.setPage(table.getPage() || 1);
+      const holder = element.querySelector(".tabulator-tableholder");
+      const [top, left] = [holder.scrollTop, holder.scrollLeft];
+      quiet = true; // (read as the load starts, before its request)
+      const loaded = table.setPage(table.getPage() || 1);
+      quiet = false;
+      await loaded;
+      [holder.scrollTop, holder.scrollLeft] = [top, left];
     },
   };
 }
@@ -123,6 +138,21 @@ export function resourceTable(element, { resource, session, columns, filters = [
 /** A page of `/api/raysight/<resource>`: its `total` and `rows`. */
 function readResource(resource, query) {
   return api(`/api/raysight/${resource}`, query);
+}
+
+/** A chip for each value of `field` (`counts`: how many rows each), the one chosen marked; a click filters on its
+ * value (on the chosen one, clears the filter), as the column's header filter does. */
+function showChips(box, table, field, counts = {}, chosen) {
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  const values = Object.keys(counts).sort();
+  if (chosen && !values.some((v) => v.toLowerCase() === chosen.toLowerCase())) values.push(chosen);
+  const chip = (value, text) => {
+    const current = (value ?? "").toLowerCase() === (chosen ?? "").toLowerCase();
+    const pick = () => table.setHeaderFilterValue(field, current ? "" : value ?? "");
+    const state = value ? ` state-${value.toLowerCase()}` : "";
+    return h("button", { type: "button", class: `chip${state}${current ? " current" : ""}`, "aria-pressed": String(current), "data-value": value ?? "", onclick: pick }, text);
+  };
+  box.replaceChildren(chip(undefined, `All ${total}`), ...values.map((v) => chip(v, `${v} ${counts[v] ?? 0}`)));
 }
 
 /** The filters, sort, page and page size a URL's query gives a table (`?state=FAILED&sort=-duration_ms&page=3`). */

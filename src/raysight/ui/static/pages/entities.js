@@ -1,9 +1,9 @@
 // Jobs, actors, nodes and workers: a table of each, and a page for each one with what it ran and its logs.
 
 import { api } from "../api.js";
-import { empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
+import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
-import { taskColumns } from "./tasks.js";
+import { stateGroups, TASK_VIEW, taskColumns } from "./tasks.js";
 
 const KINDS = {
   jobs: {
@@ -92,12 +92,14 @@ async function list(page, session, kind) {
   return { refresh: table.refresh };
 }
 
-/** The entity's fields, state history and newest lines: what a live page redraws (its tables refresh themselves). */
+/** The entity's fields, state history and newest lines: what a live page redraws (its tables refresh themselves); a
+ * job's opens on where it stands, its fields folded away. */
 async function details(box, session, kind, id) {
   const spec = KINDS[kind];
-  const [{ rows }, printed] = await Promise.all([
+  const [{ rows }, printed, tasks] = await Promise.all([
     api(`/api/raysight/${kind}/${encodeURIComponent(id)}`, { session }),
     api("/api/raysight/logs", { session, [spec.logParam]: id, limit: 200, newest: "true" }),
+    kind === "jobs" ? api("/api/raysight/tasks", { session, filter: `job_id=${id}`, count_by: "state", limit: 0 }) : null,
   ]);
   if (!rows.length) throw new Error(`no ${spec.one.toLowerCase()} ${id} in this session`);
   const [entity] = rows;
@@ -107,9 +109,11 @@ async function details(box, session, kind, id) {
     else if (TIMES.test(key)) show[key] = (v) => time(v);
   }
   const { events, ...rest } = entity;
+  const folded = box.querySelector("details.all-fields")?.open ?? false; // as the user left it
   box.replaceChildren(
+    tasks ? jobStatus(session, entity, tasks.counts) : "",
     entity.state_inferred ? h("p", { class: "inferred-reason" }, `State inferred by raysight: ${entity.inferred_reason}`) : "",
-    fields(rest, show),
+    tasks ? jobFields(rest, show, folded) : fields(rest, show),
     events?.length
       ? section(
           "State history",
@@ -120,6 +124,73 @@ async function details(box, session, kind, id) {
   return printed;
 }
 
+/** Where a job stands: its status, entrypoint, duration (so far, while it runs), exit code and failed attempts, and
+ * its task attempts by state as a bar (finished, failed, running, pending). */
+function jobStatus(session, job, counts) {
+  const groups = stateGroups(counts);
+  const total = Object.values(groups).reduce((a, b) => a + b, 0);
+  const failedTasks = `${sessionPath(session, "tasks")}?job_id=${encodeURIComponent(job.job_id)}&state=FAILED`;
+  const fact = (label, ...value) => h("li", {}, h("span", { class: "label" }, label), " ", ...value);
+  return h(
+    "div",
+    { class: "job-status" },
+    h("p", { class: "job-head" }, stateBadge(job.status, job.state_inferred), " ", job.entrypoint ? h("code", { class: "entrypoint" }, job.entrypoint) : ""),
+    job.message ? h("p", { class: "hint" }, job.message) : "",
+    h(
+      "ul",
+      { class: "facts" },
+      job.start_time ? fact("Duration", duration((job.end_time ?? Date.now()) - job.start_time), job.end_time ? "" : " so far") : "",
+      job.driver_exit_code === null || job.driver_exit_code === undefined ? "" : fact("Exit code", String(job.driver_exit_code)),
+      fact("Failed attempts", groups.failed ? h("a", { href: failedTasks, class: "failed-tasks" }, `${groups.failed} →`) : "0"),
+      job.status === "FAILED" ? h("li", {}, h("a", { href: sessionPath(session, "errors", job.job_id), class: "to-failure" }, "why it failed →")) : "",
+      h("li", {}, h("a", { href: `${sessionPath(session, "timeline")}?job=${encodeURIComponent(job.job_id)}` }, "its timeline →")),
+    ),
+    h(
+      "div",
+      { class: "progress", role: "img", "aria-label": `${total} task attempts by state` },
+      Object.entries(groups).map(([group, n]) => (n ? h("span", { class: `bar ${group}`, style: `flex-grow: ${n}`, title: `${group} ${n}` }) : "")),
+    ),
+    h(
+      "ul",
+      { class: "progress-legend" },
+      Object.entries(groups).map(([group, n]) => h("li", { "data-group": group, "data-count": n }, h("span", { class: `swatch ${group}` }), `${group} ${n}`)),
+    ),
+  );
+}
+
+/** A job's fields folded away: the empty ones left out, and raysight's own hooks out of its runtime env (said so). */
+function jobFields(job, show, open) {
+  const { runtime_env: env, ...rest } = job;
+  const own = ownHooks(env);
+  const shown = Object.fromEntries(Object.entries({ ...rest, runtime_env: own.rest }).filter(([, v]) => !blank(v)));
+  return h(
+    "details",
+    { class: "all-fields", open },
+    h("summary", {}, "All fields"),
+    own.hidden ? h("p", { class: "hint" }, "raysight's own hooks (its RAYSIGHT_* variables and worker setup hook) are hidden from runtime_env.") : "",
+    fields(shown, show),
+  );
+}
+
+const OWN_HOOK = /^raysight\./; // a worker setup hook of raysight's (raysight.instrument.worker_setup)
+
+/** A runtime env without raysight's RAYSIGHT_* variables and worker setup hook; `hidden`: whether it had any. */
+function ownHooks(env) {
+  if (!env || typeof env !== "object") return { rest: env, hidden: false };
+  const ours = (key, value) => key.startsWith("RAYSIGHT_") || (key === "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR" && OWN_HOOK.test(value));
+  const { env_vars: vars = {}, worker_process_setup_hook: hook, ...rest } = env;
+  const kept = Object.fromEntries(Object.entries(vars).filter(([k, v]) => !ours(k, String(v))));
+  if (Object.keys(kept).length) rest.env_vars = kept;
+  if (hook !== undefined && !OWN_HOOK.test(String(hook))) rest.worker_process_setup_hook = hook;
+  const hidden = Object.keys(kept).length < Object.keys(vars).length || (hook !== undefined && !("worker_process_setup_hook" in rest));
+  return { rest, hidden };
+}
+
+function blank(value) {
+  if (value === null || value === undefined || value === "") return true;
+  return typeof value === "object" && Object.keys(value).length === 0;
+}
+
 async function one(page, session, kind, id) {
   const spec = KINDS[kind];
   const head = h("div", { class: "details" });
@@ -128,18 +199,13 @@ async function one(page, session, kind, id) {
   showLogs(await details(head, session, kind, id));
   page.append(
     h("h1", {}, `${spec.one} `, h("code", {}, id)),
-    h(
-      "p",
-      {},
-      h("a", { href: sessionPath(session, "errors", id), class: "to-failure" }, "Its failures, if any →"),
-      kind === "jobs" ? [" · ", h("a", { href: `${sessionPath(session, "timeline")}?job=${encodeURIComponent(id)}` }, "its timeline →")] : "",
-    ),
+    kind === "jobs" ? "" : h("p", {}, h("a", { href: sessionPath(session, "errors", id), class: "to-failure" }, "Its failures, if any →")),
     head,
   );
   const tables = spec.related(session, id).map(([title, resource, columns, filters]) => {
     const box = h("div", { class: "related" });
     page.append(section(title, box));
-    return resourceTable(box, { resource, session, columns, filters, pageSize: 20 });
+    return resourceTable(box, { resource, session, columns, filters, pageSize: 20, ...(resource === "tasks" ? TASK_VIEW : {}) });
   });
   page.append(section("Logs (newest 200)", logs));
   return {

@@ -10,6 +10,19 @@ export const TASK_STATES = [
   "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT", "FINISHED", "FAILED",
 ];
 
+/** How every table of task attempts is shown: chips by state, the failed first, then the newest (by start). */
+export const TASK_VIEW = { countBy: "state", defaultSort: ["-failed", "-start_time_ms", "task_id"] };
+
+// Ray's task states grouped as its job page's progress bar groups them: the rest is pending
+const GROUP_OF = { FINISHED: "finished", FAILED: "failed", RUNNING: "running", RUNNING_IN_RAY_GET: "running", RUNNING_IN_RAY_WAIT: "running" };
+
+/** Task attempts by state (the API's `counts`) as finished, failed, running and pending. */
+export function stateGroups(counts) {
+  const groups = { finished: 0, failed: 0, running: 0, pending: 0 };
+  for (const [state, n] of Object.entries(counts)) groups[GROUP_OF[state] ?? "pending"] += n;
+  return groups;
+}
+
 /** The columns of a table of task attempts in `session`. */
 export function taskColumns(session) {
   return [
@@ -28,9 +41,10 @@ export function taskColumns(session) {
 }
 
 export async function render(page, { session }) {
-  page.append(h("h1", {}, "Tasks"), h("p", { class: "hint" }, "* marks a state raysight inferred (Ray never sent it): hover for why."));
+  const hint = "Failed attempts first, then the newest; * marks a state raysight inferred (Ray never sent it): hover for why.";
+  page.append(h("h1", {}, "Tasks"), h("p", { class: "hint" }, hint));
   const box = h("div", { id: "tasks-table" });
   page.append(box);
-  const table = resourceTable(box, { resource: "tasks", session, columns: taskColumns(session), syncUrl: true });
+  const table = resourceTable(box, { resource: "tasks", session, columns: taskColumns(session), syncUrl: true, ...TASK_VIEW });
   return { refresh: table.refresh };
 }
