@@ -43,6 +43,7 @@ function activityChart(box) {
     const xs = data.started.map((_, i) => (data.start_ms + i * data.step_ms) / 1000);
     const series = [xs, perSecond(data.started), perSecond(data.finished), perSecond(data.failed)];
     span = [data.start_ms / 1000, data.end_ms / 1000];
+    plotBox.dataset.started = data.started.reduce((a, b) => a + b, 0); // (what a test waits on)
     note.textContent = `Task attempts per second, in bins of ${duration(data.step_ms)}, to ${data.live ? "now" : "the session's end"}.`;
     if (plot) return plot.setData(series);
     plotBox.replaceChildren();
