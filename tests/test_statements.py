@@ -27,7 +27,7 @@ def samples(store: Store) -> dict[str, Any]:
     """A value for each parameter a statement may name (``$session``, ``of_session``), of the recorded session."""
     session, task = store.reader().execute("SELECT session, task_id FROM tasks LIMIT 1").fetchone()
     return {
-        **dict.fromkeys(("job", "since", "until", "type", "node", "worker", "at")),
+        **dict.fromkeys(("job", "since", "until", "type", "node", "worker", "at", "step", "end")),
         "session": session,
         "sessions": [session],
         "of_session": session,
@@ -39,6 +39,9 @@ def samples(store: Store) -> dict[str, Any]:
         "ms": 0,
         "near": 5000,
         "n": 120,
+        "now": 0,
+        "steps": [1000],
+        "bins": 120,
         "limit": 10,
         "trace": "0" * 32,
     }

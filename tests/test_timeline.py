@@ -52,12 +52,36 @@ def test_activity_timeline_and_task_stream_refuse_bad_parameters_with_a_400(
     server: TestClient, ray_batches: Any
 ) -> None:
     record(server, ray_batches, "?cluster=rec")
-    for params in ({"buckets": "0"}, {"buckets": "10001"}, {"buckets": "many"}):
-        assert server.get("/api/raysight/activity", params=params).status_code == 400
+    for params in ({"step": "0"}, {"step": "1ms"}, {"step": "often"}, {"end": "soon"}):  # (1 ms: a week's millions)
+        bad = server.get("/api/raysight/activity", params=params)
+        assert bad.status_code == 400 and next(iter(params)) in bad.json()["error"], bad.text
     for path in ("/api/raysight/timeline", "/api/raysight/task-stream"):
         bad = server.get(path, params={"job": "../x"})
         assert bad.status_code == 400 and "is no job ID" in bad.json()["error"]
         assert server.get(path, params={"session": "session_nope"}).status_code == 404
     for limit in ("0", "2000001", "all"):
         assert server.get("/api/raysight/task-stream", params={"limit": limit}).status_code == 400
-    assert sum(server.get("/api/raysight/activity", params={"buckets": "7"}).json()["started"]) > 0
+    assert sum(server.get("/api/raysight/activity", params={"step": "1h"}).json()["started"]) > 0
+
+
+def test_activity_is_counted_in_whole_steps_of_the_ladder_from_the_start_to_now_or_the_end_asked(
+    server: TestClient, ray_batches: Any
+) -> None:
+    """Bins of a width from the ladder by the span (the recorded session's 9 s: 1 s), each a whole multiple of it (so
+    that a live session's bins stay put), from its start to now while it is live, or to the ``end`` asked."""
+    record(server, ray_batches, "?cluster=rec")
+    tasks = server.get("/api/raysight/tasks", params={"limit": 100, "detail": "true"}).json()["rows"]
+    tasks = [t for t in tasks if t["type"] != "DRIVER_TASK"]
+    last = max(t["end_time_ms"] or t["start_time_ms"] for t in tasks)
+    found = server.get("/api/raysight/activity", params={"end": last}).json()
+    first, step = found["start_ms"], found["step_ms"]
+    assert step == 1000 and first % step == 0 and found["end_ms"] == last and found["live"]
+    assert len(found["started"]) == last // step - first // step + 1
+    assert sum(found["started"]) == sum(t["start_time_ms"] is not None for t in tasks)
+    ended = [t for t in tasks if t["state"] in ("FINISHED", "FAILED") and t["end_time_ms"] is not None]
+    assert sum(found["finished"]) + sum(found["failed"]) == len(ended)
+    to_now = server.get("/api/raysight/activity").json()  # (live: to now, days on, in hours)
+    assert to_now["end_ms"] > last + 3_600_000 and to_now["step_ms"] in (3_600_000, 3 * 3_600_000)
+    assert sum(to_now["started"]) == sum(found["started"])
+    fine = server.get("/api/raysight/activity", params={"end": last, "step": "250ms"}).json()
+    assert fine["step_ms"] == 250 and sum(fine["started"]) == sum(found["started"])

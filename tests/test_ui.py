@@ -833,6 +833,40 @@ def test_a_jobs_page_says_where_it_stands(recorded: ServerProcess, watched: Any)
     state = column(page, ".related", "State")
     tasks = rows(page, ".related")
     assert [t[state] for t in tasks[: groups["failed"]]] == ["FAILED"] * groups["failed"]
+
+
+def chart_and_box_widths(page: Any) -> tuple[float, float]:
+    """The activity chart's canvas's width and its container's."""
+    return page.evaluate(
+        """() => [document.querySelector('#activity canvas').getBoundingClientRect().width,
+                  document.querySelector('#activity > div').clientWidth]"""
+    )
+
+
+def wait_chart_fits(page: Any) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (widths := chart_and_box_widths(page))[0] != widths[1]:
+        assert time.monotonic() < deadline, f"the chart is {widths[0]} px wide in its {widths[1]} px container"
+        page.wait_for_timeout(100)
+
+
+def test_the_activity_chart_stays_as_wide_as_its_container_across_refreshes_and_resizes(
+    live_feed: LiveFeed, watched: Any
+) -> None:
+    """A live session's overview: the chart, drawn again with the rest of the session's events, keeps the width of its
+    container (not a detached element's), runs to now, and follows the window's width."""
+    w = watched(live_feed.server.url)
+    page = w.open("/ui/sessions/live")
+    plot = page.locator("#activity > div[data-started]")
+    started = plot.get_attribute("data-started")
+    wait_chart_fits(page)
+    live_feed.send(first_half=False)
+    page.locator(f"#activity > div:not([data-started='{started}'])").wait_for(timeout=WAIT_MS)
+    wait_chart_fits(page)
+    assert "to now" in page.locator("#activity .chart-note").inner_text()
+    page.set_viewport_size({"width": 1000, "height": 900})
+    wait_chart_fits(page)
+    assert chart_and_box_widths(page)[0] < 1000
     w.shot()
 
 
@@ -855,3 +889,25 @@ def test_state_chips_filter_a_task_table_and_land_in_the_url(recorded: ServerPro
     both = wait_rows(page, "#tasks-table", lambda r: len(r) == 2)
     assert [r[column(page, "#tasks-table", "State")] for r in both] == ["FAILED", "FINISHED"]  # failed first
     w.shot()
+
+
+def test_a_nodes_resources_and_a_workers_process_are_shown(recorded: ServerProcess, watched: Any) -> None:
+    """The demo's node: what it has as chips and its last use as bars (Ray's node stats, scraped), in the nodes table,
+    on its page and summed on the overview; its workers' process titles (ray::…) and actors."""
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo")
+    assert "CPU" in page.locator("#resources .bars").inner_text()
+    page = w.open("/ui/sessions/demo/nodes")
+    (node,) = rows(page, "#nodes-table")
+    assert "CPU 2" in node[column(page, "#nodes-table", "Resources")]
+    assert " of " in node[column(page, "#nodes-table", "Use now")]
+    page.locator("#nodes-table .tabulator-row a.id").first.click()
+    page.wait_for_url(re.compile(r".*/nodes/[0-9a-f]{56}$"))
+    w.settle()
+    box = page.locator(".node-resources")
+    assert "CPU 2" in box.locator(".chips").inner_text() and "memory" in box.locator(".chips").inner_text()
+    assert re.search(r"CPU\s+[\d.]+ of 2", box.locator(".bars").inner_text())
+    workers = rows(page, ".related")
+    processes = [r[column(page, ".related", "Process")] for r in workers]
+    actors = [r[column(page, ".related", "Actor")] for r in workers]
+    assert any(p.startswith("ray::") for p in processes) and any(actors), (processes, actors)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -26,7 +27,7 @@ from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.ray_events import timeline_query as timeline_sql
 from raysight.signals.ray_events.entities import resource
 from raysight.signals.ray_events.failures_query import ErrorQuery, error_groups, failure
-from raysight.signals.scrapes import top_query
+from raysight.signals.scrapes import resources_query, top_query
 from raysight.signals.spans import traces_query as traces_sql
 from raysight.store import doctor as doctor_sql
 from raysight.store import sessions_query
@@ -241,13 +242,21 @@ async def error_detail(request: Request) -> Response:
 
 
 async def activity(request: Request) -> Response:
-    """GET /api/raysight/activity?session=&buckets=: task attempts started, finished and failed per interval."""
-    buckets = int_param(request.query_params, "buckets", activity_query.ACTIVITY_BUCKETS) or 0
-    if not 1 <= buckets <= 10_000:
-        raise BadQuery(f"buckets must be 1 to 10000, not {buckets}")
-    return await read_json(
-        app_state(request), lambda con: activity_query.activity(con, named_session(con, request), buckets)
-    )
+    """GET /api/raysight/activity?session=&step=&end=: task attempts started, finished and failed in each ``step`` (a
+    duration, 5s; default by the span) from the session's start to ``end`` (epoch ms, ISO 8601 or a time ago; default
+    its end, or now while it is live)."""
+    params = request.query_params
+    step_ns = duration_param(params, "step")
+    if step_ns is not None and step_ns < units.MS:
+        raise BadQuery(f"step must be at least 1ms, not {params['step']!r}")
+    step_ms = None if step_ns is None else step_ns // units.MS
+    end_ms = time_param(params, "end", units.MS)
+
+    def read(con: Any) -> dict[str, Any]:
+        now_ms = time.time_ns() // units.MS
+        return activity_query.activity(con, named_session(con, request), now_ms, step_ms, end_ms)
+
+    return await read_json(app_state(request), read)
 
 
 async def status(request: Request) -> Response:
@@ -260,6 +269,19 @@ async def status(request: Request) -> Response:
         return cluster_status(con, recorded_session(con, request), at)
 
     return await read_json(app_state(request), read)
+
+
+async def usage(request: Request) -> Response:
+    """GET /api/raysight/usage?session=&node=&at=: what each node (or ``node``) used of its CPUs, GPUs, memory and
+    object store at ``at`` (epoch ms, ISO 8601 or a time ago; default the session's last scrape), and the cluster's
+    sum (``signals/scrapes/resources_query.py``)."""
+    at = time_param(request.query_params, "at", units.MS)
+    node = (request.query_params.get("node") or "").lower() or None
+    if node is not None and not re.fullmatch(r"[0-9a-f]{56}", node):
+        raise BadQuery(f"node {node!r} is no node ID: 56 hex digits, as `raysight list nodes` shows")
+    return await read_json(
+        app_state(request), lambda con: resources_query.node_usage(con, recorded_session(con, request), node, at)
+    )
 
 
 async def metrics_top(request: Request) -> Response:
@@ -372,6 +394,7 @@ routes = [
     route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
     route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
     route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
+    route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error),
     route(wire.METRICS_TOP, metrics_top, access=Access.READ, envelope=raysight_error),
     route(wire.TRACES, traces, access=Access.READ, envelope=raysight_error),
     route(wire.TRACE, trace, access=Access.READ, envelope=raysight_error),

@@ -19,6 +19,7 @@ from raysight.signals.ray_events import (
     timeline_query,
 )
 from raysight.signals.ray_metrics import reported_query
+from raysight.signals.scrapes import resources_query
 from raysight.signals.spans import traces_query
 from raysight.store import doctor, schema, sessions_query
 from raysight.store.statements import Group, Macro, Query
@@ -39,6 +40,7 @@ READ_MODELS: tuple[ModuleType, ...] = (
     sessions_query,
     doctor,
     reported_query,
+    resources_query,
     failures_query,
     timeline_query,
     traces_query,

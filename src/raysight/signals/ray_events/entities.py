@@ -180,6 +180,14 @@ NODES = Resource(
     ],
 )
 
+# A worker's process title (ray::IDLE, ray::Counter) as raysight's own process stats labelled it (``Component``), the
+# newest of its series; and the actor it ran
+_PROCESS_NAME = """(SELECT arg_max(ms.labels['Component'], ms.series_no) FROM metric_series ms
+    WHERE ms.session = w.session AND ms.name = 'raysight_process_cpu_seconds_total'
+      AND ms.labels['WorkerId'] = w.worker_id)"""
+_ACTOR_OF_WORKER = """(SELECT arg_max(a.actor_id, a.start_ns) FROM actors a
+    WHERE a.session = w.session AND a.worker_id = w.worker_id)"""
+
 WORKERS = Resource(
     "workers",
     "workers w LEFT JOIN nodes n ON n.session = w.session AND n.node_id = w.node_id",
@@ -198,9 +206,12 @@ WORKERS = Resource(
         field_of("worker_launched_time_ms", "w.launched_ms", "time_ms"),
         field_of("start_time_ms", "w.start_ms", "time_ms"),
         field_of("end_time_ms", f"coalesce(w.end_ms, w.end_ns {MS}, w.inferred_end_ns {MS})", "time_ms"),
+        field_of("process_name", _PROCESS_NAME, late=True),
+        field_of("actor_id", _ACTOR_OF_WORKER, "id", late=True),
         *_inferred("w"),
         field_of("session", "w.session"),
     ],
+    keys=("w.session", "w.worker_id"),
 )
 
 

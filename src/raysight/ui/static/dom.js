@@ -136,9 +136,36 @@ export function linePrefix(row) {
   return `(${who} pid=${row.pid})`;
 }
 
-/** Render a page again off-screen and swap it in whole: a live page updates without flashing empty. */
-export async function rerender(page, render, params) {
-  const fresh = document.createElement("div");
-  await render(fresh, params);
-  page.replaceChildren(...fresh.childNodes);
+// Ray's names of the resources shown, in the order shown, and how an amount of each reads
+const RESOURCES = [
+  ["CPU", "CPU", (n) => `${+n.toFixed(2)}`],
+  ["GPU", "GPU", (n) => `${+n.toFixed(2)}`],
+  ["memory", "memory", bytes],
+  ["object_store_memory", "object store", bytes],
+];
+
+/** What a node has (Ray's resources, `{"CPU": 2, "memory": …}`) as chips: CPU 2 · memory 16.1 GB · … */
+export function resourceChips(total) {
+  const known = RESOURCES.filter(([name]) => total?.[name]);
+  return h("span", { class: "chips" }, known.map(([name, label, show]) => h("span", { class: "chip" }, `${label} ${show(total[name])}`)));
+}
+
+/** What was used of what there was (`{"CPU": {"used", "total"}, …}`): a bar of each, "used of total" beside it. */
+export function usageBars(usage) {
+  const known = RESOURCES.filter(([name]) => usage?.[name]?.total);
+  return h(
+    "div",
+    { class: "bars" },
+    known.map(([name, label, show]) => {
+      const { used, total } = usage[name];
+      const percent = Math.min(100, (100 * used) / total);
+      return h(
+        "div",
+        { class: "bar", title: `${label}: ${percent.toFixed(0)}%` },
+        h("span", { class: "bar-label" }, label),
+        h("span", { class: "bar-track" }, h("span", { class: "bar-fill", style: `width: ${percent.toFixed(1)}%` })),
+        h("span", { class: "bar-text" }, `${show(used)} of ${show(total)}`),
+      );
+    }),
+  );
 }

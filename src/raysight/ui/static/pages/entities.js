@@ -1,7 +1,7 @@
 // Jobs, actors, nodes and workers: a table of each, and a page for each one with what it ran and its logs.
 
 import { api } from "../api.js";
-import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
+import { duration, empty, fields, h, idLink, logLines, resourceChips, section, sessionPath, stateBadge, time, usageBars } from "../dom.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
 import { stateGroups, TASK_VIEW, taskColumns } from "./tasks.js";
 
@@ -48,11 +48,14 @@ const KINDS = {
     one: "Node",
     id: "node_id",
     logParam: "node",
-    columns: (s) => [
+    usage: true,
+    columns: (s, usage) => [
       column("Node", "node_id", cells.id(s, "nodes", "node_id")),
       column("IP", "node_ip"),
       column("Head", "is_head_node", (n) => (n.is_head_node ? "head" : "")),
       column("State", "state", cells.state(), { tabulator: filterBy(["ALIVE", "DEAD"]) }),
+      column("Resources", "resources_total", (n) => resourceChips(n.resources_total), { sort: false, tabulator: { width: 200 } }),
+      column("Use now", "usage", (n) => usageBars(usage.get(n.node_id)), { sort: false, tabulator: { width: 300 } }),
       column("Started", "start_time_ms", cells.time("start_time_ms")),
       column("Ended", "end_time_ms", cells.time("end_time_ms")),
       column("Why", "state_message", null, { text: true }),
@@ -69,6 +72,8 @@ const KINDS = {
     logParam: "worker",
     columns: (s) => [
       column("Worker", "worker_id", cells.id(s, "workers", "worker_id")),
+      column("Process", "process_name", null, { sort: false }),
+      column("Actor", "actor_id", cells.id(s, "actors", "actor_id"), { sort: false }),
       column("Type", "worker_type", null, { tabulator: filterBy(["WORKER", "DRIVER", "SPILL_WORKER", "RESTORE_WORKER"]) }),
       column("Alive", "is_alive", (w) => stateBadge(w.is_alive ? "ALIVE" : "DEAD", w.state_inferred, w.inferred_reason)),
       column("Exit", "exit_type", null, { tabulator: filterBy() }),
@@ -84,22 +89,37 @@ const KINDS = {
 const LINKED = { job_id: "jobs", actor_id: "actors", node_id: "nodes", worker_id: "workers", driver_node_id: "nodes" };
 const TIMES = /(_time|_time_ms)$/;
 
+/** Each node's newest use of what it has (``/api/raysight/usage``), by node ID, into `into`. */
+async function nodeUsage(session, into = new Map()) {
+  const { nodes } = await api("/api/raysight/usage", { session });
+  into.clear();
+  for (const node of nodes) into.set(node.node_id, node.usage);
+  return into;
+}
+
 async function list(page, session, kind) {
   const spec = KINDS[kind];
   const box = h("div", { id: `${kind}-table` });
+  const usage = spec.usage ? await nodeUsage(session) : null;
   page.append(h("h1", {}, spec.title), box);
-  const table = resourceTable(box, { resource: kind, session, columns: spec.columns(session), syncUrl: true });
-  return { refresh: table.refresh };
+  const table = resourceTable(box, { resource: kind, session, columns: spec.columns(session, usage), syncUrl: true });
+  return {
+    refresh: async () => {
+      if (usage) await nodeUsage(session, usage);
+      await table.refresh();
+    },
+  };
 }
 
 /** The entity's fields, state history and newest lines: what a live page redraws (its tables refresh themselves); a
  * job's opens on where it stands, its fields folded away. */
 async function details(box, session, kind, id) {
   const spec = KINDS[kind];
-  const [{ rows }, printed, tasks] = await Promise.all([
+  const [{ rows }, printed, tasks, usage] = await Promise.all([
     api(`/api/raysight/${kind}/${encodeURIComponent(id)}`, { session }),
     api("/api/raysight/logs", { session, [spec.logParam]: id, limit: 200, newest: "true" }),
     kind === "jobs" ? api("/api/raysight/tasks", { session, filter: `job_id=${id}`, count_by: "state", limit: 0 }) : null,
+    spec.usage ? api("/api/raysight/usage", { session, node: id }) : null,
   ]);
   if (!rows.length) throw new Error(`no ${spec.one.toLowerCase()} ${id} in this session`);
   const [entity] = rows;
@@ -113,6 +133,7 @@ async function details(box, session, kind, id) {
   box.replaceChildren(
     tasks ? jobStatus(session, entity, tasks.counts) : "",
     entity.state_inferred ? h("p", { class: "inferred-reason" }, `State inferred by raysight: ${entity.inferred_reason}`) : "",
+    usage ? nodeResources(entity, usage.nodes[0]) : "",
     tasks ? jobFields(rest, show, folded) : fields(rest, show),
     events?.length
       ? section(
@@ -158,17 +179,16 @@ function jobStatus(session, job, counts) {
   );
 }
 
-/** A job's fields folded away: the empty ones left out, and raysight's own hooks out of its runtime env (said so). */
+/** A job's fields folded away (the empty ones left out, as everywhere), raysight's own hooks out of its runtime env (said so). */
 function jobFields(job, show, open) {
   const { runtime_env: env, ...rest } = job;
   const own = ownHooks(env);
-  const shown = Object.fromEntries(Object.entries({ ...rest, runtime_env: own.rest }).filter(([, v]) => !blank(v)));
   return h(
     "details",
     { class: "all-fields", open },
     h("summary", {}, "All fields"),
     own.hidden ? h("p", { class: "hint" }, "raysight's own hooks (its RAYSIGHT_* variables and worker setup hook) are hidden from runtime_env.") : "",
-    fields(shown, show),
+    fields({ ...rest, runtime_env: own.rest }, show),
   );
 }
 
@@ -186,9 +206,16 @@ function ownHooks(env) {
   return { rest, hidden };
 }
 
-function blank(value) {
-  if (value === null || value === undefined || value === "") return true;
-  return typeof value === "object" && Object.keys(value).length === 0;
+
+/** A node's resources: what it has (Ray's), and its newest use of them (Ray's node stats, as scraped). */
+function nodeResources(node, used) {
+  return h(
+    "section",
+    { class: "node-resources" },
+    h("h2", {}, "Resources"),
+    resourceChips(node.resources_total),
+    used ? [h("p", { class: "hint" }, `Use at ${time(used.sampled_ms)}:`), usageBars(used.usage)] : empty("No node stats scraped for this node."),
+  );
 }
 
 async function one(page, session, kind, id) {

@@ -3,7 +3,7 @@
 
 import uPlot from "/ui/vendor/uplot.mjs";
 import { api } from "../api.js";
-import { duration, empty, h, rerender, section, sessionPath, stateBadge, time } from "../dom.js";
+import { duration, empty, h, section, sessionPath, stateBadge, time, usageBars } from "../dom.js";
 
 function counts(title, byState, href) {
   const entries = Object.entries(byState).sort((a, b) => b[1] - a[1]);
@@ -21,29 +21,53 @@ function tally(rows, key = "state") {
   return out;
 }
 
-function activityChart(element, data) {
-  if (data.start_ms === null) return element.append(empty("No task has started yet."));
-  const xs = data.started.map((_, i) => (data.start_ms + i * data.step_ms) / 1000);
-  const width = Math.max(320, element.clientWidth || 800);
-  return new uPlot(
-    {
-      width,
-      height: 220,
-      series: [
-        {},
-        { label: "started", stroke: "#3b82f6", width: 1.5 },
-        { label: "finished", stroke: "#16a34a", width: 1.5 },
-        { label: "failed", stroke: "#dc2626", width: 1.5 },
-      ],
-      axes: [{}, { label: `attempts per ${duration(data.step_ms)}` }],
-    },
-    [xs, data.started, data.finished, data.failed],
-    element,
-  );
+const CHART_HEIGHT = 220;
+
+/** The activity chart in `box`: a function that draws it anew from the API's activity, in place (its data set, its
+ * x axis from the session's start to now or its end); its width follows its container's. */
+function activityChart(box) {
+  const plotBox = h("div");
+  const note = h("p", { class: "chart-note" });
+  box.append(plotBox, note);
+  let plot = null;
+  let span = [0, 1];
+  new ResizeObserver(() => plot?.setSize({ width: plotBox.clientWidth, height: CHART_HEIGHT })).observe(plotBox);
+  return (data) => {
+    if (data.start_ms === null) {
+      plot?.destroy();
+      plot = null;
+      plotBox.replaceChildren(empty("No task has started yet."));
+      return;
+    }
+    const perSecond = (counts) => counts.map((n) => n / (data.step_ms / 1000));
+    const xs = data.started.map((_, i) => (data.start_ms + i * data.step_ms) / 1000);
+    const series = [xs, perSecond(data.started), perSecond(data.finished), perSecond(data.failed)];
+    span = [data.start_ms / 1000, data.end_ms / 1000];
+    plotBox.dataset.started = data.started.reduce((a, b) => a + b, 0); // (what a test waits on)
+    note.textContent = `Task attempts per second, in bins of ${duration(data.step_ms)}, to ${data.live ? "now" : "the session's end"}.`;
+    if (plot) return plot.setData(series);
+    plotBox.replaceChildren();
+    plot = new uPlot(
+      {
+        width: plotBox.clientWidth || 800,
+        height: CHART_HEIGHT,
+        scales: { x: { time: true, range: () => span } },
+        series: [
+          {},
+          { label: "started", stroke: "#3b82f6", width: 1.5 },
+          { label: "finished", stroke: "#16a34a", width: 1.5 },
+          { label: "failed", stroke: "#dc2626", width: 1.5 },
+        ],
+        axes: [{}, { label: "tasks per second" }],
+      },
+      series,
+      plotBox,
+    );
+  };
 }
 
-export async function render(page, { session }) {
-  const [info, summary, actors, nodes, jobs, failures, activity] = await Promise.all([
+function load(session) {
+  return Promise.all([
     api("/api/raysight/sessions").then((r) => r.sessions.find((s) => s.session === session || s.label === session)),
     api("/api/raysight/summary/tasks", { session }),
     api("/api/raysight/actors", { session, limit: 10000 }),
@@ -51,11 +75,34 @@ export async function render(page, { session }) {
     api("/api/raysight/jobs", { session, limit: 10000 }),
     api("/api/raysight/errors", { session }),
     api("/api/raysight/activity", { session }),
+    api("/api/raysight/usage", { session }),
   ]);
-  if (!info) throw new Error(`no session named ${session}; see the sessions page for those recorded`);
+}
+
+export async function render(page, { session }) {
+  const head = h("div");
+  const resources = h("div", { id: "resources" });
+  const chart = h("div", { class: "chart", id: "activity" });
+  const rest = h("div");
+  const draw = activityChart(chart);
+  const show = ([info, summary, actors, nodes, jobs, failures, activity, usage]) => {
+    if (!info) throw new Error(`no session named ${session}; see the sessions page for those recorded`);
+    head.replaceChildren(...overviewHead(session, info, summary, actors, nodes, jobs));
+    resources.replaceChildren(
+      usage.nodes.length ? usageBars(usage.usage) : empty("No node stats scraped (raysight scrapes Ray's metrics where its agent runs)."),
+    );
+    rest.replaceChildren(...overviewRest(session, summary, failures));
+    draw(activity);
+  };
+  show(await load(session));
+  page.append(head, section("Resources now", resources), section("Activity", chart), rest);
+  return { refresh: async () => show(await load(session)) };
+}
+
+function overviewHead(session, info, summary, actors, nodes, jobs) {
   const taskStates = {};
   for (const fn of summary.summary) for (const [state, n] of Object.entries(fn.state_counts)) taskStates[state] = (taskStates[state] ?? 0) + n;
-  page.append(
+  return [
     h("h1", {}, info.label ? `${info.label} · ` : "", info.session),
     h(
       "p",
@@ -71,12 +118,12 @@ export async function render(page, { session }) {
       counts("Actors", tally(actors.rows), sessionPath(session, "actors")),
       counts("Tasks", taskStates, sessionPath(session, "tasks")),
     ),
-  );
-  const chart = h("div", { class: "chart", id: "activity" });
-  page.append(section("Activity", chart));
-  activityChart(chart, activity);
+  ];
+}
+
+function overviewRest(session, summary, failures) {
   const groups = failures.groups;
-  page.append(
+  return [
     section(
       "Failures by cause",
       groups.length
@@ -115,6 +162,5 @@ export async function render(page, { session }) {
         ),
       ),
     ),
-  );
-  return { refresh: () => rerender(page, render, { session }) };
+  ];
 }
