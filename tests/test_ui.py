@@ -268,6 +268,10 @@ def test_jobs_actors_nodes_and_workers_each_have_a_page(recorded: ServerProcess,
         page.wait_for_url(re.compile(rf".*/{kind}/[0-9a-f]+$"))
         w.settle()
         assert page.locator("dl.fields").count() == 1
+    query = {"session": "demo", "filter": "name=fails"}  # (a worker that ran a task: a driver or an idle one did not)
+    (fails,) = httpx.get(f"{recorded.url}/api/raysight/tasks", params=query).json()["rows"]
+    page = w.open(f"/ui/sessions/demo/workers/{fails['worker_id']}")
+    page.locator(".related .tabulator-row").first.wait_for()
     assert "Tasks it ran" in page.locator("main").inner_text()
 
 
@@ -302,11 +306,6 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
     kind's page (a task's, an actor's, a job's, a node's, a worker's) and the pages it links to, the failures of an
     entity that did not fail among them — none of their requests answered with a 4xx or 5xx (the fixture fails on
     any), no page showing a terminal's colour codes, each fitting 1400 and 1280 px without scrolling sideways."""
-
-    """A crawl from a session's overview, link by link, opening one page of each kind: every entity kind's page (a
-    task's, an actor's, a job's, a node's, a worker's) and the pages it links to, and the failures of an entity that
-    did not fail (the demo's job) — none of their requests answered with a 4xx or 5xx (the fixture fails on any), no
-    page showing a terminal's colour codes."""
     w = watched(recorded.url)
     start = "/ui/sessions/demo"
     queue, kinds = deque(["/ui/", start]), {"/ui/", page_kind(start)}
@@ -332,9 +331,6 @@ def test_every_page_a_session_links_to_opens_without_an_error_answer(recorded: S
     }  # a trace, a cause, a failure
     entity_pages |= {f"{start}/{kind}" for kind in ("tasks", "jobs", "actors", "nodes", "workers", "errors", "logs")}
     assert entity_pages | {f"{start}/timeline", f"{start}/traces"} <= kinds, sorted(kinds)
-    assert "did not fail" in texts[f"{start}/errors/<8>"]  # the demo's job, from its page's "its failures"
-
-    assert entity_pages <= kinds, sorted(kinds)
     assert "Failed attempts" in texts[f"{start}/jobs/<8>"]  # the demo's job says where it stands
     job = page_kind(f"{start}/jobs/01000000")
     assert job in kinds and "did not fail" in w.visit(f"{start}/errors/01000000").locator("#page").inner_text()
