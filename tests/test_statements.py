@@ -27,7 +27,7 @@ def samples(store: Store) -> dict[str, Any]:
     """A value for each parameter a statement may name (``$session``, ``of_session``), of the recorded session."""
     session, task = store.reader().execute("SELECT session, task_id FROM tasks LIMIT 1").fetchone()
     return {
-        **dict.fromkeys(("job", "since", "until", "type", "node", "worker", "at", "step", "end")),
+        **dict.fromkeys(("job", "since", "until", "type", "node", "worker", "at", "step", "start", "end")),
         "session": session,
         "sessions": [session],
         "of_session": session,

@@ -52,7 +52,9 @@ def test_activity_timeline_and_task_stream_refuse_bad_parameters_with_a_400(
     server: TestClient, ray_batches: Any
 ) -> None:
     record(server, ray_batches, "?cluster=rec")
-    for params in ({"step": "0"}, {"step": "1ms"}, {"step": "often"}, {"end": "soon"}):  # (1 ms: a week's millions)
+    bad_params: list[dict[str, Any]] = [{"step": "0"}, {"step": "1ms"}, {"step": "often"}, {"end": "soon"}]
+    bad_params += [{"start": "later"}, {"start": 2_000_000_000_000, "end": 1_000_000_000_000}]
+    for params in bad_params:  # (1 ms: a week's millions)
         bad = server.get("/api/raysight/activity", params=params)
         assert bad.status_code == 400 and next(iter(params)) in bad.json()["error"], bad.text
     for path in ("/api/raysight/timeline", "/api/raysight/task-stream"):
@@ -85,3 +87,9 @@ def test_activity_is_counted_in_whole_steps_of_the_ladder_from_the_start_to_now_
     assert sum(to_now["started"]) == sum(found["started"])
     fine = server.get("/api/raysight/activity", params={"end": last, "step": "250ms"}).json()
     assert fine["step_ms"] == 250 and sum(fine["started"]) == sum(found["started"])
+    # A zoomed chart asks for its span: bins by that span's width, only what happened in it
+    starts = sorted(t["start_time_ms"] for t in tasks if t["start_time_ms"] is not None)
+    middle = starts[len(starts) // 2]
+    zoomed = server.get("/api/raysight/activity", params={"start": middle, "end": last}).json()
+    assert zoomed["start_ms"] == middle // 1000 * 1000 and zoomed["end_ms"] == last
+    assert 0 < sum(zoomed["started"]) == sum(middle // 1000 * 1000 <= s <= last for s in starts) < len(starts)

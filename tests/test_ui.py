@@ -850,7 +850,8 @@ def test_the_activity_chart_stays_as_wide_as_its_container_across_refreshes_and_
     live_feed: LiveFeed, watched: Any
 ) -> None:
     """A live session's overview: the chart, drawn again with the rest of the session's events, keeps the width of its
-    container (not a detached element's), runs to now, and follows the window's width."""
+    container (not a detached element's), runs to now, and follows the window's width; zoomed into by a drag, it
+    shows that part in finer bins, until "Whole session"."""
     w = watched(live_feed.server.url)
     page = w.open("/ui/sessions/live")
     plot = page.locator("#activity > div[data-started]")
@@ -864,6 +865,20 @@ def test_the_activity_chart_stays_as_wide_as_its_container_across_refreshes_and_
     wait_chart_fits(page)
     assert chart_and_box_widths(page)[0] < 1000
     w.shot()
+    # Dragged across, the chart shows that part in bins of its width; "Whole session" shows all of it again
+    whole_step = int(plot.get_attribute("data-step-ms") or 0)
+    over = page.locator("#activity .u-over").bounding_box()
+    assert over is not None
+    page.mouse.move(over["x"] + over["width"] * 0.9, over["y"] + over["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(over["x"] + over["width"] * 0.99, over["y"] + over["height"] / 2, steps=5)
+    page.mouse.up()
+    page.locator(f"#activity > div[data-started]:not([data-step-ms='{whole_step}'])").wait_for(timeout=WAIT_MS)
+    assert int(plot.get_attribute("data-step-ms") or 0) < whole_step
+    assert "the part chosen" in page.locator("#activity .chart-note").inner_text()
+    page.locator("#activity .chart-whole").click()
+    page.locator(f"#activity > div[data-step-ms='{whole_step}']").wait_for(timeout=WAIT_MS)
+    assert page.locator("#activity .chart-whole").is_hidden()
 
 
 @pytest.mark.ray

@@ -242,19 +242,19 @@ async def error_detail(request: Request) -> Response:
 
 
 async def activity(request: Request) -> Response:
-    """GET /api/raysight/activity?session=&step=&end=: task attempts started, finished and failed in each ``step`` (a
-    duration, 5s; default by the span) from the session's start to ``end`` (epoch ms, ISO 8601 or a time ago; default
-    its end, or now while it is live)."""
+    """GET /api/raysight/activity?session=&step=&start=&end=: task attempts started, finished and failed in each
+    ``step`` (a duration, 5s; default by the span) from ``start`` (default: the session's start) to ``end`` (each epoch
+    ms, ISO 8601 or a time ago; default its end, or now while it is live)."""
     params = request.query_params
     step_ns = duration_param(params, "step")
     if step_ns is not None and step_ns < units.MS:
         raise BadQuery(f"step must be at least 1ms, not {params['step']!r}")
     step_ms = None if step_ns is None else step_ns // units.MS
-    end_ms = time_param(params, "end", units.MS)
+    start_ms, end_ms = time_param(params, "start", units.MS), time_param(params, "end", units.MS)
 
     def read(con: Any) -> dict[str, Any]:
         now_ms = time.time_ns() // units.MS
-        return activity_query.activity(con, named_session(con, request), now_ms, step_ms, end_ms)
+        return activity_query.activity(con, named_session(con, request), now_ms, step_ms, end_ms, start_ms)
 
     return await read_json(app_state(request), read)
 

@@ -20,7 +20,7 @@ ACTIVITY = Query(
     """WITH t AS (SELECT task_start(start_ns, exec_start_ns) // 1000000 AS s, end_ns // 1000000 AS e,
                         task_state(inferred_state, reported_state) AS state
                  FROM tasks WHERE session = $session AND task_type(type, task_id) <> 'DRIVER_TASK'),
-       span AS (SELECT least(s.first_ns // 1000000, (SELECT min(s) FROM t)) AS lo,
+       span AS (SELECT coalesce($start, least(s.first_ns // 1000000, (SELECT min(s) FROM t))) AS lo,
                        coalesce($end, greatest(coalesce(e.ended_ns // 1000000, $now),
                                                (SELECT greatest(max(s), max(e)) FROM t))) AS hi,
                        e.ended_ns IS NULL AS live
@@ -32,9 +32,10 @@ ACTIVITY = Query(
               count(ts) FILTER (kind = 'e' AND state = 'FINISHED') AS finished,
               count(ts) FILTER (kind = 'e' AND state = 'FAILED') AS failed
        FROM bins LEFT JOIN (SELECT 's' AS kind, s AS ts, state FROM t WHERE s IS NOT NULL
-                            UNION ALL SELECT 'e', e, state FROM t WHERE e IS NOT NULL) p ON p.ts BETWEEN lo AND hi
+                            UNION ALL SELECT 'e', e, state FROM t WHERE e IS NOT NULL) p
+                 ON p.ts BETWEEN lo // step * step AND hi
        GROUP BY ALL""",
-    about="task attempts started, finished and failed in each $step ms of the session, to its end or $now",
+    about="task attempts started, finished and failed in each $step ms from $start (or the session's), to $end or $now",
 )
 
 
@@ -44,12 +45,19 @@ def activity(
     now_ms: int,
     step_ms: int | None = None,
     end_ms: int | None = None,
+    start_ms: int | None = None,
 ) -> dict[str, Any]:
     """Task attempts started, finished and failed in each bin of ``step_ms`` (default: from :data:`STEPS_MS` by the
-    span) from the session's start to ``end_ms`` (default: its end, or ``now_ms`` while it is live), the bins whole
-    multiples of the step (they stay put from one read to the next); in one pass over the session's tasks. BadQuery
-    for a step that cuts the span into more than :data:`MAX_BINS`."""
-    values = {"session": session, "now": now_ms, "step": step_ms, "end": end_ms, "steps": STEPS_MS, "bins": TARGET_BINS}
+    span) from ``start_ms`` (default: the session's start; a zoomed chart's left edge) to ``end_ms`` (default: its
+    end, or ``now_ms`` while it is live), the bins whole multiples of the step (they stay put from one read to the
+    next); in one pass over the session's tasks. BadQuery for a span that ends before it starts, or a step that cuts
+    it into more than :data:`MAX_BINS`."""
+    if start_ms is not None and end_ms is not None and start_ms >= end_ms:
+        raise BadQuery(f"start {start_ms} is not before end {end_ms}")
+    values = {
+        **{"session": session, "now": now_ms, "step": step_ms, "start": start_ms, "end": end_ms},
+        **{"steps": STEPS_MS, "bins": TARGET_BINS},
+    }
     rows = con.execute(ACTIVITY.sql, values).fetchall()
     if not rows or rows[0][0] is None:
         nothing: dict[str, Any] = {"start_ms": None, "end_ms": None, "step_ms": None, "live": None}

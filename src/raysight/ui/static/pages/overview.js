@@ -23,16 +23,20 @@ function tally(rows, key = "state") {
 
 const CHART_HEIGHT = 220;
 
-/** The activity chart in `box`: a function that draws it anew from the API's activity, in place (its data set, its
- * x axis from the session's start to now or its end); its width follows its container's. */
-function activityChart(box) {
+/** The activity chart in `box`: `fetch()` asks the API for the span shown (the whole session, or the part the user
+ * zoomed into by dragging across it: bins of that span's width), `draw(data)` draws it in place (its data set, its x
+ * axis from the span's start to now or its end); its width follows its container's. */
+function activityChart(box, session) {
   const plotBox = h("div");
   const note = h("p", { class: "chart-note" });
-  box.append(plotBox, note);
+  let zoom = null; // [start ms, end ms] the user dragged across, else the whole session
+  const fetch = () => api("/api/raysight/activity", zoom ? { session, start: zoom[0], end: zoom[1] } : { session });
+  const whole = h("button", { type: "button", class: "chart-whole", hidden: true, onclick: () => zoomTo(null) }, "Whole session");
+  box.append(plotBox, h("div", { class: "chart-foot" }, note, whole));
   let plot = null;
   let span = [0, 1];
   new ResizeObserver(() => plot?.setSize({ width: plotBox.clientWidth, height: CHART_HEIGHT })).observe(plotBox);
-  return (data) => {
+  const draw = (data) => {
     if (data.start_ms === null) {
       plot?.destroy();
       plot = null;
@@ -44,7 +48,9 @@ function activityChart(box) {
     const series = [xs, perSecond(data.started), perSecond(data.finished), perSecond(data.failed)];
     span = [data.start_ms / 1000, data.end_ms / 1000];
     plotBox.dataset.started = data.started.reduce((a, b) => a + b, 0); // (what a test waits on)
-    note.textContent = `Task attempts per second, in bins of ${duration(data.step_ms)}, to ${data.live ? "now" : "the session's end"}.`;
+    plotBox.dataset.stepMs = data.step_ms;
+    const to = zoom ? "the end of the part chosen" : data.live ? "now" : "the session's end";
+    note.textContent = `Task attempts per second, in bins of ${duration(data.step_ms)}, to ${to}${zoom ? "" : " (drag across the chart to zoom in)"}.`;
     if (plot) return plot.setData(series);
     plotBox.replaceChildren();
     plot = new uPlot(
@@ -52,6 +58,8 @@ function activityChart(box) {
         width: plotBox.clientWidth || 800,
         height: CHART_HEIGHT,
         scales: { x: { time: true, range: () => span } },
+        cursor: { drag: { x: true, y: false, setScale: false } },
+        hooks: { setSelect: [(u) => u.select.width > 2 && zoomTo([u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")], u)] },
         series: [
           {},
           { label: "started", stroke: "#3b82f6", width: 1.5 },
@@ -64,9 +72,16 @@ function activityChart(box) {
       plotBox,
     );
   };
+  async function zoomTo(seconds, u) {
+    u?.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    zoom = seconds && [Math.floor(seconds[0] * 1000), Math.ceil(seconds[1] * 1000)];
+    whole.hidden = !zoom;
+    draw(await fetch());
+  }
+  return { fetch, draw };
 }
 
-function load(session) {
+function load(session, chart) {
   return Promise.all([
     api("/api/raysight/sessions").then((r) => r.sessions.find((s) => s.session === session || s.label === session)),
     api("/api/raysight/summary/tasks", { session }),
@@ -74,7 +89,7 @@ function load(session) {
     api("/api/raysight/nodes", { session, limit: 10000 }),
     api("/api/raysight/jobs", { session, limit: 10000 }),
     api("/api/raysight/errors", { session }),
-    api("/api/raysight/activity", { session }),
+    chart.fetch(),
     api("/api/raysight/usage", { session }),
   ]);
 }
@@ -84,7 +99,7 @@ export async function render(page, { session }) {
   const resources = h("div", { id: "resources" });
   const chart = h("div", { class: "chart", id: "activity" });
   const rest = h("div");
-  const draw = activityChart(chart);
+  const activityOf = activityChart(chart, session);
   const show = ([info, summary, actors, nodes, jobs, failures, activity, usage]) => {
     if (!info) throw new Error(`no session named ${session}; see the sessions page for those recorded`);
     head.replaceChildren(...overviewHead(session, info, summary, actors, nodes, jobs));
@@ -92,11 +107,11 @@ export async function render(page, { session }) {
       usage.nodes.length ? usageBars(usage.usage) : empty("No node stats scraped (raysight scrapes Ray's metrics where its agent runs)."),
     );
     rest.replaceChildren(...overviewRest(session, summary, failures));
-    draw(activity);
+    activityOf.draw(activity);
   };
-  show(await load(session));
+  show(await load(session, activityOf));
   page.append(head, section("Resources now", resources), section("Activity", chart), rest);
-  return { refresh: async () => show(await load(session)) };
+  return { refresh: async () => show(await load(session, activityOf)) };
 }
 
 function overviewHead(session, info, summary, actors, nodes, jobs) {
