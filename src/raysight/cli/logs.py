@@ -80,6 +80,10 @@ class _Printer:
 @click.option("--worker", metavar="ID", help="A worker's lines.")
 @click.option("--pid", type=int, help="A process's lines.")
 @click.option("--file", "file_name", metavar="NAME", help="Files whose name holds NAME (raylet.out, worker-…).")
+@click.option("--request-id", metavar="ID", help="A Serve request's lines (X-Request-ID): its proxy's and replicas'.")
+@click.option("--app", metavar="NAME", help="A Serve application's lines.")
+@click.option("--deployment", metavar="NAME", help="A Serve deployment's lines.")
+@click.option("--replica", metavar="ID", help="A Serve replica's lines (its ID, as `serve status` shows it).")
 @click.option("--stream", type=click.Choice(STREAMS), help="One stream.")
 @click.option("--level", metavar="LEVEL", help="Lines of this level (INFO, WARNING, ERROR, …) where they say it.")
 @click.option("--grep", metavar="TEXT", help="Lines that contain TEXT.")
@@ -114,6 +118,10 @@ def logs_cmd(
     worker: str | None,
     pid: int | None,
     file_name: str | None,
+    request_id: str | None,
+    app: str | None,
+    deployment: str | None,
+    replica: str | None,
     stream: str | None,
     level: str | None,
     grep: str | None,
@@ -143,6 +151,10 @@ def logs_cmd(
         "worker": worker,
         "pid": pid,
         "file": file_name,
+        "request_id": request_id,
+        "app": app,
+        "deployment": deployment,
+        "replica": replica,
         "stream": stream,
         "level": level,
         "grep": grep,

@@ -142,9 +142,10 @@ async def ping(request: Request) -> Response:
 
 
 async def logs(request: Request) -> Response:
-    """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&stream=&level=&grep=
-    &regex=&since=&until=&after=&limit=&newest=&markers=&include_own=&context=&count=: log lines in the order stored
-    (``since``/``until``: epoch ns, ISO 8601 or a time ago, -5m; ``after``: lines stored after this ``seq``, to follow;
+    """GET /api/raysight/logs?session=&task=&attempt=&actor=&job=&worker=&pid=&node=&file=&request_id=&app=
+    &deployment=&replica=&stream=&level=&grep=&regex=&since=&until=&after=&limit=&newest=&markers=&include_own=
+    &context=&count=: log lines in the order stored (``request_id``, ``app``, ``deployment``, ``replica``: Serve's;
+    ``since``/``until``: epoch ns, ISO 8601 or a time ago, -5m; ``after``: lines stored after this ``seq``, to follow;
     ``include_own``: a Ray dashboard's lines of raysight's own requests too; ``context``: lines of the file around each
     match, flagged so); ``last_seq`` is where to follow on from; ``dropped`` what the log retention dropped of the
     session. Streamed, a chunk of lines at a time."""
@@ -170,6 +171,10 @@ async def logs(request: Request) -> Response:
         pid=int_param(params, "pid", None),
         node_id=entity("node"),
         file=text("file"),
+        request_id=text("request_id"),
+        application=text("app"),
+        deployment=text("deployment"),
+        replica=text("replica"),
         stream=text("stream"),
         level=text("level"),
         grep=text("grep"),

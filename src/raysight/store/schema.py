@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from raysight.signals.log_lines.parse import LOG_FILES
+from raysight.signals.log_lines.parse import LINE_FIELDS, LOG_FILES, LOG_LINES, SERVE_COLUMNS, SERVE_FIELDS, SERVE_FILE
 from raysight.signals.ray_events.parse import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
 from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql
 from raysight.tables import Column, FoldedTable, Table, columns
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -148,6 +148,13 @@ MIGRATIONS = {
         # stored before was flagged raysight's own
         ATTEMPT_ENDS.ddl(),
         f"INSERT INTO attempt_ends {attempt_ends_sql('spans')} ON CONFLICT DO NOTHING",
+    ],
+    18: [  # what Serve's lines say, read from the lines of its files stored before
+        LOG_LINES.ddl(),  # (from below 7, not there yet)
+        *(f"ALTER TABLE log_lines ADD COLUMN IF NOT EXISTS {column.ddl()}" for column in SERVE_COLUMNS),
+        "UPDATE log_lines SET "
+        + ", ".join(f"{name} = {LINE_FIELDS[name]}" for name in ["request_id", *SERVE_FIELDS])
+        + f" WHERE regexp_matches(name, '{SERVE_FILE}')",
     ],
 }
 REFOLD_BELOW = 2

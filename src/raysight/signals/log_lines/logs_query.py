@@ -19,7 +19,7 @@ import numpy as np
 
 from raysight.errors import BadQuery
 from raysight.signals.log_lines import log_index
-from raysight.signals.log_lines.parse import STREAMS
+from raysight.signals.log_lines.parse import SERVE_FIELDS, STREAMS
 from raysight.store.schema import INDEXED_FROM_SQL, LAST_LOG_SEQ_SQL
 from raysight.store.statements import Macro, Query
 
@@ -49,6 +49,7 @@ COLUMNS = (
     "request_id",
     "trace_id",
     "span_id",
+    *SERVE_FIELDS,
     "continued",
     "text",
 )
@@ -101,6 +102,10 @@ class LogQuery:
     pid: int | None = None
     node_id: str | None = None
     file: str | None = None  # a substring of the file's name
+    request_id: str | None = None  # a request's lines (Serve's: its proxy's and replicas')
+    application: str | None = None  # a Serve application's lines, and a deployment's, a replica's
+    deployment: str | None = None
+    replica: str | None = None
     stream: str | None = None
     level: str | None = None
     grep: str | None = None
@@ -129,6 +134,10 @@ def _check(query: LogQuery) -> None:
         raise BadQuery(f"stream must be one of {', '.join(STREAMS)}, not {query.stream!r}")
     if query.level is not None and query.level.upper() not in LEVELS:
         raise BadQuery(f"level must be one of {', '.join(LEVELS)}, not {query.level!r}")
+    if query.request_id is not None and not re.fullmatch(r"[\x21-\x7e]{1,256}", query.request_id):
+        raise BadQuery(f"request_id must be up to 256 printable characters without spaces, not {query.request_id!r}")
+    if query.replica is not None and not re.fullmatch(r"[A-Za-z0-9]{1,64}", query.replica):
+        raise BadQuery(f"replica must be a Serve replica's ID (letters and digits), not {query.replica!r}")
     if query.regex is not None:
         try:
             re.compile(query.regex)
@@ -148,6 +157,10 @@ def _file_conditions(query: LogQuery, t: str) -> tuple[list[str], dict[str, obje
         "worker_id": ("{t}.worker_id = $worker_id", query.worker_id),
         "pid": ("{t}.pid = $pid", query.pid),
         "stream": ("{t}.stream = $stream", query.stream),
+        "replica": (
+            "starts_with({t}.name, 'replica_') AND ends_with({t}.name, '_' || $replica || '.log')",
+            query.replica,
+        ),
         "file": ("contains({t}.name, $file)", query.file),
         "actor": (
             """{t}.worker_id IN (SELECT worker_id FROM actors WHERE session = $session AND actor_id = $actor
@@ -181,6 +194,9 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     params["session"] = session
     tests = {
         "job_id": ("l.job_id = $job_id", query.job_id),
+        "request_id": ("l.request_id = $request_id", query.request_id),
+        "application": ("l.application = $application", query.application),
+        "deployment": ("l.deployment = $deployment", query.deployment),
         "level": ("l.level = $level", query.level.upper() if query.level else None),
         "grep": ("contains(l.text, $grep)", query.grep),
         "regex": ("regexp_matches(l.text, $regex)", query.regex),
@@ -203,15 +219,23 @@ def _conditions(query: LogQuery, session: str) -> tuple[list[str], dict[str, obj
     return where, params, attempts
 
 
+def _verbatim(request_id: str | None) -> str | None:
+    """A request ID as its lines hold it (JSON escapes a quote and a backslash: no trigrams of such an ID)."""
+    return None if request_id is None or '"' in request_id or "\\" in request_id else request_id
+
+
 def _blocks(
     con: duckdb.DuckDBPyConnection, query: LogQuery, params: dict[str, object], attempts: str
 ) -> list[int] | None:
     """The blocks of lines (``log_index.py``) that may hold what ``query`` asks for, ascending; None: any.
-    A block may hold the text searched for when it has every trigram of it, and lines of a file when it was stored
-    with some: of the files the query's worker, pid, name, stream, actor, node or task attempts point to."""
+    A block may hold the text searched for (or a request's ID, which its lines hold) when it has every trigram of it,
+    and lines of a file when it was stored
+    with some: of the files the query's worker, pid, name, stream, Serve replica, actor, node or task attempts point
+    to."""
     found: set[int] | None = None
     grams = log_index.needle_grams(
-        ([query.grep] if query.grep else []) + log_index.required_literals(query.regex or "")
+        [text for text in (query.grep, _verbatim(query.request_id)) if text]
+        + log_index.required_literals(query.regex or "")
     )
     if grams:
         has_all = " AND ".join(f"get_bit(grams, {int(bit)}) = 1" for bit in grams)

@@ -24,6 +24,7 @@ for the local time Ray stamps its lines in.
 from __future__ import annotations
 
 import binascii
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import NoneType, UnionType
@@ -69,7 +70,7 @@ _LINE_COLUMN = {
 # writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
 # line has none (a task's prints) or the agent sent no offset.
 _JSON = "left(text, 1) = '{' AND json_valid(text)"
-_STAMP = r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+_STAMP = r"^(?:[A-Z]+ )?\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 STAMPED_NS = (
     f"epoch_ns(try_strptime(nullif(coalesce(CASE WHEN {_JSON} THEN json_extract_string(text, '$.asctime') END, "
     f"regexp_extract(text, '{_STAMP}', 1)), ''), '%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
@@ -83,9 +84,87 @@ LINE_TIME = "CASE WHEN stamped BETWEEN read_ns - 86400000000000 AND read_ns + 60
 # (``config.USER_AGENT``), in SQL over ``text``.
 OWN_REQUEST = "contains(text, ' ''raysight/') AND regexp_matches(text, ' ''raysight/[^'' ]+''$')"
 
-# What a line says of itself, in SQL over ``text``: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603
-# 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON
-# logging), its level, request, trace and span IDs; whether it is a dashboard's line of raysight's own request.
+# Serve's logs (``logs/serve/``; Ray 2.60's ``serve/_private/logging_utils.py``): a file per component,
+# ``controller_<pid>.log``, ``proxy_<node ip>.log`` and ``replica_<app>_<deployment>_<replica>.log`` (``<app>_`` left
+# out for an application without a name), rotated to NAME.1 … (a file's name is kept less its rotation). A text line is
+# ``LEVEL time component component_id [request_id] [extra attributes] -- message``, a replica's component being
+# ``<app>_<deployment>``; a JSON line (``LoggingConfig(encoding="JSON")``) says ``request_id``, ``route``,
+# ``application`` (within a request), ``deployment`` (``<app>_<deployment>`` again), ``replica``, ``component_name``
+# and ``component_id``. Any other line of a Serve file (a replica's print under ``RAY_SERVE_LOG_TO_STDERR=0``, a
+# traceback's) is its component's all the same.
+SERVE_FILE = r"^(controller|proxy|replica)_(.+)\.log$"
+SERVE_REPLICA_FILE = r"^replica_(.+)_([A-Za-z0-9]+)\.log$"
+SERVE_TEXT = r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-\d\d-\d\d [0-9:,]+ (\S+) (\S+) (?:([^\s-]\S*) )?.*?-- "
+# An access line's message (``access_log_msg``): the proxy's ``GET / 200 8.9ms``, a replica's ``CALL __call__ OK
+# 0.2ms`` (a handle call: the method called) or ``GET / 200 1.1ms`` (an ingress's HTTP request), the client's address
+# first under ``RAY_SERVE_LOG_CLIENT_ADDRESS=1``: (client, method, route, status, latency in ms)
+ACCESS_LINE = r"^(?:(\S+) )?(\S+) (\S+) ([1-5]\d\d|OK|ERROR|CANCELLED) (\d+(?:\.\d+)?)ms$"
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a Serve access line says of a request: ``route`` is the method called where ``method`` is ``CALL``."""
+
+    method: str
+    route: str
+    status: str  # an HTTP code, or OK, ERROR, CANCELLED
+    latency_ms: float
+    client: str | None = None
+
+
+def access(message: str) -> Access | None:
+    """The request a Serve access line's message (:data:`ACCESS_LINE`) tells of; None for any other message."""
+    if m := re.fullmatch(ACCESS_LINE, message):
+        return Access(m[2], m[3], m[4], float(m[5]), m[1])
+    return None
+
+
+def _json_field(name: str) -> str:
+    return f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
+
+
+def _match(pattern: str, of: str, group: int) -> str:
+    return f"nullif(regexp_extract({of}, '{pattern}', {group}), '')"
+
+
+_SERVE_KIND = _match(SERVE_FILE, "name", 1)
+_SERVE_TEXT = f"regexp_matches(text, '{SERVE_TEXT}')"
+# A Serve line's message (a JSON line's, or a text line's less Serve's prefix), and its access line's route
+_MESSAGE = (
+    f"CASE WHEN {_JSON} THEN json_extract_string(text, '$.message') ELSE regexp_replace(text, '{SERVE_TEXT}', '') END"
+)
+_ROUTE = f"CASE WHEN {_match(ACCESS_LINE, _MESSAGE, 2)} <> 'CALL' THEN {_match(ACCESS_LINE, _MESSAGE, 3)} END"
+# A replica's ``<app>_<deployment>``: as its JSON or text line says it (its file's name has Ray's special characters
+# replaced); and its application, as a JSON line of a request says it, else the part before the first underscore
+_APP_DEPLOYMENT = (
+    f"coalesce({_json_field('deployment')}, CASE WHEN {_SERVE_TEXT} THEN {_match(SERVE_TEXT, 'text', 1)} END, "
+    f"{_match(SERVE_REPLICA_FILE, 'name', 1)})"
+)
+_APPLICATION = (
+    f"coalesce({_json_field('application')}, "
+    f"CASE WHEN {_SERVE_KIND} = 'replica' AND contains({_APP_DEPLOYMENT}, '_') "
+    f"THEN split_part({_APP_DEPLOYMENT}, '_', 1) END)"
+)
+# What a Serve line says of itself, or its file's name where it does not (SQL over ``text`` and ``name``): its
+# component (controller, proxy, replica) and component ID (a pid, a node's IP, a replica's ID), request ID, route (an
+# HTTP access line's where no JSON says it), application and deployment
+SERVE_FIELDS = {
+    "component": _SERVE_KIND,
+    "component_id": f"""CASE {_SERVE_KIND} WHEN 'replica' THEN {_match(SERVE_REPLICA_FILE, "name", 2)}
+                            ELSE {_match(SERVE_FILE, "name", 2)} END""",
+    "replica": f"CASE WHEN {_SERVE_KIND} = 'replica' THEN {_match(SERVE_REPLICA_FILE, 'name', 2)} END",
+    "route": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN coalesce({_json_field('route')}, {_ROUTE}) END",
+    "application": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN {_APPLICATION} END",
+    "deployment": f"""CASE WHEN {_SERVE_KIND} = 'replica' THEN CASE
+            WHEN starts_with({_APP_DEPLOYMENT}, {_APPLICATION} || '_') THEN {_APP_DEPLOYMENT}[strlen({_APPLICATION}) + 2:]
+            ELSE {_APP_DEPLOYMENT} END END""",
+}
+
+# What a line says of itself, in SQL over ``text`` and its file's ``name``: its level (Ray's C++ format
+# ``[2026-11-21 19:14:33,944 I 6603 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a
+# JSON line (Ray's and Serve's JSON logging), its level, trace and span IDs; its request ID (a JSON line's, a Serve
+# text line's); what Serve's lines say (:data:`SERVE_FIELDS`); whether it is a dashboard's line of raysight's own
+# request.
 LINE_FIELDS = {
     "level": f"""CASE
         WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
@@ -96,12 +175,15 @@ LINE_FIELDS = {
                 WHEN 'F' THEN 'FATAL' END,
             nullif(regexp_extract(text, '^(?:\\S+ \\S+\\t)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b', 1), ''))
         END""",
-    **{
-        name: f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
-        for name in ("request_id", "trace_id", "span_id")
-    },
+    "request_id": f"""coalesce({_json_field("request_id")},
+        CASE WHEN {_SERVE_KIND} IS NOT NULL THEN {_match(SERVE_TEXT, "text", 3)} END)""",
+    **{name: _json_field(name) for name in ("trace_id", "span_id")},
+    **SERVE_FIELDS,
     "own": OWN_REQUEST,
 }
+
+# What Serve's lines say (:data:`SERVE_FIELDS`; null for the lines of other files), added in schema 18
+SERVE_COLUMNS = [Column(name, "VARCHAR", added=True) for name in SERVE_FIELDS]
 
 # Log lines as the node agents read them (raw input, never folded away): a line, or a piece of one over 64 KiB
 # (``continued``), of a file (``file_key``: its device, inode, the agent's ID of its bytes) at ``byte_offset``. ``seq``
@@ -133,7 +215,8 @@ LOG_LINES = Table(
         text="VARCHAR",
         raw="BLOB",
     )
-    + [Column("own", "BOOLEAN", default="false", added=True)],
+    + [Column("own", "BOOLEAN", default="false", added=True)]
+    + SERVE_COLUMNS,
 )
 # Each file's bytes stored so far: a resent batch's lines before ``end_offset`` are already there.
 LOG_FILES = Table(
