@@ -156,7 +156,8 @@ SERVE_FIELDS = {
     "route": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN coalesce({_json_field('route')}, {_ROUTE}) END",
     "application": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN {_APPLICATION} END",
     "deployment": f"""CASE WHEN {_SERVE_KIND} = 'replica' THEN CASE
-            WHEN starts_with({_APP_DEPLOYMENT}, {_APPLICATION} || '_') THEN {_APP_DEPLOYMENT}[strlen({_APPLICATION}) + 2:]
+            WHEN starts_with({_APP_DEPLOYMENT}, {_APPLICATION} || '_')
+                THEN {_APP_DEPLOYMENT}[strlen({_APPLICATION}) + 2:]
             ELSE {_APP_DEPLOYMENT} END END""",
 }
 
