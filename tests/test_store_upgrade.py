@@ -222,3 +222,29 @@ def test_a_schema_16_store_shows_its_lines_and_flags_raysight_s_own_requests_fro
     finally:
         store.close()
     assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)
+
+
+def test_a_schema_17_store_reads_what_the_serve_lines_it_holds_say(tmp_path: Path) -> None:
+    """Before schema 18 a Serve line's component, replica, application and deployment, and a text line's request ID,
+    were not read: the upgrade reads them from the lines stored."""
+    text = "INFO 2026-11-26 12:01:21,555 shop_Cart cart0001 req-a -- GET /shop 200 1.1ms"
+    file = {"session": SESSION, "key": "1-2-1", "name": "replica_shop_Cart_cart0001.log", "stream": "system"}
+    lines = {"offsets": [0], "texts": [text], "continued": [False], "markers": [False]}
+    body = {"host": "node-1", "files": [{**file, "path": "serve/" + file["name"], **lines, "end": 100, "read_ns": 1}]}
+    store = Store(tmp_path)
+    apply_logs(store, [orjson.dumps(body)])
+    store.close()
+    with duckdb.connect(str(tmp_path / DB_FILE)) as con:  # back to schema 17's log lines
+        for column in ("route", "application", "deployment", "replica", "component", "component_id"):
+            con.execute(f"ALTER TABLE log_lines DROP COLUMN {column}")
+        con.execute("UPDATE log_lines SET request_id = NULL")
+        con.execute("UPDATE meta SET value = '17' WHERE key = 'schema_version'")
+    store = Store(tmp_path)
+    try:
+        query = logs_query.LogQuery(session=latest_session(store.con), request_id="req-a", deployment="Cart")
+        (row,) = orjson.loads(logs_query.log_lines(store.con, query).rows)
+        said = ("component", "component_id", "replica", "application", "deployment", "route", "request_id")
+        assert [row[k] for k in said] == ["replica", "cart0001", "cart0001", "shop", "Cart", "/shop", "req-a"]
+    finally:
+        store.close()
+    assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)
