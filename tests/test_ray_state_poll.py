@@ -214,11 +214,6 @@ def test_submitted_jobs_with_their_real_outcome(held: str) -> None:
     assert "exit code 3" in client.get_job_info("job-fails").message
     assert client.get_job_info("job-ok").runtime_env == {"env_vars": {"RAYSIGHT_HELD": "job-ok"}}
     (joined,) = [j for j in client.list_jobs() if j.driver_exit_code == JOINED_EXIT]
-    drivers = httpx.get(
-        f"{held}/api/raysight/workers", params={"filter": "worker_type=DRIVER", "include_driver": "true", "limit": 1000}
-    ).json()
-    jobs = {j.job_id for j in client.list_jobs()}  # no Serve: the poller never made the dashboard join as a driver
-    assert drivers["rows"] and {d["job_id"] for d in drivers["rows"]} <= jobs, (drivers, jobs)
     assert client.get_job_status(joined.job_id) == "FAILED" and len(client.list_jobs()) == 4
     status = ray_here("job", "status", joined.job_id, "--address", held).stdout
     assert f"Job '{joined.job_id}' failed" in status and f"driver exited with code {JOINED_EXIT}" in status
