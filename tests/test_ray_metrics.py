@@ -325,3 +325,27 @@ def test_every_panel_answers_as_prometheus_does(metered: tuple[str, dict[str, An
                     differing.append((expr, dict(labels), end, r["value"][1], around))
     assert compared > 500 and len(differing) <= compared * 0.05, (compared, differing[:10])
     assert serve_series > 20  # (the Serve panels compared the application's series, not empty answers)
+
+
+def test_serve_status_and_config_are_what_ray_printed_and_its_history_reaches_running(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    """After the cluster is gone, raysight's `serve status|config --at` and Ray's own `serve status|config -a` against
+    raysight print what Ray's printed while it lived (Ray's, the newest sample: Serve as the poller last saw it)."""
+    from ray.serve.scripts import config, status
+
+    url, page = metered
+    read_at = datetime.fromtimestamp(page["serve_read_ms"] / 1000, tz=UTC).isoformat()
+    for command, printed in (("status", page["serve_status"]), ("config", page["serve_config"])):
+        ours = CliRunner().invoke(main, ["serve", command, "--at", read_at, "--server", url])
+        assert ours.exit_code == 0 and ours.stdout == printed, (ours.output, printed)
+    assert "greeter" in page["serve_status"] and "RUNNING" in page["serve_status"]
+    for name, command in (("status", status), ("config", config)):  # the newest sample, as raysight's own shows it
+        rays, newest = (
+            CliRunner().invoke(command, ["-a", url]),
+            CliRunner().invoke(main, ["serve", name, "--server", url]),
+        )
+        assert rays.exit_code == 0 and rays.stdout == newest.stdout, (rays.output, newest.output)
+    history = CliRunner().invoke(main, ["serve", "history", "-n", "greeter", "--server", url, "--format", "json"])
+    changes = orjson.loads(history.stdout)["transitions"]
+    assert ("application", "RUNNING") in {(t["kind"], t["to"]) for t in changes}, changes

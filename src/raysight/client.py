@@ -180,6 +180,16 @@ class Client:
         given = {k: v for k, v in {"session": session, "at": at}.items() if v is not None}
         return self._request("GET", wire.STATUS, params=given)  # type: ignore[no-any-return]
 
+    def serve(self, session: str | None = None, at: int | None = None) -> dict[str, Any]:
+        """Ray Serve's state at ``at`` (epoch ns; default its last sample): ``GET /api/raysight/serve``."""
+        given = {k: v for k, v in {"session": session, "at": at}.items() if v is not None}
+        return self._request("GET", wire.SERVE, params=given)  # type: ignore[no-any-return]
+
+    def serve_history(self, session: str | None = None, app: str | None = None) -> dict[str, Any]:
+        """Each change of Serve's applications, deployments and replicas: ``GET /api/raysight/serve/history``."""
+        given = {k: v for k, v in {"session": session, "app": app}.items() if v is not None}
+        return self._request("GET", wire.SERVE_HISTORY, params=given)  # type: ignore[no-any-return]
+
     def prometheus(self, path: str, params: dict[str, Any], session: str | None = None) -> Any:
         """Prometheus's query API (``/api/v1/<path>``: ``query``, ``query_range``, ``series``, ``labels``,
         ``label/<name>/values``, ``metadata``) over the newest session's metrics, or ``session``'s: its ``data``."""

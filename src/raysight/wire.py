@@ -26,6 +26,8 @@ ERRORS = f"{API}/errors"
 ERROR = f"{API}/errors/{{failure_id}}"
 ACTIVITY = f"{API}/activity"
 STATUS = f"{API}/status"
+SERVE = f"{API}/serve"
+SERVE_HISTORY = f"{API}/serve/history"
 TIMELINE = f"{API}/timeline"
 TASK_STREAM = f"{API}/task-stream"
 METRICS_TOP = f"{API}/metrics/top"
@@ -60,6 +62,8 @@ RAY_PACKAGE = "/api/packages/{package:path}"
 RAY_STATE = "/api/v0/{resource}"
 RAY_SUMMARY = "/api/v0/{resource}/summarize"
 RAY_CLUSTER_STATUS = "/api/cluster_status"
+RAY_SERVE_VERSION = "/api/ray/version"  # what Serve's CLI asks first
+RAY_SERVE_APPLICATIONS = "/api/serve/applications/"  # Serve's state (ServeInstanceDetails), and its writes
 
 # ── Prometheus's HTTP API (Grafana's data source) and exposition ────────────────────────────────────────────────
 PROM_API = "/api/v1"
@@ -195,8 +199,9 @@ class RayStateFound(TypedDict):
     """What one poll of a live cluster's dashboard found (``agent/state_poll.py``)."""
 
     resources: dict[str, list[Any]]  # each resource's rows as Ray lists them; one left out was not polled
-    errors: dict[str, str]  # a resource (or cluster_status) → why it could not be had
+    errors: dict[str, str]  # a resource (or cluster_status, serve) → why it could not be had
     cluster_status: NotRequired[dict[str, Any]]  # the dashboard's, once the cluster's monitor has reported
+    serve: NotRequired[dict[str, Any] | None]  # Serve's state (ServeInstanceDetails); null: no ServeController lives
 
 
 class RayState(RayStateFound):

@@ -2,7 +2,8 @@
 tagged by item) set by an actor, and a Ray Serve application; then tasks run and HTTP requests are served at a steady
 pace for ``ACTIVE_S`` (while raysight and a Prometheus scrape the cluster: Serve's own metrics too), until Ray's node
 exports the final values and raysight has scraped them since; then writes Ray's own metrics page of the node, and
-when it was read, to ``argv[1]`` (with the node's ID, and the pids of the driver and the actor)."""
+when it was read, to ``argv[1]`` (with the node's ID, the pids of the driver and the actor, and what Ray's own `serve
+status` and `serve config` printed at the end of the active rounds, and when)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 import ray
+from click.testing import CliRunner
 from ray import serve
 from ray.util.metrics import Counter, Gauge, Histogram
 
@@ -108,8 +110,20 @@ def raysight_has(query: str, value: float) -> bool:
     return answer["status"] == "success" and [float(r["value"][1]) for r in answer["data"]["result"]] == [value]
 
 
+def rays_serve(dashboard: str) -> dict[str, str]:
+    """What Ray's own `serve status` and `serve config` print, asking the dashboard."""
+    from ray.serve.scripts import config, status
+
+    printed = {
+        name: CliRunner().invoke(command, ["-a", dashboard])
+        for name, command in (("status", status), ("config", config))
+    }
+    assert all(p.exit_code == 0 for p in printed.values()), {n: p.output for n, p in printed.items()}
+    return {f"serve_{name}": p.stdout for name, p in printed.items()}
+
+
 def main() -> None:
-    ray.init(num_cpus=2)
+    dashboard = f"http://{ray.init(num_cpus=2).dashboard_url}"
     shop = Shop.remote()  # type: ignore[attr-defined]
     ray.get([shop.sell.remote(item, n, wait) for item, n, wait in SALES])
     port = free_port()
@@ -123,6 +137,7 @@ def main() -> None:
             for _ in range(REQUESTS):
                 http.get(f"http://127.0.0.1:{port}/greet").raise_for_status()
             time.sleep(1)  # (the workload's pace)
+    serve_read_ms, serve_printed = time.time_ns() // 1_000_000, rays_serve(dashboard)
     metrics = f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics"
     deadline = time.monotonic() + 90
     while not final(exported(text := httpx.get(metrics, timeout=5).text), tasks):
@@ -150,6 +165,8 @@ def main() -> None:
         "node_id": ray.get_runtime_context().get_node_id(),
         "shop_pid": ray.get(shop.pid.remote()),
         "driver_pid": os.getpid(),
+        "serve_read_ms": serve_read_ms,
+        **serve_printed,
     }
     Path(sys.argv[1]).write_bytes(orjson.dumps(written))
     serve.shutdown()

@@ -1,8 +1,8 @@
 """Polling a live cluster's dashboard for what Ray never sends as events — placement groups, objects, runtime envs,
-cluster events, submitted jobs, drivers, the cluster's usage and pending demand — and sending each poll to the server
-(``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource a poll (every
-5 s; objects, which every worker must be asked for, every 30 s), each within Ray's own list limit, so the cluster
-pays little. Inside `raysight run` it polls the session the
+cluster events, submitted jobs, drivers, the cluster's usage and pending demand, Serve's state — and sending each
+poll to the server (``POST /ingest/agent/ray-state``), which keeps every change as history. One request per resource
+a poll (every 5 s; objects, which every worker must be asked for, every 30 s; Serve's state once a ServeController
+lives), each within Ray's own list limit, so the cluster pays little. Inside `raysight run` it polls the session the
 driver joined, at the address its head logged; `raysight poll --dashboard URL` polls a `ray start` cluster. It sends
 Ray's token as Ray's own processes do, read again whenever the dashboard refuses it.
 """
@@ -96,6 +96,8 @@ def _get(http: httpx.Client, url: str, params: Mapping[str, str | int] | None = 
 
 # Ray's event stream reports no driver's worker: the drivers' rows of Ray's workers, asked for by that filter
 DRIVERS = {"filter_keys": "worker_type", "filter_predicates": "=", "filter_values": "DRIVER"}
+# Serve's controller, whose life says whether Serve runs in the session
+SERVE_CONTROLLER = {"filter_keys": "class_name", "filter_predicates": "=", "filter_values": "ServeController"}
 
 
 def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapping[str, str] = {}) -> list[Any]:
@@ -110,24 +112,38 @@ def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapp
 def due(count: int) -> list[str]:
     """What poll number ``count`` (from 0) asks for: everything, objects every :data:`SAMPLE_OBJECTS_EVERY` polls."""
     sampled = count % SAMPLE_OBJECTS_EVERY == 0
-    return [r for r in (*STATE_RESOURCES, "jobs", "drivers", "cluster_status") if r != "objects" or sampled]
+    return [r for r in (*STATE_RESOURCES, "jobs", "drivers", "cluster_status", "serve") if r != "objects" or sampled]
+
+
+def serve_details(http: httpx.Client, dashboard: str) -> dict[str, Any] | None:
+    """Serve's state (``ServeInstanceDetails``, as Ray's `serve status` reads it), or None while no ServeController
+    lives: the dashboard answers that route by joining the cluster as a driver, which a session without Serve must
+    not gain."""
+    controllers = _state_rows(http, dashboard, "actors", SERVE_CONTROLLER)
+    if not any(isinstance(row, dict) and row.get("state") == "ALIVE" for row in controllers):
+        return None
+    details: dict[str, Any] = _get(http, dashboard + wire.RAY_SERVE_APPLICATIONS).raise_for_status().json()
+    return details
 
 
 def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> wire.RayStateFound:
     """One poll of the dashboard for ``resources_due``: ``resources`` (each one's rows as Ray lists them, detail
-    included), its ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported) and
-    ``errors`` (why one could not be had: that resource is left out, the others stand). A dashboard that answered
-    none of them raises why (the cluster is gone or going)."""
+    included), its ``cluster_status`` (usage and pending demand, once the cluster's monitor has reported), ``serve``
+    (Serve's state; None while it does not run) and ``errors`` (why one could not be had: that resource is left out,
+    the others stand). A dashboard that answered none of them raises why (the cluster is gone or going)."""
     resources: dict[str, list[Any]] = {}
     errors: dict[str, str] = {}
     unanswered: list[httpx.TransportError] = []
-    status = None
+    status = serve = None
+    serve_polled = False
     for resource in resources_due:
         try:
             if resource == "jobs":
                 resources[resource] = _get(http, dashboard + wire.RAY_JOBS).raise_for_status().json()
             elif resource == "cluster_status":  # (None until the cluster's monitor has reported)
                 status = _get(http, dashboard + wire.RAY_CLUSTER_STATUS, {"format": 0}).json()["data"]["clusterStatus"]
+            elif resource == "serve":
+                serve, serve_polled = serve_details(http, dashboard), True
             elif resource == "drivers":
                 resources[resource] = _state_rows(http, dashboard, "workers", DRIVERS)
             else:
@@ -141,6 +157,8 @@ def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> wire.R
     found: wire.RayStateFound = {"resources": resources, "errors": errors}
     if status:
         found["cluster_status"] = status
+    if serve_polled:  # (None: no Serve runs)
+        found["serve"] = serve
     return found
 
 

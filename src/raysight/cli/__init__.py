@@ -17,6 +17,7 @@ from raysight.cli.node import start_cmd, stop_cmd
 from raysight.cli.poll import poll_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
+from raysight.cli.serve import serve_cmd
 from raysight.cli.server import server_cmd
 from raysight.cli.status import status_cmd
 from raysight.cli.timeline import timeline_cmd
@@ -75,6 +76,7 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
         (traces_cmd, ("traces", "--errors", "--min-duration", "250ms")),
         (timeline_cmd, ("timeline", "-o", "trace.json")),
         (status_cmd, ("status", "--at", "-10m")),
+        (serve_cmd, ("serve", "status", "--at", "-10m")),
         (metrics_cmd, ("metrics", "top")),
     ),
     "Tools": (

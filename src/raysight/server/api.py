@@ -17,10 +17,12 @@ from raysight import __version__, units, wire
 from raysight.errors import BadQuery
 from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_json, rendered, streamed
 from raysight.server.app_state import app_state
+from raysight.server.guard import from_browser
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.logs_query import LogQuery
+from raysight.signals.polls import serve_query
 from raysight.signals.polls.status_query import cluster_status
 from raysight.signals.ray_events import activity_query, state_query, summary_query
 from raysight.signals.ray_events import apply as ray_apply
@@ -276,6 +278,30 @@ async def status(request: Request) -> Response:
     return await read_json(app_state(request), read)
 
 
+async def serve(request: Request) -> Response:
+    """GET /api/raysight/serve?session=&at=: Ray Serve's state at ``at`` (epoch ns, ISO 8601 or a time ago; default
+    the last sample the poller took), ``details`` as the dashboard gave it (``ServeInstanceDetails``, what `serve
+    status` and `serve config` read), with when it was first and last polled so (``signals/polls/serve_query.py``).
+    Runtime envs' variables are kept as Ray's dashboard gives them to its CLI; a browser's request gets their values
+    redacted, as Ray's dashboard does."""
+    at = time_param(request.query_params, "at", units.NS)
+    sample = await app_state(request).read(
+        lambda con: serve_query.serve_sample(con, recorded_session(con, request), at)
+    )
+    if from_browser(request.headers):
+        sample["details"] = serve_query.redacted(sample["details"])
+    return await rendered(sample)
+
+
+async def serve_history(request: Request) -> Response:
+    """GET /api/raysight/serve/history?session=&app=: each change of Serve's applications, deployments and replicas
+    over the session, as the poller saw them (``signals/polls/serve_query.py``)."""
+    app = request.query_params.get("app") or None
+    return await read_json(
+        app_state(request), lambda con: serve_query.serve_history(con, recorded_session(con, request), app)
+    )
+
+
 async def usage(request: Request) -> Response:
     """GET /api/raysight/usage?session=&node=&at=: what each node (or ``node``) used of its CPUs, GPUs, memory and
     object store at ``at`` (epoch ms, ISO 8601 or a time ago; default the session's last scrape), and the cluster's
@@ -397,6 +423,8 @@ routes = [
     route(wire.ERROR, error_detail, access=Access.READ, envelope=raysight_error),
     route(wire.ACTIVITY, activity, access=Access.READ, envelope=raysight_error),
     route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error),
     route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
     route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
     route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error),

@@ -63,6 +63,19 @@ def from_other_site(headers: Headers, method: str, dashboard: bool) -> bool:
     return False
 
 
+# What only a browser sends (Ray's dashboard's own test: ``optional_utils.is_browser_request``)
+BROWSER_HEADERS = (
+    *("referer", "origin", "sec-fetch-mode", "sec-fetch-dest", "sec-fetch-site", "sec-fetch-user"),
+    *("access-control-request-method", "access-control-request-headers"),
+)
+
+
+def from_browser(headers: Headers) -> bool:
+    """Whether a browser sent the request, as Ray's dashboard tells (to redact what it shows one): a ``User-Agent``
+    that starts ``Mozilla``, or any header only browsers send."""
+    return headers.get("user-agent", "").startswith("Mozilla") or any(h in headers for h in BROWSER_HEADERS)
+
+
 def media_type(content_type: str | None) -> str:
     """``application/json; charset=utf-8`` → ``application/json``."""
     return (content_type or "").partition(";")[0].strip().lower()

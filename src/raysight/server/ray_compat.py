@@ -1,5 +1,6 @@
-"""Ray's own dashboard API, answered from the store, so `ray list/get/summary --address`, `ray.util.state` and
-`ray job list/status` work unchanged; under ``/sessions/<name>/`` for any session, at the root for the newest.
+"""Ray's own dashboard API, answered from the store, so `ray list/get/summary --address`, `ray.util.state`,
+`ray job list/status` and `serve status/config -a` work unchanged; under ``/sessions/<name>/`` for any session, at
+the root for the newest.
 
 Envelope and semantics follow ``shared/ray/state-http-contract.md``: ``{"result", "msg", "data": {"result"}}``,
 repeated ``filter_keys/predicates/values``, case-insensitive matches, sort by ID, limit ≤ 10000.
@@ -18,8 +19,10 @@ from raysight import wire
 from raysight.errors import BadQuery, RaysightError
 from raysight.server.answers import ROWS, answer, pieces, rendered, streamed
 from raysight.server.app_state import app_state
+from raysight.server.guard import from_browser
 from raysight.server.params import bool_param, int_param
 from raysight.server.routing import Access, route
+from raysight.signals.polls import serve_query
 from raysight.signals.polls.polled_resources import OBJECTS
 from raysight.signals.ray_events import state_query, summary_query
 from raysight.signals.ray_events.entities import JOBS, resource
@@ -185,14 +188,35 @@ async def job(request: Request) -> Response:
     return PlainTextResponse(f"Job {job_id} does not exist", status_code=404)
 
 
+API_TYPES = ("imperative", "declarative")  # what Ray's route takes as ``api_type``
+
+
+async def serve_applications(request: Request) -> Response:
+    """Serve's state as the session's dashboard last gave it to raysight's poller (``ServeInstanceDetails``; Ray's
+    empty one where Serve never ran), for `serve status -a` and `serve config -a`; ``api_type`` keeps the
+    applications deployed so, as Ray's route does. Runtime envs' variables are kept as Ray gives them to its CLI; a
+    browser's request gets their values redacted, as Ray's dashboard does."""
+    api_type = (request.query_params.get("api_type") or "").lower()
+    if api_type and api_type not in API_TYPES:
+        raise BadQuery(f"Invalid 'api_type' value: {api_type!r}. Must be one of: {', '.join(API_TYPES)}")
+    sample = await app_state(request).read(lambda con: serve_query.serve_sample(con, _session(con, request), None))
+    details = sample["details"] or serve_query.NO_SERVE
+    if api_type:
+        apps = details["applications"]
+        details = {**details, "applications": {k: a for k, a in apps.items() if a.get("source") == api_type}}
+    return await rendered(serve_query.redacted(details) if from_browser(request.headers) else details)
+
+
 READ_ONLY = (
-    "raysight records Ray clusters and answers for them; it never submits, stops or deletes jobs. Send that to the "
-    "cluster's own dashboard (its address: `ray status`, or the head's logs/dashboard.log)."
+    "raysight records Ray clusters and answers for them; it never submits, stops or deletes jobs or Serve "
+    "applications. Send that to the cluster's own dashboard (its address: `ray status`, or the head's "
+    "logs/dashboard.log)."
 )
 
 
 async def read_only(request: Request) -> Response:
-    """Ray's job writes (submit, stop, delete, upload a package): refused, saying where they belong."""
+    """Ray's job and Serve writes (submit, stop, delete, upload a package; deploy or delete Serve's applications):
+    refused, saying where they belong."""
     return PlainTextResponse(READ_ONLY, status_code=405, headers={"Allow": "GET"})
 
 
@@ -204,6 +228,16 @@ routes = [  # at the root for the newest session, and mounted under /sessions/<n
     route(wire.RAY_JOB, job, access=Access.READ, envelope=ray_error),
     route(wire.RAY_JOB, read_only, access=Access.READ, envelope=ray_error, methods=["DELETE"], bodies=None),
     route(wire.RAY_PACKAGE, read_only, access=Access.READ, envelope=ray_error, methods=["GET", "PUT"], bodies=None),
+    route(wire.RAY_SERVE_VERSION, version, access=Access.READ, envelope=ray_error),
+    route(wire.RAY_SERVE_APPLICATIONS, serve_applications, access=Access.READ, envelope=ray_error),
+    route(
+        wire.RAY_SERVE_APPLICATIONS,
+        read_only,
+        access=Access.READ,
+        envelope=ray_error,
+        methods=["PUT", "DELETE"],
+        bodies=None,
+    ),
     route(wire.RAY_SUMMARY, summarize, access=Access.READ, envelope=ray_error),
     route(wire.RAY_STATE, list_resource, access=Access.READ, envelope=ray_error),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raysight.signals.polls.parse import CLUSTER_STATUS, KINDS, POLLED, POLLS, Poll
+from raysight.signals.polls.parse import CLUSTER_STATUS, KINDS, POLLED, POLLS, SERVE_DETAILS, Poll
 from raysight.signals.ray_events.apply import upsert_patches
 from raysight.signals.ray_events.parse import Key, Patch
 from raysight.signals.ray_events.reconcile import reconcile
@@ -45,11 +45,18 @@ KEEP_OUTCOMES = f"""INSERT INTO {POLLS.name}
         last_error = coalesce(excluded.last_error, polls.last_error),
         last_error_ns = coalesce(excluded.last_error_ns, polls.last_error_ns)"""
 
+# Serve's state polled as the sample before it had it: that sample stands longer; else a new sample
+SERVE_SAME = f"""UPDATE {SERVE_DETAILS.name} SET last_ns = greatest(last_ns, $3)
+    WHERE session = $1 AND ns = (SELECT max(ns) FROM {SERVE_DETAILS.name} WHERE session = $1 AND ns <= $3)
+      AND details::VARCHAR = $2::VARCHAR
+    RETURNING ns"""
+
 
 def record_poll(store: Store, poll: Poll) -> int:
     """Keep what a poll of a live cluster's dashboard found (``parse.py``), in one transaction: each entity's newest
     row, its state's changes appended to its history (a poll older than what is kept changes nothing), a sampled
-    resource's rows replaced by the newest poll's; and how each resource's poll went. Returns the rows kept."""
+    resource's rows replaced by the newest poll's; Serve's state when it changed; and how each resource's poll went.
+    Returns the rows kept."""
     sampled = [r for r in poll.polled if r in KINDS and KINDS[r].sample]
     with store.transaction() as tx:
         stale = [row[0] for row in tx.run(STALE, [poll.session, sampled, poll.polled_ns]).fetchall()]
@@ -67,6 +74,11 @@ def record_poll(store: Store, poll: Poll) -> int:
             tx.run(
                 f"INSERT OR REPLACE INTO {CLUSTER_STATUS.name} VALUES (?, ?, ?)",
                 [poll.session, poll.polled_ns, poll.cluster_status],
+            )
+        if poll.serve is not None and not tx.run(SERVE_SAME, [poll.session, poll.serve, poll.polled_ns]).fetchall():
+            tx.run(
+                f"INSERT OR REPLACE INTO {SERVE_DETAILS.name} VALUES (?, ?, ?, ?)",
+                [poll.session, poll.polled_ns, poll.polled_ns, poll.serve],
             )
         tx.run("INSERT INTO sessions (session) VALUES (?) ON CONFLICT DO NOTHING", [poll.session])
         if changed := _changed_drivers(tx, poll):  # workers, as their events would be (a driver outliving its

@@ -8,10 +8,12 @@ The poller sends JSON (``wire.RayState``), one object a poll of one session::
                    "cluster_events": [...], "jobs": [<JobDetails, as /api/jobs/ lists them>],
                    "drivers": [<WorkerState rows of worker_type DRIVER, detail>]},
      "cluster_status": {<the dashboard's /api/cluster_status: loadMetricsReport (usage, resourceDemand, …) …>},
+     "serve": {<Serve's /api/serve/applications/: ServeInstanceDetails (proxies, applications, …)>} or null,
      "errors": {"objects": "what went wrong fetching them"}}
 
 A resource left out was not polled this time; ``cluster_status`` (what the cluster had and what waited for it, then)
-is kept whole, a sample a poll. Each row is kept as Ray gave it, under an ID that names the entity
+is kept whole, a sample a poll; so is ``serve`` (Serve's state, polled once a ServeController lives: null before), a
+sample each time it changed. Each row is kept as Ray gave it, under an ID that names the entity
 from one poll to the next, with the state whose changes make its history. Drivers, whose workers Ray's event stream
 never reports, become patches of the ``workers`` table, folded as its events are.
 """
@@ -75,6 +77,7 @@ KINDS = {
     ),
 }
 STATUS: Final = "cluster_status"  # (wire.RayState's)
+SERVE: Final = "serve"  # (wire.RayState's)
 MAX_BODY = 64 * 1024 * 1024  # a poll of every resource at Ray's list limits
 MAX_ROWS = 20_000  # of one resource in one poll (Ray's own lists stop at 10,000)
 # What the polls found (raw input): each entity's last row as Ray gave it, when first and last polled, its state then
@@ -96,6 +99,13 @@ POLLED = Table(
     key=("session", "resource", "id"),
 )
 CLUSTER_STATUS = Table("cluster_status", columns(session="VARCHAR", ns="BIGINT", status="JSON"), key=("session", "ns"))
+# Serve's state as the dashboard gave it (ServeInstanceDetails), each time it changed: first polled so (``ns``), last
+# polled so (``last_ns``)
+SERVE_DETAILS = Table(
+    "serve_details",
+    columns(session="VARCHAR", ns="BIGINT", last_ns="BIGINT", details="JSON"),
+    key=("session", "ns"),
+)
 POLLS = Table(
     "polls",
     columns(
@@ -108,7 +118,7 @@ POLLS = Table(
     ),
     key=("session", "resource"),
 )
-POLL_TABLES = [POLLED, CLUSTER_STATUS, POLLS]
+POLL_TABLES = [POLLED, CLUSTER_STATUS, SERVE_DETAILS, POLLS]
 # A poll's rows as staged: the store adds the session, the times and the history
 SCHEMA = POLLED.arrow_schema(omit=("session", "first_ns", "last_ns", "history"))
 
@@ -121,6 +131,7 @@ class Poll:
     polled: list[str]  # the resources this poll fetched (a sampled one's earlier rows are replaced)
     errors: dict[str, str]  # resource → why it could not be fetched
     cluster_status: str | None = None  # JSON: the autoscaler's view then (usage, demand), when polled
+    serve: str | None = None  # JSON: Serve's state then (ServeInstanceDetails), when polled
     drivers: list[tuple[str, Key, Patch]] = field(default_factory=list)  # patches of the workers table
 
 
@@ -183,20 +194,23 @@ def parse(body: bytes) -> Poll:
     if unknown:
         raise BadIngest(f"unknown resources {sorted(unknown)}: known are {', '.join(KINDS)}")
     errors = poll["errors"] or {}
-    polled = [*KINDS, STATUS]
+    polled = [*KINDS, STATUS, SERVE]
     if not (isinstance(errors, dict) and all(k in polled and isinstance(v, str) for k, v in errors.items())):
         raise BadIngest("errors must map a resource to a message")
     status = poll[STATUS]
     if status is not None and not (isinstance(status, dict) and isinstance(status.get("loadMetricsReport"), dict)):
         raise BadIngest(f"{STATUS} must be the dashboard's cluster status, an object with its loadMetricsReport")
-    fetched = sorted(poll["resources"]) + ([STATUS] if status is not None else [])
+    serve = poll[SERVE]
+    if serve is not None and not (isinstance(serve, dict) and isinstance(serve.get("applications"), dict)):
+        raise BadIngest(f"{SERVE} must be Serve's ServeInstanceDetails, an object with its applications")
+    fetched = sorted(poll["resources"]) + [STATUS] * (status is not None) + [SERVE] * (SERVE in sent)
     if both := set(errors) & set(fetched):
         raise BadIngest(f"{sorted(both)} both polled and failed")
     try:  # (kept as JSON: orjson writes at most 254 levels, which no row of Ray's comes near)
         rows = [row for resource, values in poll["resources"].items() for row in _rows(resource, values)]
-        status_json = None if status is None else orjson.dumps(status).decode()
+        status_json, serve_json = (None if v is None else orjson.dumps(v).decode() for v in (status, serve))
     except orjson.JSONEncodeError as exc:
-        raise BadIngest(f"a row or the cluster status cannot be kept: {exc}") from None
+        raise BadIngest(f"a row, the cluster status or Serve's state cannot be kept: {exc}") from None
     drivers = [driver_patch(session, row, polled_ns) for row in poll["resources"].get("drivers", [])]  # (checked)
     return Poll(
         session,
@@ -205,5 +219,6 @@ def parse(body: bytes) -> Poll:
         fetched,
         {k: v[:2000] for k, v in errors.items()},
         status_json,
+        serve_json,
         drivers,
     )

@@ -1,0 +1,247 @@
+"""Ray Serve's state as the poller sends it (``ServeInstanceDetails``, once a ServeController lives): kept each time
+it changes, shown at any moment by `raysight serve status|config` and by Ray's own `serve status|config -a` against
+raysight (read-only), its changes by `raysight serve history`; without a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+import yaml
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from raysight import wire
+from raysight.agent.state_poll import serve_details
+from raysight.cli import main
+from raysight.signals.polls.serve_query import transitions
+from tests.ray_scenarios import ServerProcess, serving
+from tests.test_ray_state_ingest import NODE, SESSION
+
+BASE = 1_795_000_000_000_000_000
+S = 1_000_000_000
+SECRET = {"SECRET": "hunter2"}
+
+
+def details(app: str, deployment: str, trigger: str, replicas: list[tuple[str, str]], message: str = "") -> Any:
+    """Serve's state as the dashboard gives it: one application of one deployment (which Ray's models accept)."""
+    actor = {"node_id": NODE, "node_ip": "10.0.0.1", "worker_id": "e" * 56, "log_file_path": "/serve/x.log"}
+    config = {
+        "name": "greeter",
+        "route_prefix": "/greet",
+        "import_path": "app:greeter",
+        "runtime_env": {"env_vars": SECRET},
+    }
+    replica_rows = [
+        {**actor, "replica_id": r, "state": state, "pid": 42, "actor_id": "a1" * 16, "start_time_s": 1795000001.0}
+        for r, state in replicas
+    ]
+    greeter = {
+        "name": "Greeter",
+        "status": deployment,
+        "status_trigger": trigger,
+        "message": message,
+        "deployment_config": {"name": "Greeter", "ray_actor_options": {"runtime_env": {"env_vars": SECRET}}},
+        "target_num_replicas": 1,
+        "required_resources": {"CPU": 0},
+        "replicas": replica_rows,
+    }
+    application = {
+        "name": "greeter",
+        "route_prefix": "/greet",
+        "docs_path": None,
+        "status": app,
+        "message": message,
+        "last_deployed_time_s": 1795000000.5,
+        "deployed_app_config": config,
+        "source": "declarative",
+        "external_scaler_enabled": False,
+        "deployments": {"Greeter": greeter},
+    }
+    return {
+        "controller_info": {**actor, "actor_id": "c1" * 16},
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "127.0.0.1", "port": 8000},
+        "proxies": {NODE: {**actor, "actor_id": "b1" * 16, "status": "HEALTHY"}},
+        "applications": {"greeter": application},
+        "target_capacity": None,
+    }
+
+
+DEPLOYING = details("DEPLOYING", "UPDATING", "CONFIG_UPDATE_STARTED", [("r1", "STARTING")])
+RUNNING = details("RUNNING", "HEALTHY", "CONFIG_UPDATE_COMPLETED", [("r1", "RUNNING")])
+UNHEALTHY = details(
+    "UNHEALTHY", "UNHEALTHY", "HEALTH_CHECK_FAILED", [("r1", "STOPPING"), ("r2", "STARTING")], "r1 failed"
+)
+POLLS = [(BASE, DEPLOYING), (BASE + 5 * S, DEPLOYING), (BASE + 10 * S, RUNNING), (BASE + 15 * S, UNHEALTHY)]
+
+
+def send(post: Any, ns: int, serve: Any) -> None:
+    body = {"session": SESSION, "polled_ns": ns, "resources": {}, "errors": {}, "serve": serve}
+    answer = post(wire.AGENT_RAY_STATE, json=body)
+    assert answer.status_code == 200, answer.text
+
+
+def test_each_change_is_a_transition_with_its_trigger_and_message() -> None:
+    changes = [
+        (
+            t["ts_ms"] - BASE // 1_000_000,
+            t["kind"],
+            t["replica"] or t["deployment"] or t["application"],
+            t["from"],
+            t["to"],
+        )
+        for t in transitions(POLLS)
+    ]
+    assert changes == [
+        (0, "application", "greeter", None, "DEPLOYING"),
+        (0, "deployment", "Greeter", None, "UPDATING"),
+        (0, "replica", "r1", None, "STARTING"),
+        (10_000, "application", "greeter", "DEPLOYING", "RUNNING"),
+        (10_000, "deployment", "Greeter", "UPDATING", "HEALTHY"),
+        (10_000, "replica", "r1", "STARTING", "RUNNING"),
+        (15_000, "application", "greeter", "RUNNING", "UNHEALTHY"),
+        (15_000, "deployment", "Greeter", "HEALTHY", "UNHEALTHY"),
+        (15_000, "replica", "r1", "RUNNING", "STOPPING"),
+        (15_000, "replica", "r2", None, "STARTING"),
+    ]
+    unhealthy = transitions(POLLS)[7]
+    assert unhealthy["trigger"] == "HEALTH_CHECK_FAILED" and unhealthy["message"] == "r1 failed"
+    gone = transitions([*POLLS, (BASE + 20 * S, details("RUNNING", "HEALTHY", "X", []))])[-2:]
+    assert [(t["replica"], t["to"]) for t in gone] == [("r1", None), ("r2", None)]
+    assert transitions(POLLS, app="other") == []
+
+
+def test_serve_is_kept_when_it_changes_and_shown_at_any_moment(server: TestClient) -> None:
+    for ns, serve in POLLS:
+        send(server.post, ns, serve)
+    send(server.post, BASE + 2 * S, None)  # (a poll that found no ServeController: nothing kept)
+
+    def sample(**params: Any) -> dict[str, Any]:
+        answer = server.get(wire.SERVE, params={"session": SESSION, **params})
+        assert answer.status_code == 200, answer.text
+        found: dict[str, Any] = answer.json()
+        return found
+
+    deploying = sample(at=BASE + 9 * S)
+    assert deploying["details"] == DEPLOYING and deploying["sampled_ms"] == BASE // 1_000_000
+    assert deploying["last_polled_ms"] == (BASE + 5 * S) // 1_000_000  # polled twice so: kept once
+    assert sample()["details"] == UNHEALTHY and sample(at=BASE - 1)["details"] is None
+    assert server.get(wire.SERVE, params={"at": "yesterday"}).status_code == 400
+    polls = {p["resource"]: p for p in server.get(wire.DOCTOR).json()["polls"] if p["session"] == SESSION}
+    assert polls["serve"]["last_ok_ms"] == (BASE + 15 * S) // 1_000_000
+    history = server.get(wire.SERVE_HISTORY, params={"app": "greeter"}).json()["transitions"]
+    assert history == transitions(POLLS)
+
+
+def test_rays_serve_route_is_the_newest_sample_redacted_for_a_browser_and_read_only(server: TestClient) -> None:
+    no_serve = server.get(wire.RAY_SERVE_APPLICATIONS).json()
+    assert no_serve == {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
+    for ns, serve in POLLS:
+        send(server.post, ns, serve)
+    for prefix in ("", wire.path(wire.IN_SESSION, session=SESSION)):
+        assert server.get(prefix + wire.RAY_SERVE_APPLICATIONS).json() == UNHEALTHY
+        assert server.get(prefix + wire.RAY_SERVE_VERSION).json()["ray_version"]
+    shown = server.get(wire.RAY_SERVE_APPLICATIONS, headers={"User-Agent": "Mozilla/5.0"}).json()["applications"]
+    assert shown["greeter"]["deployed_app_config"]["runtime_env"] == {"env_vars": {"SECRET": "<redacted>"}}
+    options = shown["greeter"]["deployments"]["Greeter"]["deployment_config"]["ray_actor_options"]
+    assert options["runtime_env"] == {"env_vars": {"SECRET": "<redacted>"}}
+    ours = server.get(wire.SERVE, headers={"Sec-Fetch-Mode": "cors"}).json()["details"]["applications"]
+    assert ours["greeter"]["deployed_app_config"]["runtime_env"]["env_vars"] == {"SECRET": "<redacted>"}
+    assert server.get(wire.RAY_SERVE_APPLICATIONS, params={"api_type": "imperative"}).json()["applications"] == {}
+    bad = server.get(wire.RAY_SERVE_APPLICATIONS, params={"api_type": "sideways"})
+    assert bad.status_code == 400 and "api_type" in bad.text
+    for method in ("PUT", "DELETE"):
+        refused = server.request(method, wire.RAY_SERVE_APPLICATIONS, json={"applications": []})
+        assert refused.status_code == 405 and "never submits, stops or deletes" in refused.text
+
+
+@pytest.mark.parametrize(
+    ("serve", "says"),
+    [([], "ServeInstanceDetails"), ({"proxies": {}}, "applications"), ({"applications": []}, "applications")],
+)
+def test_a_poll_whose_serve_is_not_serves_state_gets_a_400(server: TestClient, serve: Any, says: str) -> None:
+    body = {"session": SESSION, "polled_ns": BASE, "resources": {}, "errors": {}, "serve": serve}
+    answer = server.post(wire.AGENT_RAY_STATE, json=body)
+    assert answer.status_code == 400 and says in answer.json()["error"], answer.text
+
+
+class Dashboard(BaseHTTPRequestHandler):
+    """Ray's dashboard, with or without a live ServeController; it keeps each path asked for."""
+
+    controller: str | None = None  # its state
+    asked: list[str] = []
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        Dashboard.asked.append(path)
+        if path == wire.RAY_SERVE_APPLICATIONS:
+            body = orjson.dumps(RUNNING)
+        else:
+            rows = [{"class_name": "ServeController", "state": self.controller}] if self.controller else []
+            body = orjson.dumps({"result": True, "msg": "", "data": {"result": {"result": rows}}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_serves_route_is_asked_only_once_a_serve_controller_lives() -> None:
+    Dashboard.asked = []
+    with serving(Dashboard) as url, httpx.Client() as http:
+        for state, expected in ((None, None), ("DEAD", None), ("ALIVE", RUNNING)):
+            Dashboard.controller = state
+            assert serve_details(http, url) == expected
+    assert Dashboard.asked.count(wire.RAY_SERVE_APPLICATIONS) == 1
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A raysight server that keeps the polls of :data:`POLLS`."""
+    with ServerProcess(tmp_path_factory.mktemp("serve") / "data") as server, httpx.Client(base_url=server.url) as http:
+        for ns, serve in POLLS:
+            send(http.post, ns, serve)
+        yield server.url
+
+
+def rays_status(serve: Any) -> str:
+    """What Ray's `serve status` prints of Serve's state."""
+    from ray.serve.schema import ServeInstanceDetails
+    from ray.serve.scripts import ServeDeploySchemaDumper
+
+    status = asdict(ServeInstanceDetails(**serve)._get_status())
+    return yaml.dump(status, Dumper=ServeDeploySchemaDumper, default_flow_style=False, sort_keys=False)
+
+
+def ours(*args: str) -> str:
+    shown = CliRunner().invoke(main, ["serve", *args])
+    assert shown.exit_code == 0, shown.output
+    return shown.stdout
+
+
+def test_serve_status_and_config_print_rays_yaml_at_any_moment(served: str) -> None:
+    from ray.serve.scripts import config, status
+
+    then = datetime.fromtimestamp((BASE + 7 * S) / 1e9, tz=UTC).isoformat()
+    assert ours("status", "--at", then, "--server", served) == rays_status(DEPLOYING)
+    assert ours("status", "--server", served) == rays_status(UNHEALTHY)
+    assert yaml.safe_load(ours("status", "-n", "greeter", "--server", served))["status"] == "UNHEALTHY"
+    config_yaml = "name: greeter\n\nroute_prefix: /greet\n\nimport_path: app:greeter\n\nruntime_env:\n  env_vars:\n"
+    assert ours("config", "--server", served) == config_yaml + "    SECRET: hunter2\n"
+    assert ours("config", "-n", "other", "--server", served).startswith("No config has been deployed for application")
+    for command, expected in ((status, rays_status(UNHEALTHY)), (config, config_yaml + "    SECRET: hunter2\n")):
+        rays = CliRunner().invoke(command, ["-a", served])  # Ray's own CLI, against raysight
+        assert rays.exit_code == 0 and rays.stdout == expected, rays.output
+    history = ours("history", "--server", served)
+    assert "DEPLOYING → RUNNING" in history and "HEALTH_CHECK_FAILED" in history and "r1 failed" in history
