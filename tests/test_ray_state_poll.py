@@ -253,8 +253,12 @@ def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:
         "jobs",
         "drivers",
         "cluster_status",
+        "serve",  # (checked each poll; no ServeController here, so Serve's own route was never asked)
     }
     assert all(p["last_ok_ms"] for p in polls.values()), polls
+    # Serve's route makes Ray's dashboard join the cluster as a driver: a session without Serve gains none
+    jobs = httpx.get(f"{held}/api/raysight/jobs", params={"detail": "true", "include_driver": "true"}).json()["rows"]
+    assert jobs and not [j for j in jobs if "dashboard" in (j["entrypoint"] or "")], jobs
     # what Ray listed at the last poll, whatever it was (its runtime envs: those its agent set up)
     assert len(list_runtime_envs(address=held, detail=True)) == polls["runtime_envs"]["rows"]
     events = list_cluster_events(address=held, detail=True)
