@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from raysight import Client
 from raysight.cli import main
 from raysight.cli.run import free_port
-from tests.ray_programs.app_metrics import TASKS, exported
+from tests.ray_programs.app_metrics import CHOSEN, TASKS, exported
 from tests.ray_scenarios import replayed
 
 pytestmark = pytest.mark.ray
@@ -349,3 +349,40 @@ def test_serve_status_and_config_are_what_ray_printed_and_its_history_reaches_ru
     history = CliRunner().invoke(main, ["serve", "history", "-n", "greeter", "--server", url, "--format", "json"])
     changes = orjson.loads(history.stdout)["transitions"]
     assert ("application", "RUNNING") in {(t["kind"], t["to"]) for t in changes}, changes
+
+
+def _serve_json(url: str, *args: str) -> dict[str, Any]:
+    shown = CliRunner().invoke(main, ["serve", *args, "--server", url, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    return orjson.loads(shown.stdout)  # type: ignore[no-any-return]
+
+
+def test_serve_requests_sent_with_chosen_ids_are_found_with_status_latency_replicas_and_lines(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    """After the cluster is gone, each request the workload sent with its own ``X-Request-ID`` is found by it: its
+    proxy's status and latency, the two deployments it crossed (the ingress, and Scorer through a handle) with their
+    replicas and node, and its lines in every component; the slow one by its latency, the failed one by its 5xx."""
+    url, page = metered
+    assert page["serve_answered"] == {"raysight-quick": 200, "raysight-slow": 200, "raysight-fails": 500}
+    found = {}
+    for request_id in CHOSEN:
+        answer = _serve_json(url, "request", request_id)
+        request = found[request_id] = answer["request"]
+        assert request is not None, answer
+        assert (request["route"], request["method"], request["application"]) == ("/greet", "GET", "greeter")
+        assert request["status"] == str(page["serve_answered"][request_id]), request
+        crossed = {(r["deployment"], r["method"], r["call"]) for r in request["replicas"]}
+        assert crossed == {("Greeter", "GET", None), ("Scorer", "CALL", "__call__")}, request
+        assert all(r["replica"] and r["host"] == request["host"] for r in request["replicas"]), request
+        components = {line["component"] for line in answer["lines"]}
+        assert components == {"proxy", "replica"} and {line["request_id"] for line in answer["lines"]} == {request_id}
+    assert found["raysight-slow"]["latency_ms"] >= 400 > found["raysight-quick"]["latency_ms"]
+    scorer = next(r for r in found["raysight-fails"]["replicas"] if r["deployment"] == "Scorer")
+    assert (scorer["status"], found["raysight-fails"]["error"]) == ("ERROR", True)
+    slow = {r["request_id"] for r in _serve_json(url, "requests", "--min-latency", "350ms")["requests"]}
+    assert slow == {"raysight-slow"}
+    failed = _serve_json(url, "requests", "--status", "5xx", "--app", "greeter")["requests"]
+    assert [r["request_id"] for r in failed] == ["raysight-fails"]
+    (route,) = _serve_json(url, "requests", "--by", "route")["latencies"]
+    assert route["route"] == "/greet" and route["requests"] > 100 and route["errors"] == 1, route

@@ -149,6 +149,7 @@ class _Serve:
 
 
 A, B, C = ("/shop", "req-a", "shop"), ("/shop", "req-b", "shop"), ("/quiet", "req-c", "quiet")
+D = ("/slow", "req-d", "shop")  # a slow one
 
 
 def _write_serve_logs(serve_dir: Path) -> None:
@@ -162,6 +163,7 @@ def _write_serve_logs(serve_dir: Path) -> None:
         serve.component("proxy", "10.0.0.1")
         for route, request_id, _ in (A, B, C):
             serve.log(f"GET {route} {503 if request_id == 'req-b' else 200} 8.9ms", (route, request_id, ""))
+        serve.log("GET /slow 200 812.5ms", (D[0], D[1], ""))
         serve.component("shop_Cart", "cart0001", replica=True, max_bytes=300)
         serve.log("a debug line of Cart, under its INFO level", A, logging.DEBUG)
         serve.log("added 3 items to the cart", A)
@@ -172,6 +174,7 @@ def _write_serve_logs(serve_dir: Path) -> None:
         serve.log("scoring 3 items", A, logging.DEBUG)
         serve.log("CALL __call__ OK 0.2ms", A)
         serve.log("CALL __call__ ERROR 0.3ms", B, logging.ERROR)
+        serve.log("CALL __call__ OK 800.1ms", D)
         serve.component("quiet_Q", "quiet001", replica=True, enable_access_log=False)
         serve.log("working quietly", C)
         serve.log("GET /quiet 200 0.9ms", C)  # (an access line: left out)
@@ -224,7 +227,12 @@ CART_LINES = [
     (CART, "GET /shop 503 0.4ms"),
     (CART, "a print of Cart, in no format"),
 ]
-MODEL_LINES = [(MODEL, "scoring 3 items"), (MODEL, "CALL __call__ OK 0.2ms"), (MODEL, "CALL __call__ ERROR 0.3ms")]
+MODEL_LINES = [
+    (MODEL, "scoring 3 items"),
+    (MODEL, "CALL __call__ OK 0.2ms"),
+    (MODEL, "CALL __call__ ERROR 0.3ms"),
+    (MODEL, "CALL __call__ OK 800.1ms"),
+]
 
 
 def test_a_request_s_lines_are_found_in_every_component_by_its_id(shipped: ServerProcess) -> None:
@@ -276,3 +284,100 @@ def test_the_api_filters_alike_and_names_a_bad_value(shipped: ServerProcess) -> 
     ]:
         answer = httpx.get(shipped.url + wire.LOGS, params=params)
         assert answer.status_code == 400 and why in answer.json()["error"], answer.text
+
+
+def _requests(server: ServerProcess, *options: str) -> dict[str, Any]:
+    """`raysight serve requests OPTIONS --format json`."""
+    result = CliRunner().invoke(main, ["serve", "requests", "--server", server.url, "--format", "json", *options])
+    assert result.exit_code == 0, result.output
+    return orjson.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _ids(server: ServerProcess, *options: str) -> list[str]:
+    return sorted(r["request_id"] for r in _requests(server, *options)["requests"])
+
+
+def test_serve_requests_are_found_by_status_latency_app_and_route(shipped: ServerProcess) -> None:
+    answer = _requests(shipped)
+    assert (answer["session"], answer["total"]) == (SESSION, 4)
+    by_id = {r["request_id"]: r for r in answer["requests"]}
+    failed = by_id["req-b"]
+    said = ("method", "route", "status", "latency_ms", "error", "application")
+    assert [failed[k] for k in said] == ["GET", "/shop", "503", 8.9, True, "shop"]
+    assert failed["host"] and {r["host"] for r in failed["replicas"]} == {failed["host"]}  # (the agent's node)
+    assert failed["proxy"]["component"] == "proxy"
+    crossed = [
+        (r["deployment"], r["replica"], r["method"], r["call"], r["status"], r["latency_ms"])
+        for r in failed["replicas"]
+    ]
+    assert sorted(crossed) == [
+        ("Cart", CART, "GET", None, "503", 0.4),
+        ("Model", MODEL, "CALL", "__call__", "ERROR", 0.3),
+    ]
+    assert [by_id[i]["error"] for i in ("req-a", "req-c", "req-d")] == [False, False, False]
+    assert _ids(shipped, "--status", "5xx") == _ids(shipped, "--status", "503") == _ids(shipped, "--status", "error")
+    assert _ids(shipped, "--status", "5xx") == ["req-b"]
+    assert _ids(shipped, "--status", "200") == ["req-a", "req-c", "req-d"]
+    (slow,) = _requests(shipped, "--min-latency", "250ms")["requests"]
+    assert (slow["request_id"], slow["latency_ms"], slow["route"]) == ("req-d", 812.5, "/slow")
+    assert [(r["deployment"], r["latency_ms"]) for r in slow["replicas"]] == [("Model", 800.1)]
+    assert _ids(shipped, "--deployment", "Model", "--min-latency", "0.25ms") == ["req-b", "req-d"]
+    assert _ids(shipped, "--app", "shop") == ["req-a", "req-b", "req-d"]
+    assert _ids(shipped, "--route", "/quiet") == ["req-c"]  # (its replica's access lines off: its proxy's alone)
+    assert _ids(shipped, "--app", "quiet") == []
+    assert _ids(shipped, "--since", "2000-01-01", "--until", "2001-01-01") == []
+    assert len(_requests(shipped, "--limit", "2")["requests"]) == 2
+
+
+def test_serve_latency_percentiles_by_route_and_deployment(shipped: ServerProcess) -> None:
+    routes = {r["route"]: r for r in _requests(shipped, "--by", "route")["latencies"]}
+    assert {route: (r["requests"], r["errors"], r["p50_ms"]) for route, r in routes.items()} == {
+        "/quiet": (1, 0, 8.9),
+        "/shop": (2, 1, 8.9),
+        "/slow": (1, 0, 812.5),
+    }
+    deployments = {
+        (r["application"], r["deployment"]): r for r in _requests(shipped, "--by", "deployment")["latencies"]
+    }
+    assert {key: (r["requests"], r["errors"]) for key, r in deployments.items()} == {
+        ("shop", "Cart"): (2, 1),
+        ("shop", "Model"): (3, 1),
+    }
+    model = deployments[("shop", "Model")]
+    assert model["p50_ms"] == 0.3 and model["p50_ms"] < model["p95_ms"] < model["p99_ms"] < 800.1
+    (slow,) = _requests(shipped, "--by", "deployment", "--min-latency", "250ms")["latencies"]
+    assert (slow["deployment"], slow["requests"], slow["p99_ms"]) == ("Model", 1, 800.1)
+
+
+def test_a_serve_request_is_shown_whole_with_its_lines_in_every_component(shipped: ServerProcess) -> None:
+    shown = CliRunner().invoke(main, ["serve", "request", "req-b", "--server", shipped.url])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith("Request req-b: GET /shop 503 8.9ms (failed)")
+    for seen in ("proxy", "ERROR", "__call__", "0.4ms", "[replica_shop_Cart_cart0001.log", "emptied the cart"):
+        assert seen in shown.stdout
+    answer = Client(shipped.url).serve_request("req-b")
+    assert [(a["component"], a["status"]) for a in [answer["request"]["proxy"], *answer["request"]["replicas"]]] == [
+        ("proxy", "503"),
+        ("replica", "503"),
+        ("replica", "ERROR"),
+    ]
+    assert sorted(_said(row) for row in answer["lines"]) == sorted(
+        [(PROXY, "GET /shop 503 8.9ms"), CART_LINES[2], CART_LINES[3], MODEL_LINES[2]]
+    )
+    missing = CliRunner().invoke(main, ["serve", "request", "req-z", "--server", shipped.url])
+    assert missing.exit_code == 1 and "no Serve request req-z" in missing.output
+
+
+def test_the_serve_requests_api_names_a_bad_parameter(shipped: ServerProcess) -> None:
+    for params, why in [
+        ({"status": "teapot"}, "status must be an HTTP code"),
+        ({"min_latency": "fast"}, "min_latency"),
+        ({"by": "host"}, "by must be one of route, deployment"),
+        ({"limit": "-1"}, "limit must be an integer"),
+        ({"limit": "20000"}, "limit must be 0 to 10000"),
+        ({"since": "soon"}, "since"),
+    ]:
+        answer = httpx.get(shipped.url + wire.SERVE_REQUESTS, params=params)
+        assert answer.status_code == 400 and why in answer.json()["error"], (params, answer.text)
+    answer = httpx.get(shipped.url + wire.path(wire.SERVE_REQUEST, request_id="a\x01b"))
+    assert answer.status_code == 400 and "request_id must be" in answer.json()["error"], answer.text

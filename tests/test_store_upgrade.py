@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from raysight.config import USER_AGENT
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
-from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines import logs_query, requests_query
 from raysight.signals.log_lines.apply import apply_logs
 from raysight.signals.ray_events.apply import apply_posts
 from raysight.signals.registry import every_table
@@ -224,15 +224,21 @@ def test_a_schema_16_store_shows_its_lines_and_flags_raysight_s_own_requests_fro
     assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)
 
 
-def test_a_schema_17_store_reads_what_the_serve_lines_it_holds_say(tmp_path: Path) -> None:
-    """Before schema 18 a Serve line's component, replica, application and deployment, and a text line's request ID,
-    were not read: the upgrade reads them from the lines stored."""
+def _serve_access_line() -> bytes:
+    """A node agent's batch of one access line of a Serve replica's (``shop``'s ``Cart``'s, of request ``req-a``)."""
     text = "INFO 2026-11-26 12:01:21,555 shop_Cart cart0001 req-a -- GET /shop 200 1.1ms"
     file = {"session": SESSION, "key": "1-2-1", "name": "replica_shop_Cart_cart0001.log", "stream": "system"}
     lines = {"offsets": [0], "texts": [text], "continued": [False], "markers": [False]}
-    body = {"host": "node-1", "files": [{**file, "path": "serve/" + file["name"], **lines, "end": 100, "read_ns": 1}]}
+    return orjson.dumps(
+        {"host": "node-1", "files": [{**file, "path": "serve/" + file["name"], **lines, "end": 100, "read_ns": 1}]}
+    )
+
+
+def test_a_schema_17_store_reads_what_the_serve_lines_it_holds_say(tmp_path: Path) -> None:
+    """Before schema 18 a Serve line's component, replica, application and deployment, and a text line's request ID,
+    were not read: the upgrade reads them from the lines stored."""
     store = Store(tmp_path)
-    apply_logs(store, [orjson.dumps(body)])
+    apply_logs(store, [_serve_access_line()])
     store.close()
     with duckdb.connect(str(tmp_path / DB_FILE)) as con:  # back to schema 17's log lines
         for column in ("route", "application", "deployment", "replica", "component", "component_id"):
@@ -245,6 +251,36 @@ def test_a_schema_17_store_reads_what_the_serve_lines_it_holds_say(tmp_path: Pat
         (row,) = orjson.loads(logs_query.log_lines(store.con, query).rows)
         said = ("component", "component_id", "replica", "application", "deployment", "route", "request_id")
         assert [row[k] for k in said] == ["replica", "cart0001", "cart0001", "shop", "Cart", "/shop", "req-a"]
+    finally:
+        store.close()
+    assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)
+
+
+def test_a_schema_18_store_finds_the_serve_requests_of_the_access_lines_it_holds(tmp_path: Path) -> None:
+    """Before schema 19 no request was stored of Serve's access lines: the upgrade finds them in the lines stored."""
+    store = Store(tmp_path)
+    apply_logs(store, [_serve_access_line()])
+    store.close()
+    with duckdb.connect(str(tmp_path / DB_FILE)) as con:  # back to schema 18: no serve_requests
+        con.execute("DROP TABLE serve_requests")
+        con.execute("UPDATE meta SET value = '18' WHERE key = 'schema_version'")
+    store = Store(tmp_path)
+    try:
+        query = requests_query.RequestQuery(session=latest_session(store.con))
+        (request,) = requests_query.serve_requests(store.con, query)["requests"]
+        (cart,) = request["replicas"]
+        assert (request["request_id"], request["route"], request["status"], request["latency_ms"]) == (
+            "req-a",
+            "/shop",
+            "200",
+            1.1,
+        )
+        assert (cart["application"], cart["deployment"], cart["replica"], cart["host"]) == (
+            "shop",
+            "Cart",
+            "cart0001",
+            "node-1",
+        )
     finally:
         store.close()
     assert meta(tmp_path / DB_FILE)["schema_version"] == str(schema.SCHEMA_VERSION)

@@ -190,6 +190,18 @@ class Client:
         given = {k: v for k, v in {"session": session, "app": app}.items() if v is not None}
         return self._request("GET", wire.SERVE_HISTORY, params=given)  # type: ignore[no-any-return]
 
+    def serve_requests(self, **params: Any) -> dict[str, Any]:
+        """Serve's requests: ``GET /api/raysight/serve/requests`` with ``session``, ``app``, ``deployment``,
+        ``route``, ``status``, ``min_latency`` (ns), ``since``, ``until`` (epoch ns), ``limit`` and ``by`` (None
+        leaves one out). Returns ``session``, ``total`` and ``requests``, newest first; with ``by``, ``latencies``."""
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", wire.SERVE_REQUESTS, params=given)  # type: ignore[no-any-return]
+
+    def serve_request(self, request_id: str, session: str | None = None) -> dict[str, Any]:
+        """One Serve request whole: ``GET /api/raysight/serve/requests/{id}``."""
+        params = {"session": session} if session else {}
+        return self._request("GET", wire.path(wire.SERVE_REQUEST, request_id=request_id), params=params)  # type: ignore[no-any-return]
+
     def prometheus(self, path: str, params: dict[str, Any], session: str | None = None) -> Any:
         """Prometheus's query API (``/api/v1/<path>``: ``query``, ``query_range``, ``series``, ``labels``,
         ``label/<name>/values``, ``metadata``) over the newest session's metrics, or ``session``'s: its ``data``."""

@@ -1,12 +1,16 @@
 """Run under `raysight run`: an application's own metrics (`ray.util.metrics`: a Counter, a Gauge and a Histogram,
-tagged by item) set by an actor, and a Ray Serve application; then tasks run and HTTP requests are served at a steady
-pace for ``ACTIVE_S`` (while raysight and a Prometheus scrape the cluster: Serve's own metrics too), until Ray's node
+tagged by item) set by an actor, and a Ray Serve application of two deployments (an ingress calling the other
+through a handle); then tasks run and HTTP requests are served at a steady pace for ``ACTIVE_S`` (while raysight and
+a Prometheus scrape the cluster: Serve's own metrics too), and three requests with chosen IDs (``CHOSEN``: one slow,
+one failing) are sent, until Ray's node
 exports the final values and raysight has scraped them since; then writes Ray's own metrics page of the node, and
 when it was read, to ``argv[1]`` (with the node's ID, the pids of the driver and the actor, and what Ray's own `serve
-status` and `serve config` printed at the end of the active rounds, and when)."""
+status` and `serve config` printed at the end of the active rounds, and when, and the status of each chosen
+request)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -61,9 +65,29 @@ def work(i: int) -> int:
     return i
 
 
+# Requests sent last, each with its own ID (``X-Request-ID``): a quick one, a slow one, one that fails in Scorer
+CHOSEN = {"raysight-quick": "", "raysight-slow": "?sleep=0.4", "raysight-fails": "?fail=1"}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Scorer:
+    async def __call__(self, sleep_s: float, fail: bool) -> str:
+        if fail:
+            raise ValueError("no score")
+        await asyncio.sleep(sleep_s)
+        return "scored"
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 0})
 class Greeter:
-    def __call__(self, request: Any) -> str:
+    """The ingress: calls Scorer through a handle (``?sleep=S``: it sleeps so long first; ``?fail=1``: it fails)."""
+
+    def __init__(self, scorer: Any) -> None:
+        self.scorer = scorer
+
+    async def __call__(self, request: Any) -> str:
+        params = request.query_params
+        await self.scorer.remote(float(params.get("sleep", 0)), bool(params.get("fail")))
         return "hello"
 
 
@@ -128,7 +152,7 @@ def main() -> None:
     ray.get([shop.sell.remote(item, n, wait) for item, n, wait in SALES])
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(Greeter.bind(), name="greeter", route_prefix="/greet")
+    serve.run(Greeter.bind(Scorer.bind()), name="greeter", route_prefix="/greet")
     started, active_from_ms, tasks = time.monotonic(), time.time_ns() // 1_000_000, 0
     with httpx.Client(timeout=10) as http:
         while time.monotonic() - started < ACTIVE_S:
@@ -137,6 +161,10 @@ def main() -> None:
             for _ in range(REQUESTS):
                 http.get(f"http://127.0.0.1:{port}/greet").raise_for_status()
             time.sleep(1)  # (the workload's pace)
+        answered = {
+            request_id: http.get(f"http://127.0.0.1:{port}/greet{query}", headers={"X-Request-ID": request_id})
+            for request_id, query in CHOSEN.items()
+        }
     serve_read_ms, serve_printed = time.time_ns() // 1_000_000, rays_serve(dashboard)
     metrics = f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics"
     deadline = time.monotonic() + 90
@@ -166,6 +194,7 @@ def main() -> None:
         "shop_pid": ray.get(shop.pid.remote()),
         "driver_pid": os.getpid(),
         "serve_read_ms": serve_read_ms,
+        "serve_answered": {request_id: answer.status_code for request_id, answer in answered.items()},
         **serve_printed,
     }
     Path(sys.argv[1]).write_bytes(orjson.dumps(written))

@@ -11,8 +11,10 @@ from typing import Any
 import click
 import yaml
 
+from raysight import units
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, parse_time, session_option
+from raysight.cli.common import Checked, client_options, make_client, parse_time, session_option
+from raysight.cli.logs import prefix
 from raysight.cli.status import format_ms
 
 
@@ -41,7 +43,8 @@ def _sample(server: str | None, session: str | None, at: str | None) -> dict[str
 @click.group("serve")
 def serve_cmd() -> None:
     """Ray Serve at any moment of a session, live or long ended: `serve status` and `serve config` print what Ray's
-    own commands printed then, `serve history` each change of its applications, deployments and replicas."""
+    own commands printed then, `serve history` each change of its applications, deployments and replicas, `serve
+    requests` the requests its proxies and replicas logged, `serve request ID` one of them whole."""
 
 
 @serve_cmd.command("status")
@@ -124,3 +127,117 @@ def history_cmd(app: str | None, session: str | None, fmt: str | None, server: s
     if not rows:
         raise click.ClickException(f"raysight's poller saw no Serve in session {history['session']}")
     render.table(rows, title=f"Serve in {history['session']}: {len(rows)} changes")
+
+
+def _latency(ms: float | None) -> str:
+    return "" if ms is None else f"{ms:g}ms"
+
+
+def _crossed(request: dict[str, Any]) -> str:
+    """Each replica a request crossed, with its status and latency there: ``Cart/ab12 200 1.1ms``."""
+    return ", ".join(
+        f"{r['deployment']}/{r['replica']} {r['status']} {_latency(r['latency_ms'])}" for r in request["replicas"]
+    )
+
+
+@serve_cmd.command("requests")
+@click.option("--app", metavar="APP", help="Only requests through this application's replicas.")
+@click.option("--deployment", metavar="NAME", help="Only requests through this deployment's replicas.")
+@click.option("--route", metavar="ROUTE", help="Only requests to this route (/shop).")
+@click.option(
+    "--status", metavar="CODE", help="Only requests answered so somewhere: 503, 5xx, or OK, ERROR, CANCELLED."
+)
+@click.option(
+    "--min-latency", type=Checked(units.duration_ns, "TIME"), help="Only requests this slow somewhere: 250ms, 1.5s."
+)
+@click.option("--since", metavar="WHEN", help="Only requests from WHEN on: a time ago (30s, 10m, 2h, 1d) or ISO 8601.")
+@click.option("--until", metavar="WHEN", help="Only requests before WHEN (as --since).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most this many.")
+@click.option(
+    "--by",
+    type=click.Choice(["route", "deployment"]),
+    help="Instead, the latency p50/p95/p99 of the requests by route (at the proxy) or deployment (at its replicas).",
+)
+@session_option
+@client_options
+def requests_cmd(
+    app: str | None,
+    deployment: str | None,
+    route: str | None,
+    status: str | None,
+    min_latency: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    by: str | None,
+    session: str | None,
+    fmt: str | None,
+    server: str | None,
+) -> None:
+    """Serve's requests, newest first, from its proxies' and replicas' access lines: each with its proxy's status
+    and latency, and the replicas it crossed with theirs. A request is shown where one of its access lines matches
+    every option given (`--app shop --min-latency 250ms`: 250 ms or more in one of shop's replicas)."""
+    now = time.time_ns()
+    with make_client(server) as client:
+        data = client.serve_requests(
+            session=session,
+            app=app,
+            deployment=deployment,
+            route=route,
+            status=status,
+            min_latency=None if min_latency is None else units.duration_ns(min_latency),
+            since=None if since is None else parse_time(since, now),
+            until=None if until is None else parse_time(until, now),
+            limit=limit,
+            by=by,
+        )
+    if fmt in ("json", "yaml"):
+        render.dump(data, fmt)
+        return
+    if by is not None:
+        render.table(data["latencies"], title=f"Serve's latency by {by} in {data['session']}")
+        return
+    rows = [
+        {
+            "request_id": r["request_id"],
+            "time_ms": r["time_ms"],
+            "method": r["method"],
+            "route": r["route"],
+            "status": r["status"],
+            "latency": _latency(r["latency_ms"]),
+            "replicas": _crossed(r),
+        }
+        for r in data["requests"]
+    ]
+    if not rows:
+        click.echo(f"No Serve requests in session {data['session'] or '(none recorded yet)'}.")
+        return
+    render.table(rows, title=f"Serve's requests in {data['session']}: {len(rows)} of {data['total']}")
+
+
+@serve_cmd.command("request")
+@click.argument("request_id")
+@session_option
+@client_options
+def request_cmd(request_id: str, session: str | None, fmt: str | None, server: str | None) -> None:
+    """One Serve request whole: each component's access line (its proxy's, each replica's) with status and latency,
+    then every line of it in every component (`raysight logs --request-id`'s)."""
+    with make_client(server) as client:
+        data = client.serve_request(request_id, session=session)
+    if fmt in ("json", "yaml"):
+        render.dump(data, fmt)
+        return
+    request = data["request"]
+    if request is None and not data["lines"]:
+        raise click.ClickException(f"no Serve request {request_id} in session {data['session']}")
+    if request is not None:
+        head = f"{request['method']} {request['route'] or ''} {request['status']} {_latency(request['latency_ms'])}"
+        click.echo(f"Request {request_id}: {head}{' (failed)' if request['error'] else ''}")
+        access = [p for p in (request["proxy"],) if p] + request["replicas"]
+        columns = ["time_ms", "component", "host", "replica", "application", "deployment", "method", "call"]
+        render.table(
+            [{**a, "latency": _latency(a["latency_ms"])} for a in access], columns=[*columns, "status", "latency"]
+        )
+    click.echo(f"\n{len(data['lines'])} lines:")
+    for row in data["lines"]:
+        click.echo(f"{prefix(row)} {row['text']}")

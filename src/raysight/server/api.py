@@ -20,7 +20,7 @@ from raysight.server.app_state import app_state
 from raysight.server.guard import from_browser
 from raysight.server.params import bool_param, duration_param, int_param, time_param
 from raysight.server.routing import Access, route
-from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines import logs_query, requests_query
 from raysight.signals.log_lines.logs_query import LogQuery
 from raysight.signals.polls import serve_query
 from raysight.signals.polls.status_query import cluster_status
@@ -302,6 +302,43 @@ async def serve_history(request: Request) -> Response:
     )
 
 
+async def serve_requests(request: Request) -> Response:
+    """GET /api/raysight/serve/requests?session=&app=&deployment=&route=&status=&min_latency=&since=&until=&limit=&by=:
+    Serve's requests with an access line that matches (``status``: an HTTP code, 5xx, OK, ERROR or CANCELLED;
+    ``min_latency`` in ns or with its unit, 250ms; ``since``/``until``: epoch ns, ISO 8601 or a time ago), newest
+    first, each with its proxy's line and its replicas'; ``by=route|deployment``: their latency percentiles instead
+    (``signals/log_lines/requests_query.py``)."""
+    params = request.query_params
+    min_latency = duration_param(params, "min_latency")
+    query = requests_query.RequestQuery(
+        application=params.get("app") or None,
+        deployment=params.get("deployment") or None,
+        route=params.get("route") or None,
+        status=params.get("status") or None,
+        min_latency_ms=None if min_latency is None else min_latency / units.MS,
+        since_ns=time_param(params, "since", units.NS),
+        until_ns=time_param(params, "until", units.NS),
+        limit=int_param(params, "limit", 100) or 0,
+    )
+    by = params.get("by") or None
+
+    def read(con: Any) -> dict[str, Any]:
+        asked = replace(query, session=named_session(con, request))
+        return requests_query.serve_requests(con, asked) if by is None else requests_query.latencies(con, asked, by)
+
+    return await read_json(app_state(request), read)
+
+
+async def serve_request(request: Request) -> Response:
+    """GET /api/raysight/serve/requests/{request_id}?session=: one Serve request whole, its access lines and every
+    line of it in every component."""
+    request_id = request.path_params["request_id"]  # (checked as `raysight logs --request-id` checks it)
+    return await read_json(
+        app_state(request),
+        lambda con: requests_query.serve_request(con, recorded_session(con, request), request_id),
+    )
+
+
 async def usage(request: Request) -> Response:
     """GET /api/raysight/usage?session=&node=&at=: what each node (or ``node``) used of its CPUs, GPUs, memory and
     object store at ``at`` (epoch ms, ISO 8601 or a time ago; default the session's last scrape), and the cluster's
@@ -425,6 +462,8 @@ routes = [
     route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE_REQUESTS, serve_requests, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE_REQUEST, serve_request, access=Access.READ, envelope=raysight_error),
     route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
     route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
     route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error),

@@ -8,12 +8,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from raysight.signals.log_lines.parse import LINE_FIELDS, LOG_FILES, LOG_LINES, SERVE_COLUMNS, SERVE_FIELDS, SERVE_FILE
+from raysight.signals.log_lines.parse import (
+    LINE_FIELDS,
+    LOG_FILES,
+    LOG_LINES,
+    SERVE_COLUMNS,
+    SERVE_FIELDS,
+    SERVE_FILE,
+    SERVE_REQUESTS,
+    serve_requests_sql,
+)
 from raysight.signals.ray_events.parse import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
 from raysight.signals.spans.parse import ATTEMPT_ENDS, SPAN_RESOURCES, SPANS, attempt_ends_sql
 from raysight.tables import Column, FoldedTable, Table, columns
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 # DuckDB macros used by the derived columns. ``merge_list`` is the union that keeps histories sorted by time.
@@ -155,6 +164,10 @@ MIGRATIONS = {
         "UPDATE log_lines SET "
         + ", ".join(f"{name} = {LINE_FIELDS[name]}" for name in ["request_id", *SERVE_FIELDS])
         + f" WHERE regexp_matches(name, '{SERVE_FILE}')",
+    ],
+    19: [  # serve_requests, from the access lines of Serve's files stored before
+        SERVE_REQUESTS.ddl(),
+        f"INSERT INTO serve_requests BY NAME {serve_requests_sql('true')} ON CONFLICT DO NOTHING",
     ],
 }
 REFOLD_BELOW = 2

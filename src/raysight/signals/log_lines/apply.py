@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from raysight.signals.log_lines import log_index
-from raysight.signals.log_lines.parse import LINE_FIELDS, LINE_TIME, MAX_LOG_LINES, STAMPED_NS, parse, placed
+from raysight.signals.log_lines.parse import (
+    LINE_FIELDS,
+    LINE_TIME,
+    MAX_LOG_LINES,
+    STAMPED_NS,
+    parse,
+    placed,
+    serve_requests_sql,
+)
 from raysight.store.schema import LAST_LOG_SEQ_SQL, LOG_SEQ_KEY
 from raysight.store.tx import Tx
 
@@ -19,7 +27,8 @@ if TYPE_CHECKING:
 def apply_logs(store: Store, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
     """Store node agents' batches of log lines (``parse.py``) in one transaction: each line once, however often its
     batch was sent (a file's lines before what is stored of it are skipped), and the lines of files appended to (the
-    OTLP receiver's) after what is stored of them; the lines stored."""
+    OTLP receiver's) after what is stored of them, with the requests of Serve's access lines (``serve_requests``);
+    the lines stored."""
     batches = [parse(body, MAX_LOG_LINES) for body in bodies]
     if appended := {b.files["file_key"][row] for b in batches for row, _, _ in b.appends}:
         ends = {
@@ -62,6 +71,7 @@ def apply_logs(store: Store, bodies: Sequence[bytes], journal_seq: int | None = 
         with tx.registered("staged_gaps", gaps):
             (new_gaps,) = tx.one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
         index_lines(tx, first)
+        tx.run(f"INSERT INTO serve_requests BY NAME {serve_requests_sql(f'seq > {first}')}")
         tx.run(f"INSERT OR REPLACE INTO meta VALUES ('{LOG_SEQ_KEY}', ?)", [str(first + stored)])
         tx.count(
             log_lines=stored,

@@ -78,6 +78,7 @@ def prune(tx: Tx, retention: Retention, now_ns: int) -> int:
         return 0
     run(_MARK, {"first": first, "why": retention.why("log")}).fetchall()
     run("DELETE FROM log_lines WHERE seq < $1", [first * log_index.BLOCK_LINES]).fetchall()
+    run("DELETE FROM serve_requests WHERE seq < $1", [first * log_index.BLOCK_LINES]).fetchall()  # (their lines')
     run("DELETE FROM log_file_blocks WHERE block < $1", [first]).fetchall()
     run("DELETE FROM log_blocks WHERE block < $1", [first]).fetchall()
     return int(dropped)

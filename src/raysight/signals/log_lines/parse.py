@@ -287,7 +287,46 @@ LOG_DROPPED = Table(
     ),
     key=("session", "host", "file_key"),
 )
-LOG_TABLES = [LOG_LINES, LOG_FILES, LOG_GAPS, LOG_BLOCKS, LOG_FILE_BLOCKS, LOG_DROPPED]
+# Serve's requests (schema 19): a row per access line of a proxy or replica (:data:`ACCESS_LINE`), its line's
+# ``seq``, stored with it. ``route`` is the request's HTTP route where the line says it (an HTTP access line's, a JSON
+# line's); ``method`` the HTTP method, or ``CALL`` for a handle call, whose method called is ``call``; ``status`` an
+# HTTP code, or OK, ERROR, CANCELLED; ``client`` the client's address, where Serve logs it.
+SERVE_REQUESTS = Table(
+    "serve_requests",
+    columns(
+        session="VARCHAR",
+        seq="BIGINT",
+        ts_ns="BIGINT",
+        host="VARCHAR",
+        component="VARCHAR",
+        replica="VARCHAR",
+        application="VARCHAR",
+        deployment="VARCHAR",
+        request_id="VARCHAR",
+        route="VARCHAR",
+        method="VARCHAR",
+        call="VARCHAR",
+        status="VARCHAR",
+        latency_ms="DOUBLE",
+        client="VARCHAR",
+    ),
+    key=("session", "seq"),
+)
+
+
+def serve_requests_sql(where: str) -> str:
+    """The rows of :data:`SERVE_REQUESTS` that the stored log lines matching ``where`` (SQL over ``log_lines``) hold:
+    the access lines of Serve's proxies and replicas (within a request: a print that reads like one is not)."""
+    parts = "['client', 'method', 'target', 'status', 'ms']"
+    return f"""SELECT session, seq, ts_ns, host, component, replica, application, deployment, request_id, route,
+                      a.method, CASE WHEN a.method = 'CALL' THEN a.target END AS call, a.status,
+                      a.ms::DOUBLE AS latency_ms, nullif(a.client, '') AS client
+               FROM (SELECT *, regexp_extract({_MESSAGE}, '{ACCESS_LINE}', {parts}) AS a FROM log_lines
+                     WHERE component IN ('proxy', 'replica') AND request_id IS NOT NULL AND {where})
+               WHERE a.method <> ''"""
+
+
+LOG_TABLES = [LOG_LINES, LOG_FILES, LOG_GAPS, LOG_BLOCKS, LOG_FILE_BLOCKS, LOG_DROPPED, SERVE_REQUESTS]
 
 # What a batch stages of them: a line less what the store reads from it (its time: LINE_TIME; LINE_FIELDS) and numbers
 # it by, with when it was read, the agent's UTC offset and its raw bytes as base64; a file's end less the times it was
