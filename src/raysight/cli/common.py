@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -75,6 +76,15 @@ class Checked(click.ParamType):
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return value.strip()
+
+
+def time_window(since: str | None, until: str | None) -> dict[str, int | None]:
+    """``--since`` and ``--until`` as epoch ns (each None where not given), read against one moment."""
+    now = time.time_ns()
+    return {
+        "since": None if since is None else parse_time(since, now),
+        "until": None if until is None else parse_time(until, now),
+    }
 
 
 def parse_time(text: str, now_ns: int) -> int:

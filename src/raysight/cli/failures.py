@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, parse_time, session_option
+from raysight.cli.common import client_options, make_client, session_option, time_window
 from raysight.cli.logs import prefix
 
 ERRORS_COLUMNS = [
@@ -48,13 +47,11 @@ def errors_cmd(
     followed from it counted under it. `raysight errors show ID` gives one whole."""
     if ctx.invoked_subcommand:
         return
-    now = time.time_ns()
     with make_client(server) as client:
         data = client.errors(
             session=session,
             job=job,
-            since=None if since is None else parse_time(since, now),
-            until=None if until is None else parse_time(until, now),
+            **time_window(since, until),
             type=error_type,
         )
     if fmt in ("json", "yaml"):

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import orjson
 
-from raysight.cli.common import make_client, parse_time, server_option, session_option
+from raysight.cli.common import make_client, server_option, session_option, time_window
 from raysight.signals.log_lines.parse import STREAMS
 
 PAGE = 10_000  # lines per request while printing everything that matches
@@ -140,7 +140,6 @@ def logs_cmd(
     """Print the log lines of Ray's workers, drivers and components, live or long after the cluster ended."""
     if tail is not None and tail < 0:
         raise click.BadParameter("--tail must not be negative")
-    now = time.time_ns()
     query: dict[str, Any] = {
         "session": session,
         "task": task,
@@ -159,8 +158,7 @@ def logs_cmd(
         "level": level,
         "grep": grep,
         "regex": regex,
-        "since": None if since is None else parse_time(since, now),
-        "until": None if until is None else parse_time(until, now),
+        **time_window(since, until),
         "markers": markers or None,
         "include_own": include_own or None,
         "context": context or None,

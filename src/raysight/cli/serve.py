@@ -13,7 +13,7 @@ import yaml
 
 from raysight import units
 from raysight.cli import render
-from raysight.cli.common import Checked, client_options, make_client, parse_time, session_option
+from raysight.cli.common import Checked, client_options, make_client, parse_time, session_option, time_window
 from raysight.cli.logs import prefix
 from raysight.cli.status import format_ms
 
@@ -177,7 +177,6 @@ def requests_cmd(
     """Serve's requests, newest first, from its proxies' and replicas' access lines: each with its proxy's status
     and latency, and the replicas it crossed with theirs. A request is shown where one of its access lines matches
     every option given (`--app shop --min-latency 250ms`: 250 ms or more in one of shop's replicas)."""
-    now = time.time_ns()
     with make_client(server) as client:
         data = client.serve_requests(
             session=session,
@@ -186,8 +185,7 @@ def requests_cmd(
             route=route,
             status=status,
             min_latency=None if min_latency is None else units.duration_ns(min_latency),
-            since=None if since is None else parse_time(since, now),
-            until=None if until is None else parse_time(until, now),
+            **time_window(since, until),
             limit=limit,
             by=by,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,14 @@ import click
 
 from raysight import units
 from raysight.cli import render
-from raysight.cli.common import Checked, client_options, make_client, parse_time, server_option, session_option
+from raysight.cli.common import (
+    Checked,
+    client_options,
+    make_client,
+    server_option,
+    session_option,
+    time_window,
+)
 from raysight.cli.run import key_option
 from raysight.signals.spans import sdk_json
 
@@ -64,7 +70,6 @@ def traces_cmd(
     `raysight traces show TRACE_ID` draws one as a tree."""
     if ctx.invoked_subcommand:
         return
-    now = time.time_ns()
     with make_client(server) as client:
         data = client.traces(
             session=session,
@@ -75,8 +80,7 @@ def traces_cmd(
             name=name,
             min_duration=None if min_duration is None else units.duration_ns(min_duration),
             error=True if errors else None,
-            since=None if since is None else parse_time(since, now),
-            until=None if until is None else parse_time(until, now),
+            **time_window(since, until),
             limit=limit,
         )
     if fmt in ("json", "yaml"):
