@@ -386,3 +386,15 @@ def test_serve_requests_sent_with_chosen_ids_are_found_with_status_latency_repli
     assert [r["request_id"] for r in failed] == ["raysight-fails"]
     (route,) = _serve_json(url, "requests", "--by", "route")["latencies"]
     assert route["route"] == "/greet" and route["requests"] > 100 and route["errors"] == 1, route
+
+
+def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: tuple[str, dict[str, Any]]) -> None:
+    """`serve stats` at the end of the active rounds: both of greeter's deployments served requests (the ingress and
+    Scorer through its handle), with a latency, a healthy replica each, and nothing else named greeter."""
+    url, page = metered
+    read_at = datetime.fromtimestamp(page["serve_read_ms"] / 1000, tz=UTC).isoformat()
+    rows = _serve_json(url, "stats", "--at", read_at, "-n", "greeter")
+    assert {(r["application"], r["deployment"]) for r in rows} == {("greeter", "Greeter"), ("greeter", "Scorer")}
+    for row in rows:
+        assert row["requests_per_s"] > 0 and row["p50_ms"] > 0 and row["healthy_replicas"] >= 1, row
+        assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"], row

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,8 +22,12 @@ from starlette.testclient import TestClient
 from raysight import wire
 from raysight.agent.state_poll import serve_details
 from raysight.cli import main
+from raysight.cli.serve import stats_queries, stats_rows
+from raysight.server.app import create_app
+from raysight.settings import Settings
 from raysight.signals.polls.serve_query import transitions
 from tests.ray_scenarios import ServerProcess, serving
+from tests.test_metrics import at, scrape
 from tests.test_ray_state_ingest import NODE, SESSION
 
 BASE = 1_795_000_000_000_000_000
@@ -245,3 +250,43 @@ def test_serve_status_and_config_print_rays_yaml_at_any_moment(served: str) -> N
         assert rays.exit_code == 0 and rays.stdout == expected, rays.output
     history = ours("history", "--server", served)
     assert "DEPLOYING → RUNNING" in history and "HEALTH_CHECK_FAILED" in history and "r1 failed" in history
+
+
+def test_serve_stats_reads_both_generations_of_serves_metric_names(tmp_path: Path) -> None:
+    """`serve stats`'s queries, through raysight's PromQL engine, over 13 scrapes 5 s apart of two deployments: one
+    exporting today's ``_total`` counters, one an older release's bare names; a replica replaced half-way."""
+
+    def page(i: int) -> str:
+        lines = []
+        for deployment, total in (("Greeter", "_total"), ("Scorer", "")):
+            tags = f'application="greeter",deployment="{deployment}",route="/greet"'
+            lines += [
+                f"ray_serve_deployment_request_counter{total}{{{tags}}} {10 * i}",
+                f"ray_serve_deployment_error_counter{total}{{{tags}}} {i}",
+                *(f'ray_serve_deployment_processing_latency_ms_bucket{{{tags},le="{le}"}} {n * i}'
+                  for le, n in (("5", 4), ("50", 10), ("+Inf", 10))),
+                f'ray_serve_replica_processing_queries{{{tags},replica="r1"}} 2',
+                f'ray_serve_deployment_queued_queries{{{tags},handle="h"}} 3',
+                f'ray_serve_deployment_replica_healthy{{{tags}}} 1',
+            ]  # fmt: skip
+            replica = "r1" if i < 9 else "r2"
+            lines.append(f'ray_serve_deployment_replica_starts{total}{{{tags},replica="{replica}"}} 1')
+        return "\n".join(lines) + "\n"
+
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as server:
+        for i in range(13):
+            assert scrape(server, i, page(i)).status_code == 200
+        answers = {
+            column: server.get(wire.PROM_QUERY, params={"query": query, "time": at(12)}).json()["data"]["result"]
+            for column, query in stats_queries(30_000, "greeter").items()
+        }
+        assert not any(
+            server.get(wire.PROM_QUERY, params={"query": q, "time": at(12)}).json()["data"]["result"]
+            for q in stats_queries(30_000, "shop").values()
+        )
+    rows = stats_rows(answers)
+    assert [(r["application"], r["deployment"]) for r in rows] == [("greeter", "Greeter"), ("greeter", "Scorer")]
+    for row in rows:
+        assert row["requests_per_s"] == pytest.approx(2.0) and row["errors_per_s"] == pytest.approx(0.2), row
+        assert row["p50_ms"] == pytest.approx(5 + 45 * (5 - 4) / 6) and 5 < row["p95_ms"] < row["p99_ms"] <= 50, row
+        assert (row["ongoing"], row["queued"], row["healthy_replicas"], row["replica_starts"]) == (2, 3, 1, 1), row

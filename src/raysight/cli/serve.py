@@ -4,6 +4,7 @@ lived."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from typing import Any
@@ -44,7 +45,8 @@ def _sample(server: str | None, session: str | None, at: str | None) -> dict[str
 def serve_cmd() -> None:
     """Ray Serve at any moment of a session, live or long ended: `serve status` and `serve config` print what Ray's
     own commands printed then, `serve history` each change of its applications, deployments and replicas, `serve
-    requests` the requests its proxies and replicas logged, `serve request ID` one of them whole."""
+    requests` the requests its proxies and replicas logged, `serve request ID` one of them whole, `serve stats` its
+    metrics by application and deployment."""
 
 
 @serve_cmd.command("status")
@@ -239,3 +241,95 @@ def request_cmd(request_id: str, session: str | None, fmt: str | None, server: s
     click.echo(f"\n{len(data['lines'])} lines:")
     for row in data["lines"]:
         click.echo(f"{prefix(row)} {row['text']}")
+
+
+BY = "application, deployment"
+# Each column of `serve stats` and its PromQL over Serve's metrics: ``{sel}`` is a selector's matchers (``--name``),
+# ``{range}`` the rates' window. A counter is read under both its names: ``_total`` now, bare in older releases.
+STATS = {
+    "requests_per_s": "sum by ({by}) (rate(ray_serve_deployment_request_counter{total}{sel}[{range}]))",
+    "errors_per_s": "sum by ({by}) (rate(ray_serve_deployment_error_counter{total}{sel}[{range}]))",
+    **{
+        f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
+        "(rate(ray_serve_deployment_processing_latency_ms_bucket{sel}[{range}])))"
+        for q in (50, 95, 99)
+    },
+    "ongoing": "sum by ({by}) (ray_serve_replica_processing_queries{sel})",
+    "queued": "sum by ({by}) (ray_serve_deployment_queued_queries{sel})",
+    "healthy_replicas": "sum by ({by}) (ray_serve_deployment_replica_healthy{sel})",
+    # (each replica counts its own start once: the replicas seen in the window and not in the one before)
+    "replica_starts": "count by ({by}) (max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}]) "
+    "unless max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}] offset {range}))",
+}
+
+
+def stats_queries(window_ms: int, app: str | None) -> dict[str, str]:
+    """The PromQL of each column of `serve stats`: rates over ``window_ms``, of application ``app`` only if given; a
+    counter's query falls back on its older bare name where no ``_total`` series answers."""
+    sel = "" if app is None else f"{{application={json.dumps(app)}}}"
+
+    def query(template: str, total: str) -> str:
+        return template.format(by=BY, sel=sel, range=f"{window_ms}ms", total=total)
+
+    return {
+        column: query(t, "_total") if "{total}" not in t else f"({query(t, '_total')}) or ({query(t, '')})"
+        for column, t in STATS.items()
+    }
+
+
+def stats_rows(answers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per application and deployment from each column's instant vector (Prometheus's ``result``): a column
+    no series answered is None, a value not a number (a quantile of no requests) too."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for column, result in answers.items():
+        for series in result:
+            key = (series["metric"].get("application", ""), series["metric"].get("deployment", ""))
+            row = rows.setdefault(key, {"application": key[0], "deployment": key[1], **dict.fromkeys(STATS)})
+            value = float(series["value"][1])
+            row[column] = None if value != value else value  # (NaN: none)
+    return [rows[key] for key in sorted(rows)]
+
+
+def _shown(value: Any) -> Any:
+    return f"{value:.3g}" if isinstance(value, float) else value
+
+
+@serve_cmd.command("stats")
+@click.option(
+    "--at",
+    metavar="WHEN",
+    help="At this moment: a time ago (30s, 10m) or ISO 8601. Default: now, or an ended session's last scrape.",
+)
+@click.option(
+    "--range",
+    "window",
+    type=Checked(units.duration_ns, "AGO"),
+    default="1m",
+    show_default=True,
+    help="The rates' window before the moment: 30s, 5m, 1h.",
+)
+@_app_option("metrics")
+@session_option
+@client_options
+def stats_cmd(
+    at: str | None, window: str, app: str | None, session: str | None, fmt: str | None, server: str | None
+) -> None:
+    """Serve's metrics by application and deployment at that moment, from its replicas', routers' and controller's
+    `ray_serve_*` families: requests and errors a second and latency p50/p95/p99 over the --range before, requests
+    ongoing at the replicas and queued at the handles, healthy replicas, and replicas started in the --range."""
+    window_ms = units.duration_ns(window) // units.MS
+    if window_ms < 1:
+        raise click.BadParameter(f"{window!r} is shorter than a millisecond", param_hint="--range")
+    moment = {} if at is None else {"time": parse_time(at, time.time_ns()) / 1e9}
+    with make_client(server) as client:
+        answers = {
+            column: client.prometheus("query", {"query": query, **moment}, session)["result"]
+            for column, query in stats_queries(window_ms, app).items()
+        }
+    rows = stats_rows(answers)
+    if fmt in ("json", "yaml"):
+        render.dump(rows, fmt)
+    elif not rows:
+        click.echo("No Serve metrics then.")
+    else:
+        render.table([{k: _shown(v) for k, v in row.items()} for row in rows], title="Serve's metrics")
