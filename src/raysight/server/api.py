@@ -18,7 +18,7 @@ from raysight.errors import BadQuery
 from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_json, rendered, streamed
 from raysight.server.app_state import app_state
 from raysight.server.guard import from_browser
-from raysight.server.params import bool_param, duration_param, int_param, time_param
+from raysight.server.params import bool_param, duration_param, id_param, int_param, time_param
 from raysight.server.routing import Access, route
 from raysight.signals.log_lines import logs_query, requests_query
 from raysight.signals.log_lines.logs_query import LogQuery
@@ -344,9 +344,7 @@ async def usage(request: Request) -> Response:
     object store at ``at`` (epoch ms, ISO 8601 or a time ago; default the session's last scrape), and the cluster's
     sum (``signals/scrapes/resources_query.py``)."""
     at = time_param(request.query_params, "at", units.MS)
-    node = (request.query_params.get("node") or "").lower() or None
-    if node is not None and not re.fullmatch(r"[0-9a-f]{56}", node):
-        raise BadQuery(f"node {node!r} is no node ID: 56 hex digits, as `raysight list nodes` shows")
+    node = id_param(request.query_params, "node", 56, "raysight list nodes")
     return await read_json(
         app_state(request), lambda con: resources_query.node_usage(con, recorded_session(con, request), node, at)
     )
@@ -369,10 +367,7 @@ async def metrics_top(request: Request) -> Response:
 
 def job_param(request: Request) -> str | None:
     """``?job=``: a job's ID (8 hex digits), or None."""
-    job = (request.query_params.get("job") or "").lower() or None
-    if job is not None and not re.fullmatch(r"[0-9a-f]{8}", job):
-        raise BadQuery(f"{job!r} is no job ID: 8 hex digits, as `raysight list jobs` shows")
-    return job
+    return id_param(request.query_params, "job", 8, "raysight list jobs")
 
 
 async def timeline(request: Request) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from starlette.datastructures import QueryParams
@@ -53,6 +54,15 @@ def duration_param(params: QueryParams, name: str) -> int | None:
     if ns > INT64_MAX:
         raise BadQuery(f"{name} must be at most {INT64_MAX} ns, not {value!r}")
     return ns
+
+
+def id_param(params: QueryParams, name: str, digits: int, listed_by: str) -> str | None:
+    """``?name=``: an ID of ``digits`` hex digits (in any case; lower-cased), or None; BadQuery naming the command
+    that lists them otherwise."""
+    value = (params.get(name) or "").lower() or None
+    if value is not None and not re.fullmatch(f"[0-9a-f]{{{digits}}}", value):
+        raise BadQuery(f"{name} {value!r} is no {name} ID: {digits} hex digits, as `{listed_by}` shows")
+    return value
 
 
 def bool_param(params: QueryParams, name: str, default: bool = False) -> bool:
