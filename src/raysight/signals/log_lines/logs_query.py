@@ -229,9 +229,8 @@ def _blocks(
 ) -> list[int] | None:
     """The blocks of lines (``log_index.py``) that may hold what ``query`` asks for, ascending; None: any.
     A block may hold the text searched for (or a request's ID, which its lines hold) when it has every trigram of it,
-    and lines of a file when it was stored
-    with some: of the files the query's worker, pid, name, stream, Serve replica, actor, node or task attempts point
-    to."""
+    and lines of a file when it was stored with some: of the files the query's worker, pid, name, stream, Serve
+    replica, actor, node or task attempts point to."""
     found: set[int] | None = None
     grams = log_index.needle_grams(
         [text for text in (query.grep, _verbatim(query.request_id)) if text]
