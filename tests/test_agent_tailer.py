@@ -1,15 +1,17 @@
-"""The node agent's tailer on real files: every line once, through Ray's rotation, copy-truncate, moves, restarts
-from the checkpoint, partial and huge lines, invalid UTF-8 and deleted files."""
+"""The node agent's tailer on real files: every line once, through Ray's rotation (also while the tailer looks),
+copy-truncate, moves, restarts from the checkpoint, partial and huge lines, invalid UTF-8 and deleted files."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from raysight.agent.log_files import MAX_RECORD, describe, marker, split
+from raysight.agent.log_files import MAX_RECORD, describe, marker, named_as_copy, rotation_place, split
 from raysight.agent.tailer import Tailer
 
 WORKER = "worker-" + "ab" * 28 + "-01000000-4242.out"
@@ -32,6 +34,19 @@ def test_a_worker_file_name_says_its_worker_job_pid_and_stream() -> None:
     assert describe("job-driver-raysubmit_1.log").stream == "stdout"  # type: ignore[union-attr]
     assert describe("dashboard.log").stream == "system"  # type: ignore[union-attr]
     assert describe("debug_state.txt") is None and describe("ports_by_node.json") is None
+
+
+def test_a_rotation_s_places_and_the_names_logrotate_gives_a_copy() -> None:
+    assert [rotation_place(n) for n in ("raylet.out", "raylet.out.3", "old/w.out.12")] == [
+        ("raylet.out", 0),
+        ("raylet.out", 3),
+        ("old/w.out", 12),
+    ]
+    assert named_as_copy("w.out-20261123", "w.out", "w.out")  # dateext, beside its original
+    assert named_as_copy("w.out-20261123", "w.out.1", "w.out")  # its original rotated since it was last seen
+    assert named_as_copy("w.out.1", "w.out", "w.out")  # copytruncate's NAME.1 beside NAME
+    assert not named_as_copy("w.out", "w.out.1", "w.out")  # the file Ray's rotation starts, under the old name
+    assert not named_as_copy("w.out.1", "w.out.3", "w.out")  # Ray rotated three times between two looks
 
 
 def test_split_keeps_a_partial_line_for_later_and_cuts_a_huge_one_into_flagged_pieces() -> None:
@@ -231,12 +246,74 @@ def test_a_task_s_markers_go_on_in_the_file_that_rotation_starts(logs: Path, tmp
     assert tasks == ["h"] * 5
 
 
+def test_the_files_ray_rotation_starts_are_read_at_once_even_when_they_begin_as_the_one_before(
+    logs: Path, tmp_path: Path
+) -> None:
+    """A task printing the same line over and over: each new file's first bytes are those of the file renamed away,
+    as a copy's are its original's; yet nothing was copied, and nothing waits to be told apart."""
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    live = logs / WORKER
+    live.write_text("tick\n" * 50)
+    c.pump()
+    _rotate(live)  # the new file under the old one's name
+    live.write_text("tick\n" * 50)
+    c.pump()
+    for _ in range(2):  # twice before the agent looks again: NAME.1 beside a file renamed away from NAME
+        _rotate(live)
+        live.write_text("tick\n" * 50)
+    c.pump()
+    assert c.texts == ["tick"] * 200
+
+
 def _rotate(live: Path) -> None:
     """As Ray rotates a file: NAME.k to NAME.k+1 (oldest first), NAME to NAME.1."""
     rotated = sorted(live.parent.glob(live.name + ".*"), key=lambda p: int(p.suffix[1:]), reverse=True)
     for older in rotated:
         older.rename(live.with_name(f"{live.name}.{int(older.suffix[1:]) + 1}"))
     live.rename(live.with_name(live.name + ".1"))
+
+
+def _print_rotated(live: Path, lines: int, max_bytes: int, go: threading.Event) -> None:
+    """As a Ray worker prints under ``RAY_ROTATION_MAX_BYTES``: a task's markers, then numbered lines, each written
+    whole, the file rotated (:func:`_rotate`) before a line would take it past ``max_bytes``."""
+    go.wait()
+    f = live.open("ab", buffering=0)
+    f.write(b":job_id:01000000\n:task_name:printer\n")
+    for i in range(lines):
+        line = f"line {i} padded to rotate the file sooner ................................\n".encode()
+        if f.tell() + len(line) > max_bytes:
+            f.close()
+            _rotate(live)
+            f = live.open("ab", buffering=0)
+        f.write(line)
+    f.close()
+
+
+def test_every_line_once_in_order_and_in_its_task_while_ray_rotates_as_the_tailer_looks(
+    logs: Path, tmp_path: Path
+) -> None:
+    """Ray rotates a busy worker's file several times in a few milliseconds: a look at the directory then may see a
+    file under its old and new names, or miss it. Run many times with the tailer looking throughout."""
+    for trial in range(150):
+        live = tmp_path / f"ray{trial}" / logs.parent.name / "logs" / WORKER
+        live.parent.mkdir(parents=True)
+        live.touch()
+        c = Collector(live.parent.parent.parent, tmp_path / f"state{trial}")
+        c.pump()
+        go = threading.Event()
+        printer = threading.Thread(target=_print_rotated, args=(live, 200, 2048, go))
+        printer.start()
+        time.sleep(trial % 7 * 0.0005)  # the first look at a different moment each time
+        go.set()
+        deadline = time.monotonic() + 30
+        while printer.is_alive() and time.monotonic() < deadline:
+            c.pump()
+        printer.join()
+        c.pump(final=True)
+        c.tailer.close()
+        lines = [(text, context.get("task_name")) for text, (*_, context) in zip(c.texts, c.records)]
+        assert len(list(live.parent.iterdir())) > 5  # rotated
+        assert lines[2:] == [(f"line {i} padded to rotate the file sooner {'.' * 32}", "printer") for i in range(200)]
 
 
 def test_files_deleted_unread_are_held_up_to_the_spool_bound_and_the_oldest_past_it_are_gaps(

@@ -36,12 +36,23 @@ class FileInfo:
     pid: int | None = None
 
 
-def rotated_predecessor(name: str) -> str:
-    """The name that the file written just before ``name`` has after a rename rotation (Ray's, RotatingFileHandler
-    style): ``NAME.1`` for the live ``NAME``, ``NAME.3`` for ``NAME.2``."""
+def rotation_place(name: str) -> tuple[str, int]:
+    """(``NAME``, k) for ``NAME.k``, a file that a rename rotation (Ray's, RotatingFileHandler style) moved away k
+    times; (``name``, 0) for the live file. The higher k, the older the file."""
     if m := re.fullmatch(r"(.*)\.(\d+)", name):
-        return f"{m[1]}.{int(m[2]) + 1}"
-    return f"{name}.1"
+        return m[1], int(m[2])
+    return name, 0
+
+
+def named_as_copy(name: str, of_now: str, of_then: str) -> bool:
+    """Whether ``name`` is how logrotate names a copy of the file named ``of_now`` (``of_then`` when last seen: it may
+    have been rotated since): ``NAME.k`` beside ``NAME``, or ``NAME-20261123`` beside ``NAME``. Never the name that
+    Ray's rename rotation gives the file it starts: the old name of a file renamed away, or ``NAME.k`` beside a file
+    renamed away from ``NAME``."""
+    base, place = rotation_place(name)
+    if place:
+        return base == of_now
+    return name != of_then and name.startswith((of_now, of_then))
 
 
 def describe(name: str) -> FileInfo | None:

@@ -1,12 +1,14 @@
 """Following every log file of a node's Ray sessions, by identity rather than by name, with a checkpoint.
 
-A file is known by its device and inode, so Ray's rotation (a rename to ``NAME.1``) and its move of dead workers'
-files to ``logs/old/`` keep its place; its descriptor stays open, so a file deleted or rotated away is read to its
-end first. A file that shrinks was truncated (an outside logrotate's copy-truncate): its bytes start again under a
-new key, and the copy that logrotate made first (a new file named after it whose first bytes are the same) is
-read from where the original was left, not from its start. What was read becomes the checkpoint only once the server
-has made it durable (:meth:`Tailer.commit`), so a restart, even after SIGKILL, reads on from there: lines the server
-had already taken before a crash are sent again and dropped there by their offsets.
+A file is known by its device and inode, so Ray's rotation (a rename to ``NAME.1``) and its move of dead workers' files
+to ``logs/old/`` keep its place; its descriptor stays open, so a file deleted or rotated away is read to its end first,
+and the file that rotation starts only after it. Ray may rotate a busy file several times in a few milliseconds: a look
+at the directory that finds anything new is taken again until it holds still. A file that shrinks was truncated (an
+outside logrotate's copy-truncate): its bytes start again under a new key, and the copy that logrotate made first (a new
+file named after it whose first bytes are the same) is read from where the original was left, not from its start. What
+was read becomes the checkpoint only once the server has made it durable (:meth:`Tailer.commit`), so a restart, even
+after SIGKILL, reads on from there: lines the server had already taken before a crash are sent again and dropped there
+by their offsets.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from pathlib import Path
 
 import orjson
 
-from raysight.agent.log_files import FileInfo, Piece, describe, marker, rotated_predecessor, split
+from raysight.agent.log_files import FileInfo, Piece, describe, marker, named_as_copy, rotation_place, split
 
 HEAD_BYTES = 256  # a file's first bytes: told apart from a reused inode, and matched by its copy
 COPY_WAIT_S = 30.0  # a copy whose original is not truncated meanwhile is read from the original's offset anyway
 IDLE_CLOSE_S = 30.0  # a descriptor of a file read to its end and not grown for this long is closed
 READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read
 SPOOL_BYTES = 1 << 30  # unread bytes held in deleted files at most (the server away): past it the oldest are dropped
+SETTLE_TRIES = 10  # listings taken at most while the files move, for one that agrees with the one before
 
 
 @dataclass
@@ -99,6 +102,24 @@ def _under_logs(path: Path) -> str:
     return str(path).rsplit("/logs/", 1)[-1]
 
 
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    """A file's identity: its device and inode."""
+    return st.st_dev, st.st_ino
+
+
+def _names(path: Path, ident: tuple[int, int]) -> bool:
+    """Whether ``path`` names the file ``ident`` now."""
+    try:
+        return _ident(path.stat()) == ident
+    except OSError:
+        return False
+
+
+def _layout(listing: list[tuple[str, str, Path, os.stat_result]]) -> list[tuple[str, str, int, int]]:
+    """Which file each name of a listing is."""
+    return [(session, name, *_ident(st)) for session, name, _, st in listing]
+
+
 def _head(path: Path | int, length: int = HEAD_BYTES) -> tuple[str, int]:
     """(hash, length) of the first ``length`` bytes (fewer in a shorter file) of a path or descriptor."""
     if isinstance(path, int):
@@ -136,6 +157,33 @@ class Tailer:
         """The sessions whose files are followed (as of the last scan)."""
         return frozenset(self._sessions)
 
+    def _settled_listing(self) -> list[tuple[str, str, Path, os.stat_result]]:
+        """:meth:`_listing`, taken again while it changes: a listing is a walk of names and then a stat of each, so one
+        taken while Ray rotates a file (several renames in a few milliseconds) may see a file twice, under its old and
+        new names, or miss it. A listing that shows nothing new is taken as it is; one that does is taken until two in
+        a row agree (at most :data:`SETTLE_TRIES` times)."""
+        listing = list(self._listing())
+        if not self._shows_change(listing):
+            return listing
+        for _ in range(SETTLE_TRIES):
+            again = list(self._listing())
+            if _layout(again) == _layout(listing):
+                return again
+            listing = again
+        return listing
+
+    def _shows_change(self, listing: list[tuple[str, str, Path, os.stat_result]]) -> bool:
+        """Whether a listing holds a file not followed, a followed file under another name, or misses one (not one
+        known to be deleted)."""
+        named = {_ident(st): name for _, name, _, st in listing}
+        if len(named) < len(listing):
+            return True  # a file twice
+        for ident, followed in self.files.items():
+            deleted = ident in self._open and self._open[ident].vanished is not None
+            if followed.session in self._sessions and not deleted and named.get(ident) != followed.path:
+                return True
+        return not named.keys() <= self.files.keys() | self._copies.keys()
+
     def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
         """(session, name under logs/, path, stat) of every log file now."""
         for session in sorted(self.ray_dir.glob("session_*")):
@@ -167,20 +215,23 @@ class Tailer:
 
     def scan(self) -> None:
         """Find new, moved, truncated, copied and vanished files."""
-        found: list[tuple[str, str, Path, os.stat_result]] = []
-        known: list[tuple[tuple[int, int], str, Path, os.stat_result]] = []
-        for session, name, path, st in self._listing():
-            ident = (st.st_dev, st.st_ino)
-            if ident in self.files:
-                self._open.setdefault(ident, _Open(path)).path = path
-                known.append((ident, name, path, st))
-            else:
-                found.append((session, name, path, st))
-        for session, name, path, st in found:  # before restarts: a copy is matched against what it copied
-            self._new(session, name, path, st)
-        self._link_rotations([self.files[i] for *_, st in found if (i := (st.st_dev, st.st_ino)) in self.files])
-        for ident, name, _, st in known:
-            followed, opened = self.files[ident], self._open[ident]
+        new: list[tuple[int, int]] = []
+        for _ in range(SETTLE_TRIES):  # until every new file is opened as listed (none moved on meanwhile)
+            listing = self._settled_listing()
+            for _, _, path, st in listing:
+                if _ident(st) in self.files:
+                    self._open.setdefault(_ident(st), _Open(path)).path = path
+            found = [entry for entry in listing if _ident(entry[3]) not in self.files]
+            taken = [self._new(*entry) for entry in found]  # before restarts: a copy is matched against its original
+            new += [_ident(st) for *_, st in found if _ident(st) in self.files]
+            if all(taken):
+                break
+        self._link_rotations([self.files[ident] for ident in new if ident in self.files])
+        for _, name, _, st in listing:
+            ident = _ident(st)
+            if (followed := self.files.get(ident)) is None:
+                continue
+            opened = self._open[ident]
             followed.path = name
             if opened.fd is None and st.st_size == followed.size == followed.offset:
                 continue  # closed while idle, read to its end and grown no more: nothing to open it for
@@ -192,7 +243,7 @@ class Tailer:
             else:
                 followed.size = st.st_size
         self._settle_copies()
-        seen = {ident for ident, *_ in known} | {(st.st_dev, st.st_ino) for *_, st in found}
+        seen = {_ident(st) for *_, st in listing}
         for ident, followed in list(self.files.items()):
             listed = followed.session in self._sessions or not (self.ray_dir / followed.session).exists()
             if ident not in seen and listed:  # (a session not followed now keeps its files' places)
@@ -214,37 +265,49 @@ class Tailer:
                 self.gaps.append(Gap(followed, followed.offset, followed.size, why))
             self._drop(ident)
 
-    def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> None:
-        ident = (st.st_dev, st.st_ino)
-        if ident in self._copies:
-            return
+    def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> bool:
+        """Follow a file listed for the first time (or wait to see whether it is a copy); False when its path names
+        another file now, or none (it moved on, or was deleted, since it was listed)."""
+        ident = _ident(st)
+        if ident in self._copies or ident in self.files:
+            return True
         original = self._original_of(session, name, path)
         if original is not None:
             self._copies[ident] = (path, original, time.monotonic())
-            return
+            return True
         opened = _Open(path)
-        if self._fd(ident, opened) is None:  # gone already, or replaced
-            return
+        if self._fd(ident, opened) is None:
+            return False
         assert opened.fd is not None  # opened now: what is written is read even if the file is deleted next
         head, head_len = _head(opened.fd)
         self.files[ident] = Followed(session, *ident, name, head=head, head_len=head_len, size=st.st_size, path=name)
         self._open[ident] = opened
+        return True
 
     def _link_rotations(self, new: list[Followed]) -> None:
         """Each new file's predecessor: the file that a rename rotation moved away from its name (found in the same
-        scan, perhaps: Ray may rotate a file several times between two looks)."""
-        by_name = {(f.session, self._name_now(f)): f for f in self.files.values()}
+        scan, perhaps: Ray may rotate a file several times between two looks). That is the nearest older one of its
+        rotation there is, ``NAME.k+1`` for ``NAME.k`` or above it: Ray renames the oldest first, so a look taken
+        mid-rotation may find ``NAME.k+1`` moved up already and ``NAME.k`` not yet."""
+        rotations: dict[tuple[str, str], list[tuple[int, Followed]]] = {}
+        for ident, followed in self.files.items():
+            if ident in self._open and self._open[ident].vanished is not None:
+                continue  # deleted: its name may be another's now
+            name, place = rotation_place(self._name_now(followed))
+            rotations.setdefault((followed.session, name), []).append((place, followed))
         for followed in new:
-            predecessor = by_name.get((followed.session, rotated_predecessor(followed.path)))
-            if predecessor is not None:
-                followed.predecessor = predecessor.key
+            name, place = rotation_place(self._name_now(followed))
+            older = [(k, f) for k, f in rotations.get((followed.session, name), []) if k > place]
+            if older:
+                followed.predecessor = min(older, key=lambda kf: kf[0])[1].key
 
     def _original_of(self, session: str, name: str, path: Path) -> Followed | None:
-        """The followed file that the new file ``name`` is a copy of: named after it (as it is named now, or was when
-        last seen: it may have been rotated since), with the same first bytes."""
+        """The followed file, partly read, that the new file ``name`` is a copy of: named as logrotate names a copy of
+        it (:func:`named_as_copy`), with the same first bytes. (A copy of a file not read yet is read whole, as any new
+        file.)"""
         for followed in self.files.values():
-            names = (self._name_now(followed), followed.path)
-            if followed.session != session or not followed.head_len or not name.startswith(names):
+            named = named_as_copy(name, self._name_now(followed), followed.path)
+            if followed.session != session or not followed.offset or not named:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 if _head(path, followed.head_len) == (followed.head, followed.head_len):
@@ -298,12 +361,15 @@ class Tailer:
                 self._adopt(ident, path, original)
 
     def _vanished(self, ident: tuple[int, int]) -> None:
-        """A followed file is no longer in the directory: read to its end through its descriptor, then dropped;
-        without one, what was not read of it is a gap."""
+        """A followed file is not in the listing. Deleted, it is read to its end through its descriptor, then dropped;
+        without one, what was not read of it is a gap. Still linked (moved out of sight, or missed by the listing),
+        it is followed on: dropped, it would be read again, whole, once listed again."""
         opened, followed = self._open.get(ident), self.files[ident]
         if opened is not None and opened.fd is not None:
-            if opened.vanished is None:
+            if opened.vanished is None and os.fstat(opened.fd).st_nlink == 0:
                 opened.vanished = time.monotonic()  # read() drops it once its end is read
+            return
+        if opened is not None and _names(opened.path, ident):
             return
         if followed.size > followed.offset:
             self.gaps.append(Gap(followed, followed.offset, followed.size, "deleted before it was read to its end"))
@@ -396,7 +462,7 @@ class Tailer:
             except FileNotFoundError:
                 return None
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != ident:  # replaced since the scan
+            if _ident(st) != ident:  # replaced since the scan
                 os.close(fd)
                 return None
             opened.fd = fd
