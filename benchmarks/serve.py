@@ -1,16 +1,33 @@
-"""Serve's requests in the store: `raysight serve requests --min-latency 250ms` (and `--by route`) over N synthesised
-requests (a proxy's access line and a replica's each, 1 in 1,000 slow, 1 in 100 a 503, over 20 routes), in a store of
-their own (a temporary directory) beside a second session's as many, read as the server's API reads them (the read
-model on a reader connection): the median of --repeat, warm. Goal: under 300 ms for 1M requests.
-Run: .venv/bin/python benchmarks/serve.py [--requests N] [--repeat N]        (2-core VM, noisy: compare medians)
+"""Ray Serve under raysight: requests a second with raysight recording everything and without; and Serve's requests in
+the store.
+
+1. Throughput (``--rounds``, 0 skips it): each round runs one fresh local Ray (`ray.init(num_cpus=2)`) per
+   configuration in its own subprocess, interleaved, each round begun by the other configuration: Serve with one
+   trivial deployment, warmed up, then ``--concurrency`` clients sending requests for ``--seconds`` through Serve's
+   HTTP proxy; requests/s, and the CPU each kind of process (the clients' driver, Serve's proxy, its replica, its
+   controller, Ray's other processes, raysight's server and `raysight run`'s agent and poller) spent a request
+   meanwhile, until 2 s after (what was shipped, stored). ``off``: plain Ray. ``raysight``: under `raysight run`
+   (events, logs, metrics, the poller, traces: everything it records). ``untraced``: under `raysight run
+   --no-tracing`, which tells what the traces cost. Aim: ≥ 0.97× the plain rate (the median of each round's ratio).
+2. Queries: `raysight serve requests --min-latency 250ms` (and `--by route`) over N synthesised requests (a proxy's
+   access line and a replica's each, 1 in 1,000 slow, 1 in 100 a 503, over 20 routes), in a store of their own (a
+   temporary directory) beside a second session's as many, read as the server's API reads them (the read model on a
+   reader connection): the median of --repeat, warm. Goal: under 300 ms for 1M requests.
+
+Run: .venv/bin/python benchmarks/serve.py [--rounds 3] [--seconds 10] [--concurrency 8] [--requests N] [--repeat N]
+(2-core VM, noisy: compare medians)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,8 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from raysight.signals.log_lines import requests_query  # noqa: E402 (after the sys.path line)
+from raysight.cli.run import free_port, ray_env, tracing_env  # noqa: E402 (after the sys.path line)
+from raysight.signals.log_lines import requests_query  # noqa: E402
 from raysight.store.store import Store  # noqa: E402
+from tests.ray_scenarios import ServerProcess  # noqa: E402
 
 SESSIONS = ("session_2026-12-01_00-00-00_000000_1", "session_2026-12-02_00-00-00_000000_2")
 
@@ -57,21 +76,161 @@ def timed(run: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=1_000_000, help="requests a session (default 1,000,000)")
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+WARMUP_S, SETTLE_S = 3.0, 2.0
+CONFIGS = ("off", "raysight", "untraced")
+SERVER_PID_ENV = "RAYSIGHT_BENCH_SERVER_PID"
+AIM = 0.97
+RESULT = "result:"  # the child's line of results (Ray and Serve print on stdout too)
+
+
+def child(seconds: float, concurrency: int, recorded: bool) -> None:
+    """Serve one trivial deployment on a fresh local Ray, and send it requests from ``concurrency`` clients for
+    ``seconds``; print on stdout, as JSON, requests/s and the CPU each kind of process spent a request meanwhile
+    (``recorded``: this program's parent is `raysight run`, whose agent and poller are raysight's)."""
+    import httpx
+    import ray
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    class Hello:
+        def __call__(self, request: Any) -> str:
+            return "hello"
+
+    ray.init(num_cpus=2, include_dashboard=True)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(Hello.bind(), name="hello", route_prefix="/")
+    url = f"http://127.0.0.1:{port}/"
+    counts = [0] * concurrency
+    stop_at = [0.0]
+
+    def client(i: int) -> None:
+        with httpx.Client(timeout=30) as http:
+            while time.monotonic() < stop_at[0]:
+                http.get(url).raise_for_status()
+                counts[i] += 1
+
+    def load(duration: float) -> tuple[int, float]:
+        counts[:] = [0] * concurrency
+        stop_at[0] = time.monotonic() + duration
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+        started = time.perf_counter()
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        return sum(counts), time.perf_counter() - started
+
+    try:
+        load(WARMUP_S)
+        time.sleep(SETTLE_S)
+        before = cpu_seconds(recorded)
+        sent, took = load(seconds)
+        time.sleep(SETTLE_S)  # what the requests wrote is shipped and stored
+        after = cpu_seconds(recorded)
+        cpu_us = {kind: round((after[kind] - before.get(kind, 0.0)) / sent * 1e6, 1) for kind in after}
+        print(RESULT, json.dumps({"rate": sent / took, "cpu_us": cpu_us}), flush=True)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def cpu_seconds(recorded: bool) -> dict[str, float]:
+    """CPU seconds spent so far by this driver, Serve's proxy, replicas and controller, Ray's other processes, and
+    raysight (the server; `raysight run`, this program's parent, when ``recorded``)."""
+    import psutil
+
+    me = psutil.Process()
+    spent = dict.fromkeys(("driver", "proxy", "replica", "controller", "ray", "raysight-server", "raysight-run"), 0.0)
+    raysight = {
+        int(os.environ.get(SERVER_PID_ENV, "0")): "raysight-server",
+        **({me.ppid(): "raysight-run"} if recorded else {}),
+    }
+    for proc in [me, *me.children(recursive=True), *(psutil.Process(pid) for pid in raysight if pid)]:
+        try:
+            times, name = proc.cpu_times(), proc.name()
+        except psutil.Error:  # gone meanwhile
+            continue
+        if proc.pid == me.pid:
+            kind = "driver"
+        elif proc.pid in raysight:
+            kind = raysight[proc.pid]
+        else:
+            kind = next((k for k, marks in SERVE_KINDS.items() if any(m in name for m in marks)), "ray")
+        spent[kind] += times.user + times.system
+    return spent
+
+
+SERVE_KINDS = {"proxy": ("ProxyActor",), "replica": ("ServeReplica",), "controller": ("ServeController",)}
+
+
+def measure(config: str, seconds: float, concurrency: int, server: ServerProcess, state: Path) -> dict[str, Any]:
+    """One run of :func:`child`: plain (``off``), or under `raysight run` into ``server`` (``raysight``)."""
+    drop = {"RAY_ADDRESS", *ray_env("http://unused"), *tracing_env("http://unused")}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env |= {SERVER_PID_ENV: str(server.proc.pid if server.proc else 0), "XDG_STATE_HOME": str(state)}
+    program = [sys.executable, __file__, "--child", str(seconds), "--concurrency", str(concurrency)]
+    if config != "off":
+        untraced = ["--no-tracing"] if config == "untraced" else []
+        program = [
+            sys.executable,
+            "-m",
+            "raysight",
+            "run",
+            "--server",
+            server.url,
+            *untraced,
+            "--",
+            *program,
+            "--recorded",
+        ]
+    proc = subprocess.run(program, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{config} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
+    return json.loads(line.removeprefix(RESULT))  # type: ignore[no-any-return]
+
+
+def throughput(rounds: int, seconds: float, concurrency: int) -> None:
+    """Interleaved rounds of each configuration; prints the rates, the CPU a request of each kind of process, and
+    raysight's ratio to plain Ray."""
+    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    cpu: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
+        server = ServerProcess(Path(data_dir) / "data").start()
+        try:
+            for r in range(1, rounds + 1):
+                turn = r % len(CONFIGS)
+                for config in CONFIGS[turn:] + CONFIGS[:turn]:  # each first in turn: a round's first run is slower
+                    run = measure(config, seconds, concurrency, server, Path(data_dir) / "state")
+                    rates[config].append(run["rate"])
+                    cpu[config].append(run["cpu_us"])
+                print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " requests/s")
+        finally:
+            server.stop()
+    for c in CONFIGS:
+        print(f"{c:>9}: median {statistics.median(rates[c]):,.0f} requests/s ({concurrency} clients, {rounds} rounds)")
+        medians = {k: statistics.median(run[k] for run in cpu[c]) for k in cpu[c][0]}
+        spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
+        print(f"{c:>9}: CPU a request (µs, median of rounds): {spent}  (all {sum(medians.values()):,.0f})")
+    ratio = statistics.median(x / o for x, o in zip(rates["raysight"], rates["off"]))
+    untraced = statistics.median(x / o for x, o in zip(rates["untraced"], rates["off"]))
+    met = "met" if ratio >= AIM else "not met"
+    print(f"raysight recording everything: {ratio:.3f}x plain Ray's rate (median of rounds; aim ≥ {AIM}: {met})")
+    print(f"raysight recording all but traces (`raysight run --no-tracing`): {untraced:.3f}x")
+
+
+def queries(requests: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as data:
         store = Store(Path(data))
         try:
             started = time.perf_counter()
-            synthesise(store, args.requests)
-            print(f"synthesised {args.requests:,} requests a session, 2 sessions: {time.perf_counter() - started:.1f}s")
+            synthesise(store, requests)
+            print(f"synthesised {requests:,} requests a session, 2 sessions: {time.perf_counter() - started:.1f}s")
             con = store.reader()
             query = requests_query.RequestQuery(session=SESSIONS[1], min_latency_ms=250, limit=50)
             found = requests_query.serve_requests(con, query)
-            assert found["total"] == args.requests // 1000 and len(found["requests"]) == 50, found["total"]
+            assert found["total"] == requests // 1000 and len(found["requests"]) == 50, found["total"]
             every = replace(query, min_latency_ms=None)
             failed = replace(every, status="5xx")
             for name, run in [
@@ -80,9 +239,27 @@ def main() -> None:
                 ("serve requests (all, newest 50)", lambda: requests_query.serve_requests(con, every)),
                 ("serve requests --by route", lambda: requests_query.latencies(con, every, "route")),
             ]:
-                print(f"{name}: {timed(run, args.repeat):.1f} ms (median of {args.repeat}, warm)")
+                print(f"{name}: {timed(run, repeat):.1f} ms (median of {repeat}, warm)")
         finally:
             store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (default 3; 0 skips)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds of requests a run (default 10)")
+    parser.add_argument("--concurrency", type=int, default=8, help="clients sending at once (default 8)")
+    parser.add_argument("--requests", type=int, default=1_000_000, help="requests a session (default 1,000,000)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--child", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument("--recorded", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.concurrency, args.recorded)
+        return
+    if args.rounds:
+        throughput(args.rounds, args.seconds, args.concurrency)
+    queries(args.requests, args.repeat)
 
 
 if __name__ == "__main__":

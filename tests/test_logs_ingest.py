@@ -342,6 +342,24 @@ def test_no_line_lost_or_twice_through_rotation_copy_truncate_agent_sigkill_and_
     assert sorted(_until_stored(server, writer.next)) == list(range(writer.next))  # every line, once
 
 
+def test_a_steady_trickle_of_lines_goes_in_a_batch_a_look_not_a_batch_a_line(following: Following) -> None:
+    """A busy Ray writes a few lines at a time, all the time (a Serve replica's access lines): each batch costs the
+    server a POST and a fold, so the agent sends what the files hold once a look (POLL_S), not as soon as it can."""
+    server, writer = following.server, following.writer
+    writer.write(1)
+    _until_stored(server, 1)
+    with server.client() as client:
+        before = client.doctor()["counters"]["log_batches"]
+    started = time.monotonic()
+    while time.monotonic() - started < 2.0:
+        writer.write(1)
+        time.sleep(0.005)
+    assert sorted(_until_stored(server, writer.next)) == list(range(writer.next))
+    with server.client() as client:
+        batches = client.doctor()["counters"]["log_batches"] - before
+    assert batches <= 2.0 / node_agent.POLL_S + 4, (batches, writer.next)  # (before: one a line or two)
+
+
 def test_a_deleted_file_s_unread_end_is_read_and_the_agent_drains_on_sigterm(following: Following) -> None:
     server, writer = following.server, following.writer
     writer.write(10)

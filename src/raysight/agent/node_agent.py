@@ -32,7 +32,7 @@ from raysight.config import OWN_HEADERS
 log = logging.getLogger("raysight.agent")
 
 BATCH_BYTES = 4 * 1024 * 1024  # read per batch, at most (about)
-POLL_S = 0.2  # between looks at the files when there was nothing new
+POLL_S = 0.2  # between looks at the files, unless the last batch was full (the files hold more)
 MAX_BACKOFF_S = 5.0
 LOOK_S = 1.0  # between looks at the node's Ray processes
 
@@ -110,6 +110,7 @@ class NodeAgent:
         self.tailer = Tailer(ray_dir, state_dir / "checkpoint.json", since)
         self._http = httpx.Client(timeout=30, headers=OWN_HEADERS)
         self.sent_lines = 0
+        self.behind = False  # the last batch was full: the files hold more
         self.watch = node_watch.NodeWatch(ray_dir)
         self._unsent: dict[node_watch.Key, node_watch.Sighting] = {}
         self._next_look = 0.0
@@ -167,6 +168,7 @@ class NodeAgent:
         time)."""
         self.tailer.scan()
         chunks, gaps = self.tailer.read(BATCH_BYTES, final=final), list(self.tailer.gaps)
+        self.behind = sum(chunk.after.offset - chunk.file.offset for chunk in chunks) >= BATCH_BYTES
         if not chunks and not gaps:
             return 0
         body = gzip.compress(batch_body(self.host, chunks, gaps), compresslevel=1)
@@ -192,8 +194,8 @@ class NodeAgent:
             try:
                 sent = self.cycle()
                 backoff = POLL_S
-                if sent:
-                    continue  # more may be waiting
+                if sent and self.behind:
+                    continue  # a full batch: more is waiting (else what comes meanwhile goes in one batch, later)
             except httpx.HTTPError as exc:
                 log.warning("could not send logs to %s (%s); the files keep them, retrying", self.server, exc)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
