@@ -130,6 +130,46 @@ def test_no_traces_store_only_forwards(tmp_path: Path, backend: str) -> None:
         server.stop()
 
 
+def send_serve_request(url: str, request_id: str) -> None:
+    """A Serve request's spans as Ray Serve 2.60 makes them (proxy.py, router.py): the proxy's, and its router's
+    call of the ingress deployment, with Serve's attributes, through the SDK's OTLP exporter."""
+    provider = TracerProvider(resource=Resource.create({"ray.session_name": SESSION, "service.name": "serve"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url + "/v1/traces")))
+    tracer = provider.get_tracer("ray.serve")
+    served = {wire.ATTR_SERVE_REQUEST_ID: request_id, "deployment": "Greeter", "app": "greeter"}
+    proxy = {"request_type": "http", "request_method": "GET", "request_route_path": "/greet", "http.status_code": 200}
+    with tracer.start_as_current_span("proxy_http_request Greeter GET /greet", attributes=served | proxy):
+        routed = served | {"call_method": "__call__", "route": "/greet"}
+        with tracer.start_as_current_span("route_to_replica Greeter __call__", attributes=routed):
+            pass
+    provider.shutdown()
+
+
+def test_serve_s_request_spans_reach_an_otlp_platform_as_they_are_with_their_attributes(tmp_path: Path) -> None:
+    """What docs/serve.md shows for ML-observability platforms (Arize and others take OTLP/HTTP): a raysight that
+    forwards every span it receives, here into a second raysight standing for the platform."""
+    platform = ServerProcess(tmp_path / "platform").start()
+    try:
+        header = "space_id=my-space"
+        server = ServerProcess(
+            tmp_path / "data", options=["--traces-forward", platform.url, "--traces-forward-header", header]
+        ).start()
+        try:
+            send_serve_request(server.url, "raysight-forwarded")
+            with Client(platform.url) as client:
+                until(lambda: client.doctor()["counters"].get("spans") == 2, "the request's spans at the platform")
+                (trace,) = client.traces(session=SESSION, request="raysight-forwarded")["traces"]
+                spans = client.trace(trace["trace_id"])["spans"]
+        finally:
+            server.stop()
+    finally:
+        platform.stop()
+    assert [s["name"] for s in spans] == ["proxy_http_request Greeter GET /greet", "route_to_replica Greeter __call__"]
+    for span in spans:
+        assert span["attributes"]["deployment"] == "Greeter" and span["attributes"]["app"] == "greeter", span
+    assert spans[0]["attributes"]["request_route_path"] == "/greet"
+
+
 def attempt_spans(session: str, tasks: list[dict[str, Any]], raises: bool = False) -> bytes:
     """raysight's span of each of these task attempts, as the instrumentation in their workers exports it: ended,
     having returned, or raised."""
