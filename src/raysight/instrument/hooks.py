@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -169,6 +170,9 @@ def serve_span_processors() -> list[SpanProcessor]:
 
             _own.sampler = ParentBased(TraceIdRatioBased(RAY_SERVE_TRACING_SAMPLING_RATIO))
         logging.getLogger("opentelemetry.trace").addFilter(_not_overriding)
+        # what the actor's constructor starts from here on (a proxy's HTTP server, which handles every request) runs
+        # in no span: each request a trace of its own, not a child of the constructor's task span
+        otel_context.attach(otel_context.Context())
     except Exception:  # noqa: BLE001 (Serve runs untraced rather than not at all)
         log.warning("raysight: could not trace this Serve process", exc_info=True)
     return []
