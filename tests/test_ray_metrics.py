@@ -418,6 +418,7 @@ def test_serve_requests_are_traced_by_their_id_proxy_to_each_replica_each_span_o
     found by its ``X-Request-ID`` (as `serve request` shows it), in which its proxy's span leads to Greeter's replica
     span, and that to Scorer's; the slow one lasts its sleep, the failed one failed; and no span was stored twice."""
     url, _ = metered
+    traces: set[str] = set()
     for request_id in CHOSEN:
         (found,) = _serve_json(url, "request", request_id)["traces"]
         listed = CliRunner().invoke(main, ["traces", "--request-id", request_id, "--server", url, "--format", "json"])
@@ -427,12 +428,18 @@ def test_serve_requests_are_traced_by_their_id_proxy_to_each_replica_each_span_o
         by_id = {span["span_id"]: span for span in spans}
         assert len(by_id) == len(spans)
         ours = [span["name"] for span in spans if span["request_id"] == request_id]
-        greeter, proxy = "replica_handle_request Greeter __call__", "proxy_http_request Greeter GET "
-        assert {greeter, proxy} <= set(ours), ours  # (Serve names its spans by what they serve)
+        proxy = "proxy_http_request Greeter GET "  # (Serve names its spans by what they serve)
+        assert {proxy, "replica_handle_request Greeter __call__"} <= set(ours), ours
+        assert spans[0]["name"] == proxy and spans[0]["parent_span_id"] is None, spans[0]  # the root: a trace each
+        # Scorer's replica span descends from Greeter's replica (where the handle call ran: its task's span), and that
+        # from the proxy's
+        greeter = "ServeReplica:greeter:Greeter.handle_request_with_rejection"
         ups = [_ancestors(s, by_id) for s in spans if s["name"] == "replica_handle_request Scorer __call__"]
-        assert ups and all(greeter in up and up.index(greeter) < up.index(proxy) for up in ups), (ups, ours)
+        assert ups and all(up.index(greeter) < up.index(proxy) == len(up) - 1 for up in ups), ups
+        traces.add(found["trace_id"])
         if request_id == "raysight-slow":
             assert found["duration_ns"] >= 400_000_000, found
         assert (found["errors"] > 0) is (request_id == "raysight-fails"), found
+    assert len(traces) == len(CHOSEN)
     counted = httpx.get(f"{url}/api/raysight/doctor").json()["counters"]
     assert counted["spans"] > 450 * 4 and counted.get("spans_deduplicated", 0) == 0, counted
