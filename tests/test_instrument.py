@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from raysight import wire
 from raysight.cli import main
-from raysight.cli.run import free_port, tracing_env, uv_run_warning
+from raysight.cli.run import free_port, serve_exporter_hint, tracing_env, uv_run_warning
 from raysight.client import Client
 from raysight.errors import NotFound
 from raysight.ingest.otlp import key_values
@@ -46,6 +46,7 @@ from raysight.settings import (
     ENV_INGEST_KEY,
     ENV_OTLP_ENDPOINT,
     ENV_SERVER,
+    ENV_TRACES_SAMPLE_RATIO,
 )
 from tests.ray_scenarios import ServerProcess
 
@@ -740,9 +741,66 @@ def test_tracing_startup_hook_sends_rays_spans_and_patches_nothing() -> None:
     assert result["same_queue"] is True
 
 
+# --- Ray Serve's tracing: raysight's provider makes Serve's spans, sent once -----------------------------------------
+
+
+@pytest.mark.parametrize("hooked", [True, False], ids=["after the setup hook", "alone (serve deploy)"])
+def test_serve_sets_up_tracing_with_raysights_exporter_and_each_span_is_sent_once(
+    hooked: bool, server: ServerProcess
+) -> None:
+    """Serve's own ``setup_tracing`` (as each proxy and replica calls it) with raysight's exporter: Serve's provider
+    is refused without a warning, raysight's (made by the setup hook, or by the exporter where no hook ran) makes
+    Serve's span, at Serve's ratio, and sends it once; alone, what the process submits carries no trace context."""
+    code = f"""
+        import json
+        from opentelemetry import trace
+        from raysight.instrument import export, hooks, ray_tracing
+        from ray.serve._private import tracing_utils
+
+        if {hooked}:
+            hooks.worker_setup()
+        assert tracing_utils.setup_tracing("Greeter", "abc")
+        provider = trace.get_tracer_provider()
+        processors = provider._active_span_processor._span_processors
+        with tracing_utils.TraceContextManager("proxy_http_request"):
+            tracing_utils.set_span_attributes({{"request_id": "raysight-quick"}})
+        [queue] = [p for p in processors if isinstance(p, export.SpanQueue)]
+        queue.force_flush(5000)
+        print(json.dumps({{
+            "own": provider is hooks._own,
+            "processors": [type(p).__name__ for p in processors],
+            "sampler": provider.sampler.get_description(),
+            "counts": hooks.counts().__dict__,
+            "propagates": "_remote" in [name for _, name, _ in ray_tracing._patches],
+        }}))
+    """
+    env = {
+        hook_paths.RAY_SERVE_EXPORTER: hook_paths.SERVE_EXPORTER,
+        hook_paths.RAY_SERVE_SAMPLING: "1.0",
+        ENV_TRACES_SAMPLE_RATIO: "0",  # (raysight's own: Serve's ratio is what samples its span)
+        ENV_OTLP_ENDPOINT: server.url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, env=clean_env(**env)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Overriding" not in done.stderr, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["own"] and result["processors"] == ["RayIds", "SpanQueue"]
+    assert result["sampler"].startswith("ParentBased{root:TraceIdRatioBased{1.0},")
+    assert result["counts"] == {"exported": 1, "dropped_full": 0, "dropped_failed": 0}
+    assert result["propagates"] is hooked
+
+
 # --- `raysight env` and `raysight run` -----------------------------------------------------------------------------
 
-NO_SETTINGS = {"RAY_RUNTIME_ENV_HOOK": None, ENV_SERVER: None, ENV_INGEST_KEY: None}
+NO_SETTINGS = {
+    "RAY_RUNTIME_ENV_HOOK": None,
+    ENV_SERVER: None,
+    ENV_INGEST_KEY: None,
+    hook_paths.RAY_SERVE_EXPORTER: None,
+    hook_paths.RAY_SERVE_SAMPLING: None,
+}
 HOOK_LINE = "export RAY_RUNTIME_ENV_HOOK='raysight.instrument.runtime_env_hook'"
 
 
@@ -773,8 +831,11 @@ def test_env_prints_the_tracing_variables() -> None:
     ]
 
 
+SERVES = {hook_paths.RAY_SERVE_EXPORTER: hook_paths.SERVE_EXPORTER, hook_paths.RAY_SERVE_SAMPLING: "1.0"}
+
+
 def test_tracing_env_moves_the_users_env_hook_to_the_chained_one() -> None:
-    ours = {hook_paths.RAY_ENV_HOOK: hook_paths.ENV_HOOK, ENV_OTLP_ENDPOINT: "http://h:1"}
+    ours = {hook_paths.RAY_ENV_HOOK: hook_paths.ENV_HOOK, ENV_OTLP_ENDPOINT: "http://h:1", **SERVES}
     assert tracing_env("http://h:1", environ={}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": ""}) == ours
     assert tracing_env("http://h:1", environ={"RAY_RUNTIME_ENV_HOOK": hook_paths.ENV_HOOK}) == ours
@@ -785,7 +846,27 @@ def test_tracing_env_moves_the_users_env_hook_to_the_chained_one() -> None:
     assert tracing_env("http://h:1/", "a/b c", environ={}) == {
         hook_paths.RAY_ENV_HOOK: hook_paths.ENV_HOOK,
         ENV_OTLP_ENDPOINT: "http://h:1/ingest/otlp/a%2Fb%20c",
+        **SERVES,
     }
+
+
+def test_tracing_env_points_serves_tracing_at_raysight_every_request_unless_the_user_said_otherwise() -> None:
+    """Serve's exporter is raysight's, sampling 1.0 where the user set none; a ratio of theirs is kept, and an exporter
+    of theirs is left alone (with their ratio, or Serve's default), with a hint that names it."""
+    assert {k: v for k, v in tracing_env("http://h:1", environ={}).items() if k in SERVES} == SERVES
+    assert serve_exporter_hint({}) is None
+    kept = tracing_env("http://h:1", environ={hook_paths.RAY_SERVE_SAMPLING: "0.1"})
+    assert (kept[hook_paths.RAY_SERVE_EXPORTER], kept[hook_paths.RAY_SERVE_SAMPLING]) == (
+        hook_paths.SERVE_EXPORTER,
+        "0.1",
+    )
+    ours_already = {hook_paths.RAY_SERVE_EXPORTER: hook_paths.SERVE_EXPORTER}  # a shell `raysight env` set up
+    assert tracing_env("http://h:1", environ=ours_already)[hook_paths.RAY_SERVE_EXPORTER] == hook_paths.SERVE_EXPORTER
+    assert serve_exporter_hint(ours_already) is None
+    theirs = {hook_paths.RAY_SERVE_EXPORTER: "mypkg.tracing:exporter"}
+    assert not set(tracing_env("http://h:1", environ=theirs)) & set(SERVES)
+    hint = serve_exporter_hint(theirs)
+    assert hint is not None and "mypkg.tracing:exporter" in hint and hook_paths.RAY_SERVE_EXPORTER in hint
 
 
 def test_uv_run_warning() -> None:
@@ -803,10 +884,14 @@ def test_uv_run_warning() -> None:
         assert uv_run_warning(command, environ) is None, (command, environ)
 
 
-SHOW_ENV = (
-    "import json, os; print(json.dumps({k: os.environ.get(k) for k in "
-    "('RAY_RUNTIME_ENV_HOOK', 'RAYSIGHT_OTLP_ENDPOINT', 'RAYSIGHT_CHAINED_ENV_HOOK')}))"
+SHOWN = (
+    "RAY_RUNTIME_ENV_HOOK",
+    "RAYSIGHT_OTLP_ENDPOINT",
+    "RAYSIGHT_CHAINED_ENV_HOOK",
+    "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH",
+    "RAY_SERVE_TRACING_SAMPLING_RATIO",
 )
+SHOW_ENV = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {SHOWN!r}}}))"
 
 
 def raysight_run(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
@@ -833,6 +918,7 @@ def test_run_traces_the_program_unless_told_not_to(server: ServerProcess) -> Non
         "RAY_RUNTIME_ENV_HOOK": "raysight.instrument.runtime_env_hook",
         "RAYSIGHT_OTLP_ENDPOINT": server.url,
         "RAYSIGHT_CHAINED_ENV_HOOK": None,
+        **SERVES,
     }
     assert traced.stderr == ""
     chained = raysight_run(
@@ -841,9 +927,7 @@ def test_run_traces_the_program_unless_told_not_to(server: ServerProcess) -> Non
     assert shown(chained)["RAYSIGHT_CHAINED_ENV_HOOK"] == "mypkg.env_hook"
     assert shown(chained)["RAY_RUNTIME_ENV_HOOK"] == "raysight.instrument.runtime_env_hook"
     untraced = raysight_run("run", "--server", server.url, "--no-tracing", "--", sys.executable, "-c", SHOW_ENV)
-    assert shown(untraced) == dict.fromkeys(
-        ("RAY_RUNTIME_ENV_HOOK", "RAYSIGHT_OTLP_ENDPOINT", "RAYSIGHT_CHAINED_ENV_HOOK")
-    )
+    assert shown(untraced) == dict.fromkeys(SHOWN)
 
 
 def test_run_without_tracing_drops_raysights_hook_from_the_shell(server: ServerProcess) -> None:
@@ -858,6 +942,20 @@ def test_run_without_tracing_drops_raysights_hook_from_the_shell(server: ServerP
         "run", "--server", server.url, "--no-tracing", "--", sys.executable, "-c", SHOW_ENV, **theirs
     )
     assert shown(untraced)["RAY_RUNTIME_ENV_HOOK"] == "my.hook"  # the user's own hook, which raysight had chained
+
+
+def test_run_and_env_keep_the_users_own_serve_exporter_and_say_so(server: ServerProcess) -> None:
+    theirs = {"RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": "mypkg.tracing:exporter"}
+    run = raysight_run("run", "--server", server.url, "--", sys.executable, "-c", SHOW_ENV, **theirs)
+    assert shown(run)["RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"] == "mypkg.tracing:exporter"
+    assert shown(run)["RAY_SERVE_TRACING_SAMPLING_RATIO"] is None  # (theirs: Serve's default)
+    assert run.stderr == serve_exporter_hint(theirs) + "\n"
+    env = CliRunner().invoke(main, ["env", "--server", "http://h:1"], env={**NO_SETTINGS, **theirs})
+    assert env.exit_code == 0 and "RAY_SERVE_TRACING" not in env.stdout, env.output
+    assert env.stderr == serve_exporter_hint(theirs) + "\n"
+    ours = CliRunner().invoke(main, ["env", "--server", "http://h:1"], env=NO_SETTINGS)
+    assert f"export RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH='{hook_paths.SERVE_EXPORTER}'" in ours.stdout
+    assert "export RAY_SERVE_TRACING_SAMPLING_RATIO='1.0'" in ours.stdout and ours.stderr == ""
 
 
 def fake_uv(tmp_path: Path) -> Path:

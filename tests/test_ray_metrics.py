@@ -398,3 +398,49 @@ def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: t
     for row in rows:
         assert row["requests_per_s"] > 0 and row["p50_ms"] > 0 and row["healthy_replicas"] >= 1, row
         assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"], row
+
+
+# --- issue 33 point 6: Serve's traces -------------------------------------------------------------------------------
+
+
+def _ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[str]:
+    """The names of a span's ancestors, its parent first."""
+    names = []
+    while (span := by_id.get(span["parent_span_id"])) is not None:  # type: ignore[assignment]
+        names.append(span["name"])
+    return names
+
+
+def test_serve_requests_are_traced_by_their_id_proxy_to_each_replica_each_span_once(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    """`raysight run` traced every Serve request (Serve's exporter, raysight's): each chosen request has one trace,
+    found by its ``X-Request-ID`` (as `serve request` shows it), in which its proxy's span leads to Greeter's replica
+    span, and that to Scorer's; the slow one lasts its sleep, the failed one failed; and no span was stored twice."""
+    url, _ = metered
+    traces: set[str] = set()
+    for request_id in CHOSEN:
+        (found,) = _serve_json(url, "request", request_id)["traces"]
+        listed = CliRunner().invoke(main, ["traces", "--request-id", request_id, "--server", url, "--format", "json"])
+        assert [t["trace_id"] for t in orjson.loads(listed.stdout)["traces"]] == [found["trace_id"]], listed.output
+        shown = CliRunner().invoke(main, ["traces", "show", found["trace_id"], "--server", url, "--format", "json"])
+        spans = orjson.loads(shown.stdout)["spans"]
+        by_id = {span["span_id"]: span for span in spans}
+        assert len(by_id) == len(spans)
+        ours = [span["name"] for span in spans if span["request_id"] == request_id]
+        proxy = "proxy_http_request Greeter GET "  # (Serve names its spans by what they serve)
+        assert {proxy, "replica_handle_request Greeter __call__"} <= set(ours), ours
+        assert spans[0]["name"] == proxy and spans[0]["parent_span_id"] is None, spans[0]  # the root: a trace each
+        # Scorer's replica span descends from Greeter's replica (where the handle call ran: its task's span), and that
+        # from the proxy's
+        greeter = "ServeReplica:greeter:Greeter.handle_request_with_rejection"
+        ups = [_ancestors(s, by_id) for s in spans if s["name"] == "replica_handle_request Scorer __call__"]
+        assert ups and all(up.index(greeter) < up.index(proxy) == len(up) - 1 for up in ups), ups
+        traces.add(found["trace_id"])
+        if request_id == "raysight-slow":
+            assert found["duration_ns"] >= 400_000_000, found
+        failed = [s["name"] for s in spans if s["request_id"] == request_id and s["status"] == "error"]  # Serve's
+        assert bool(failed) is (request_id == "raysight-fails"), [(s["name"], s["status_message"]) for s in spans]
+    assert len(traces) == len(CHOSEN)
+    counted = httpx.get(f"{url}/api/raysight/doctor").json()["counters"]
+    assert counted["spans"] > 450 * 4 and counted.get("spans_deduplicated", 0) == 0, counted

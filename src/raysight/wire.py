@@ -104,7 +104,7 @@ ATTR_ATTEMPT = "ray.task.attempt"
 ATTR_ACTOR_ID = "ray.actor_id"
 ATTR_FUNCTION = "ray.function"  # module.qualname of the task's function, or Class.method
 ATTR_TASK_KIND = "ray.task.kind"  # "task", "actor_task" or "actor_creation"
-ATTR_SERVE_REQUEST_ID = "ray.serve.request_id"
+ATTR_SERVE_REQUEST_ID = "request_id"  # Ray Serve's own, on the spans of its proxies, routers and replicas
 TASK_SCOPE = "raysight.ray"  # the instrumentation scope of raysight's span of each task attempt
 
 # ── payloads: the JSON bodies of the agent's and `raysight run`'s routes, built to these shapes by the sender and read

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -30,7 +30,13 @@ from raysight.cli.detach import start_detached
 from raysight.cli.failures import ERRORS_COLUMNS, errors_row
 from raysight.client import Client
 from raysight.errors import RaysightError
-from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK
+from raysight.instrument.hook_paths import (
+    ENV_HOOK,
+    RAY_ENV_HOOK,
+    RAY_SERVE_EXPORTER,
+    RAY_SERVE_SAMPLING,
+    SERVE_EXPORTER,
+)
 from raysight.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -59,15 +65,34 @@ def ray_env(
     }
 
 
-def tracing_env(server: str, key: str | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+def tracing_env(server: str, key: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that trace a Ray program's tasks and actors to ``server`` (``raysight/instrument``): Ray calls
-    raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names."""
+    raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names; and
+    Ray Serve's requests, every one (unless ``environ`` sets Serve's sampling), unless ``environ`` names an
+    exporter of its own for Serve (:func:`serve_exporter_hint`)."""
+    environ = os.environ if environ is None else environ
     endpoint = server.rstrip("/") + (wire.path(wire.OTLP_KEYED, key=key) if key else "")
     env = {RAY_ENV_HOOK: ENV_HOOK, ENV_OTLP_ENDPOINT: endpoint}
-    theirs = (os.environ if environ is None else environ).get(RAY_ENV_HOOK)
+    theirs = environ.get(RAY_ENV_HOOK)
     if theirs and theirs != ENV_HOOK:
         env[ENV_CHAINED_ENV_HOOK] = theirs
+    if serve_exporter_hint(environ) is None:
+        env[RAY_SERVE_EXPORTER] = SERVE_EXPORTER
+        env[RAY_SERVE_SAMPLING] = environ.get(RAY_SERVE_SAMPLING) or "1.0"
     return env
+
+
+def serve_exporter_hint(environ: Mapping[str, str]) -> str | None:
+    """What to tell a user whose environment names an exporter of their own for Ray Serve's spans, which raysight
+    leaves as it is; None when it names none (or raysight's)."""
+    theirs = environ.get(RAY_SERVE_EXPORTER)
+    if not theirs or theirs == SERVE_EXPORTER:
+        return None
+    return (
+        f"raysight: {RAY_SERVE_EXPORTER} names your own exporter ({theirs}), which raysight leaves as it is: Serve's "
+        "spans go to it (and to raysight where raysight traces the process, sampled as raysight samples); unset it "
+        "for raysight's"
+    )
 
 
 def untraced(env: dict[str, str]) -> None:
@@ -77,6 +102,8 @@ def untraced(env: dict[str, str]) -> None:
         if chained := env.pop(ENV_CHAINED_ENV_HOOK, None):
             env[RAY_ENV_HOOK] = chained
     env.pop(ENV_OTLP_ENDPOINT, None)
+    if env.get(RAY_SERVE_EXPORTER) == SERVE_EXPORTER:
+        del env[RAY_SERVE_EXPORTER]
 
 
 def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
@@ -148,6 +175,8 @@ def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None, tra
     command.)"""
     for line in env_lines(server or default_server(), cluster, ingest_key, tracing):
         click.echo(line)
+    if tracing and (hint := serve_exporter_hint(os.environ)) is not None:
+        click.echo(hint, err=True)
 
 
 def run_program(
@@ -166,8 +195,10 @@ def run_program(
     env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
     if not tracing:  # not even as a shell `raysight env` set up has it
         untraced(env)
-    if tracing and (warning := uv_run_warning(command, env)) is not None:
-        click.echo(warning, err=True)
+    if tracing:
+        for warning in (uv_run_warning(command, env), serve_exporter_hint(env)):
+            if warning is not None:
+                click.echo(warning, err=True)
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:

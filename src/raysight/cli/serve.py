@@ -17,6 +17,7 @@ from raysight.cli import render
 from raysight.cli.common import Checked, client_options, make_client, parse_time, session_option, time_window
 from raysight.cli.logs import prefix
 from raysight.cli.status import format_ms
+from raysight.cli.traces import duration
 
 
 def _app_option(what: str) -> Any:
@@ -221,14 +222,15 @@ def requests_cmd(
 @client_options
 def request_cmd(request_id: str, session: str | None, fmt: str | None, server: str | None) -> None:
     """One Serve request whole: each component's access line (its proxy's, each replica's) with status and latency,
-    then every line of it in every component (`raysight logs --request-id`'s)."""
+    its trace (Serve's spans of it, where Serve traced it), then every line of it in every component (`raysight logs
+    --request-id`'s)."""
     with make_client(server) as client:
         data = client.serve_request(request_id, session=session)
     if fmt in ("json", "yaml"):
         render.dump(data, fmt)
         return
     request = data["request"]
-    if request is None and not data["lines"]:
+    if request is None and not data["lines"] and not data["traces"]:
         raise click.ClickException(f"no Serve request {request_id} in session {data['session']}")
     if request is not None:
         head = f"{request['method']} {request['route'] or ''} {request['status']} {_latency(request['latency_ms'])}"
@@ -237,6 +239,11 @@ def request_cmd(request_id: str, session: str | None, fmt: str | None, server: s
         columns = ["time_ms", "component", "host", "replica", "application", "deployment", "method", "call"]
         render.table(
             [{**a, "latency": _latency(a["latency_ms"])} for a in access], columns=[*columns, "status", "latency"]
+        )
+    for traced in data["traces"]:
+        click.echo(
+            f"Trace {traced['trace_id']}: {duration(traced['duration_ns'])}, {traced['spans']} spans, "
+            f"{traced['errors']} failed (raysight traces show {traced['trace_id']})"
         )
     click.echo(f"\n{len(data['lines'])} lines:")
     for row in data["lines"]:

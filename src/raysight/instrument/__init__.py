@@ -9,6 +9,10 @@ How it gets there:
   ``worker_process_setup_hook``, chaining the hooks that were there (a job has one setup hook; an environment hook
   set before raysight's is moved to ``RAYSIGHT_CHAINED_ENV_HOOK``). Ray skips environment hooks under ``uv run``.
 - :func:`init` in a driver, before or after ``ray.init``, for programs not started by `raysight run`.
+- ``RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH=raysight.instrument.serve_span_processors`` (also set by both): Ray
+  Serve calls it in each proxy and replica, whose spans (proxy → router → replica, with Serve's ``request_id``)
+  raysight's provider then sends, with the process's task spans; it traces the applications `serve deploy` starts,
+  which no runtime-env hook reaches.
 - :func:`tracing_startup_hook` for Ray's own ``--tracing-startup-hook``: Ray's wrappers then make the spans (at their
   cost) and raysight only sends them, propagating nothing itself.
 
@@ -19,7 +23,16 @@ from __future__ import annotations
 
 from typing import Any
 
-PUBLIC = ("init", "instrument", "uninstrument", "counts", "worker_setup", "runtime_env_hook", "tracing_startup_hook")
+PUBLIC = (
+    "init",
+    "instrument",
+    "uninstrument",
+    "counts",
+    "worker_setup",
+    "runtime_env_hook",
+    "serve_span_processors",
+    "tracing_startup_hook",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -8,9 +8,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from raysight import wire
@@ -29,6 +30,7 @@ from raysight.settings import (
 log = logging.getLogger("raysight.instrument")
 _lock = threading.Lock()
 _queue: SpanQueue | None = None
+_own: TracerProvider | None = None  # the provider raysight set, where the process had none
 
 
 def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
@@ -70,6 +72,7 @@ def counts() -> Counts | None:
 def _provider() -> TracerProvider:
     """The process's SDK tracer provider: the user's own, else a new one (sampling ``$RAYSIGHT_TRACES_SAMPLE_RATIO``
     of new traces, and whatever a parent decided)."""
+    global _own
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
@@ -77,6 +80,7 @@ def _provider() -> TracerProvider:
         sampler=ParentBased(TraceIdRatioBased(_sample_ratio())), resource=Resource.create({"service.name": "ray"})
     )
     trace.set_tracer_provider(provider)
+    _own = provider
     return provider
 
 
@@ -149,6 +153,34 @@ def _chained_setup(user_hook: Callable[[], Any]) -> Callable[[], Any]:
         return user_hook()
 
     return setup
+
+
+def serve_span_processors() -> list[SpanProcessor]:
+    """Ray Serve's ``RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH`` (what `raysight run` and `raysight env` set), called
+    in each proxy and replica before Serve sets its tracer provider: no processor, for raysight's provider is the
+    process's already (set by :func:`worker_setup`, else here: an application `serve deploy` started runs no setup
+    hook, and then what the process submits carries no trace context, which its job's workers would not take
+    away). Serve's own provider is refused, so its spans are made by raysight's, sent once, new traces sampled at
+    Serve's ratio (``RAY_SERVE_TRACING_SAMPLING_RATIO``) where the provider is raysight's own."""
+    try:
+        if _queue is None:
+            instrument(propagate=False)
+        if _own is not None and trace.get_tracer_provider() is _own:
+            from ray.serve._private.constants import RAY_SERVE_TRACING_SAMPLING_RATIO
+
+            _own.sampler = ParentBased(TraceIdRatioBased(RAY_SERVE_TRACING_SAMPLING_RATIO))
+        logging.getLogger("opentelemetry.trace").addFilter(_not_overriding)
+        # what the actor's constructor starts from here on (a proxy's HTTP server, which handles every request) runs
+        # in no span: each request a trace of its own, not a child of the constructor's task span
+        otel_context.attach(otel_context.Context())
+    except Exception:  # noqa: BLE001 (Serve runs untraced rather than not at all)
+        log.warning("raysight: could not trace this Serve process", exc_info=True)
+    return []
+
+
+def _not_overriding(record: logging.LogRecord) -> bool:
+    """Not OpenTelemetry's warning that Serve's provider was refused (as :func:`serve_span_processors` meant)."""
+    return record.getMessage() != "Overriding of current TracerProvider is not allowed"
 
 
 def tracing_startup_hook() -> None:

@@ -330,13 +330,16 @@ async def serve_requests(request: Request) -> Response:
 
 
 async def serve_request(request: Request) -> Response:
-    """GET /api/raysight/serve/requests/{request_id}?session=: one Serve request whole, its access lines and every
-    line of it in every component."""
+    """GET /api/raysight/serve/requests/{request_id}?session=: one Serve request whole, its access lines, every line
+    of it in every component, and its traces (those with a span of its ``request_id``: Serve's spans of it)."""
     request_id = request.path_params["request_id"]  # (checked as `raysight logs --request-id` checks it)
-    return await read_json(
-        app_state(request),
-        lambda con: requests_query.serve_request(con, recorded_session(con, request), request_id),
-    )
+
+    def read(con: Any) -> dict[str, Any]:
+        session = recorded_session(con, request)
+        traced = traces_sql.list_traces(con, traces_sql.TraceQuery(session=session, request_id=request_id))
+        return {**requests_query.serve_request(con, session, request_id), "traces": traced["traces"]}
+
+    return await read_json(app_state(request), read)
 
 
 async def usage(request: Request) -> Response:
