@@ -50,8 +50,8 @@ class TraceQuery:
 
 def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, Any]:
     """The traces with a span that matches the query, newest first (``limit`` of them after ``offset``, and the
-    ``total`` that match): each with its root span's name, start, duration, spans, errors and the jobs and services it
-    went through."""
+    ``total`` that match): each with its root span's name, start, duration, spans, errors and the jobs, services and
+    Serve requests it went through."""
     session = query.session  # (resolved by the caller: None when none is recorded)
     if session is None:
         return {"session": None, "total": 0, "traces": []}
@@ -83,7 +83,8 @@ def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, 
                    min(start_ns) AS start_ns, max(end_ns) - min(start_ns) AS duration_ns, count(*) AS spans,
                    count(*) FILTER (status = 'error') AS errors,
                    list_sort(list_distinct(list(job_id) FILTER (job_id IS NOT NULL))) AS jobs,
-                   list_sort(list_distinct(list(service) FILTER (service IS NOT NULL))) AS services
+                   list_sort(list_distinct(list(service) FILTER (service IS NOT NULL))) AS services,
+                   list_sort(list_distinct(list(request_id) FILTER (request_id IS NOT NULL))) AS requests
             FROM spans WHERE trace_id IN (SELECT trace_id FROM hits)
             GROUP BY trace_id {"HAVING " + " AND ".join(having) if having else ""})"""
     (total,) = con.execute(f"{matched} SELECT count(*) FROM matched", params).fetchone() or (0,)
