@@ -464,4 +464,4 @@ def test_a_session_says_whether_serve_ran_and_a_trace_which_requests_it_served(s
     sessions = {s["session"]: s["serve"] for s in httpx.get(shipped.url + wire.SESSIONS).json()["sessions"]}
     assert sessions == {SESSION: True, other: False}
     (trace,) = httpx.get(shipped.url + wire.TRACES, params={"session": SESSION, "request": "req-b"}).json()["traces"]
-    assert trace["requests"] == ["req-b"]
+    assert (trace["requests"], trace["jobs"]) == (["req-b"], [])  # (a list, where no span names a job)
