@@ -51,21 +51,26 @@ function tree(session, details, open) {
   ];
 }
 
+/** An application's or deployment's line (its kind, name, status and `more`), and its message under it. */
+function head(kind, name, { status, message }, ...more) {
+  return [
+    h("div", { class: "serve-head" }, h("span", { class: "kind" }, kind), h("strong", {}, name), stateBadge(status), ...more),
+    message ? clamped(message) : "",
+  ];
+}
+
 function application(session, name, app, open) {
   const deployments = Object.entries(app.deployments ?? {});
   return h(
     "li",
     { class: "serve-app", "data-app": name },
-    h(
-      "div",
-      { class: "serve-head" },
-      h("span", { class: "kind" }, "application"),
-      h("strong", {}, name),
-      stateBadge(app.status),
+    head(
+      "application",
+      name,
+      app,
       app.route_prefix ? h("code", {}, app.route_prefix) : "",
       app.last_deployed_time_s ? h("span", { class: "hint" }, `deployed ${time(app.last_deployed_time_s * 1000)}`) : "",
     ),
-    app.message ? clamped(app.message) : "",
     app.deployed_app_config
       ? h("details", { class: "serve-config", open }, h("summary", {}, "Config as deployed"), h("pre", {}, JSON.stringify(app.deployed_app_config, null, 2)))
       : "",
@@ -75,19 +80,17 @@ function application(session, name, app, open) {
 
 function deployment(session, name, d) {
   const replicas = d.replicas ?? [];
+  const wanted = d.target_num_replicas === undefined ? "" : ` of ${d.target_num_replicas} wanted`;
   return h(
     "li",
     { class: "serve-deployment", "data-deployment": name },
-    h(
-      "div",
-      { class: "serve-head" },
-      h("span", { class: "kind" }, "deployment"),
-      h("strong", {}, name),
-      stateBadge(d.status),
+    head(
+      "deployment",
+      name,
+      d,
       d.status_trigger ? h("span", { class: "trigger" }, d.status_trigger) : "",
-      h("span", { class: "hint" }, `${replicas.length} replica${replicas.length === 1 ? "" : "s"}${d.target_num_replicas === undefined ? "" : ` of ${d.target_num_replicas} wanted`}`),
+      h("span", { class: "hint" }, `${replicas.length} replica${replicas.length === 1 ? "" : "s"}${wanted}`),
     ),
-    d.message ? clamped(d.message) : "",
     replicas.length
       ? h(
           "table",
