@@ -9,6 +9,7 @@ import logging.handlers
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from raysight import wire
 from raysight.cli import main
 from raysight.client import Client
 from raysight.signals.log_lines.parse import LINE_FIELDS, Access, access
-from tests.ray_scenarios import ServerProcess, agent_command
+from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
 SESSION = "session_2026-11-27_01-02-03_000000_9"
 
@@ -184,10 +185,9 @@ def _write_serve_logs(serve_dir: Path) -> None:
         f.write("a print of Cart, in no format\n")
 
 
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A real server, given the Serve logs by a real agent (``--once``)."""
-    tmp_path = tmp_path_factory.mktemp("serve_logs")
+@contextmanager
+def serve_logs_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A real server, given a session's Serve logs (:func:`_write_serve_logs`) by a real agent (``--once``)."""
     serve_dir = tmp_path / "ray" / SESSION / "logs" / "serve"
     serve_dir.mkdir(parents=True)
     _write_serve_logs(serve_dir)
@@ -204,6 +204,12 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with serve_logs_server(tmp_path_factory.mktemp("serve_logs")) as server:
+        yield server
 
 
 def _cli(server: ServerProcess, *options: str) -> list[tuple[str, str]]:
@@ -370,15 +376,87 @@ def test_a_serve_request_is_shown_whole_with_its_lines_in_every_component(shippe
 
 
 def test_the_serve_requests_api_names_a_bad_parameter(shipped: ServerProcess) -> None:
-    for params, why in [
-        ({"status": "teapot"}, "status must be an HTTP code"),
-        ({"min_latency": "fast"}, "min_latency"),
-        ({"by": "host"}, "by must be one of route, deployment"),
-        ({"limit": "-1"}, "limit must be an integer"),
-        ({"limit": "20000"}, "limit must be 0 to 10000"),
-        ({"since": "soon"}, "since"),
+    for path, params, why in [
+        (wire.SERVE_REQUESTS, {"status": "teapot"}, "status must be an HTTP code"),
+        (wire.SERVE_REQUESTS, {"min_latency": "fast"}, "min_latency"),
+        (wire.SERVE_REQUESTS, {"by": "host"}, "by must be one of route, deployment"),
+        (wire.SERVE_REQUESTS, {"limit": "-1"}, "limit must be an integer"),
+        (wire.SERVE_REQUESTS, {"limit": "20000"}, "limit must be 0 to 10000"),
+        (wire.SERVE_REQUESTS, {"offset": "-1"}, "offset must be an integer"),
+        (wire.SERVE_REQUESTS, {"since": "soon"}, "since"),
+        (wire.SERVE_LATENCY, {"by": "host"}, "by must be one of route, deployment"),
+        (wire.SERVE_LATENCY, {"step": "0.5ms"}, "step must be at least 1ms"),
+        (wire.SERVE_LATENCY, {"step": "fast"}, "step"),
+        (wire.SERVE_LATENCY, {"step": "1ms", "since": "-1h"}, "over 10000"),
+        (wire.SERVE_LATENCY, {"status": "teapot"}, "status must be an HTTP code"),
+        (wire.SERVE_LATENCY, {"min_latency": "slow"}, "min_latency"),
     ]:
-        answer = httpx.get(shipped.url + wire.SERVE_REQUESTS, params=params)
-        assert answer.status_code == 400 and why in answer.json()["error"], (params, answer.text)
+        answer = httpx.get(shipped.url + path, params=params)
+        assert answer.status_code == 400 and why in answer.json()["error"], (path, params, answer.text)
     answer = httpx.get(shipped.url + wire.path(wire.SERVE_REQUEST, request_id="a\x01b"))
     assert answer.status_code == 400 and "request_id must be" in answer.json()["error"], answer.text
+
+
+# ── The dashboard's Serve page (issue 33, point 7): what its API adds ─────────────────────────────────────────────
+def send_request_span(url: str, request_id: str, start_ns: int) -> None:
+    """Send a server one span of :data:`SESSION`'s (OTLP in JSON), within the Serve request ``request_id``."""
+    attribute = {"key": wire.ATTR_SERVE_REQUEST_ID, "value": {"stringValue": request_id}}
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "proxy_http_request", "attributes": [attribute]}
+    span |= {"startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(start_ns + 5_000_000)}
+    resource = {"attributes": [{"key": wire.ATTR_SESSION, "value": {"stringValue": SESSION}}]}
+    export = orjson.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": [span]}]}]})
+    sent = httpx.post(url + wire.OTLP_TRACES, content=export, headers={"Content-Type": "application/json"})
+    assert sent.status_code == 200, sent.text
+
+
+def test_serve_requests_page_by_offset(shipped: ServerProcess) -> None:
+    def ids(**params: str) -> tuple[int, list[str]]:
+        answer = httpx.get(shipped.url + wire.SERVE_REQUESTS, params=params).json()
+        return answer["total"], [r["request_id"] for r in answer["requests"]]
+
+    total, newest = ids()
+    assert (total, ids(limit="2"), ids(limit="2", offset="2")) == (4, (4, newest[:2]), (4, newest[2:]))
+    assert ids(offset="10") == (4, [])  # (past the last page: still counted)
+
+
+def test_serve_latency_over_time_by_route_and_deployment(shipped: ServerProcess) -> None:
+    """Each route's (and deployment's) totals, as `serve requests --by` gives them, and its requests, failures and
+    percentiles in bins that cover the session's span."""
+
+    def latency(**params: str) -> dict[str, Any]:
+        answer = httpx.get(shipped.url + wire.SERVE_LATENCY, params=params)
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    routes = latency(step="1s")
+    assert (routes["by"], routes["step_ms"], routes["live"]) == ("route", 1000, True)  # (no end: still live)
+    totals = _requests(shipped, "--by", "route")["latencies"]
+    assert [{k: v for k, v in s.items() if k != "bins"} for s in routes["series"]] == totals
+    n = (routes["end_ms"] - routes["start_ms"]) // 1000 + 1
+    for series in routes["series"]:
+        bins = series["bins"]
+        assert {len(v) for v in bins.values()} == {n}
+        assert (sum(bins["requests"]), sum(bins["errors"])) == (series["requests"], series["errors"])
+        assert all((p is None) == (count == 0) for p, count in zip(bins["p99_ms"], bins["requests"]))
+    slow = next(s for s in routes["series"] if s["route"] == "/slow")
+    assert [p for p in slow["bins"]["p50_ms"] if p is not None] == [812.5]
+    deployments = {(s["application"], s["deployment"]): s for s in latency(by="deployment")["series"]}
+    assert {key: (s["requests"], sum(s["bins"]["errors"])) for key, s in deployments.items()} == {
+        ("shop", "Cart"): (2, 1),
+        ("shop", "Model"): (3, 1),
+    }
+    (slowest,) = latency(by="deployment", min_latency="250ms")["series"]
+    assert (slowest["deployment"], max(p or 0 for p in slowest["bins"]["p99_ms"])) == ("Model", 800.1)
+    assert latency(by="deployment", step="24h")["step_ms"] == 86_400_000  # (its 400s: the test above)
+
+
+def test_a_session_says_whether_serve_ran_and_a_trace_which_requests_it_served(shipped: ServerProcess) -> None:
+    other = "session_2000-01-01_00-00-00_000000_1"  # (a poll that found no ServeController)
+    body = {"session": other, "polled_ns": time.time_ns(), "resources": {}, "errors": {}, "serve": None}
+    assert httpx.post(shipped.url + wire.AGENT_RAY_STATE, json=body).status_code == 200
+    send_request_span(shipped.url, "req-b", time.time_ns())
+    wait_folded(shipped.url)
+    sessions = {s["session"]: s["serve"] for s in httpx.get(shipped.url + wire.SESSIONS).json()["sessions"]}
+    assert sessions == {SESSION: True, other: False}
+    (trace,) = httpx.get(shipped.url + wire.TRACES, params={"session": SESSION, "request": "req-b"}).json()["traces"]
+    assert (trace["requests"], trace["jobs"]) == (["req-b"], [])  # (a list, where no span names a job)

@@ -35,11 +35,19 @@ S = 1_000_000_000
 SECRET = {"SECRET": "hunter2"}
 
 
-def details(app: str, deployment: str, trigger: str, replicas: list[tuple[str, str]], message: str = "") -> Any:
-    """Serve's state as the dashboard gives it: one application of one deployment (which Ray's models accept)."""
+def details(
+    app: str,
+    deployment: str,
+    trigger: str,
+    replicas: list[tuple[str, str]],
+    message: str = "",
+    names: tuple[str, str] = ("greeter", "Greeter"),
+) -> Any:
+    """Serve's state as the dashboard gives it: one application of one deployment (which Ray's models accept), named
+    ``names``."""
     actor = {"node_id": NODE, "node_ip": "10.0.0.1", "worker_id": "e" * 56, "log_file_path": "/serve/x.log"}
     config = {
-        "name": "greeter",
+        "name": names[0],
         "route_prefix": "/greet",
         "import_path": "app:greeter",
         "runtime_env": {"env_vars": SECRET},
@@ -49,17 +57,17 @@ def details(app: str, deployment: str, trigger: str, replicas: list[tuple[str, s
         for r, state in replicas
     ]
     greeter = {
-        "name": "Greeter",
+        "name": names[1],
         "status": deployment,
         "status_trigger": trigger,
         "message": message,
-        "deployment_config": {"name": "Greeter", "ray_actor_options": {"runtime_env": {"env_vars": SECRET}}},
+        "deployment_config": {"name": names[1], "ray_actor_options": {"runtime_env": {"env_vars": SECRET}}},
         "target_num_replicas": 1,
         "required_resources": {"CPU": 0},
         "replicas": replica_rows,
     }
     application = {
-        "name": "greeter",
+        "name": names[0],
         "route_prefix": "/greet",
         "docs_path": None,
         "status": app,
@@ -68,14 +76,14 @@ def details(app: str, deployment: str, trigger: str, replicas: list[tuple[str, s
         "deployed_app_config": config,
         "source": "declarative",
         "external_scaler_enabled": False,
-        "deployments": {"Greeter": greeter},
+        "deployments": {names[1]: greeter},
     }
     return {
         "controller_info": {**actor, "actor_id": "c1" * 16},
         "proxy_location": "EveryNode",
         "http_options": {"host": "127.0.0.1", "port": 8000},
         "proxies": {NODE: {**actor, "actor_id": "b1" * 16, "status": "HEALTHY"}},
-        "applications": {"greeter": application},
+        "applications": {names[0]: application},
         "target_capacity": None,
     }
 
@@ -88,8 +96,8 @@ UNHEALTHY = details(
 POLLS = [(BASE, DEPLOYING), (BASE + 5 * S, DEPLOYING), (BASE + 10 * S, RUNNING), (BASE + 15 * S, UNHEALTHY)]
 
 
-def send(post: Any, ns: int, serve: Any) -> None:
-    body = {"session": SESSION, "polled_ns": ns, "resources": {}, "errors": {}, "serve": serve}
+def send(post: Any, ns: int, serve: Any, session: str = SESSION) -> None:
+    body = {"session": session, "polled_ns": ns, "resources": {}, "errors": {}, "serve": serve}
     answer = post(wire.AGENT_RAY_STATE, json=body)
     assert answer.status_code == 200, answer.text
 

@@ -32,6 +32,9 @@ from raysight.config import USER_AGENT
 from raysight.ingest.otlp import key_values
 from tests.conftest import SCREENSHOTS
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
+from tests.test_serve_logs import SESSION as SERVE_SESSION
+from tests.test_serve_logs import send_request_span, serve_logs_server
+from tests.test_serve_state import details, send
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -922,3 +925,117 @@ def test_a_nodes_resources_and_a_workers_process_are_shown(recorded: ServerProce
     processes = [r[column(page, ".related", "Process")] for r in workers]
     actors = [r[column(page, ".related", "Actor")] for r in workers]
     assert any(p.startswith("ray::") for p in processes) and any(actors), (processes, actors)
+
+
+# ── The Serve page (issue 33, point 7), over a session with Serve built without Ray ─────────────────────────────────
+NO_SERVE = "session_2000-01-01_00-00-00_000000_1"
+
+
+@pytest.fixture
+def with_serve(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A session with Serve, built without Ray: its Serve logs (shop's Cart and Model, quiet's Q; requests req-a to
+    req-d, req-b failed) written by Ray's own logger setup and shipped by a real agent; the poller's samples of shop's
+    Cart, whose first replica failed its health check (its runtime env holding a secret); a span of req-b's; and a
+    session without Serve."""
+    names = ("shop", "Cart")
+    polls = [
+        details("DEPLOYING", "UPDATING", "CONFIG_UPDATE_STARTED", [("cart0001", "STARTING")], names=names),
+        details("RUNNING", "HEALTHY", "CONFIG_UPDATE_COMPLETED", [("cart0001", "RUNNING")], names=names),
+        details(
+            "UNHEALTHY",
+            "UNHEALTHY",
+            "HEALTH_CHECK_FAILED",
+            [("cart0001", "RUNNING"), ("cart0002", "STARTING")],
+            "cart0001 failed its health check",
+            names=names,
+        ),
+    ]
+    with serve_logs_server(tmp_path) as server, httpx.Client(base_url=server.url) as http:
+        now = time.time_ns()
+        for i, serve in enumerate(polls):
+            send(http.post, now - (len(polls) - i) * 1_000_000_000, serve, session=SERVE_SESSION)
+        send(http.post, now, None, session=NO_SERVE)
+        send_request_span(server.url, "req-b", now)
+        wait_folded(http)
+        yield server
+
+
+def test_the_serve_page_shows_serves_state_history_latency_and_requests(
+    with_serve: ServerProcess, watched: Any
+) -> None:
+    """Applications → deployments → replicas with their status, each replica leading to its logs and actor; each
+    change with its trigger; latency and failures charted by route and deployment; the requests filtered by status
+    and route, and one found by its ID with its lines in every component and its trace; never an env var's value;
+    Serve in the navigation only of a session where it ran."""
+    w = watched(with_serve.url)
+    answers: list[Any] = []
+    w.page.on("response", lambda r: answers.append(r) if "/api/" in r.url else None)
+    base = f"/ui/sessions/{SERVE_SESSION}"
+    page = w.open(f"{base}/serve")
+    assert page.locator("#nav a.active").inner_text() == "Serve"
+    # a browser never sees an env var's value: redacted in what it fetched and in the config it shows
+    page.locator("details.serve-config summary").click()
+    assert '"SECRET": "<redacted>"' in page.locator("details.serve-config pre").inner_text()
+    assert "hunter2" not in page.content()
+    fetched = [r for r in answers if r.status == 200]  # (read before the page is left: then they are gone)
+    assert any("/serve?" in r.url for r in fetched) and not [r.url for r in fetched if "hunter2" in r.text()]
+    cart = page.locator("#serve-tree [data-deployment='Cart']")
+    head = page.locator("#serve-tree [data-app='shop'] .serve-head").first.inner_text()
+    assert "shop" in head and "UNHEALTHY" in head and "/greet" in head
+    assert "UNHEALTHY" in cart.inner_text() and "HEALTH_CHECK_FAILED" in cart.inner_text()
+    replicas = {r.get_attribute("data-replica"): r.inner_text() for r in cart.locator("tr[data-replica]").all()}
+    assert set(replicas) == {"cart0001", "cart0002"} and "RUNNING" in replicas["cart0001"]
+    assert "STARTING" in replicas["cart0002"]
+    history = rows(page, "#serve-history")
+    failed = next(r for r in history if "HEALTH_CHECK_FAILED" in r)
+    assert "HEALTHY → UNHEALTHY" in failed and "cart0001 failed its health check" in failed
+    # the charts: the first route's, then another's picked in the table
+    chart = page.locator("#serve-latency-chart")
+    playwright_api.expect(chart).to_have_attribute("data-series", "route /quiet", timeout=WAIT_MS)
+    page.get_by_role("button", name="route /slow").click()
+    playwright_api.expect(chart).to_have_attribute("data-series", "route /slow")
+    assert chart.get_attribute("data-points") == "1" and page.locator("#serve-error-chart canvas").count() == 1
+    page.get_by_role("button", name="deployment shop · Model").click()
+    playwright_api.expect(page.locator("#serve-error-chart")).to_have_attribute(
+        "data-series", "deployment shop · Model"
+    )
+    assert "1 (33.3 %)" in page.locator("table.serve-latency tr.current").inner_text()
+    fits_each_width(w, f"{base}/serve")
+    # the replica's links: its logs (the logs page filtered by it) and its actor
+    actor = cart.locator("tr[data-replica='cart0001'] a.replica-actor")
+    assert actor.get_attribute("href") == f"{base}/actors/{'a1' * 16}"
+    cart.locator("tr[data-replica='cart0001'] a.replica-logs").click()
+    page.wait_for_url(f"**{base}/logs?replica=cart0001")
+    page.get_by_text("added 3 items to the cart").wait_for(timeout=WAIT_MS)
+    assert page.locator("#log-search input[name=replica]").input_value() == "cart0001"
+    assert page.locator("#nav").get_by_role("link", name="Serve").count() == 1
+    # the requests: filtered by status and route (in the URL), and one found by its ID
+    page = w.open(f"{base}/serve?status=5xx")
+    request = column(page, "#serve-requests", "Request")
+    assert [r[request] for r in wait_rows(page, "#serve-requests", lambda r: len(r) == 1)] == ["req-b"]
+    page = w.open(f"{base}/serve")
+    wait_rows(page, "#serve-requests", lambda r: len(r) == 4)
+    page.locator("#serve-requests .tabulator-col[tabulator-field='route'] input").fill("/slow")
+    page.keyboard.press("Enter")
+    (slow,) = wait_rows(page, "#serve-requests", lambda r: len(r) == 1)
+    assert slow[request] == "req-d" and slow[column(page, "#serve-requests", "Latency")] == "813 ms"
+    assert "route=%2Fslow" in page.url
+    page.locator("#request-find input").fill("req-b")
+    page.get_by_role("button", name="Find").click()
+    page.wait_for_url(f"**{base}/serve/requests/req-b")
+    w.settle()
+    assert "503" in page.locator(".request-head").inner_text()
+    where = rows(page, "#request-where")
+    assert sorted(r[0] for r in where) == ["proxy", "replica", "replica"]
+    assert page.locator("#request-where a.replica-logs").count() == 2  # each replica it crossed, to its logs
+    assert page.locator("#request-where a.replica-actor").get_attribute("href") == f"{base}/actors/{'a1' * 16}"
+    assert "emptied the cart" in page.locator("#request-lines pre.log").inner_text()
+    page.locator("a.request-traces").click()
+    page.wait_for_url(f"**{base}/traces?requests=req-b")
+    (trace,) = wait_rows(page, "#traces-table", lambda r: len(r) == 1)
+    assert trace[0] == "proxy_http_request" and "req-b" in trace
+    # a session without Serve: no Serve in its navigation, and its Serve page says so
+    page = w.open(f"/ui/sessions/{NO_SERVE}/logs")
+    assert page.locator("#nav").get_by_role("link", name="Serve").count() == 0
+    page = w.open(f"/ui/sessions/{NO_SERVE}/serve")
+    assert page.locator("#no-serve").inner_text().startswith("No Serve in this session")

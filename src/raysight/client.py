@@ -192,8 +192,9 @@ class Client:
 
     def serve_requests(self, **params: Any) -> dict[str, Any]:
         """Serve's requests: ``GET /api/raysight/serve/requests`` with ``session``, ``app``, ``deployment``,
-        ``route``, ``status``, ``min_latency`` (ns), ``since``, ``until`` (epoch ns), ``limit`` and ``by`` (None
-        leaves one out). Returns ``session``, ``total`` and ``requests``, newest first; with ``by``, ``latencies``."""
+        ``route``, ``status``, ``min_latency`` (ns), ``since``, ``until`` (epoch ns), ``limit``, ``offset`` and
+        ``by`` (None leaves one out). Returns ``session``, ``total`` and ``requests``, newest first; with ``by``,
+        ``latencies``."""
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", wire.SERVE_REQUESTS, params=given)  # type: ignore[no-any-return]
 

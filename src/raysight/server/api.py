@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -302,15 +303,11 @@ async def serve_history(request: Request) -> Response:
     )
 
 
-async def serve_requests(request: Request) -> Response:
-    """GET /api/raysight/serve/requests?session=&app=&deployment=&route=&status=&min_latency=&since=&until=&limit=&by=:
-    Serve's requests with an access line that matches (``status``: an HTTP code, 5xx, OK, ERROR or CANCELLED;
-    ``min_latency`` in ns or with its unit, 250ms; ``since``/``until``: epoch ns, ISO 8601 or a time ago), newest
-    first, each with its proxy's line and its replicas'; ``by=route|deployment``: their latency percentiles instead
-    (``signals/log_lines/requests_query.py``)."""
-    params = request.query_params
+def serve_request_query(params: QueryParams) -> requests_query.RequestQuery:
+    """The filters of Serve's requests a query string gives (``app``, ``deployment``, ``route``, ``status``,
+    ``min_latency``, ``since``, ``until``, ``limit``, ``offset``), the session left to resolve."""
     min_latency = duration_param(params, "min_latency")
-    query = requests_query.RequestQuery(
+    return requests_query.RequestQuery(
         application=params.get("app") or None,
         deployment=params.get("deployment") or None,
         route=params.get("route") or None,
@@ -319,12 +316,43 @@ async def serve_requests(request: Request) -> Response:
         since_ns=time_param(params, "since", units.NS),
         until_ns=time_param(params, "until", units.NS),
         limit=int_param(params, "limit", 100) or 0,
+        offset=int_param(params, "offset", 0) or 0,
     )
-    by = params.get("by") or None
+
+
+async def serve_requests(request: Request) -> Response:
+    """GET /api/raysight/serve/requests?session=&app=&deployment=&route=&status=&min_latency=&since=&until=&limit=
+    &offset=&by=: Serve's requests with an access line that matches (``status``: an HTTP code, 5xx, OK, ERROR or
+    CANCELLED; ``min_latency`` in ns or with its unit, 250ms; ``since``/``until``: epoch ns, ISO 8601 or a time ago),
+    newest first, ``limit`` of them after ``offset``, each with its proxy's line and its replicas';
+    ``by=route|deployment``: their latency percentiles instead (``signals/log_lines/requests_query.py``)."""
+    query = serve_request_query(request.query_params)
+    by = request.query_params.get("by") or None
 
     def read(con: Any) -> dict[str, Any]:
         asked = replace(query, session=named_session(con, request))
         return requests_query.serve_requests(con, asked) if by is None else requests_query.latencies(con, asked, by)
+
+    return await read_json(app_state(request), read)
+
+
+async def serve_latency(request: Request) -> Response:
+    """GET /api/raysight/serve/latency?session=&by=route|deployment&step=&(serve/requests' filters): the requests,
+    failures and latency p50/p95/p99 of each route (at its proxies; the default) or deployment (at its replicas),
+    whole and in each ``step`` (a duration, 5s; default by the span) from ``since`` (default the session's start) to
+    ``until`` (default its end, or now while it is live): the dashboard's Serve charts, from the requests' access
+    lines (``signals/log_lines/requests_query.py``)."""
+    params = request.query_params
+    query = serve_request_query(params)
+    step_ns = duration_param(params, "step")
+    if step_ns is not None and step_ns < units.MS:
+        raise BadQuery(f"step must be at least 1ms, not {params['step']!r}")
+    step_ms = None if step_ns is None else step_ns // units.MS
+    by = params.get("by") or "route"
+
+    def read(con: Any) -> dict[str, Any]:
+        asked = replace(query, session=named_session(con, request))
+        return requests_query.latency_bins(con, asked, by, time.time_ns(), step_ms)
 
     return await read_json(app_state(request), read)
 
@@ -461,6 +489,7 @@ routes = [
     route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_REQUESTS, serve_requests, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE_LATENCY, serve_latency, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_REQUEST, serve_request, access=Access.READ, envelope=raysight_error),
     route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
     route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from raysight.signals.log_lines import logs_query
+from raysight.signals.log_lines import logs_query, requests_query
 from raysight.signals.polls import status_query
 from raysight.signals.ray_events import (
     activity_query,
@@ -45,6 +45,7 @@ READ_MODELS: tuple[ModuleType, ...] = (
     timeline_query,
     traces_query,
     logs_query,
+    requests_query,
 )
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import duckdb
 
 from raysight.errors import NotFound
+from raysight.signals.log_lines.parse import SERVE_REQUESTS
+from raysight.signals.polls.parse import SERVE_DETAILS
 from raysight.store.statements import Query, dict_rows
 
 
@@ -43,14 +45,18 @@ def recorded_session(con: duckdb.DuckDBPyConnection, session: str | None) -> str
     return resolved
 
 
+# The sessions where Serve ran: the poller saw its controller, or a proxy or replica logged a request
+_SERVED = f"""SELECT DISTINCT session, true AS serve
+    FROM (SELECT session FROM {SERVE_DETAILS.name} UNION ALL SELECT session FROM {SERVE_REQUESTS.name})"""
 SESSIONS = Query(
     "sessions",
-    """SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
+    f"""SELECT s.session, s.label, s.first_ns // 1000000 AS start_time_ms,
               e.ended_ns // 1000000 AS end_time_ms, e.end_reason,
               s.last_ns // 1000000 AS last_event_ms,
               coalesce(n.nodes, 0) AS nodes, coalesce(j.jobs, 0) AS jobs,
               coalesce(t.tasks, 0) AS tasks, coalesce(t.failures, 0) AS failures,
-              coalesce(s.raw_bytes, 0) AS raw_bytes, coalesce(s.events, 0) AS events
+              coalesce(s.raw_bytes, 0) AS raw_bytes, coalesce(s.events, 0) AS events,
+              coalesce(v.serve, false) AS serve
        FROM sessions s
        LEFT JOIN all_session_ends() e USING (session)
        LEFT JOIN (SELECT session, count(*) AS nodes FROM nodes GROUP BY 1) n USING (session)
@@ -58,11 +64,12 @@ SESSIONS = Query(
        LEFT JOIN (SELECT session, count(*) FILTER (coalesce(type, '') <> 'DRIVER_TASK') AS tasks,
                          count(*) FILTER (coalesce(inferred_state, reported_state) = 'FAILED') AS failures
                   FROM tasks GROUP BY 1) t USING (session)
+       LEFT JOIN ({_SERVED}) v USING (session)
        ORDER BY s.first_ns DESC NULLS LAST, s.session DESC""",
-    about="every session seen, newest first, with its size and outcome",
+    about="every session seen, newest first, with its size and outcome, and whether Serve ran in it",
 )
 
 
 def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every session seen, newest first, with its size and outcome."""
+    """Every session seen, newest first, with its size and outcome, and whether Serve ran in it (``serve``)."""
     return dict_rows(con.execute(SESSIONS.sql))

@@ -20,6 +20,8 @@ import orjson
 from raysight.errors import BadQuery
 from raysight.signals.log_lines import logs_query
 from raysight.signals.log_lines.parse import SERVE_REQUESTS
+from raysight.signals.ray_events.activity_query import MAX_BINS, bin_step
+from raysight.store.statements import Query
 
 MAX_REQUESTS = 10_000
 BY = ("route", "deployment")
@@ -39,6 +41,7 @@ class RequestQuery:
     since_ns: int | None = None
     until_ns: int | None = None
     limit: int = 100
+    offset: int = 0  # requests skipped (of those that match, newest first): a page's start
 
 
 def _where(query: RequestQuery, session: str) -> tuple[str, dict[str, object]]:
@@ -116,45 +119,105 @@ def _access_lines(con: duckdb.DuckDBPyConnection, session: str, ids: list[str]) 
 
 
 def serve_requests(con: duckdb.DuckDBPyConnection, query: RequestQuery) -> dict[str, Any]:
-    """The requests ``query`` matches, newest first (``limit`` of them, and the ``total``)."""
+    """The requests ``query`` matches, newest first (``limit`` of them after ``offset``, and the ``total``)."""
     if query.session is None:
         _where(query, "")  # (still checked)
         return {"session": None, "total": 0, "requests": []}
     where, params = _where(query, query.session)
     picked = con.execute(
         f"""SELECT request_id, count(*) OVER () FROM ({_matched(where)})
-            ORDER BY first_ns DESC, request_id LIMIT {int(query.limit)}""",
+            ORDER BY first_ns DESC, request_id LIMIT {int(query.limit)} OFFSET {int(query.offset)}""",
         params,
     ).fetchall()
     ids = [request_id for request_id, _ in picked]
     lines = _access_lines(con, query.session, ids)
-    total = picked[0][1] if picked else 0
+    if picked:
+        total = picked[0][1]
+    else:  # (a page past the last: counted alone)
+        (total,) = con.execute(f"SELECT count(*) FROM ({_matched(where)})", params).fetchone() or (0,)
     return {"session": query.session, "total": total, "requests": [_request(i, lines[i]) for i in ids]}
+
+
+def _percentiles(
+    con: duckdb.DuckDBPyConnection, query: RequestQuery, by: str, step_ms: int | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The names ``by`` groups under, and a row a group (and a bin of ``step_ms``, where given): its names, its bin's
+    start (epoch ms; None without bins), its requests, its failures and its latency p50, p95 and p99 (in ms) — by
+    route at the proxies, or by deployment at its replicas."""
+    if by not in BY:
+        raise BadQuery(f"by must be one of {', '.join(BY)}, not {by!r}")
+    where, params = _where(query, query.session or "")
+    if query.session is None:
+        return [], []
+    keys, component = (["route"], "proxy") if by == "route" else (["application", "deployment"], "replica")
+    at = "NULL" if step_ms is None else f"ts_ns // 1000000 // {int(step_ms)} * {int(step_ms)}"
+    rows = con.execute(
+        f"""SELECT {", ".join(keys)}, {at} AS at, count(*), count(*) FILTER ({ERROR_SQL}),
+                   quantile_cont(latency_ms, [0.5, 0.95, 0.99])
+            FROM {SERVE_REQUESTS.name} SEMI JOIN ({_matched(where)}) USING (request_id)
+            WHERE session = $session AND component = '{component}' GROUP BY ALL ORDER BY ALL""",
+        params,
+    ).fetchall()
+    return keys, rows
+
+
+QUANTILES = ("p50_ms", "p95_ms", "p99_ms")
 
 
 def latencies(con: duckdb.DuckDBPyConnection, query: RequestQuery, by: str) -> dict[str, Any]:
     """The latency percentiles (p50, p95, p99, in ms) of the requests ``query`` matches: ``by`` route, at their
     proxies; or ``by`` deployment, at its replicas; with how many requests and how many failed there."""
-    if by not in BY:
-        raise BadQuery(f"by must be one of {', '.join(BY)}, not {by!r}")
-    if query.session is None:
-        _where(query, "")
-        return {"session": None, "by": by, "latencies": []}
-    where, params = _where(query, query.session)
-    keys, component = (["route"], "proxy") if by == "route" else (["application", "deployment"], "replica")
-    grouped = ", ".join(keys)
-    rows = con.execute(
-        f"""SELECT {grouped}, count(*), count(*) FILTER ({ERROR_SQL}), quantile_cont(latency_ms, [0.5, 0.95, 0.99])
-            FROM {SERVE_REQUESTS.name} SEMI JOIN ({_matched(where)}) USING (request_id)
-            WHERE session = $session AND component = '{component}' GROUP BY ALL ORDER BY ALL""",
-        params,
-    ).fetchall()
-    quantiles = ("p50_ms", "p95_ms", "p99_ms")
+    keys, rows = _percentiles(con, query, by)
     out = [
-        {**dict(zip(keys, named)), "requests": count, "errors": errors, **dict(zip(quantiles, values))}
-        for *named, count, errors, values in rows
+        {**dict(zip(keys, named)), "requests": count, "errors": errors, **dict(zip(QUANTILES, values))}
+        for *named, _, count, errors, values in rows
     ]
     return {"session": query.session, "by": by, "latencies": out}
+
+
+# The span of a session's Serve requests over time: from its start (or its first request line, if earlier or the
+# session's start is unknown) to its end (or $now while it is live, or its last line, if later)
+SERVE_SPAN = Query(
+    "serve span",
+    f"""SELECT least(s.first_ns, r.lo) // 1000000, greatest(coalesce(e.ended_ns, $now), r.hi) // 1000000,
+               e.ended_ns IS NULL
+        FROM sessions s LEFT JOIN session_ends([$session]) e USING (session),
+             (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi FROM {SERVE_REQUESTS.name} WHERE session = $session) r
+        WHERE s.session = $session""",
+    about="when the session's Serve requests may be charted: from its start to its end or $now",
+)
+
+
+def latency_bins(
+    con: duckdb.DuckDBPyConnection, query: RequestQuery, by: str, now_ns: int, step_ms: int | None = None
+) -> dict[str, Any]:
+    """:func:`latencies` over time: each route's (or deployment's) totals, and its requests, failures and latency
+    percentiles in each bin of ``step_ms`` (default: by the span, as the activity chart's bins) from ``since`` (default:
+    the session's start) to ``until`` (default: its end, or ``now_ns`` while it is live), the bins whole multiples of
+    the step; None in a bin without requests. BadQuery for a step that cuts the span into over :data:`MAX_BINS`."""
+    totals = latencies(con, query, by)
+    nothing: dict[str, Any] = {"start_ms": None, "end_ms": None, "step_ms": None, "live": None, "series": []}
+    span = con.execute(SERVE_SPAN.sql, {"session": query.session, "now": now_ns}).fetchone() if query.session else None
+    if span is None or span[0] is None:
+        return {**totals, **nothing}
+    lo = span[0] if query.since_ns is None else query.since_ns // 1_000_000
+    hi = span[1] if query.until_ns is None else query.until_ns // 1_000_000
+    step = step_ms or bin_step(hi - lo)
+    first = lo // step * step
+    n = max(0, hi - first) // step + 1
+    if n > MAX_BINS:
+        raise BadQuery(f"step {step} ms cuts the span's {hi - lo} ms into {n} bins, over {MAX_BINS}")
+    keys, rows = _percentiles(con, query, by, step)
+    series: dict[tuple[Any, ...], dict[str, list[Any]]] = {}
+    for *named, at, count, errors, values in rows:
+        bins = series.setdefault(tuple(named), {name: [0] * n for name in ("requests", "errors")})
+        for name in QUANTILES:
+            bins.setdefault(name, [None] * n)
+        if 0 <= (i := (at - first) // step) < n:
+            for name, value in zip(("requests", "errors", *QUANTILES), (count, errors, *values)):
+                bins[name][i] = value
+    shown = [{**row, "bins": series.get(tuple(row[k] for k in keys), {})} for row in totals.pop("latencies")]
+    return {**totals, "start_ms": first, "end_ms": hi, "step_ms": step, "live": span[2], "series": shown}
 
 
 def serve_request(con: duckdb.DuckDBPyConnection, session: str, request_id: str) -> dict[str, Any]:

@@ -15,6 +15,14 @@ S, M, H = 1_000, 60_000, 3_600_000
 STEPS_MS = (S, 5 * S, 10 * S, 30 * S, M, 5 * M, 10 * M, 30 * M, H, 3 * H, 6 * H, 12 * H, 24 * H)
 TARGET_BINS = 120
 MAX_BINS = 10_000
+
+
+def bin_step(span_ms: int) -> int:
+    """The narrowest of :data:`STEPS_MS` that cuts ``span_ms`` into fewer than :data:`TARGET_BINS` (the widest where
+    none does): the activity query's choice, for a chart of another signal over a session's span."""
+    return next((step for step in STEPS_MS if span_ms // step < TARGET_BINS), STEPS_MS[-1])
+
+
 ACTIVITY = Query(
     "activity",
     """WITH t AS (SELECT task_start(start_ns, exec_start_ns) // 1000000 AS s, end_ns // 1000000 AS e,

@@ -48,10 +48,15 @@ class TraceQuery:
     offset: int = 0  # traces skipped (of those that match, newest first): a page's start
 
 
+def _distinct(column: str) -> str:
+    """A trace's values of ``column`` (SQL over its spans), each once, sorted: an empty list where none has one."""
+    return f"coalesce(list_sort(list_distinct(list({column}) FILTER ({column} IS NOT NULL))), [])"
+
+
 def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, Any]:
     """The traces with a span that matches the query, newest first (``limit`` of them after ``offset``, and the
-    ``total`` that match): each with its root span's name, start, duration, spans, errors and the jobs and services it
-    went through."""
+    ``total`` that match): each with its root span's name, start, duration, spans, errors and the jobs, services and
+    Serve requests it went through."""
     session = query.session  # (resolved by the caller: None when none is recorded)
     if session is None:
         return {"session": None, "total": 0, "traces": []}
@@ -82,8 +87,8 @@ def list_traces(con: duckdb.DuckDBPyConnection, query: TraceQuery) -> dict[str, 
             SELECT trace_id, arg_min(name, (parent_span_id IS NOT NULL, start_ns)) AS root,
                    min(start_ns) AS start_ns, max(end_ns) - min(start_ns) AS duration_ns, count(*) AS spans,
                    count(*) FILTER (status = 'error') AS errors,
-                   list_sort(list_distinct(list(job_id) FILTER (job_id IS NOT NULL))) AS jobs,
-                   list_sort(list_distinct(list(service) FILTER (service IS NOT NULL))) AS services
+                   {_distinct("job_id")} AS jobs, {_distinct("service")} AS services,
+                   {_distinct("request_id")} AS requests
             FROM spans WHERE trace_id IN (SELECT trace_id FROM hits)
             GROUP BY trace_id {"HAVING " + " AND ".join(having) if having else ""})"""
     (total,) = con.execute(f"{matched} SELECT count(*) FROM matched", params).fetchone() or (0,)

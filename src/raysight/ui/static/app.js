@@ -10,6 +10,7 @@ const entities = () => import("./pages/entities.js");
 const errors = () => import("./pages/errors.js");
 const logs = () => import("./pages/logs.js");
 const overview = () => import("./pages/overview.js");
+const serve = () => import("./pages/serve.js");
 const sessions = () => import("./pages/sessions.js");
 const task = () => import("./pages/task.js");
 const tasks = () => import("./pages/tasks.js");
@@ -25,6 +26,7 @@ const SECTIONS = [
   ["actors", "Actors"],
   ["nodes", "Nodes"],
   ["workers", "Workers"],
+  ["serve", "Serve"], // (only in a session where Serve ran)
   ["traces", "Traces"],
   ["logs", "Logs"],
   ["errors", "Errors"],
@@ -44,6 +46,8 @@ const ROUTES = [
   [new RegExp(`^/sessions/${ID}/timeline/?$`), timeline, ["session"]],
   [new RegExp(`^/sessions/${ID}/traces/?$`), traces, ["session"]],
   [new RegExp(`^/sessions/${ID}/traces/${ID}$`), traces, ["session", "id"]],
+  [new RegExp(`^/sessions/${ID}/serve/?$`), serve, ["session"]],
+  [new RegExp(`^/sessions/${ID}/serve/requests/${ID}$`), serve, ["session", "id"]],
 ];
 
 let current = null; // the page shown: {refresh?, stop?}
@@ -66,12 +70,19 @@ function route() {
   return null;
 }
 
+/** The session's row of those known (by name or label). */
+function sessionRow(session) {
+  return knownSessions.find((s) => s.session === session || s.label === session);
+}
+
+/** The sections of a session's pages (Serve's where it ran, or on its page). */
 function renderNav(session, params) {
   const nav = document.getElementById("nav");
+  const shown = SECTIONS.filter(([part]) => part !== "serve" || sessionRow(session)?.serve || params.section === "serve");
   nav.replaceChildren(
     h("a", { href: "/ui/", class: session ? "" : "active" }, "Sessions"),
     ...(session
-      ? SECTIONS.map(([part, title]) => {
+      ? shown.map(([part, title]) => {
           const href = part ? sessionPath(session, part) : sessionPath(session);
           return h("a", { href, class: params.section === part ? "active" : "" }, title);
         })
@@ -92,7 +103,7 @@ async function renderSwitcher(session) {
       h("option", { value: s.session, selected: s.session === session || s.label === session }, s.label ? `${s.label} · ${s.session}` : s.session),
     ),
   );
-  const live = knownSessions.find((s) => s.session === session || s.label === session);
+  const live = sessionRow(session);
   select.value = live?.session ?? "";
   document.getElementById("live").hidden = !(live && live.end_time_ms === null);
   return live;
@@ -121,7 +132,8 @@ async function show(page) {
   const { session } = found.params;
   found.params.section = location.pathname.split("/")[4] ?? "";
   renderNav(session, found.params);
-  const switcher = renderSwitcher(session); // beside the page's own requests, not before them
+  // beside the page's own requests, not before them; the sessions it reads say whether Serve ran in this one
+  const switcher = renderSwitcher(session).then((live) => (renderNav(session, found.params), live));
   page.replaceChildren();
   try {
     current = (await (await found.load()).render(page, found.params)) ?? null;

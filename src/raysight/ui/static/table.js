@@ -140,6 +140,20 @@ function readResource(resource, query) {
   return api(`/api/raysight/${resource}`, query);
 }
 
+/** A table's `read` of an API path of its own shape: its header filters (`field=value`) sent as the path's parameters
+ * (`params`: a field's parameter), the page's rows under `key` of the answer. */
+export function readParams(path, params, key) {
+  return async (_resource, { session, limit, offset, filter }) => {
+    const given = {};
+    for (const f of filter) {
+      const at = f.indexOf("=");
+      given[params[f.slice(0, at)]] = f.slice(at + 1);
+    }
+    const answer = await api(path, { session, limit, offset, ...given });
+    return { total: answer.total, rows: answer[key] };
+  };
+}
+
 /** A chip for each value of `field` (`counts`: how many rows each), the one chosen marked; a click filters on its
  * value (on the chosen one, clears the filter), as the column's header filter does. */
 function showChips(box, table, field, counts = {}, chosen) {

@@ -1,12 +1,12 @@
-// Log search: by text or regex and by entity, newest first; for a live session, follow new lines as they come. A Ray
-// dashboard's lines of raysight's own requests are left out unless asked for.
+// Log search: by text or regex and by entity (a Serve replica or request too), newest first; for a live session,
+// follow new lines as they come. A Ray dashboard's lines of raysight's own requests are left out unless asked for.
 
 import { api } from "../api.js";
 import { showError } from "../banner.js";
 import { empty, h, logLines } from "../dom.js";
 
 const FOLLOW_EVERY_MS = 1000;
-const ENTITIES = ["task", "actor", "job", "worker", "node"];
+const ENTITIES = ["task", "actor", "job", "worker", "node", "replica", "request_id"]; // (the API's parameters)
 const SHOWN = 500;
 const FLAGS = ["regex", "own", "follow"]; // the checkboxes, kept in the page's address as 1
 
@@ -19,7 +19,7 @@ export async function render(page, { session }) {
     { class: "log-search", id: "log-search" },
     input("grep", "Text", { placeholder: "text in the line", size: 30 }),
     h("label", {}, h("input", { type: "checkbox", name: "regex", checked: query.get("regex") === "1" }), " regex"),
-    ENTITIES.map((e) => input(e, e, { size: 14, placeholder: "ID" })),
+    ENTITIES.map((e) => input(e, e.replace(/_id$/, ""), { size: 14, placeholder: "ID" })),
     h(
       "label",
       {},

@@ -4,7 +4,7 @@
 
 import { api } from "../api.js";
 import { duration, empty, h, sessionPath, time } from "../dom.js";
-import { column, filterBy, resourceTable } from "../table.js";
+import { column, filterBy, readParams, resourceTable } from "../table.js";
 
 const ms = (ns) => ns / 1e6;
 
@@ -27,23 +27,13 @@ export async function traceLinks(session, filters) {
   );
 }
 
-// The header filters of the traces table, as the API's parameters: a span's name, a job, a shortest duration, failed
-const PARAMS = { root: "name", jobs: "job", duration_ns: "min_duration", errors: "error" };
-
-/** A page of the session's traces as a table reads it, its filters (`field=value`) as the API's parameters. */
-async function readTraces(_resource, { session, limit, offset, filter }) {
-  const params = {};
-  for (const f of filter) {
-    const at = f.indexOf("=");
-    params[PARAMS[f.slice(0, at)]] = f.slice(at + 1);
-  }
-  const { total, traces } = await api("/api/raysight/traces", { session, limit, offset, ...params });
-  return { total, rows: traces };
-}
+// The header filters of the traces table, as the API's parameters: a span's name, a job, a Serve request, a shortest
+// duration, failed only
+const readTraces = readParams("/api/raysight/traces", { root: "name", jobs: "job", requests: "request", duration_ns: "min_duration", errors: "error" }, "traces");
 
 function list(page, session) {
   const box = h("div", { id: "traces-table", class: "traces-table" });
-  page.append(h("h1", {}, "Traces"), h("p", { class: "hint" }, "Newest first; filter by a span's name, a job, a shortest duration (250ms, 2s) or failed only."), box);
+  page.append(h("h1", {}, "Traces"), h("p", { class: "hint" }, "Newest first; filter by a span's name, a job, a Serve request's ID, a shortest duration (250ms, 2s) or failed only."), box);
   const unsorted = (options = {}) => ({ sort: false, ...options });
   const table = resourceTable(box, {
     resource: "traces",
@@ -57,6 +47,7 @@ function list(page, session) {
       column("Spans", "spans", null, unsorted()),
       column("Failed", "errors", (t) => (t.errors ? h("span", { class: "state state-failed" }, `${t.errors} failed`) : ""), unsorted({ tabulator: { headerFilter: "list", headerFilterParams: { values: { "": "any", true: "failed only" } } } })),
       column("Jobs", "jobs", (t) => t.jobs.join(", "), unsorted({ tabulator: filterBy() })),
+      column("Serve requests", "requests", (t) => t.requests.join(", "), unsorted({ text: true, tabulator: filterBy() })),
     ],
   });
   return { refresh: table.refresh };
