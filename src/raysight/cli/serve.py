@@ -126,9 +126,14 @@ def history_cmd(app: str | None, session: str | None, fmt: str | None, server: s
         }
         for t in history["transitions"]
     ]
+    _polled(rows, history["session"], "changes")
+
+
+def _polled(rows: list[dict[str, Any]], session: str | None, what: str) -> None:
+    """What the poller saw of Serve in ``session``, ``rows`` of ``what``, as a table; none: an error saying so."""
     if not rows:
-        raise click.ClickException(f"raysight's poller saw no Serve in session {history['session']}")
-    render.table(rows, title=f"Serve in {history['session']}: {len(rows)} changes")
+        raise click.ClickException(f"raysight's poller saw no Serve in session {session}")
+    render.table(rows, title=f"Serve in {session}: {len(rows)} {what}")
 
 
 def _ended(replica: dict[str, Any]) -> str:
@@ -170,9 +175,7 @@ def replicas_cmd(
         }
         for r in data["replicas"]
     ]
-    if not rows:
-        raise click.ClickException(f"raysight's poller saw no Serve replica in session {data['session']}")
-    render.table(rows, title=f"Serve's replicas in {data['session']}: {len(rows)}")
+    _polled(rows, data["session"], "replicas")
 
 
 def _latency(ms: float | None) -> str:
