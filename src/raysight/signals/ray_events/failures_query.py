@@ -125,8 +125,8 @@ FAILED_TASKS = Macro(
            coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
     FROM tasks WHERE session = of_session AND task_state(inferred_state, reported_state) = 'FAILED'
       AND NOT (reported_state IS NULL AND coalesce(worker_id, exec_worker_id) IN (
-          SELECT worker_id FROM actor_steps(of_session)
-          WHERE ray_namespace = '{SERVE_NAMESPACE}' AND worker_id IS NOT NULL))""",
+          SELECT unnest(list_filter(list_transform(history, lambda h: h.worker_id), lambda w: w IS NOT NULL))
+          FROM actors WHERE session = of_session AND ray_namespace = '{SERVE_NAMESPACE}'))""",
     table=True,
 )
 # The requests that failed with each Serve replica that crashed: those of its application (or of none known: a proxy's
