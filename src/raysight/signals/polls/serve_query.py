@@ -124,8 +124,7 @@ def serve_history(con: duckdb.DuckDBPyConnection, session: str | None, app: str 
     return {"session": session, "transitions": transitions(((ns, orjson.loads(d)) for ns, _, d in rows), app)}
 
 
-# What a replica's entry in Serve's state says of it, by the name it is given here
-_REPLICA_FIELDS = {"actor_id": "actor_id", "pid": "pid", "node_id": "node_id", "log_file_path": "log_file_path"}
+_REPLICA_FIELDS = ("actor_id", "pid", "node_id", "log_file_path")  # what a replica's entry in Serve's state says of it
 
 
 def replica_lives(
@@ -159,7 +158,7 @@ def replica_lives(
                             "gone_ms": None,
                         },
                     )
-                    life.update({out: replica.get(field) for out, field in _REPLICA_FIELDS.items()})
+                    life.update({field: replica.get(field) for field in _REPLICA_FIELDS})
                     started = replica.get("start_time_s")
                     life["start_time_ms"] = None if started is None else round(started * 1000)
                     life["last_seen_ms"] = last_ns // 1_000_000
