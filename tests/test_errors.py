@@ -241,3 +241,84 @@ def test_ray_s_colours_are_stored_as_sent_and_left_out_of_every_answer(server: T
     kept = server.get(f"/api/raysight/errors/{fails['task_id']}", params={"colours": "true"}).json()["failures"]
     assert kept[0]["message"].startswith(f"{ESC}[1;31mUser exception:\n{ESC}[36mray::fails(){ESC}[39m (pid=2398")
     assert kept[0]["message"].endswith(f"ValueError: boom{ESC}[0m {LINK}")
+
+
+def _b64(hex_id: str) -> str:
+    return base64.b64encode(bytes.fromhex(hex_id)).decode()
+
+
+def serve_replicas_events() -> list[dict[str, Any]]:
+    """Three Serve replicas in the recorded session, as Ray sends their actors and workers: Scorer's ``r1`` whose
+    process exits (its actor dies with its worker, a SYSTEM_ERROR), Scorer's ``r2`` that Serve starts after it, and
+    Greeter's ``g1`` that Serve stops (``ray.kill``: its worker exits as intended)."""
+    common = {"sourceType": "GCS", "severity": "INFO", "sessionName": "session_2026-11-21_19-46-15_579671_2021"}
+    node = "et+TUQojyNvveDlAErz4HhMF6gY2URbcjkpU6w=="
+    events: list[dict[str, Any]] = []
+
+    def event(kind: str, at: str, body: dict[str, Any]) -> None:
+        stamp = f"2026-11-21T19:46:{at}000000Z"
+        key = {"ACTOR_DEFINITION_EVENT": "actorDefinitionEvent", "ACTOR_LIFECYCLE_EVENT": "actorLifecycleEvent"}.get(
+            kind, "workerDefinitionEvent" if kind == "WORKER_DEFINITION_EVENT" else "workerLifecycleEvent"
+        )
+        event_id = base64.b64encode(f"serve-{len(events)}".encode()).decode()
+        events.append({**common, "eventId": event_id, "eventType": kind, "timestamp": stamp, key: body})
+
+    def replica(n: int, deployment: str, replica_id: str, alive: str, dead: str | None, death: dict[str, Any]) -> None:
+        actor, worker = _b64(f"{n:02x}" * 12 + "01000000"), _b64(f"{n:02x}" * 28)
+        name = f"SERVE_REPLICA::greeter#{deployment}#{replica_id}"
+        event("WORKER_DEFINITION_EVENT", alive, {"workerId": worker, "nodeId": node, "pid": 900 + n})
+        definition = {"actorId": actor, "jobId": "AQAAAA==", "name": name, "rayNamespace": "serve"}
+        event("ACTOR_DEFINITION_EVENT", alive, {**definition, "className": f"ServeReplica:greeter:{deployment}"})
+        up = {"state": "ALIVE", "timestamp": f"2026-11-21T19:46:{alive}000000Z", "nodeId": node, "workerId": worker}
+        event("ACTOR_LIFECYCLE_EVENT", alive, {"actorId": actor, "stateTransitions": [{**up, "pid": 900 + n}]})
+        if dead is not None:
+            cause = {"actorDiedErrorContext": {**death["actor"], "actorId": actor, "name": name}}
+            down = {"state": "DEAD", "timestamp": f"2026-11-21T19:46:{dead}000000Z", "deathCause": cause}
+            event("ACTOR_LIFECYCLE_EVENT", dead, {"actorId": actor, "stateTransitions": [down, down]})  # (twice)
+            gone = {"state": "DEAD", "timestamp": f"2026-11-21T19:46:{dead}000000Z", "deathInfo": death["worker"]}
+            event("WORKER_LIFECYCLE_EVENT", dead, {"workerId": worker, "jobId": "AQAAAA==", "stateTransitions": [gone]})
+
+    exited = "Worker unexpectedly exits with a connection error code 2. End of file."
+    crashed = {
+        "actor": {
+            "reason": "WORKER_DIED",
+            "errorMessage": f"The actor is dead because its worker process has died. "
+            f"Worker exit type: SYSTEM_ERROR Worker exit detail: {exited}",
+        },
+        "worker": {"exitType": "SYSTEM_ERROR", "exitDetail": exited},
+    }
+    killed = "The actor is dead because it was killed by `ray.kill`."
+    stopped = {
+        "actor": {"reason": "RAY_KILL", "errorMessage": killed},
+        "worker": {
+            "exitType": "INTENDED_SYSTEM_EXIT",
+            "exitDetail": f"Worker exits because the actor is killed. {killed}",
+        },
+    }
+    replica(0xA1, "Scorer", "r1", "24.100", "25.100", crashed)
+    replica(0xA2, "Scorer", "r2", "26.100", None, {})
+    replica(0xA3, "Greeter", "g1", "24.200", "27.100", stopped)
+    return events
+
+
+def test_a_crashed_serve_replica_is_a_failure_of_its_own_and_one_serve_stopped_is_none(
+    server: TestClient, ray_batches
+) -> None:
+    """A Serve replica whose process exited is one failure, of kind replica (its worker's death the same event, not
+    another), counted once though Ray sent its death twice, with the replica Serve started after it named; one that
+    Serve stopped with ``ray.kill`` is no failure, nor is its worker's exit."""
+    record(server, [*ray_batches, serve_replicas_events()], "?cluster=rec")
+    (replica,) = [g for g in groups(server) if g["kind"] == "replica"]
+    assert (replica["count"], replica["error_type"], replica["affected"]) == (
+        1,
+        "ACTOR_DIED",
+        ["ServeReplica:greeter:Scorer"],
+    )
+    example = replica["example"]
+    assert example["id"] == "a1" * 12 + "01000000" and example["replica_id"] == "r1", example
+    assert example["replacement"]["replica_id"] == "r2" and example["failed_requests"] == [], example
+    assert "SYSTEM_ERROR" in example["message"]
+    assert sum(g["count"] for g in groups(server) if g["kind"] == "worker") == 2  # the recording's own crashes
+    assert [g["affected"] for g in groups(server) if g["kind"] == "actor"] == [["Counter"]]  # not Greeter's g1
+    shown = server.get(f"/api/raysight/errors/{example['id']}").json()["failures"]
+    assert [(f["kind"], f["replica_id"], f["replacement"]["replica_id"]) for f in shown] == [("replica", "r1", "r2")]

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from raysight import Client
 from raysight.cli import main
 from raysight.cli.run import free_port
-from tests.ray_programs.app_metrics import CHOSEN, TASKS, exported
+from tests.ray_programs.app_metrics import CHOSEN, CRASH, TASKS, exported
 from tests.ray_scenarios import replayed
 
 pytestmark = pytest.mark.ray
@@ -364,7 +364,11 @@ def test_serve_requests_sent_with_chosen_ids_are_found_with_status_latency_repli
     proxy's status and latency, the two deployments it crossed (the ingress, and Scorer through a handle) with their
     replicas and node, and its lines in every component; the slow one by its latency, the failed one by its 5xx."""
     url, page = metered
-    assert page["serve_answered"] == {"raysight-quick": 200, "raysight-slow": 200, "raysight-fails": 500}
+    assert {r: page["serve_answered"][r] for r in CHOSEN} == {
+        "raysight-quick": 200,
+        "raysight-slow": 200,
+        "raysight-fails": 500,
+    }
     found = {}
     for request_id in CHOSEN:
         answer = _serve_json(url, "request", request_id)
@@ -383,9 +387,9 @@ def test_serve_requests_sent_with_chosen_ids_are_found_with_status_latency_repli
     slow = {r["request_id"] for r in _serve_json(url, "requests", "--min-latency", "350ms")["requests"]}
     assert slow == {"raysight-slow"}
     failed = _serve_json(url, "requests", "--status", "5xx", "--app", "greeter")["requests"]
-    assert [r["request_id"] for r in failed] == ["raysight-fails"]
+    assert [r["request_id"] for r in failed] == [CRASH, "raysight-fails"]  # (newest first)
     (route,) = _serve_json(url, "requests", "--by", "route")["latencies"]
-    assert route["route"] == "/greet" and route["requests"] > 100 and route["errors"] == 1, route
+    assert route["route"] == "/greet" and route["requests"] > 100 and route["errors"] == 2, route
 
 
 def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: tuple[str, dict[str, Any]]) -> None:
@@ -444,3 +448,58 @@ def test_serve_requests_are_traced_by_their_id_proxy_to_each_replica_each_span_o
     assert len(traces) == len(CHOSEN)
     counted = httpx.get(f"{url}/api/raysight/doctor").json()["counters"]
     assert counted["spans"] > 450 * 4 and counted.get("spans_deduplicated", 0) == 0, counted
+
+
+# issue 33 point 3: replicas as entities, a crashed replica as a failure
+
+
+def test_a_crashed_replica_is_a_serve_failure_with_its_exit_its_failed_request_and_its_replacement(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    """The request that made a Scorer replica exit (``os._exit(1)``) is found with its 5xx; `raysight errors` has the
+    replica's crash as a failure of its own — its worker's exit as Ray recorded it, that request counted under it, its
+    replacement named — and not the replicas and proxy that `serve.shutdown` stopped at the end, nor their calls."""
+    url, page = metered
+    crashed, replacement = page["serve_crashed"]["replica"], page["serve_crashed"]["replacement"]
+    assert page["serve_answered"][CRASH] == 500
+    request = _serve_json(url, "request", CRASH)["request"]
+    assert request["status"] == "500" and request["error"], request
+    assert "Scorer" not in {r["deployment"] for r in request["replicas"]}  # (it died before answering)
+    shown = CliRunner().invoke(main, ["errors", "--server", url, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    (group,) = orjson.loads(shown.stdout)["groups"]  # (nothing Serve stopped on purpose)
+    example = group["example"]
+    assert (group["kind"], group["error_type"], group["count"]) == ("replica", "ACTOR_DIED", 1), group
+    assert group["affected"] == ["/greet", "ServeReplica:greeter:Scorer"] and group["consequences"] == {"requests": 1}
+    assert "Worker exit type: SYSTEM_ERROR" in example["message"], example
+    assert example["replica_id"] == crashed and example["failed_requests"] == [CRASH], example
+    assert example["replacement"]["replica_id"] == replacement, example
+    table = CliRunner().invoke(main, ["errors", "show", example["id"], "--server", url])
+    assert f"Serve replica {crashed}, replaced by replica {replacement}" in table.output, table.output
+    assert f"Requests that failed with it: {CRASH}" in table.output, table.output
+    actor = CliRunner().invoke(main, ["get", "actors", example["id"], "--server", url, "--format", "json"])
+    assert actor.exit_code == 0 and orjson.loads(actor.stdout)["class_name"] == "ServeReplica:greeter:Scorer"
+
+
+def test_serve_history_and_replicas_show_the_crashed_replica_and_its_replacement(
+    metered: tuple[str, dict[str, Any]],
+) -> None:
+    """`serve history` has the crashed replica gone and its replacement come RUNNING; `serve replicas` lists both
+    with their actor, pid, node and log file, the crashed one's end (crashed, as Ray recorded it) before its
+    replacement started, and Greeter's replica stopped by `serve.shutdown`; a replica leads to its log lines."""
+    url, page = metered
+    crashed, replacement = page["serve_crashed"]["replica"], page["serve_crashed"]["replacement"]
+    changes = _serve_json(url, "history", "-n", "greeter")["transitions"]
+    assert {(t["replica"], t["to"]) for t in changes} >= {(crashed, None), (replacement, "RUNNING")}, changes
+    replicas = {r["replica_id"]: r for r in _serve_json(url, "replicas", "--deployment", "Scorer")["replicas"]}
+    assert list(replicas) == [crashed, replacement], replicas
+    dead, new = replicas[crashed], replicas[replacement]
+    assert dead["ended"]["how"] == "crashed" and "SYSTEM_ERROR" in dead["ended"]["message"], dead
+    assert dead["gone_ms"] is not None and dead["ended"]["time_ms"] <= new["start_time_ms"], (dead, new)
+    for replica in (dead, new):
+        assert replica["actor_id"] and replica["pid"] and replica["worker_id"] and replica["node_id"] == page["node_id"]
+        assert replica["log_file_path"].endswith(f"_{replica['replica_id']}.log"), replica
+    (greeter,) = _serve_json(url, "replicas", "-n", "greeter", "--deployment", "Greeter")["replicas"]
+    assert greeter["ended"]["how"] == "stopped", greeter
+    lines = CliRunner().invoke(main, ["logs", "--replica", crashed, "--server", url, "--format", "json"])
+    assert lines.exit_code == 0 and "raysight-fails" in lines.stdout, lines.output

@@ -22,10 +22,11 @@ from starlette.testclient import TestClient
 from raysight import wire
 from raysight.agent.state_poll import serve_details
 from raysight.cli import main
+from raysight.cli.failures import errors_row
 from raysight.cli.serve import stats_queries, stats_rows
 from raysight.server.app import create_app
 from raysight.settings import Settings
-from raysight.signals.polls.serve_query import transitions
+from raysight.signals.polls.serve_query import ending, replica_lives, transitions
 from tests.ray_scenarios import ServerProcess, serving
 from tests.test_metrics import at, scrape
 from tests.test_ray_state_ingest import NODE, SESSION
@@ -130,6 +131,68 @@ def test_each_change_is_a_transition_with_its_trigger_and_message() -> None:
     gone = transitions([*POLLS, (BASE + 20 * S, details("RUNNING", "HEALTHY", "X", []))])[-2:]
     assert [(t["replica"], t["to"]) for t in gone] == [("r1", None), ("r2", None)]
     assert transitions(POLLS, app="other") == []
+
+
+def test_each_replica_is_one_life_with_its_states_actor_pid_node_and_log_file() -> None:
+    gone = (BASE + 20 * S, details("RUNNING", "HEALTHY", "X", [("r2", "RUNNING")]))
+    samples = [(ns, ns + S, d) for ns, d in [*POLLS, gone]]
+    r1, r2 = replica_lives(samples)
+    assert [(s["state"], s["ts_ms"] - BASE // 1_000_000) for s in r1["states"]] == [
+        ("STARTING", 0),
+        ("RUNNING", 10_000),
+        ("STOPPING", 15_000),
+    ]
+    assert (r1["application"], r1["deployment"], r1["replica_id"], r1["state"]) == (
+        "greeter",
+        "Greeter",
+        "r1",
+        "STOPPING",
+    )
+    assert (r1["actor_id"], r1["pid"], r1["node_id"], r1["log_file_path"]) == ("a1" * 16, 42, NODE, "/serve/x.log")
+    assert r1["start_time_ms"] == 1795000001000 and r1["first_seen_ms"] == BASE // 1_000_000
+    assert (r1["last_seen_ms"], r1["gone_ms"]) == ((BASE + 16 * S) // 1_000_000, (BASE + 20 * S) // 1_000_000)
+    assert [s["state"] for s in r2["states"]] == ["STARTING", "RUNNING"] and r2["gone_ms"] is None
+    assert replica_lives(samples, app="other") == [] and replica_lives(samples, deployment="Other") == []
+    assert [r["replica_id"] for r in replica_lives(samples, app="greeter", deployment="Greeter")] == ["r1", "r2"]
+
+
+@pytest.mark.parametrize(
+    ("crashed", "reported_dead", "how"),
+    [(True, True, "crashed"), (False, True, "stopped"), (False, False, "with its session")],
+)
+def test_a_replicas_end_is_its_actors(crashed: bool, reported_dead: bool, how: str) -> None:
+    actor = {"end_ms": 5000, "crashed": crashed, "reported_dead": reported_dead, "death_message": "gone"}
+    assert ending(actor) == {"how": how, "time_ms": 5000, "message": "gone"}
+    assert ending(actor, at_ms=4999) is None and ending({**actor, "end_ms": None}) is None
+
+
+def test_serves_replicas_are_listed_until_a_moment_and_a_bad_moment_is_a_400(server: TestClient) -> None:
+    for ns, serve in POLLS:
+        send(server.post, ns, serve)
+
+    def replicas(**params: Any) -> list[dict[str, Any]]:
+        answer = server.get(wire.SERVE_REPLICAS, params={"session": SESSION, **params})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["replicas"]  # type: ignore[no-any-return]
+
+    assert [(r["replica_id"], r["state"], r["ended"]) for r in replicas()] == [
+        ("r1", "STOPPING", None),
+        ("r2", "STARTING", None),
+    ]  # (no actor of theirs recorded: no end known)
+    assert [(r["replica_id"], r["state"]) for r in replicas(at=BASE + 12 * S)] == [("r1", "RUNNING")]
+    assert replicas(app="greeter", deployment="Other") == []
+    assert server.get(wire.SERVE_REPLICAS, params={"at": "yesterday"}).status_code == 400
+
+
+def test_a_crashed_replicas_group_names_its_replacement() -> None:
+    example = {"kind": "replica", "id": "a1" * 16, "error": "The actor is dead", "replica_id": "r1"}
+    group = {"example": example, "affected": ["ServeReplica:greeter:Scorer"], "consequences": {"requests": 1}}
+    replaced = errors_row({**group, "example": {**example, "replacement": {"replica_id": "r2", "actor_id": "b1"}}})
+    assert replaced["example"] == "The actor is dead (replica r1, replaced by replica r2)"
+    assert replaced["consequences"] == "1 requests"
+    assert errors_row({**group, "example": {**example, "replacement": None}})["example"].endswith("not replaced)")
+    actor = {"kind": "actor", "id": "c1" * 16, "error": "killed"}
+    assert errors_row({**group, "example": actor})["example"] == "killed"
 
 
 def test_serve_is_kept_when_it_changes_and_shown_at_any_moment(server: TestClient) -> None:

@@ -190,6 +190,14 @@ class Client:
         given = {k: v for k, v in {"session": session, "app": app}.items() if v is not None}
         return self._request("GET", wire.SERVE_HISTORY, params=given)  # type: ignore[no-any-return]
 
+    def serve_replicas(
+        self, session: str | None = None, app: str | None = None, deployment: str | None = None, at: int | None = None
+    ) -> dict[str, Any]:
+        """Every replica of Serve's until ``at`` (epoch ns; default its last sample), with its actor, worker, pid,
+        node, log file and end: ``GET /api/raysight/serve/replicas``."""
+        asked = {"session": session, "app": app, "deployment": deployment, "at": at}
+        return self._request("GET", wire.SERVE_REPLICAS, params={k: v for k, v in asked.items() if v is not None})  # type: ignore[no-any-return]
+
     def serve_requests(self, **params: Any) -> dict[str, Any]:
         """Serve's requests: ``GET /api/raysight/serve/requests`` with ``session``, ``app``, ``deployment``,
         ``route``, ``status``, ``min_latency`` (ns), ``since``, ``until`` (epoch ns), ``limit``, ``offset`` and

@@ -67,11 +67,15 @@ def work(i: int) -> int:
 
 # Requests sent last, each with its own ID (``X-Request-ID``): a quick one, a slow one, one that fails in Scorer
 CHOSEN = {"raysight-quick": "", "raysight-slow": "?sleep=0.4", "raysight-fails": "?fail=1"}
+CRASH = "raysight-crash"  # sent after them: its Scorer replica exits (``os._exit(1)``), and Serve replaces it
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0})
+# (a health check each second: Serve finds its crashed replica within a second or so, not ten)
+@serve.deployment(ray_actor_options={"num_cpus": 0}, health_check_period_s=1)
 class Scorer:
-    async def __call__(self, sleep_s: float, fail: bool) -> str:
+    async def __call__(self, sleep_s: float, fail: bool, crash: bool = False) -> str:
+        if crash:
+            os._exit(1)
         if fail:
             raise ValueError("no score")
         await asyncio.sleep(sleep_s)
@@ -80,14 +84,15 @@ class Scorer:
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
 class Greeter:
-    """The ingress: calls Scorer through a handle (``?sleep=S``: it sleeps so long first; ``?fail=1``: it fails)."""
+    """The ingress: calls Scorer through a handle (``?sleep=S``: it sleeps so long first; ``?fail=1``: it fails;
+    ``?crash=1``: its process exits)."""
 
     def __init__(self, scorer: Any) -> None:
         self.scorer = scorer
 
     async def __call__(self, request: Any) -> str:
         params = request.query_params
-        await self.scorer.remote(float(params.get("sleep", 0)), bool(params.get("fail")))
+        await self.scorer.remote(float(params.get("sleep", 0)), bool(params.get("fail")), bool(params.get("crash")))
         return "hello"
 
 
@@ -146,6 +151,29 @@ def rays_serve(dashboard: str) -> dict[str, str]:
     return {f"serve_{name}": p.stdout for name, p in printed.items()}
 
 
+def scorers(dashboard: str) -> tuple[str, set[str]]:
+    """Scorer's status and its RUNNING replicas, as Ray's dashboard gives them to `serve status`."""
+    from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
+
+    scorer = ServeSubmissionClient(dashboard).get_serve_details()["applications"]["greeter"]["deployments"]["Scorer"]
+    return scorer["status"], {r["replica_id"] for r in scorer["replicas"] if r["state"] == "RUNNING"}
+
+
+def crash_a_replica(http: httpx.Client, port: int, dashboard: str) -> tuple[int, str, str]:
+    """Send ``CRASH``, whose Scorer replica exits, and wait until Serve has replaced it (Scorer HEALTHY, a replica
+    RUNNING that is not the one that crashed): the request's status code, the crashed replica's ID and its
+    replacement's."""
+    _, (crashed,) = scorers(dashboard)
+    status = http.get(f"http://127.0.0.1:{port}/greet?crash=1", headers={"X-Request-ID": CRASH}).status_code
+    deadline = time.monotonic() + 60
+    while (now := scorers(dashboard))[0] != "HEALTHY" or not now[1] or crashed in now[1]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Serve did not replace Scorer's crashed replica {crashed} within 60 s: {now}")
+        time.sleep(0.2)
+    (replacement,) = now[1]
+    return status, crashed, replacement
+
+
 def main() -> None:
     dashboard = f"http://{ray.init(num_cpus=2).dashboard_url}"
     shop = Shop.remote()  # type: ignore[attr-defined]
@@ -165,7 +193,8 @@ def main() -> None:
             request_id: http.get(f"http://127.0.0.1:{port}/greet{query}", headers={"X-Request-ID": request_id})
             for request_id, query in CHOSEN.items()
         }
-    serve_read_ms, serve_printed = time.time_ns() // 1_000_000, rays_serve(dashboard)
+        serve_read_ms, serve_printed = time.time_ns() // 1_000_000, rays_serve(dashboard)
+        crash_status, crashed, replacement = crash_a_replica(http, port, dashboard)
     metrics = f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics"
     deadline = time.monotonic() + 90
     while not final(exported(text := httpx.get(metrics, timeout=5).text), tasks):
@@ -186,6 +215,14 @@ def main() -> None:
         "the final values, scraped",
         30,
     )
+    wait_until_raysight(  # (its poller saw the replacement run: `serve history` and `serve replicas` show it)
+        lambda client: any(
+            (t["replica"], t["to"]) == (replacement, "RUNNING")
+            for t in client.serve_history(app="greeter")["transitions"]
+        ),
+        "Scorer's replacement replica, polled",
+        30,
+    )
     written = {
         "read_ms": read_ms,
         "text": text,
@@ -194,7 +231,11 @@ def main() -> None:
         "shop_pid": ray.get(shop.pid.remote()),
         "driver_pid": os.getpid(),
         "serve_read_ms": serve_read_ms,
-        "serve_answered": {request_id: answer.status_code for request_id, answer in answered.items()},
+        "serve_answered": {
+            **{request_id: answer.status_code for request_id, answer in answered.items()},
+            CRASH: crash_status,
+        },
+        "serve_crashed": {"replica": crashed, "replacement": replacement},
         **serve_printed,
     }
     Path(sys.argv[1]).write_bytes(orjson.dumps(written))

@@ -70,11 +70,23 @@ def errors_cmd(
 
 
 def errors_row(group: dict[str, Any]) -> dict[str, Any]:
-    """A group as a table row: its latest failure's own cause (the pattern's values filled in), what it affected and
-    its consequences, each in one cell."""
+    """A group as a table row: its latest failure's own cause (the pattern's values filled in; a Serve replica's
+    with what replaced it), what it affected and its consequences, each in one cell."""
     consequences = ", ".join(f"{n} {kind}" for kind, n in group["consequences"].items())
-    example = (group["example"] or {}).get("error")
-    return {**group, "example": example, "affected": ", ".join(group["affected"]), "consequences": consequences}
+    example = group["example"] or {}
+    shown = example.get("error")
+    if replaced := _replaced(example):
+        shown = f"{shown} ({replaced})"
+    return {**group, "example": shown, "affected": ", ".join(group["affected"]), "consequences": consequences}
+
+
+def _replaced(one: dict[str, Any]) -> str | None:
+    """A crashed Serve replica's ID and what replaced it, in words; None for another failure."""
+    if "replica_id" not in one:
+        return None
+    replacement = one["replacement"]
+    then = f"replaced by replica {replacement['replica_id']}" if replacement else "not replaced"
+    return f"replica {one['replica_id']}, {then}"
 
 
 @errors_cmd.command("show")
@@ -118,6 +130,13 @@ def _show(one: dict[str, Any]) -> None:
         "id": one["id"],
     }
     click.echo("  " + "  ".join(f"{k} {v}" for k, v in where.items() if v))
+    if replaced := _replaced(one):
+        replacement = one["replacement"]
+        actor = f" (actor {replacement['actor_id']}: `raysight get actors ID`)" if replacement else ""
+        click.echo(f"  Serve {replaced}{actor}")
+        if one["failed_requests"]:
+            failed = ", ".join(one["failed_requests"])
+            click.echo(f"  Requests that failed with it: {failed} (`raysight serve request ID`)")
     if one["root_kind"]:
         click.secho(
             f"  Followed from the failure of {one['root_kind']} {one['root_id']}: `raysight errors show "

@@ -46,8 +46,8 @@ def _sample(server: str | None, session: str | None, at: str | None) -> dict[str
 def serve_cmd() -> None:
     """Ray Serve at any moment of a session, live or long ended: `serve status` and `serve config` print what Ray's
     own commands printed then, `serve history` each change of its applications, deployments and replicas, `serve
-    requests` the requests its proxies and replicas logged, `serve request ID` one of them whole, `serve stats` its
-    metrics by application and deployment."""
+    replicas` each replica it had and how it ended, `serve requests` the requests its proxies and replicas logged,
+    `serve request ID` one of them whole, `serve stats` its metrics by application and deployment."""
 
 
 @serve_cmd.command("status")
@@ -127,9 +127,56 @@ def history_cmd(app: str | None, session: str | None, fmt: str | None, server: s
         }
         for t in history["transitions"]
     ]
+    _polled(rows, history["session"], "changes")
+
+
+def _polled(rows: list[dict[str, Any]], session: str | None, what: str) -> None:
+    """What the poller saw of Serve in ``session``, ``rows`` of ``what``, as a table; none: an error saying so."""
     if not rows:
-        raise click.ClickException(f"raysight's poller saw no Serve in session {history['session']}")
-    render.table(rows, title=f"Serve in {history['session']}: {len(rows)} changes")
+        raise click.ClickException(f"raysight's poller saw no Serve in session {session}")
+    render.table(rows, title=f"Serve in {session}: {len(rows)} {what}")
+
+
+def _ended(replica: dict[str, Any]) -> str:
+    """How a replica ended, and when: ``crashed 12:00:01.234``; empty while it ran."""
+    ended = replica["ended"]
+    return "" if ended is None else f"{ended['how']} {render.cell('time_ms', ended['time_ms'])}"
+
+
+@serve_cmd.command("replicas")
+@_app_option("replicas")
+@click.option("--deployment", metavar="NAME", help="Only this deployment's replicas.")
+@_at_option
+@session_option
+@client_options
+def replicas_cmd(
+    app: str | None, deployment: str | None, at: str | None, session: str | None, fmt: str | None, server: str | None
+) -> None:
+    """Every replica Serve had until that moment, in the order first seen: its states over time (as the poller saw
+    them), its actor (`raysight get actors ID`), pid, node and log file (`raysight logs --replica ID`), and how it
+    ended: crashed (a failure in `raysight errors`), stopped by Serve, or with its session."""
+    with make_client(server) as client:
+        data = client.serve_replicas(
+            session=session, app=app, deployment=deployment, at=None if at is None else parse_time(at, time.time_ns())
+        )
+    if fmt in ("json", "yaml"):
+        render.dump(data, fmt)
+        return
+    rows = [
+        {
+            "replica_id": r["replica_id"],
+            "deployment": f"{r['application']}/{r['deployment']}",
+            "states": " → ".join([*(s["state"] for s in r["states"]), *(["(gone)"] if r["gone_ms"] else [])]),
+            "first_seen_ms": r["first_seen_ms"],
+            "ended": _ended(r),
+            "actor_id": r["actor_id"],
+            "pid": r["pid"],
+            "node_id": r["node_id"],
+            "log_file_path": r["log_file_path"],
+        }
+        for r in data["replicas"]
+    ]
+    _polled(rows, data["session"], "replicas")
 
 
 def _latency(ms: float | None) -> str:

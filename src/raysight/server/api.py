@@ -303,6 +303,19 @@ async def serve_history(request: Request) -> Response:
     )
 
 
+async def serve_replicas(request: Request) -> Response:
+    """GET /api/raysight/serve/replicas?session=&app=&deployment=&at=: every replica of Serve's until ``at`` (epoch
+    ns, ISO 8601 or a time ago; default the last sample), with its states over time, its actor, worker, pid, node and
+    log file, and how it ended (``signals/polls/serve_query.py``)."""
+    params = request.query_params
+    at = time_param(params, "at", units.NS)
+    app, deployment = params.get("app") or None, params.get("deployment") or None
+    return await read_json(
+        app_state(request),
+        lambda con: serve_query.serve_replicas(con, recorded_session(con, request), app, deployment, at),
+    )
+
+
 def serve_request_query(params: QueryParams) -> requests_query.RequestQuery:
     """The filters of Serve's requests a query string gives (``app``, ``deployment``, ``route``, ``status``,
     ``min_latency``, ``since``, ``until``, ``limit``, ``offset``), the session left to resolve."""
@@ -488,6 +501,7 @@ routes = [
     route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error),
+    route(wire.SERVE_REPLICAS, serve_replicas, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_REQUESTS, serve_requests, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_LATENCY, serve_latency, access=Access.READ, envelope=raysight_error),
     route(wire.SERVE_REQUEST, serve_request, access=Access.READ, envelope=raysight_error),

@@ -1,6 +1,7 @@
 """Ray Serve's state at any moment of a session, as `serve status` and `serve config` read it from the dashboard
 (``ServeInstanceDetails``, from the poller's samples: ``serve_details``), and its changes over the session: each
-application's, deployment's and replica's state, when it changed."""
+application's, deployment's and replica's state, when it changed; and each replica the session had, with its actor,
+worker, pid, node and log file, and how it ended (its actor's death, from Ray's events)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import duckdb
 import orjson
 
 from raysight.signals.polls.parse import SERVE_DETAILS
-from raysight.store.statements import Query
+from raysight.store.statements import Query, dict_rows
 
 # Serve's state as Ray's dashboard answers where no Serve runs (``ServeInstanceDetails.get_empty_schema_dict``)
 NO_SERVE: dict[str, Any] = {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
@@ -25,8 +26,20 @@ SERVE_SAMPLE = Query(
 )
 SERVE_SAMPLES = Query(
     "serve samples",
-    f"SELECT ns, details FROM {SERVE_DETAILS.name} WHERE session = $session ORDER BY ns",
-    about="every change of the session's Serve, in order",
+    f"""SELECT ns, last_ns, details FROM {SERVE_DETAILS.name}
+        WHERE session = $session AND ($at IS NULL OR ns <= $at) ORDER BY ns""",
+    about="every change of the session's Serve until $at, in order, each with when it was last polled so",
+)
+# The actors of Serve's replicas $ids: their worker, and how each ended (``crashed``: a failure, as `raysight errors`
+# has it; else stopped by Serve, or, Ray never having sent its death, with the session)
+REPLICA_ACTORS = Query(
+    "serve replica actors",
+    """SELECT a.actor_id, a.worker_id, a.state = 'DEAD' AS reported_dead,
+              coalesce(a.end_ns, a.inferred_end_ns) // 1000000 AS end_ms,
+              coalesce(a.death_message, a.inferred_reason) AS death_message, c.actor_id IS NOT NULL AS crashed
+       FROM actors a LEFT JOIN (SELECT actor_id FROM actor_steps($session)
+                                WHERE replica AND first_death AND NOT normal_end) c USING (actor_id)
+       WHERE a.session = $session AND list_contains($ids, a.actor_id)""",
 )
 
 
@@ -107,5 +120,81 @@ def transitions(samples: Iterable[tuple[int, dict[str, Any]]], app: str | None =
 
 def serve_history(con: duckdb.DuckDBPyConnection, session: str | None, app: str | None) -> dict[str, Any]:
     """The session's Serve over time, from the poller's samples: :func:`transitions`."""
-    rows = con.execute(SERVE_SAMPLES.sql, {"session": session}).fetchall()
-    return {"session": session, "transitions": transitions(((ns, orjson.loads(d)) for ns, d in rows), app)}
+    rows = con.execute(SERVE_SAMPLES.sql, {"session": session, "at": None}).fetchall()
+    return {"session": session, "transitions": transitions(((ns, orjson.loads(d)) for ns, _, d in rows), app)}
+
+
+_REPLICA_FIELDS = ("actor_id", "pid", "node_id", "log_file_path")  # what a replica's entry in Serve's state says of it
+
+
+def replica_lives(
+    samples: Iterable[tuple[int, int, dict[str, Any]]], app: str | None = None, deployment: str | None = None
+) -> list[dict[str, Any]]:
+    """Each replica that ``samples`` (each ``(ns, last polled ns, ServeInstanceDetails)``, in order) show, ``app``'s
+    and ``deployment``'s alone if named, in the order first seen: its application, deployment and ID, its actor, pid,
+    node and log file, when it started (Serve's ``start_time_s``), when it was first and last seen, each state it was
+    seen in and when, its last state, and when it was first seen gone (None: in the last sample). Pure."""
+    lives: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for ns, last_ns, details in samples:
+        seen = set()
+        for name, application in (details.get("applications") or {}).items():
+            if app is not None and name != app or not isinstance(application, dict):
+                continue
+            for deployment_name, shown in (application.get("deployments") or {}).items():
+                if deployment is not None and deployment_name != deployment:
+                    continue
+                for replica in shown.get("replicas") or []:
+                    key = (name, deployment_name, str(replica.get("replica_id")))
+                    seen.add(key)
+                    life = lives.setdefault(
+                        key,
+                        {
+                            "application": name,
+                            "deployment": deployment_name,
+                            "replica_id": key[2],
+                            "state": None,
+                            "states": [],
+                            "first_seen_ms": ns // 1_000_000,
+                            "gone_ms": None,
+                        },
+                    )
+                    life.update({field: replica.get(field) for field in _REPLICA_FIELDS})
+                    started = replica.get("start_time_s")
+                    life["start_time_ms"] = None if started is None else round(started * 1000)
+                    life["last_seen_ms"] = last_ns // 1_000_000
+                    if life["state"] != replica.get("state"):
+                        life["state"] = replica.get("state")
+                        life["states"].append({"state": life["state"], "ts_ms": ns // 1_000_000})
+        for key, life in lives.items():
+            if key not in seen and life["gone_ms"] is None:
+                life["gone_ms"] = ns // 1_000_000
+    return list(lives.values())
+
+
+def serve_replicas(
+    con: duckdb.DuckDBPyConnection,
+    session: str | None,
+    app: str | None = None,
+    deployment: str | None = None,
+    at_ns: int | None = None,
+) -> dict[str, Any]:
+    """Every replica of the session's Serve until ``at_ns`` (default: all its samples), :func:`replica_lives`, each
+    with its actor's worker and how it ended by then (``ended``: None while it ran)."""
+    rows = con.execute(SERVE_SAMPLES.sql, {"session": session, "at": at_ns}).fetchall()
+    lives = replica_lives(((ns, last_ns, orjson.loads(d)) for ns, last_ns, d in rows), app, deployment)
+    params = {"session": session, "ids": [life["actor_id"] for life in lives if life["actor_id"]]}
+    actors = {row["actor_id"]: row for row in dict_rows(con.execute(REPLICA_ACTORS.sql, params))}
+    for life in lives:
+        actor = actors.get(life["actor_id"])
+        life["worker_id"] = actor and actor["worker_id"]
+        life["ended"] = None if actor is None else ending(actor, None if at_ns is None else at_ns // 1_000_000)
+    return {"session": session, "replicas": lives}
+
+
+def ending(actor: dict[str, Any], at_ms: int | None = None) -> dict[str, Any] | None:
+    """How a replica's actor (a row of :data:`REPLICA_ACTORS`) ended by ``at_ms`` (default: at all): ``crashed`` (a
+    failure), ``stopped`` (by Serve), or ``with its session`` (Ray never sent its death); None while it ran. Pure."""
+    if actor["end_ms"] is None or at_ms is not None and actor["end_ms"] > at_ms:
+        return None
+    how = "crashed" if actor["crashed"] else "stopped" if actor["reported_dead"] else "with its session"
+    return {"how": how, "time_ms": actor["end_ms"], "message": actor["death_message"]}

@@ -9,6 +9,14 @@ exited with an error. What followed from another failure is a consequence, found
 worker, actor, task: a task whose actor or worker died (an OOM kill, say), an actor whose worker or node died, a
 worker whose node died. Only roots are grouped; each group counts the consequences of its failures.
 
+A Serve replica (an actor of Serve's namespace, ``ServeReplica:<app>:<deployment>``) that died is a failure of its
+own kind, its worker's death the same event (not another failure); Serve stopping one of its actors (``ray.kill``: a
+downscale, a redeploy, ``serve.shutdown``) is no failure, nor are its actors' calls, which Ray never reports (Serve
+turns their task events off: their profile events alone say nothing of how they ended). The requests that failed with
+a crashed replica are its consequences: those of its application that failed about when it died (a 5xx at the proxy,
+an error at a replica) and that no replica of its deployment answered; the replica Serve started after it, of the same
+deployment, is its replacement.
+
 A group's cause is its failures' kind and Ray's error type, with the exception's type and message (the traceback's
 last line naming an exception) or, for a death, the first line of its reason, in which numbers and quantities, hex
 IDs, addresses, URLs, quoted strings and paths are replaced by placeholders: the same fault raised with different
@@ -27,6 +35,8 @@ import orjson
 from raysight.ansi import plain_json_sql, plain_sql
 from raysight.errors import NotFound
 from raysight.signals.log_lines.logs_query import LogQuery, log_lines
+from raysight.signals.log_lines.parse import SERVE_REQUESTS
+from raysight.signals.log_lines.requests_query import ERROR_SQL
 from raysight.signals.ray_events.entities import ACTORS, JOBS, NODES, TASKS, WORKERS
 from raysight.signals.ray_events.reconcile import ALL_NODES_DIED
 from raysight.signals.ray_events.state_query import Resource, list_page
@@ -54,6 +64,13 @@ NORMAL_NODE_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
 NODE_LOSSES = ("NODE_DIED", "LOCAL_RAYLET_DIED")  # a task's error types that say its node went
 NORMAL_ACTOR_DEATHS = ("OWNER_DIED", "OUT_OF_SCOPE", "REF_DELETED")  # the driver that owned it ended, or let it go
 INTENDED_EXIT = "Worker exit type: INTENDED_USER_EXIT"  # Ray's words for an actor that exited as asked (exit_actor())
+SERVE_NAMESPACE = "serve"  # Ray's namespace of Serve's actors (its controller, proxies and replicas)
+SERVE_REPLICA_CLASS = "ServeReplica:"  # a replica's class name: ServeReplica:<app>:<deployment>
+SERVE_REPLICA_NAME = "SERVE_REPLICA::"  # a replica's actor name: SERVE_REPLICA::<app>#<deployment>#<replica ID>
+STOPPED_BY_SERVE = "RAY_KILL"  # how Serve stops its actors on purpose: the death's reason
+# A crashed replica's requests failed from this long before its death was recorded (its callers may log first) to
+# this long after
+REQUESTS_BEFORE_NS, REQUESTS_AFTER_NS = 10**9, 5 * 10**9
 
 
 def template_sql(text: str) -> str:
@@ -80,7 +97,7 @@ ACTOR_STEPS = Macro(
     "actor_steps",
     ("of_session",),
     f"""
-    SELECT a.actor_id, a.job_id, a.class_name, h.*,
+    SELECT a.actor_id, a.job_id, a.class_name, a.name AS actor_name, a.ray_namespace, h.*,
            last_value(h.worker_id IGNORE NULLS) OVER w AS on_worker,
            last_value(h.node_id IGNORE NULLS) OVER w AS on_node,
            json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason') = 'NODE_DIED'
@@ -88,19 +105,50 @@ ACTOR_STEPS = Macro(
            h.state = 'DEAD'
                AND (coalesce(json_extract_string(h.death_cause, '$.actorDiedErrorContext.reason'), '')
                         IN {NORMAL_ACTOR_DEATHS}
-                    OR coalesce(h.death_message, '') LIKE '%{INTENDED_EXIT}%') AS normal_end
-    FROM (SELECT actor_id, job_id, class_name, unnest(history) AS h FROM actors WHERE session = of_session) a
+                    OR coalesce(h.death_message, '') LIKE '%{INTENDED_EXIT}%'
+                    OR (a.ray_namespace = '{SERVE_NAMESPACE}' AND json_extract_string(
+                            h.death_cause, '$.actorDiedErrorContext.reason') = '{STOPPED_BY_SERVE}')) AS normal_end,
+           h.state = 'DEAD' AND coalesce(sum((h.state = 'DEAD')::INTEGER) OVER w, 0) = 0 AS first_death,
+           a.ray_namespace = '{SERVE_NAMESPACE}' AND starts_with(a.class_name, '{SERVE_REPLICA_CLASS}') AS replica
+    FROM (SELECT actor_id, job_id, class_name, name, ray_namespace, unnest(history) AS h
+          FROM actors WHERE session = of_session) a
     WINDOW w AS (PARTITION BY actor_id ORDER BY h.ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)""",
     table=True,
 )
-# The failed task attempts, with Ray's error type and message (else what raysight inferred)
+# The failed task attempts, with Ray's error type and message (else what raysight inferred); not the calls of Serve's
+# actors, which Ray never reports (raysight knows them by their profile events alone)
 FAILED_TASKS = Macro(
     "failed_tasks",
     ("of_session",),
-    """
+    f"""
     SELECT *, coalesce(error_type, inferred_error_type, 'UNKNOWN') AS type_,
            coalesce(nullif(error_message, ''), inferred_reason, '') AS message_
-    FROM tasks WHERE session = of_session AND task_state(inferred_state, reported_state) = 'FAILED'""",
+    FROM tasks WHERE session = of_session AND task_state(inferred_state, reported_state) = 'FAILED'
+      AND NOT (reported_state IS NULL AND coalesce(worker_id, exec_worker_id) IN (
+          SELECT unnest(list_filter(list_transform(history, lambda h: h.worker_id), lambda w: w IS NOT NULL))
+          FROM actors WHERE session = of_session AND ray_namespace = '{SERVE_NAMESPACE}'))""",
+    table=True,
+)
+# The requests that failed with each Serve replica that crashed: those of its application (or of none known: a proxy's
+# alone) that failed about when it died and that no replica of its deployment answered
+REPLICA_REQUESTS = Macro(
+    "replica_requests",
+    ("of_session",),
+    f"""
+    WITH crashed AS (
+        SELECT actor_id, job_id, ts,
+               regexp_extract(actor_name, '^{SERVE_REPLICA_NAME}(.*)#[^#]*#[^#]*$', 1) AS application,
+               regexp_extract(actor_name, '#([^#]*)#[^#]*$', 1) AS deployment
+        FROM actor_steps(of_session) WHERE replica AND first_death AND NOT normal_end
+    )
+    SELECT c.actor_id, c.job_id, q.request_id, max(q.ts_ns) AS ts_ns, any_value(q.route) AS route,
+           arg_max(printf('%s %s %s', q.method, coalesce(q.route, ''), q.status), q.component = 'proxy') AS answer
+    FROM crashed c JOIN {SERVE_REQUESTS.name} q
+        ON q.session = of_session AND q.request_id IS NOT NULL
+       AND q.ts_ns BETWEEN c.ts - {REQUESTS_BEFORE_NS} AND c.ts + {REQUESTS_AFTER_NS}
+    GROUP BY c.actor_id, c.job_id, q.request_id, c.application, c.deployment
+    HAVING bool_or({ERROR_SQL}) AND bool_and(q.application IS NULL OR q.application = c.application)
+       AND NOT coalesce(bool_or(q.application = c.application AND q.deployment = c.deployment), false)""",
     table=True,
 )
 # The nodes that died while their cluster went on, or took running work with them (whatever Ray called that death)
@@ -144,7 +192,8 @@ FAILURES = Macro(
                 WHEN type_ IN {NODE_LOSSES} THEN node_id END AS parent_id
     FROM failed_tasks(of_session) WHERE coalesce(type, {task_kind_sql("task_id")}) <> 'DRIVER_TASK'
     UNION ALL
-    SELECT 'actor', actor_id, NULL, ts, job_id, on_node, on_worker, class_name,
+    SELECT CASE WHEN replica THEN 'replica' ELSE 'actor' END, actor_id, NULL, ts, job_id, on_node, on_worker,
+           class_name,
            CASE WHEN state = 'RESTARTING' THEN 'ACTOR_RESTARTED'
                 WHEN death_cause LIKE '{{"runtimeEnvFailedContext%' THEN 'RUNTIME_ENV_SETUP_FAILED'
                 WHEN death_cause LIKE '{{"creationTaskFailureContext%' THEN 'ACTOR_CREATION_FAILED'
@@ -158,7 +207,7 @@ FAILURES = Macro(
            CASE WHEN node_lost THEN 'node' ELSE 'worker' END, CASE WHEN node_lost THEN on_node ELSE on_worker END
     FROM steps
     WHERE (state = 'RESTARTING' AND coalesce(restart_reason, '') <> 'LINEAGE_RECONSTRUCTION')
-       OR (state = 'DEAD' AND NOT normal_end)
+       OR (first_death AND NOT normal_end)
     UNION ALL
     SELECT 'worker', worker_id, NULL, coalesce(end_ns, end_ms * 1000000), job_id, node_id, worker_id,
            {_WORKER_NAME},
@@ -166,9 +215,9 @@ FAILURES = Macro(
            coalesce(exit_detail, ''), '', 'node', node_id
     FROM workers w
     WHERE session = of_session AND state = 'DEAD' AND coalesce(exit_type, '') NOT IN {NORMAL_WORKER_EXITS}
-      AND NOT EXISTS (SELECT 1 FROM steps a  -- its actor ended as it should, then Ray stopped it
-                      WHERE a.normal_end AND a.on_worker = w.worker_id
-                        AND a.ts <= coalesce(w.end_ns, w.end_ms * 1000000))
+      AND NOT EXISTS (SELECT 1 FROM steps a  -- its actor ended as it should, then Ray stopped it; or its death
+                      WHERE a.on_worker = w.worker_id AND a.state = 'DEAD'  -- was its Serve replica's crash
+                        AND (a.replica OR (a.normal_end AND a.ts <= coalesce(w.end_ns, w.end_ms * 1000000))))
     UNION ALL  -- workers and actors Ray still shows alive on a node that failed: consequences of its death
     SELECT 'worker', worker_id, NULL, inferred_end_ns, job_id, node_id, worker_id,
            {_WORKER_NAME}, 'NODE_DIED',
@@ -184,6 +233,10 @@ FAILURES = Macro(
       AND node_id IN (SELECT id FROM failed_nodes)
     UNION ALL
     SELECT * FROM failed_nodes
+    UNION ALL  -- the requests that failed with a Serve replica that crashed: consequences of its crash
+    SELECT 'request', request_id, NULL, ts_ns, job_id, NULL, NULL, coalesce(route, ''), 'REQUEST_FAILED', answer, '',
+           'replica', actor_id
+    FROM replica_requests(of_session)
     UNION ALL
     SELECT 'job', j.job_id, NULL, r.ended_ns, j.job_id, j.driver_node_id, NULL, coalesce(j.entrypoint, ''),
            'JOB_FAILED', printf('the driver exited with code %d', r.exit_code), '', NULL, NULL
@@ -236,6 +289,7 @@ MACROS = (
     ),
     ACTOR_STEPS,
     FAILED_TASKS,
+    REPLICA_REQUESTS,
     NODE_FAILURES,
     FAILURES,
     FAILURE_CAUSES,
@@ -280,10 +334,28 @@ GROUPS = Query(
     GROUP BY r.group_id ORDER BY count DESC, first_ms, r.group_id""",
 )
 AFFECTED_SHOWN = 10
+# A crashed Serve replica's ID (its actor's name ends with it), the replica that replaced it (of its deployment, the
+# first started after it died) and the requests that failed with it
+REPLICA = Query(
+    "serve replica",
+    f"""
+    SELECT regexp_extract(d.name, '#([^#]*)$', 1) AS replica_id,
+           (SELECT {{'actor_id': r.actor_id, 'replica_id': regexp_extract(r.name, '#([^#]*)$', 1),
+                     'start_time_ms': r.start_ns // 1000000}}
+            FROM actors r
+            WHERE r.session = d.session AND r.class_name = d.class_name AND r.actor_id <> d.actor_id
+              AND r.start_ns >= coalesce(d.end_ns, d.inferred_end_ns)
+            ORDER BY r.start_ns LIMIT 1) AS replacement,
+           coalesce((SELECT list(DISTINCT request_id ORDER BY request_id) FROM replica_requests($session)
+                     WHERE actor_id = d.actor_id), []) AS failed_requests
+    FROM actors d WHERE d.session = $session AND d.actor_id = $id AND d.ray_namespace = '{SERVE_NAMESPACE}'""",
+    about="the Serve replica of the actor $id, the replica that replaced it, and the requests that failed with it",
+)
 
 
 def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict[str, Any]]:
-    """The root failures of ``query``'s session grouped by cause, most frequent first, each with its consequences."""
+    """The root failures of ``query``'s session grouped by cause, most frequent first, each with its consequences;
+    a crashed Serve replica's example with its replica's ID, its replacement and the requests that failed with it."""
     params = {
         "session": query.session,
         "job": query.job_id or None,
@@ -291,7 +363,17 @@ def error_groups(con: duckdb.DuckDBPyConnection, query: ErrorQuery) -> list[dict
         "until": query.until_ns,
         "type": query.error_type or None,
     }
-    return [_group(row) for row in dict_rows(con.execute(GROUPS.sql, params))]
+    groups = [_group(row) for row in dict_rows(con.execute(GROUPS.sql, params))]
+    for group in groups:
+        if group["kind"] == "replica":
+            group["example"].update(serve_replica(con, query.session, group["example"]["id"]))
+    return groups
+
+
+def serve_replica(con: duckdb.DuckDBPyConnection, session: str, actor_id: str) -> dict[str, Any]:
+    """The Serve replica of the actor ``actor_id`` (:data:`REPLICA`); nothing for another actor."""
+    found = dict_rows(con.execute(REPLICA.sql, {"session": session, "id": actor_id}))
+    return found[0] if found else {}
 
 
 def _group(row: dict[str, Any]) -> dict[str, Any]:
@@ -371,6 +453,8 @@ def failure(con: duckdb.DuckDBPyConnection, session: str, failure_id: str, colou
                 "worker": one["worker_id"],
             },
         )[:SHOWN_LINES]
+        if one["kind"] == "replica":
+            one.update(serve_replica(con, session, one["id"]))
     out: dict[str, Any] = {"session": session, "id": failure_id, "failures": found}
     if found[0]["kind"] == "task":
         out["attempts"] = dict_rows(con.execute(ATTEMPTS.sql, {"session": session, "id": failure_id}))
