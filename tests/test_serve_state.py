@@ -23,7 +23,7 @@ from raysight import wire
 from raysight.agent.state_poll import serve_details
 from raysight.cli import main
 from raysight.cli.failures import errors_row
-from raysight.cli.serve import stats_queries, stats_rows
+from raysight.cli.serve import history_row, stats_queries, stats_rows
 from raysight.server.app import create_app
 from raysight.settings import Settings
 from raysight.signals.polls.serve_query import ending, replica_lives, transitions
@@ -131,6 +131,32 @@ def test_each_change_is_a_transition_with_its_trigger_and_message() -> None:
     gone = transitions([*POLLS, (BASE + 20 * S, details("RUNNING", "HEALTHY", "X", []))])[-2:]
     assert [(t["replica"], t["to"]) for t in gone] == [("r1", None), ("r2", None)]
     assert transitions(POLLS, app="other") == []
+
+
+def test_each_autoscaling_decision_is_a_change_once_at_the_time_serve_made_it() -> None:
+    """Serve keeps its recent decisions in each sample (``autoscaling_detail``): each is shown once, when it was made,
+    however many samples repeat it."""
+    decision = {"timestamp_s": (BASE + 12 * S) / 1e9, "reason": "queued requests over target", "prev_num_replicas": 1}
+    decision |= {"curr_num_replicas": 3, "policy": "default"}
+    detail = {"scaling_status": "UPSCALING", "decisions": [decision], "metrics_health": "HEALTHY", "errors": []}
+    scaled = details("RUNNING", "HEALTHY", "AUTOSCALING", [("r1", "RUNNING")])
+    scaled["applications"]["greeter"]["deployments"]["Greeter"]["autoscaling_detail"] = detail
+    changes = transitions([*POLLS[:3], (BASE + 15 * S, scaled), (BASE + 20 * S, scaled)])
+    (scaling,) = [t for t in changes if t["kind"] == "autoscaling"]
+    assert scaling == {
+        "ts_ms": (BASE + 12 * S) // 1_000_000,
+        "kind": "autoscaling",
+        "application": "greeter",
+        "deployment": "Greeter",
+        "replica": None,
+        "from": 1,
+        "to": 3,
+        "trigger": "default",
+        "message": "queued requests over target",
+    }
+    assert [t["ts_ms"] for t in changes] == sorted(t["ts_ms"] for t in changes)  # in time order: before the sample
+    row = history_row(scaling)
+    assert (row["name"], row["change"], row["trigger"]) == ("greeter/Greeter", "1 → 3 replicas", "default")
 
 
 def test_each_replica_is_one_life_with_its_states_actor_pid_node_and_log_file() -> None:

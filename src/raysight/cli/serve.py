@@ -110,24 +110,31 @@ def config_cmd(at: str | None, app: str | None, session: str | None, fmt: str | 
 def history_cmd(app: str | None, session: str | None, fmt: str | None, server: str | None) -> None:
     """Each change of Serve's applications (DEPLOYING → RUNNING …), deployments (UPDATING → HEALTHY → UNHEALTHY,
     with what triggered it and its message) and replicas (STARTING → RUNNING → STOPPING → gone), when the poller
-    first saw it (every 5 s)."""
+    first saw it (every 5 s); and each autoscaling decision (1 → 3 replicas, with its policy and reason), when Serve
+    made it."""
     with make_client(server) as client:
         history = client.serve_history(session=session, app=app)
     if fmt in ("json", "yaml"):
         render.dump(history, fmt)
         return
-    rows = [
-        {
-            "time_ms": t["ts_ms"],
-            "kind": t["kind"],
-            "name": t["replica"] or "/".join(n for n in (t["application"], t["deployment"]) if n),
-            "change": f"{t['from'] or '(new)'} → {t['to'] or '(gone)'}",
-            "trigger": t["trigger"],
-            "message": t["message"],
-        }
-        for t in history["transitions"]
-    ]
-    _polled(rows, history["session"], "changes")
+    _polled([history_row(t) for t in history["transitions"]], history["session"], "changes")
+
+
+def history_row(change: dict[str, Any]) -> dict[str, Any]:
+    """A row of `serve history`'s table: a change of state (``(new)``, ``(gone)``: appeared, went) or an autoscaling
+    decision (from how many replicas to how many)."""
+    if change["kind"] == "autoscaling":
+        what = f"{change['from']} → {change['to']} replicas"
+    else:
+        what = f"{change['from'] or '(new)'} → {change['to'] or '(gone)'}"
+    return {
+        "time_ms": change["ts_ms"],
+        "kind": change["kind"],
+        "name": change["replica"] or "/".join(n for n in (change["application"], change["deployment"]) if n),
+        "change": what,
+        "trigger": change["trigger"],
+        "message": change["message"],
+    }
 
 
 def _polled(rows: list[dict[str, Any]], session: str | None, what: str) -> None:

@@ -5,7 +5,7 @@ worker, pid, node and log file, and how it ended (its actor's death, from Ray's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import duckdb
@@ -72,28 +72,59 @@ def serve_sample(con: duckdb.DuckDBPyConnection, session: str | None, at_ns: int
     }
 
 
-def _states(details: dict[str, Any], app: str | None) -> dict[tuple[str, ...], tuple[Any, Any, Any]]:
-    """Each application's, deployment's and replica's (state, trigger, message) in one sample, by what it is."""
-    out: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
+def _deployments(details: dict[str, Any], app: str | None) -> Iterator[tuple[str, dict[str, Any], str, dict[str, Any]]]:
+    """(application's name, application, deployment's name, deployment) of one sample, ``app``'s alone if named; an
+    application with no deployments once, with an empty name and deployment."""
     for name, application in (details.get("applications") or {}).items():
         if app is not None and name != app or not isinstance(application, dict):
             continue
+        deployments = application.get("deployments") or {}
+        for deployment_name, deployment in deployments.items() or [("", {})]:
+            yield name, application, deployment_name, deployment
+
+
+def _states(details: dict[str, Any], app: str | None) -> dict[tuple[str, ...], tuple[Any, Any, Any]]:
+    """Each application's, deployment's and replica's (state, trigger, message) in one sample, by what it is."""
+    out: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
+    for name, application, deployment_name, deployment in _deployments(details, app):
         out[("application", name)] = (application.get("status"), None, application.get("message"))
-        for deployment_name, deployment in (application.get("deployments") or {}).items():
-            trigger = deployment.get("status_trigger")
-            out[("deployment", name, deployment_name)] = (deployment.get("status"), trigger, deployment.get("message"))
-            for replica in deployment.get("replicas") or []:
-                key = ("replica", name, deployment_name, str(replica.get("replica_id")))
-                out[key] = (replica.get("state"), None, None)
+        if not deployment_name:
+            continue
+        trigger = deployment.get("status_trigger")
+        out[("deployment", name, deployment_name)] = (deployment.get("status"), trigger, deployment.get("message"))
+        for replica in deployment.get("replicas") or []:
+            key = ("replica", name, deployment_name, str(replica.get("replica_id")))
+            out[key] = (replica.get("state"), None, None)
     return out
+
+
+def _decisions(details: dict[str, Any], app: str | None) -> Iterator[dict[str, Any]]:
+    """The autoscaler's recent decisions of each deployment in one sample (``autoscaling_detail.decisions``: when,
+    why, from how many replicas to how many, by which policy), as changes."""
+    for name, _, deployment_name, deployment in _deployments(details, app):
+        for decision in (deployment.get("autoscaling_detail") or {}).get("decisions") or []:
+            yield {
+                "ts_ms": round(decision["timestamp_s"] * 1000),
+                "kind": "autoscaling",
+                "application": name,
+                "deployment": deployment_name,
+                "replica": None,
+                "from": decision.get("prev_num_replicas"),
+                "to": decision.get("curr_num_replicas"),
+                "trigger": decision.get("policy"),
+                "message": decision.get("reason") or None,
+            }
 
 
 def transitions(samples: Iterable[tuple[int, dict[str, Any]]], app: str | None = None) -> list[dict[str, Any]]:
     """The changes over ``samples`` (each ``(ns, ServeInstanceDetails)``, in order) of each application's status,
     each deployment's status and trigger (with its message) and each replica's state, ``app``'s alone if named: when
-    first seen so, what it was (None: not yet there) and what it became (None: gone). Pure."""
+    first seen so, what it was (None: not yet there) and what it became (None: gone); and each autoscaling decision
+    once, at the time Serve made it (from how many replicas to how many, its policy and reason). In time order.
+    Pure."""
     out: list[dict[str, Any]] = []
     before: dict[tuple[str, ...], tuple[Any, Any]] = {}
+    decided: set[tuple[Any, ...]] = set()
     for ns, details in samples:
         now = _states(details, app)
         for key in [*now, *(k for k in before if k not in now)]:
@@ -115,7 +146,11 @@ def transitions(samples: Iterable[tuple[int, dict[str, Any]]], app: str | None =
                 }
             )
         before = {key: (state, trigger) for key, (state, trigger, _) in now.items()}
-    return out
+        for decision in _decisions(details, app):
+            if (key := (decision["application"], decision["deployment"], decision["ts_ms"])) not in decided:
+                decided.add(key)
+                out.append(decision)
+    return sorted(out, key=lambda change: change["ts_ms"])  # (a decision is older than the sample that showed it)
 
 
 def serve_history(con: duckdb.DuckDBPyConnection, session: str | None, app: str | None) -> dict[str, Any]:
