@@ -316,6 +316,30 @@ def test_every_line_once_in_order_and_in_its_task_while_ray_rotates_as_the_taile
         assert lines[2:] == [(f"line {i} padded to rotate the file sooner {'.' * 32}", "printer") for i in range(200)]
 
 
+def test_only_sessions_active_since_are_followed_and_an_old_one_is_looked_at_again_now_and_then(
+    logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine keeps hundreds of old sessions: one not active since ``since`` is not looked at on every scan, but
+    every RECHECK_S (a cluster it ran may be joined again)."""
+    monkeypatch.setattr("raysight.agent.tailer.RECHECK_S", 2.0)
+    old = logs.parent.parent / "session_2026-11-01_00-00-00_000000_1" / "logs"
+    old.mkdir(parents=True)
+    (old / "raylet.out").write_text("old line\n")
+    os.utime(old, (1, 1))
+    (logs / "raylet.out").write_text("new line\n")
+    tailer = Tailer(logs.parent.parent, tmp_path / "checkpoint.json", since=time.time() - 60)
+    tailer.scan()
+    assert tailer.sessions == {logs.parent.name}  # (not the old one, nor session_latest, a link to the new one)
+    (old / f"python-core-driver-{'ab' * 28}_9.log").write_text("joined again\n")  # its logs/ changes now
+    tailer.scan()
+    assert tailer.sessions == {logs.parent.name}  # not looked at again yet
+    time.sleep(2.1)
+    tailer.scan()
+    assert tailer.sessions == {logs.parent.name, old.parent.name}
+    read = {piece.data for chunk in tailer.read(1 << 20) for piece, _, _ in chunk.pieces}
+    assert read == {b"new line", b"old line", b"joined again"}
+
+
 def test_files_deleted_unread_are_held_up_to_the_spool_bound_and_the_oldest_past_it_are_gaps(
     logs: Path, tmp_path: Path
 ) -> None:

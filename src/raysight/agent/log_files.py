@@ -9,6 +9,7 @@ directory write ``raylet.1.out``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ def named_as_copy(name: str, of_now: str, of_then: str) -> bool:
     return name != of_then and name.startswith((of_now, of_then))
 
 
+@functools.lru_cache(maxsize=65536)
 def describe(name: str) -> FileInfo | None:
     """What file ``name`` (a path under a session's ``logs/``, e.g. ``old/worker-….out.1``) holds; None for what is
     not a log."""

@@ -31,6 +31,7 @@ COPY_WAIT_S = 30.0  # a copy whose original is not truncated meanwhile is read f
 IDLE_CLOSE_S = 30.0  # a descriptor of a file read to its end and not grown for this long is closed
 READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read
 SPOOL_BYTES = 1 << 30  # unread bytes held in deleted files at most (the server away): past it the oldest are dropped
+RECHECK_S = 5.0  # between looks at a session that was not active since ``since``: has it become so?
 SETTLE_TRIES = 10  # listings taken at most while the files move, for one that agrees with the one before
 
 
@@ -115,6 +116,22 @@ def _names(path: Path, ident: tuple[int, int]) -> bool:
         return False
 
 
+def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, str, Path, os.stat_result]]:
+    """(session, name under logs/, path, stat) of each log file in ``directory`` (``under`` logs/) and below it; a
+    look a scan takes several times a second: one stat a file."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = under + entry.name
+        if entry.is_dir(follow_symlinks=False):
+            yield from _log_files(session, entry.path, name + "/")
+        elif not entry.is_symlink() and describe(name) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                yield session, name, Path(entry.path), entry.stat(follow_symlinks=False)
+
+
 def _layout(listing: list[tuple[str, str, Path, os.stat_result]]) -> list[tuple[str, str, int, int]]:
     """Which file each name of a listing is."""
     return [(session, name, *_ident(st)) for session, name, _, st in listing]
@@ -140,6 +157,7 @@ class Tailer:
         ``spool_bytes``: the most held unread in deleted files (see :meth:`_bound_spool`)."""
         self.ray_dir, self.checkpoint, self.since, self.spool_bytes = ray_dir, checkpoint, since, spool_bytes
         self._sessions: set[str] = set()  # the sessions followed
+        self._passed: dict[str, float] = {}  # sessions not followed → when to look at them again (monotonic)
         self.files: dict[tuple[int, int], Followed] = {}
         self._open: dict[tuple[int, int], _Open] = {}
         self._copies: dict[tuple[int, int], tuple[Path, Followed, float]] = {}  # copy → (path, its original, since)
@@ -185,28 +203,28 @@ class Tailer:
         return not named.keys() <= self.files.keys() | self._copies.keys()
 
     def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
-        """(session, name under logs/, path, stat) of every log file now."""
-        for session in sorted(self.ray_dir.glob("session_*")):
-            logs = session / "logs"
-            if session.is_symlink() or not self._followed(session.name, logs):
-                continue
-            for root, _, names in os.walk(logs):
-                for name in names:
-                    path = Path(root, name)
-                    relative = str(path.relative_to(logs))
-                    if describe(relative) is None:
-                        continue
-                    with contextlib.suppress(FileNotFoundError):
-                        st = path.stat()
-                        if not path.is_symlink():
-                            yield session.name, relative, path, st
+        """(session, name under logs/, path, stat) of every log file now (not a link)."""
+        try:  # (not session_latest: a link to one of them)
+            sessions = sorted(
+                e.name for e in os.scandir(self.ray_dir) if e.name.startswith("session_") and not e.is_symlink()
+            )
+        except FileNotFoundError:
+            return
+        for session in sessions:
+            logs = self.ray_dir / session / "logs"
+            if self._followed(session, logs):
+                yield from _log_files(session, str(logs), "")
 
     def _followed(self, session: str, logs: Path) -> bool:
-        """Whether the session's files are followed: all are, or those of sessions active since ``since``."""
+        """Whether the session's files are followed: all are, or those of sessions active since ``since`` (one that
+        was not is looked at again every :data:`RECHECK_S`: a machine keeps hundreds of old sessions)."""
         if session in self._sessions:
             return True
+        if self._passed.get(session, 0.0) > time.monotonic():
+            return False
         try:
             if self.since is not None and logs.stat().st_mtime < self.since:
+                self._passed[session] = time.monotonic() + RECHECK_S
                 return False
         except FileNotFoundError:
             return False
@@ -235,6 +253,8 @@ class Tailer:
             followed.path = name
             if opened.fd is None and st.st_size == followed.size == followed.offset:
                 continue  # closed while idle, read to its end and grown no more: nothing to open it for
+            if opened.fd is not None and st.st_size == followed.size:
+                continue  # held open (its inode no other file's) and the same size: neither truncated nor grown
             fd = self._fd(ident, opened)  # its head read through the inode: the path may be another's now
             if fd is None:
                 continue
