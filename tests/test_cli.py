@@ -362,6 +362,8 @@ def test_env_prints_the_export_lines_for_ray_start(url: str) -> None:
         "export RAY_ENABLE_RECORD_ACTOR_TASK_LOGGING='1'",
         "export RAY_RUNTIME_ENV_HOOK='raysight.instrument.runtime_env_hook'",
         "export RAYSIGHT_OTLP_ENDPOINT='http://head:8271/ingest/otlp/K'",
+        "export RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH='raysight.instrument.serve_span_processors'",
+        "export RAY_SERVE_TRACING_SAMPLING_RATIO='1.0'",
         "export RAYSIGHT_RAY_SYSTEM_CONFIG="
         """'{"enable_ray_event": true, "enable_core_worker_ray_event_to_aggregator": true}'""",
         '# on the head node: ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG" …  '
