@@ -37,10 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from raysight.cli.run import free_port, ray_env, tracing_env  # noqa: E402 (after the sys.path line)
+from raysight.cli.run import free_port  # noqa: E402 (after the sys.path line)
 from raysight.signals.log_lines import requests_query  # noqa: E402
 from raysight.store.store import Store  # noqa: E402
-from tests.ray_scenarios import ServerProcess  # noqa: E402
+from tests.ray_scenarios import ServerProcess, without_ray_settings  # noqa: E402
 
 SESSIONS = ("session_2026-12-01_00-00-00_000000_1", "session_2026-12-02_00-00-00_000000_2")
 
@@ -165,10 +165,10 @@ SERVE_KINDS = {"proxy": ("ProxyActor",), "replica": ("ServeReplica",), "controll
 
 
 def measure(config: str, seconds: float, concurrency: int, server: ServerProcess, state: Path) -> dict[str, Any]:
-    """One run of :func:`child`: plain (``off``), or under `raysight run` into ``server`` (``raysight``)."""
-    drop = {"RAY_ADDRESS", *ray_env("http://unused"), *tracing_env("http://unused")}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env |= {SERVER_PID_ENV: str(server.proc.pid if server.proc else 0), "XDG_STATE_HOME": str(state)}
+    """One run of :func:`child` in a clean shell's environment: plain (``off``), or under `raysight run` into
+    ``server`` (``raysight``; ``untraced``: with --no-tracing)."""
+    pid = str(server.proc.pid if server.proc else 0)
+    env = without_ray_settings() | {SERVER_PID_ENV: pid, "XDG_STATE_HOME": str(state)}
     program = [sys.executable, __file__, "--child", str(seconds), "--concurrency", str(concurrency)]
     if config != "off":
         untraced = ["--no-tracing"] if config == "untraced" else []

@@ -197,10 +197,14 @@ class Tailer:
         if len(named) < len(listing):
             return True  # a file twice
         for ident, followed in self.files.items():
-            deleted = ident in self._open and self._open[ident].vanished is not None
-            if followed.session in self._sessions and not deleted and named.get(ident) != followed.path:
+            if followed.session in self._sessions and not self._deleted(ident) and named.get(ident) != followed.path:
                 return True
         return not named.keys() <= self.files.keys() | self._copies.keys()
+
+    def _deleted(self, ident: tuple[int, int]) -> bool:
+        """Whether a followed file is known to be deleted (held open until read to its end)."""
+        opened = self._open.get(ident)
+        return opened is not None and opened.vanished is not None
 
     def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
         """(session, name under logs/, path, stat) of every log file now (not a link)."""
@@ -253,8 +257,6 @@ class Tailer:
             followed.path = name
             if opened.fd is None and st.st_size == followed.size == followed.offset:
                 continue  # closed while idle, read to its end and grown no more: nothing to open it for
-            if opened.fd is not None and st.st_size == followed.size:
-                continue  # held open (its inode no other file's) and the same size: neither truncated nor grown
             fd = self._fd(ident, opened)  # its head read through the inode: the path may be another's now
             if fd is None:
                 continue
@@ -311,8 +313,8 @@ class Tailer:
         mid-rotation may find ``NAME.k+1`` moved up already and ``NAME.k`` not yet."""
         rotations: dict[tuple[str, str], list[tuple[int, Followed]]] = {}
         for ident, followed in self.files.items():
-            if ident in self._open and self._open[ident].vanished is not None:
-                continue  # deleted: its name may be another's now
+            if self._deleted(ident):
+                continue  # its name may be another's now
             name, place = rotation_place(self._name_now(followed))
             rotations.setdefault((followed.session, name), []).append((place, followed))
         for followed in new:

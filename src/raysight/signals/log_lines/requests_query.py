@@ -210,9 +210,8 @@ def latency_bins(
     keys, rows = _percentiles(con, query, by, step)
     series: dict[tuple[Any, ...], dict[str, list[Any]]] = {}
     for *named, at, count, errors, values in rows:
-        bins = series.setdefault(tuple(named), {name: [0] * n for name in ("requests", "errors")})
-        for name in QUANTILES:
-            bins.setdefault(name, [None] * n)
+        if (bins := series.get(tuple(named))) is None:
+            bins = series[tuple(named)] = {"requests": [0] * n, "errors": [0] * n} | {q: [None] * n for q in QUANTILES}
         if 0 <= (i := (at - first) // step) < n:
             for name, value in zip(("requests", "errors", *QUANTILES), (count, errors, *values)):
                 bins[name][i] = value

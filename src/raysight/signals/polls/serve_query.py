@@ -12,6 +12,7 @@ import duckdb
 import orjson
 
 from raysight.signals.polls.parse import SERVE_DETAILS
+from raysight.signals.ray_events.failures_query import CRASHED_REPLICA
 from raysight.store.statements import Query, dict_rows
 
 # Serve's state as Ray's dashboard answers where no Serve runs (``ServeInstanceDetails.get_empty_schema_dict``)
@@ -34,11 +35,10 @@ SERVE_SAMPLES = Query(
 # has it; else stopped by Serve, or, Ray never having sent its death, with the session)
 REPLICA_ACTORS = Query(
     "serve replica actors",
-    """SELECT a.actor_id, a.worker_id, a.state = 'DEAD' AS reported_dead,
+    f"""SELECT a.actor_id, a.worker_id, a.state = 'DEAD' AS reported_dead,
               coalesce(a.end_ns, a.inferred_end_ns) // 1000000 AS end_ms,
               coalesce(a.death_message, a.inferred_reason) AS death_message, c.actor_id IS NOT NULL AS crashed
-       FROM actors a LEFT JOIN (SELECT actor_id FROM actor_steps($session)
-                                WHERE replica AND first_death AND NOT normal_end) c USING (actor_id)
+       FROM actors a LEFT JOIN (SELECT actor_id FROM actor_steps($session) WHERE {CRASHED_REPLICA}) c USING (actor_id)
        WHERE a.session = $session AND list_contains($ids, a.actor_id)""",
 )
 
@@ -172,34 +172,31 @@ def replica_lives(
     lives: dict[tuple[str, str, str], dict[str, Any]] = {}
     for ns, last_ns, details in samples:
         seen = set()
-        for name, application in (details.get("applications") or {}).items():
-            if app is not None and name != app or not isinstance(application, dict):
+        for name, _, deployment_name, shown in _deployments(details, app):
+            if deployment is not None and deployment_name != deployment:
                 continue
-            for deployment_name, shown in (application.get("deployments") or {}).items():
-                if deployment is not None and deployment_name != deployment:
-                    continue
-                for replica in shown.get("replicas") or []:
-                    key = (name, deployment_name, str(replica.get("replica_id")))
-                    seen.add(key)
-                    life = lives.setdefault(
-                        key,
-                        {
-                            "application": name,
-                            "deployment": deployment_name,
-                            "replica_id": key[2],
-                            "state": None,
-                            "states": [],
-                            "first_seen_ms": ns // 1_000_000,
-                            "gone_ms": None,
-                        },
-                    )
-                    life.update({field: replica.get(field) for field in _REPLICA_FIELDS})
-                    started = replica.get("start_time_s")
-                    life["start_time_ms"] = None if started is None else round(started * 1000)
-                    life["last_seen_ms"] = last_ns // 1_000_000
-                    if life["state"] != replica.get("state"):
-                        life["state"] = replica.get("state")
-                        life["states"].append({"state": life["state"], "ts_ms": ns // 1_000_000})
+            for replica in shown.get("replicas") or []:
+                key = (name, deployment_name, str(replica.get("replica_id")))
+                seen.add(key)
+                life = lives.setdefault(
+                    key,
+                    {
+                        "application": name,
+                        "deployment": deployment_name,
+                        "replica_id": key[2],
+                        "state": None,
+                        "states": [],
+                        "first_seen_ms": ns // 1_000_000,
+                        "gone_ms": None,
+                    },
+                )
+                life.update({field: replica.get(field) for field in _REPLICA_FIELDS})
+                started = replica.get("start_time_s")
+                life["start_time_ms"] = None if started is None else round(started * 1000)
+                life["last_seen_ms"] = last_ns // 1_000_000
+                if life["state"] != replica.get("state"):
+                    life["state"] = replica.get("state")
+                    life["states"].append({"state": life["state"], "ts_ms": ns // 1_000_000})
         for key, life in lives.items():
             if key not in seen and life["gone_ms"] is None:
                 life["gone_ms"] = ns // 1_000_000

@@ -68,6 +68,8 @@ SERVE_NAMESPACE = "serve"  # Ray's namespace of Serve's actors (its controller, 
 SERVE_REPLICA_CLASS = "ServeReplica:"  # a replica's class name: ServeReplica:<app>:<deployment>
 SERVE_REPLICA_NAME = "SERVE_REPLICA::"  # a replica's actor name: SERVE_REPLICA::<app>#<deployment>#<replica ID>
 STOPPED_BY_SERVE = "RAY_KILL"  # how Serve stops its actors on purpose: the death's reason
+# A Serve replica that crashed, as a row of ACTOR_STEPS says: its first death, not Serve stopping it
+CRASHED_REPLICA = "replica AND first_death AND NOT normal_end"
 # A crashed replica's requests failed from this long before its death was recorded (its callers may log first) to
 # this long after
 REQUESTS_BEFORE_NS, REQUESTS_AFTER_NS = 10**9, 5 * 10**9
@@ -139,7 +141,7 @@ REPLICA_REQUESTS = Macro(
         SELECT actor_id, job_id, ts,
                regexp_extract(actor_name, '^{SERVE_REPLICA_NAME}(.*)#[^#]*#[^#]*$', 1) AS application,
                regexp_extract(actor_name, '#([^#]*)#[^#]*$', 1) AS deployment
-        FROM actor_steps(of_session) WHERE replica AND first_death AND NOT normal_end
+        FROM actor_steps(of_session) WHERE {CRASHED_REPLICA}
     )
     SELECT c.actor_id, c.job_id, q.request_id, max(q.ts_ns) AS ts_ns, any_value(q.route) AS route,
            arg_max(printf('%s %s %s', q.method, coalesce(q.route, ''), q.status), q.component = 'proxy') AS answer
