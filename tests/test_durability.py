@@ -18,10 +18,14 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from raysight import wire
+from raysight.agent.node_agent import batch_body
+from raysight.agent.tailer import Tailer
 from raysight.cli.query import folding_lines
 from raysight.client import Client
 from raysight.server.app import create_app
 from raysight.settings import DB_FILE, Settings
+from raysight.signals.log_lines import apply as log_lines_apply
 from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.run_exits import apply as run_exits_apply
 from raysight.signals.run_exits.parse import RunExit
@@ -465,8 +469,9 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
         (job,) = jobs()
         ended_ns = (job["start_time"] + 1000) * 1_000_000
         report = {"run_id": "run-1", "driver_pid": int(job["driver_info"]["pid"]), "exit_code": 3, "ended_ns": ended_ns}
-        release = threading.Event()
-        client.app.state.raysight.writer.call(lambda store: release.wait(5))  # folding stalls
+        stalled_now, release = threading.Event(), threading.Event()
+        client.app.state.raysight.writer.call(lambda store: (stalled_now.set(), release.wait(5)))  # folding stalls
+        assert stalled_now.wait(5)
         target = {"instance": "10.0.0.1:8080", "job": "ray"}
         scrape = {"session": job["session"], "scraped_ms": 1, "target": target, "text": "x 1\n"}
         for path, body in (("run-exit", report), ("ray-metrics", {"text": ""}), ("metrics", scrape)):
@@ -496,3 +501,57 @@ def test_a_run_exit_the_store_cannot_take_now_gets_503_and_raysight_runs_report_
         sessions = client.get("/api/raysight/sessions").json()["sessions"]
         assert client.post("/ingest/agent/run-exit", json=report).json() == {"ok": True}  # a retry that went through
         assert (jobs(), client.get("/api/raysight/sessions").json()["sessions"]) == ([job], sessions)
+
+
+def test_signals_interleaving_while_folding_rests_fold_as_a_group_each_and_out_of_order_loses_nothing(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rest after a round of groups holds for every signal: Ray's batches and an agent's log batches that
+    interleave meanwhile fold as one group of each, the events' first. Folded before the logs that came between them,
+    the events record as folded only what precedes the first log batch: a server stopped while the logs cannot be
+    folded (a disk failing) folds them at its next start, the events again as resends."""
+    session = "session_2026-11-23_01-02-03_000000_9"
+    logs = tmp_path / "ray" / session / "logs"
+    logs.mkdir(parents=True)
+    tailer = Tailer(logs.parent.parent, tmp_path / "checkpoint.json")
+    log_bodies = []
+    for line in ("first line\n", "second line\n"):
+        with (logs / "worker-a.out").open("a") as out:
+            out.write(line)
+        tailer.scan()
+        log_bodies.append(batch_body("node-1", tailer.read(1 << 20), []))
+    groups: list[str] = []
+    log_apply, events_apply = log_lines_apply.apply_logs, ray_apply.apply_posts
+    failing = [True]
+
+    def logs_folded(store: Store, bodies, journal_seq=None):  # type: ignore[no-untyped-def]
+        groups.append(f"logs {len(bodies)}")
+        if failing[0]:
+            raise OSError(errno.EIO, "disk failing")
+        return log_apply(store, bodies, journal_seq)
+
+    def events_folded(store: Store, posts, journal_seq=None, parsed=None):  # type: ignore[no-untyped-def]
+        groups.append(f"events {len(posts)}")
+        return events_apply(store, posts, journal_seq, parsed)
+
+    monkeypatch.setattr(log_lines_apply, "apply_logs", logs_folded)
+    monkeypatch.setattr(ray_apply, "apply_posts", events_folded)
+    monkeypatch.setattr("raysight.store.writer.MAX_REST_S", 1.5)
+    settings = Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=1000)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/ingest/ray-events?cluster=c", json=ray_batches[0]).status_code == 200
+        _until(lambda: groups == ["events 1"], what="the first group")  # then the fold thread rests
+        for events, body in zip(ray_batches[1:3], log_bodies, strict=True):
+            assert client.post("/ingest/ray-events?cluster=c", json=events).status_code == 200
+            assert client.post(wire.AGENT_LOGS, content=body, headers=JSON).status_code == 200
+        _until(lambda: groups[1:3] == ["events 2", "logs 2"], what="a group of each")
+        writer = client.app.state.raysight.writer
+        assert writer.backlog()["batches"] == 2 and writer.store.journal_folded() == 2  # the first log batch's is 3
+    failing[0] = False
+    with TestClient(create_app(settings)) as client:
+        _until(lambda: not client.get(wire.PING).json()["ingest_backlog"]["batches"], what="the replay")
+        lines = client.get("/api/raysight/logs", params={"session": session}).json()["rows"]
+        assert [line["text"] for line in lines] == ["first line", "second line"]
+        stored = sum(len(batch) for batch in ray_batches[:3])
+        assert (counters := client.get("/api/raysight/doctor").json()["counters"])["stored"] == stored
+        assert counters["deduplicated"] == len(ray_batches[2])  # the events after the first log batch, again

@@ -41,9 +41,9 @@ def accept(body: bytes) -> Accepted:
     return Accepted(body, len(notes), {"notes": len(notes)})
 
 
-def apply(store: Store, records: Sequence[Record], prepared: Any) -> None:
+def apply(store: Store, records: Sequence[Record], prepared: Any, folded: int) -> None:
     rows = [note for record in records for note in orjson.loads(record.body)]
-    with store.folding(records[-1].seq) as tx, tx.registered("staged_notes", arrow_rows(rows, NOTES.arrow_schema())):
+    with store.folding(folded) as tx, tx.registered("staged_notes", arrow_rows(rows, NOTES.arrow_schema())):
         tx.run(f"INSERT INTO {NOTES.name} SELECT * FROM staged_notes")
 
 

@@ -142,7 +142,8 @@ async def _journal(request: Request, body: bytes, started: float) -> Response:
     prior = state.resends.find(key)
     if prior is not None and prior[0] is None:
         state.metrics.resent(prior[1])
-        state.writer.call(lambda store: store.count(received=prior[1], deduplicated=prior[1], resent_batches=1))
+        counted = {"received": prior[1], "deduplicated": prior[1], "resent_batches": 1}
+        state.writer.call(lambda store: store.count(**counted), ordered=False)
         return JSONResponse({"ok": True, "received": prior[1], "resend": True})
     if prior is None:
         try:
@@ -260,7 +261,8 @@ async def _journal_spans(request: Request, body: bytes, json: bool) -> Response:
     dropped_at_source = int(dropped) if dropped.isdigit() and len(dropped) < 10 else 0
     if export.rejected or dropped_at_source:
         state.writer.call(
-            lambda store: store.count(spans_rejected=export.rejected, spans_dropped_at_source=dropped_at_source)
+            lambda store: store.count(spans_rejected=export.rejected, spans_dropped_at_source=dropped_at_source),
+            ordered=False,
         )
     return _otlp_answer(spans_parse.response(export.rejected, export.reason, json), json)
 
@@ -340,7 +342,7 @@ def written_route(signal: Signal, intake: WrittenIntake) -> BaseRoute:
         if intake.together:
             future = writer.call_together(intake.write, parsed)
         else:
-            future = writer.call(lambda store: intake.write(store, parsed))
+            future = writer.call(lambda store: intake.write(store, parsed), ordered=False)
         result = await _committed(future, intake.written)
         return JSONResponse({"ok": True, **({intake.answer: result} if intake.answer else {})})
 

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from raysight.store.store import Store
     from raysight.store.tx import Tx
 
-# A group of the signal's journalled records into the store, in one transaction that also records the last of them
-# folded; what ``prepare`` made of the same group beforehand, if it ran (else None)
-Apply = Callable[["Store", Sequence["Record"], Any], Any]
+# A group of the signal's journalled records into the store, in one transaction that also records the journal record
+# given as folded (``store.folding``: the last before which none is left unfolded, which the writer works out, since
+# the groups of different signals fold out of the journal's order); what ``prepare`` made of the same group
+# beforehand, if it ran (else None)
+Apply = Callable[["Store", Sequence["Record"], Any, int], Any]
 
 
 def fold_linger(settings: WriterSettings) -> float:

@@ -1,19 +1,20 @@
 """Three threads between the ingest routes and the store.
 
 The journal thread appends the POST bodies that are waiting, fsyncs once, and resolves each caller's future: the
-batch is durable and may be acknowledged. The gather thread makes groups of journalled batches and, when the machine
-has several cores, parses each (its signal's ``prepare``) while the group before is written. The fold thread applies
-each group to the store in one transaction that also records the last journal record folded; it runs the store's other
-writes (reindex, deletes, run exits) in order between groups. At start, the journal's unfolded records are folded
-first. A backlog bound turns a stalled store into 503s instead of an unbounded journal.
+batch is durable and may be acknowledged. The gather thread makes groups of journalled batches, one a signal, and,
+when the machine has several cores, parses each (its signal's ``prepare``) while the group before is written. The fold
+thread applies each group to the store in one transaction that also records the journal record before which none is
+left unfolded; it runs the store's other writes in order between groups (reindex, deletes) or as soon as it can (the
+signals written at once: scrapes, polls, run exits). At start, the journal's unfolded records are folded first. A
+backlog bound turns a stalled store into 503s instead of an unbounded journal.
 
 On a quiet server a batch is folded (queryable) a fraction of a second after it is acknowledged, having waited only
-its settings' ``fold_linger_s`` (:data:`raysight.settings.FOLD_LINGER_S`) for POSTs arriving with it (several nodes'
-aggregators). After each group the fold thread rests ``fold_rest`` (:data:`raysight.settings.FOLD_REST`) times as
-long as the group took: under load, what arrives while one group folds and rests
-makes the next group, so groups grow with the rate, the fixed cost of a group is spread over more events the busier
-the server is, and folding (at the lowest priority) is under way at most about a quarter of the time beside a busy
-Ray. A backlog that fills groups is drained without resting or waiting.
+its signal's linger (:data:`raysight.settings.FOLD_LINGER_S`) for POSTs arriving with it (several nodes'
+aggregators). After each round of groups the fold thread rests ``fold_rest`` (:data:`raysight.settings.FOLD_REST`)
+times as long as the round took: under load, what arrives of every signal while one round folds and rests makes the
+next round's groups, so groups grow with the rate, the fixed cost of a group is spread over more items the busier the
+server is, and folding (at the lowest priority) is under way at most about a quarter of the time beside a busy Ray,
+however the signals interleave. A backlog that fills a group is drained without resting or waiting.
 
 A group that fails to fold is never dropped, nor allowed to stop the folding of what follows it: on any error it is
 folded batch by batch. A batch whose content the store refuses is quarantined (its body kept with the reason); an
@@ -29,7 +30,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +103,40 @@ class Stall:
     tries: int
 
 
+class _Unfolded:
+    """The seqs of the journal records not yet folded, by kind, each kind's in the order they fold: what a fold may
+    record as folded while other kinds' records before it wait (journal thread and fold thread)."""
+
+    def __init__(self, folded: int) -> None:
+        self._lock = threading.Lock()
+        self._seqs: dict[str, deque[int]] = {}
+        self._last = folded  # the last record journalled
+
+    def add(self, record: Record) -> None:
+        with self._lock:
+            self._seqs.setdefault(record.kind, deque()).append(record.seq)
+            self._last = record.seq
+
+    def watermark(self, group: Sequence[Record]) -> int:
+        """The last journal record before which none will be unfolded once ``group`` (the first records of its kind
+        unfolded) is: a fold records it, and a restart folds what follows it again (which each signal's apply
+        stores once)."""
+        kind, folding = group[0].kind, len(group)
+        with self._lock:
+            heads = [
+                seqs[folding if k == kind else 0]
+                for k, seqs in self._seqs.items()
+                if len(seqs) > (folding if k == kind else 0)
+            ]
+            return min(heads) - 1 if heads else self._last
+
+    def done(self, group: Sequence[Record]) -> None:
+        with self._lock:
+            seqs = self._seqs[group[0].kind]
+            for _ in group:
+                seqs.popleft()
+
+
 class Writer:
     def __init__(
         self,
@@ -114,12 +150,14 @@ class Writer:
         self._prune_after = 0.0  # monotonic time of the next application of the retention
         folded = store.journal_folded()
         self.journal = Journal(store.data_dir / JOURNAL_DIR, folded)
+        self._unfolded = _Unfolded(folded)
         self._to_journal: queue.Queue[Any] = queue.Queue()
         self._to_fold: queue.Queue[Any] = queue.Queue()
         self._to_apply: queue.Queue[Any] = queue.Queue()  # groups gathered (and parsed), calls, _STOP
         self._unfinished = 0  # items handed to the fold thread that it has not finished
         self._finished = threading.Condition()
-        self._rest_until = 0.0  # when the fold thread's rest after its last group ends
+        self._rest_until = 0.0  # when the fold thread's rest after its last round ends
+        self._round_s = 0.0  # how long the groups of the round being folded have taken so far
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
@@ -131,6 +169,7 @@ class Writer:
         self._checkpoint_after = 0.0  # monotonic time before which no checkpoint is tried (after one failed)
         for record in self.journal.replay(folded):
             self._backlog(len(record.body), 1)
+            self._unfolded.add(record)
             self._to_fold.put(record)
         self._threads = [
             threading.Thread(target=self._journal_loop, name="raysight-journl", daemon=True),
@@ -172,10 +211,15 @@ class Writer:
         self._to_journal.put(((label, run_id, body, events, kind), future))
         return future
 
-    def call(self, fn: Callable[[Store], Any]) -> Future[Any]:
-        """Run ``fn(store)`` on the fold thread after what is queued now (reindex, deletes, run exits)."""
+    def call(self, fn: Callable[[Store], Any], ordered: bool = True) -> Future[Any]:
+        """Run ``fn(store)`` on the fold thread after what is queued now (reindex, deletes), or, not ``ordered``, as
+        soon as the fold thread is free (a write that depends on no journalled batch: a scrape, a poll), without
+        ending the round of groups being gathered."""
         future: Future[Any] = Future()
-        self._to_journal.put((fn, future))  # through the journal thread, so it stays behind earlier batches
+        if ordered:
+            self._to_journal.put((fn, future))  # through the journal thread, so it stays behind earlier batches
+        else:
+            self._hand((fn, future))
         return future
 
     def call_together(self, write: Callable[[Store, list[Any]], list[Any]], item: Any) -> Future[Any]:
@@ -188,7 +232,7 @@ class Writer:
             waiting.append((item, future))
             first = len(waiting) == 1
         if first:
-            self.call(lambda store: self._write_together(store, write))
+            self.call(lambda store: self._write_together(store, write), ordered=False)
         return future
 
     def _write_together(self, store: Store, write: Callable[[Store, list[Any]], list[Any]]) -> None:
@@ -258,6 +302,7 @@ class Writer:
                 future.set_exception(exc)
             return
         for record, (_, future) in zip(records, pending):
+            self._unfolded.add(record)
             self._to_fold.put(record)
             future.set_result(record)
 
@@ -273,52 +318,72 @@ class Writer:
             self._to_apply.put(_STOP)  # however gathering ends, the fold thread stops after what it was given
 
     def _gather(self) -> None:
-        draining, held = False, None  # held: a record of another kind than the group before it, which it ended
+        draining = False
         while True:
-            item, held = held or self._to_fold.get(), None
+            item = self._to_fold.get()
             if item is _STOP or self._stopping.is_set():
                 return
             if not isinstance(item, Record):
                 self._hand(item)
                 continue
             # Gather what arrives with the first POST, and while the fold thread finishes what it has and rests
-            # after its last group. Behind a full group the backlog is being drained: gather while the fold thread
+            # after its last round. Behind a full group the backlog is being drained: gather while the fold thread
             # writes the group before, and no longer.
             if not draining and not self._until_unfinished(0):
                 return
-            group, size, events, after = [item], len(item.body), item.events, None
-            signal = SIGNALS.get(item.kind)  # (one no longer registered: its records are quarantined)
-            linger = (signal.linger if signal else fold_linger)(self.settings)
-            deadline = None if draining else max(item.at + linger, self._rest_until)
-            while size < MAX_GROUP_BYTES and events < MAX_GROUP_EVENTS and not self._stopping.is_set():
-                if deadline is None:
-                    timeout = BUSY_POLL_S if self._unfinished else 0.0
-                else:
-                    timeout = max(0.0, deadline - time.monotonic())
-                try:
-                    nxt = self._to_fold.get(timeout=timeout)
-                except queue.Empty:
-                    if deadline is None and self._unfinished:
-                        continue
-                    break
-                if not isinstance(nxt, Record):
-                    after = nxt
-                    break
-                if nxt.kind != item.kind:  # a group folds one kind of body
-                    held = nxt
-                    break
-                group.append(nxt)
-                size, events = size + len(nxt.body), events + nxt.events
-            draining = size >= MAX_GROUP_BYTES or events >= MAX_GROUP_EVENTS
-            if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
-                return
-            # the fold thread is busy: parse the group meanwhile, where its signal parses ahead (Ray's events)
-            ahead = self._unfinished > 0 and self.store.threads > 1 and signal is not None and signal.prepare
-            self._hand(_Group(group, self._parse(group) if ahead else None))
+            self._round_s = 0.0  # (the fold thread is done with the round before, or drains: no rest)
+            groups, draining, after = self._round(item, draining)
+            for group in groups:
+                if not self._until_unfinished(1):  # at most one group parsed ahead of the one being folded
+                    return
+                # the fold thread is busy: parse the group meanwhile, where its signal parses ahead (Ray's events)
+                signal = SIGNALS.get(group[0].kind)
+                ahead = self._unfinished > 0 and self.store.threads > 1 and signal is not None and signal.prepare
+                self._hand(_Group(group, self._parse(group) if ahead else None))
             if after is _STOP:
                 return
             if after is not None:
                 self._hand(after)
+
+    def _round(self, first: Record, draining: bool) -> tuple[list[list[Record]], bool, Any]:
+        """The groups (one a kind, in the order each kind first came) of what arrives until the round's deadline:
+        the latest of each kind's first record's linger and the end of the fold thread's rest (none while
+        ``draining``: as soon as the fold thread is free); whether a group filled, which ends the round early; and
+        the ordered call that ended it, if one did, to be handed after its groups."""
+        groups: dict[str, list[Record]] = {}
+        filled: dict[str, tuple[int, int]] = {}  # a group's bytes and items
+        deadline = None if draining else self._rest_until
+        record = first
+        while True:
+            group = groups.setdefault(record.kind, [])
+            group.append(record)
+            size, items = filled.get(record.kind, (0, 0))
+            filled[record.kind] = size, items = size + len(record.body), items + record.events
+            if len(group) == 1 and deadline is not None:
+                signal = SIGNALS.get(record.kind)  # (one no longer registered: its records are quarantined)
+                deadline = max(deadline, record.at + (signal.linger if signal else fold_linger)(self.settings))
+            full = size >= MAX_GROUP_BYTES or items >= MAX_GROUP_EVENTS
+            if full or self._stopping.is_set():
+                return list(groups.values()), full, None
+            nxt = self._next(deadline)
+            if not isinstance(nxt, Record):
+                return list(groups.values()), False, nxt
+            record = nxt
+
+    def _next(self, deadline: float | None) -> Any:
+        """What the journal thread hands next before ``deadline`` (None: as soon as the fold thread is free), or
+        None."""
+        while True:
+            if deadline is None:
+                timeout = BUSY_POLL_S if self._unfinished else 0.0
+            else:
+                timeout = max(0.0, deadline - time.monotonic())
+            try:
+                return self._to_fold.get(timeout=timeout)
+            except queue.Empty:
+                if deadline is None and self._unfinished:
+                    continue
+                return None
 
     def _parse(self, group: list[Record]) -> Any:
         """``group`` parsed ahead by its signal for the fold thread, or None (it parses the group itself, and says
@@ -364,7 +429,8 @@ class Writer:
                 started = time.monotonic()
                 self._fold(item.records, item.parsed)
                 ended = time.monotonic()
-                self._rest_until = ended + min(self.settings.fold_rest * (ended - started), MAX_REST_S)
+                self._round_s += ended - started
+                self._rest_until = ended + min(self.settings.fold_rest * self._round_s, MAX_REST_S)
             else:
                 _settle(item[1], item[0], self.store)
             with self._finished:
@@ -409,7 +475,7 @@ class Writer:
                 signal = SIGNALS.get(group[0].kind)
                 if signal is None or signal.apply is None:
                     raise LookupError(f"no signal registered journals records of kind {group[0].kind!r}")
-                result = signal.apply(self.store, group, parsed)
+                result = signal.apply(self.store, group, parsed, self._unfolded.watermark(group))
             except Exception as exc:  # noqa: BLE001 (split, quarantined or retried: never dropped)
                 parsed = None  # dropped by the failed apply: what follows parses again
                 if len(group) > 1:
@@ -442,7 +508,7 @@ class Writer:
             try:
                 if isinstance(exc, MEMORY_ERRORS) and kept_in is None:  # the table may not hold it either
                     kept_in = self.journal.keep_aside(f"{record.seq:016d}.batch", record.body)
-                self.store.quarantine_batch(record.body, reason, record.seq, kept_in)
+                self.store.quarantine_batch(record.body, reason, self._unfolded.watermark([record]), kept_in)
             except Exception as failure:  # noqa: BLE001 (environmental: retried)
                 if self._wait(failure, next(delays)):
                     continue
@@ -452,7 +518,8 @@ class Writer:
 
     def _done(self, group: list[Record], result: Any, seconds: float) -> None:
         self.stall = None
-        self.journal.release(group[-1].seq)
+        self.journal.release(self._unfolded.watermark(group))
+        self._unfolded.done(group)
         self._backlog(-sum(len(r.body) for r in group), -len(group))
         if self._on_commit and result is not None:
             self._on_commit(result, seconds)

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from raysight.store.store import Store
 
 
-def applied(store: Store, records: Sequence[Record], parsed: None) -> None:
+def applied(store: Store, records: Sequence[Record], parsed: None, folded: int) -> None:
     from raysight.signals.log_lines.apply import apply_logs
 
-    apply_logs(store, [record.body for record in records], journal_seq=records[-1].seq)
+    apply_logs(store, [record.body for record in records], journal_seq=folded)
 
 
 def accept(body: bytes) -> Accepted:

@@ -23,10 +23,10 @@ def posts(records: Sequence[Record]) -> list[Post]:
     return [Post(record.body, record.label, record.run_id) for record in records]
 
 
-def applied(store: Store, records: Sequence[Record], parsed: Parsed | None) -> ApplyResult:
+def applied(store: Store, records: Sequence[Record], parsed: Parsed | None, folded: int) -> ApplyResult:
     from raysight.signals.ray_events.apply import apply_posts
 
-    return apply_posts(store, posts(records), journal_seq=records[-1].seq, parsed=parsed)
+    return apply_posts(store, posts(records), journal_seq=folded, parsed=parsed)
 
 
 def prepared(store: Store, records: Sequence[Record]) -> Parsed:

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from raysight.store.tx import Tx
 
 
-def applied(store: Store, records: Sequence[Record], parsed: None) -> None:
+def applied(store: Store, records: Sequence[Record], parsed: None, folded: int) -> None:
     from raysight.signals.spans.apply import apply_spans
 
-    apply_spans(store, [record.body for record in records], journal_seq=records[-1].seq)
+    apply_spans(store, [record.body for record in records], journal_seq=folded)
 
 
 def linger(settings: WriterSettings) -> float:
