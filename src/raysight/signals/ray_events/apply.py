@@ -22,7 +22,7 @@ from raysight.signals.ray_events import event_stages as stage
 from raysight.signals.ray_events.event_stages import SUPPORTED_TYPES
 from raysight.signals.ray_events.merge import merge_patches
 from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, event_patches
-from raysight.signals.ray_events.reconcile import reconcile
+from raysight.signals.ray_events.reconcile import SPANS_KEPT, reconcile, reconcile_tasks
 from raysight.store import schema
 from raysight.store.opening import STAGING
 from raysight.store.statements import Stage
@@ -201,9 +201,14 @@ def _fold(tx: Tx, part: Folding, patches: Patches) -> None:
     seqs = tx.run(stage.PATCHED.sql).fetchall()
     _upsert_patches(tx, part, (p for (seq,) in seqs for p in patches[seq]))
     part.stage(tx, stage.SESSIONS)
+    (kept,) = tx.one(SPANS_KEPT.sql) if not seqs else (False,)
     _upsert(tx, part, "sessions", stage.SESSIONS.name)
     sessions = [row[0] for row in tx.run(f"SELECT session FROM {stage.SESSIONS.name} ORDER BY 1").fetchall()]
-    reconcile(tx.run, sessions)
+    if kept:  # task rows alone changed: only their inferences may
+        tasks = [row[0] for row in tx.run(f"SELECT DISTINCT task_id FROM {stage.TASKS.name}").fetchall()]
+        reconcile_tasks(tx.run, sessions, tasks)
+    else:
+        reconcile(tx.run, sessions)
 
 
 def upsert_patches(store: Store, tx: Tx, patches: Iterable[tuple[str, Key, Patch]]) -> None:
