@@ -20,6 +20,7 @@ from raysight.store import catalog
 from raysight.store.statements import Group, bind, params
 from raysight.store.store import Store
 from tests.conftest import run_exit
+from tests.test_reconcile import retried
 from tests.test_store import load, post, snapshot
 
 
@@ -30,6 +31,7 @@ def samples(store: Store) -> dict[str, Any]:
         **dict.fromkeys(("job", "since", "until", "type", "node", "worker", "at", "step", "start", "end")),
         "session": session,
         "sessions": [session],
+        "tasks": [task],
         "of_session": session,
         "of_sessions": [session],
         "name": "rec",
@@ -132,9 +134,10 @@ class Statements(logging.Handler):
 def test_the_store_runs_each_group_in_the_order_it_is_printed(
     tmp_path: Path, ray_batches: list[list[dict[str, Any]]]
 ) -> None:
-    """A group parsed in the transaction, then one parsed on another connection, a reindex, and a driver's exit that
-    ends the session (so that its nodes', workers' and actors' ends are at stake): each group's statements are among
-    those the store ran, in the group's order."""
+    """A group parsed in the transaction, then one parsed on another connection (each with a malformed event), a
+    reindex, a driver's exit that ends the session (so that its nodes', workers' and actors' ends are at stake), and a
+    later attempt of a task left open (task events alone, reconciled by their tasks): each group's statements are
+    among those the store ran, in the group's order."""
     logged, log = Statements(), logging.getLogger("raysight.store.sql")
     log.addHandler(logged)
     level = log.level
@@ -142,10 +145,16 @@ def test_the_store_runs_each_group_in_the_order_it_is_printed(
     store = Store(tmp_path)
     try:
         half = len(ray_batches) // 2
-        apply_posts(store, [post(batch, "rec", "run-1") for batch in ray_batches[:half]])
-        apply_posts(store, [], parsed=parse_posts(store, [post(batch, "rec", "run-1") for batch in ray_batches[half:]]))
+        malformed = post([{"eventId": "not base64"}])  # (quarantined)
+        apply_posts(store, [post(batch, "rec", "run-1") for batch in ray_batches[:half]] + [malformed])
+        rest = [post(batch, "rec", "run-1") for batch in ray_batches[half:]] + [malformed]
+        apply_posts(store, [], parsed=parse_posts(store, rest))
         reindex(store)
         run_exit(store, "run-1", None, 0, 2**62)
+        running = "SELECT task_id, attempt FROM tasks WHERE reported_state = 'RUNNING' LIMIT 1"
+        (attempt,) = store.con.execute(running).fetchall()
+        events = [e for batch in ray_batches for e in batch]
+        apply_posts(store, [post([retried(events[0]["sessionName"], *attempt, events[-1]["timestamp"])])])
     finally:
         store.close()
         log.removeHandler(logged)

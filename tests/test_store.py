@@ -17,6 +17,7 @@ from raysight.signals.ray_events import apply as ray_apply
 from raysight.signals.ray_events import entities, summary_query
 from raysight.signals.ray_events.apply import Post, apply_posts, parse_posts, reindex
 from raysight.signals.ray_events.state_query import list_rows
+from raysight.store import schema
 from raysight.store.sessions_query import EVERY_SESSION, latest_session, resolve_session
 from raysight.store.store import Store
 from tests.conftest import FIXTURES, run_exit
@@ -303,3 +304,25 @@ def test_numbers_that_do_not_fit_their_columns_are_quarantined_not_wedging_the_s
     assert result.stored == 2 and result.quarantined == 4
     reasons = [r for (r,) in store.con.execute("SELECT reason FROM quarantine").fetchall()]
     assert all("bits" in r or "timestamp" in r for r in reasons), reasons
+
+
+def test_a_few_rows_merged_in_one_statement_fold_as_an_insert_then_a_merge(
+    tmp_path: Path, ray_batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small groups (a trickle's POSTs, their rows merged in one statement) leave every folded table as the insert
+    and merge of a big group's rows do, whatever order the events come in."""
+    events = [e for b in ray_batches for e in b]
+    random.Random(3).shuffle(events)
+    chunks = [events[i : i + 3] for i in range(0, len(events), 3)]
+    stores = {}
+    for at_once in (ray_apply.MERGED_AT_ONCE, 0):
+        monkeypatch.setattr(ray_apply, "MERGED_AT_ONCE", at_once)
+        stores[at_once] = Store(tmp_path / str(at_once))
+        load(stores[at_once], chunks + chunks[:5])
+    one, two = (
+        {t: s.con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in schema.FOLDED_TABLES}
+        for s in stores.values()
+    )
+    assert one == two and all(one.values())
+    for s in stores.values():
+        s.close()

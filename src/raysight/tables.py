@@ -215,6 +215,12 @@ class FoldedTable:
         return [self.ddl()] + _added(self.name, self.staged + self.inferred)
 
     @property
+    def null_keeps(self) -> bool:
+        """Whether merging a NULL into any of its columns keeps the stored value (no ``sum``: NULL becomes 0; no
+        ``union``: NULL becomes [])."""
+        return all(c.rule in ("latest", "keep", "least", "greatest") for c in self.columns)
+
+    @property
     def fresh(self) -> dict[str, str]:
         """Each staged column as a new row takes it (histories sorted and deduplicated)."""
         return {c.name: (f"merge_list(NULL, {c.name})" if c.rule == "union" else c.name) for c in self.staged}

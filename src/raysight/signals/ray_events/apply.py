@@ -22,7 +22,7 @@ from raysight.signals.ray_events import event_stages as stage
 from raysight.signals.ray_events.event_stages import SUPPORTED_TYPES
 from raysight.signals.ray_events.merge import merge_patches
 from raysight.signals.ray_events.parse import HANDLERS, Key, Patch, event_patches
-from raysight.signals.ray_events.reconcile import reconcile
+from raysight.signals.ray_events.reconcile import SPANS_KEPT, reconcile, reconcile_tasks
 from raysight.store import schema
 from raysight.store.opening import STAGING
 from raysight.store.statements import Stage
@@ -32,6 +32,7 @@ from raysight.tables import arrow_rows
 
 _INSERTED = "inserted_keys"  # the keys an upsert inserted (an Arrow table), which its merge leaves out
 REINDEX_CHUNK = 100_000
+MERGED_AT_ONCE = 16  # rows: where one merge statement costs less than an insert and a merge (a trickle's POST)
 Patches = dict[int, list[tuple[str, Key, Patch]]]  # an event's sequence number in its group → its patches
 
 
@@ -64,13 +65,13 @@ class ApplyResult:
 
 class Folding:
     """What the signal keeps beside a store (``store.part("ray", Folding)``): the staging relations the group being
-    written has made, the merges written so far (by table and the columns they set), and the parser's connection
-    (made on first use), closed with the store."""
+    written has made, the merges written so far (by table, relation and the columns they set), and the parser's
+    connection (made on first use), closed with the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.staged: dict[str, Stage] = {}
-        self.merges: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.merges: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self.parser: duckdb.DuckDBPyConnection | None = None
         self.parses = 0
 
@@ -121,8 +122,8 @@ def _apply(store: Store, posts: Sequence[Post], journal_seq: int | None, parsed:
         else:
             part.stage(tx, stage.parsed(parsed.table))
             patches = parsed.patches
-        received, unsupported = tx.one(stage.RECEIVED.sql)
-        (quarantined,) = tx.one(stage.QUARANTINE.sql)
+        received, unsupported, malformed = tx.one(stage.RECEIVED.sql)
+        (quarantined,) = tx.one(stage.QUARANTINE.sql) if malformed else (0,)
         part.stage(tx, stage.SEEN)  # a resend, or an event twice in the group: fold each first sighting once
         part.stage(tx, stage.FRESH)
         (stored,) = tx.one(stage.INSERT_RAW.sql)
@@ -198,12 +199,17 @@ def _fold(tx: Tx, part: Folding, patches: Patches) -> None:
     _upsert(tx, part, "tasks", stage.TASKS.name)
     for appended in stage.APPENDED:
         tx.run(appended.sql)
-    seqs = tx.run(stage.PATCHED.sql).fetchall()
+    seqs = tx.run(stage.PATCHED.sql).fetchall() if patches else []  # (each event of those types has patches)
     _upsert_patches(tx, part, (p for (seq,) in seqs for p in patches[seq]))
     part.stage(tx, stage.SESSIONS)
+    (kept,) = tx.one(SPANS_KEPT.sql) if not seqs else (False,)
     _upsert(tx, part, "sessions", stage.SESSIONS.name)
     sessions = [row[0] for row in tx.run(f"SELECT session FROM {stage.SESSIONS.name} ORDER BY 1").fetchall()]
-    reconcile(tx.run, sessions)
+    if kept:  # task rows alone changed: only their inferences may
+        tasks = [row[0] for row in tx.run(f"SELECT DISTINCT task_id FROM {stage.TASKS.name}").fetchall()]
+        reconcile_tasks(tx.run, sessions, tasks)
+    else:
+        reconcile(tx.run, sessions)
 
 
 def upsert_patches(store: Store, tx: Tx, patches: Iterable[tuple[str, Key, Patch]]) -> None:
@@ -221,21 +227,33 @@ def _upsert_patches(tx: Tx, part: Folding, patches: Iterable[tuple[str, Key, Pat
 
 def _upsert(tx: Tx, part: Folding, name: str, staged: str) -> None:
     """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
-    cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets)."""
+    cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets). A few rows are merged in
+    one statement where that writes the same: one row, or rows of a table whose merges keep the stored value of a
+    column a row leaves NULL (then the columns any row sets may be merged into every stored row)."""
     table = schema.FOLDED_TABLES[name]
-    inserted = tx.returning(table.insert_sql(staged), [c.name for c in table.keys])
     (total,) = tx.one(f"SELECT count(*) FROM {staged}")
+    if 0 < total <= MERGED_AT_ONCE and (total == 1 or table.null_keeps):
+        _merge(tx, part, name, staged)
+        return
+    inserted = tx.returning(table.insert_sql(staged), [c.name for c in table.keys])
     if inserted.num_rows == total:
         return
     keys = ", ".join(c.name for c in table.keys)
     with tx.registered(_INSERTED, inserted):
         merging = Stage("merging", f"SELECT * FROM {staged} ANTI JOIN {_INSERTED} USING ({keys})")
         part.stage(tx, merging)
-    counts = tx.one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + f" FROM {merging.name}")
+    _merge(tx, part, name, merging.name)
+
+
+def _merge(tx: Tx, part: Folding, name: str, staged: str) -> None:
+    """Merge the rows of ``staged`` into the stored rows of their keys (inserting those of new keys), setting only
+    the columns some row sets."""
+    table = schema.FOLDED_TABLES[name]
+    counts = tx.one("SELECT " + ", ".join(f"count({c.name})" for c in table.columns) + f" FROM {staged}")
     columns = tuple(c.name for c, n in zip(table.columns, counts) if n)
-    sql = part.merges.get((name, columns))
+    sql = part.merges.get((name, staged, columns))
     if sql is None:
-        sql = part.merges[(name, columns)] = table.merge_sql(merging.name, list(columns))
+        sql = part.merges[(name, staged, columns)] = table.merge_sql(staged, list(columns))
     tx.run(sql).fetchall()
 
 

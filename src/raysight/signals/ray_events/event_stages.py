@@ -366,9 +366,11 @@ def parsed(table: str) -> Stage:
 SUPPORTED_TYPES = sorted([*HANDLERS, *TASK_PAYLOADS])
 RECEIVED = Query(
     "received",
-    f"""SELECT count(*), count(*) FILTER (reason IS NULL AND NOT list_contains({sql_list(SUPPORTED_TYPES)}, event_type))
+    f"""SELECT count(*),
+               count(*) FILTER (reason IS NULL AND NOT list_contains({sql_list(SUPPORTED_TYPES)}, event_type)),
+               count(reason)
         FROM {EVENTS.name}""",
-    about="the events of the group, and those of a type the store does not fold",
+    about="the events of the group, those of a type the store does not fold, and the malformed",
 )
 QUARANTINE = Query(
     "quarantine",
@@ -376,7 +378,7 @@ QUARANTINE = Query(
         SELECT md5(body), session, reason, now(), body FROM {EVENTS.name} WHERE reason IS NOT NULL
         QUALIFY row_number() OVER (PARTITION BY md5(body) ORDER BY seq) = 1
         ON CONFLICT DO NOTHING""",
-    about="the malformed events kept, each body once",
+    about="the malformed events kept, each body once (where there are any)",
 )
 # An event is its session, ID and timestamp (a resend repeats all three): joined on the three, DuckDB reads only the
 # raw row groups whose time span (their zone maps) meets the group's, so finding resends costs little at any store
@@ -471,7 +473,7 @@ APPENDED = (_appended("task_transitions", TRANSITIONS), _appended("task_profile"
 PATCHED = Query(
     "patched",
     f"SELECT seq FROM {FRESH.name} WHERE list_contains({sql_list(HANDLERS)}, event_type) ORDER BY seq",
-    about="the fresh events of the types folded in Python",
+    about="the fresh events of the types folded in Python (where the group has any)",
 )
 SESSIONS = Stage(
     "staged_sessions",

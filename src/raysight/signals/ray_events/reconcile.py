@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from raysight.signals.ray_events.event_stages import TERMINAL_SQL
+from raysight.signals.ray_events.event_stages import SESSIONS, TERMINAL_SQL
 from raysight.store.schema import task_actor_id_sql, task_kind_sql
 from raysight.store.statements import Group, Macro, Query, Stage, bind
 
@@ -126,38 +126,39 @@ ENDED = Stage("ended_sessions", "FROM session_ends($sessions)", about="when each
 DEAD_NODES = Stage("dead_nodes", "FROM node_deaths($sessions)", about="the nodes that died, and how")
 
 # An attempt Ray sent no definition for (an actor's restart, a retry whose owner died) takes its attempt 0's.
-BORROW_DEFINITION = Query(
-    "borrowed definitions",
-    f"""
+# ``{only}``: every task of the sessions, or (in :data:`RECONCILE_TASKS`) the tasks of ``$tasks`` alone.
+_BORROW = f"""
     UPDATE tasks SET type = d.type, name = d.name, func_or_class_name = d.func_or_class_name,
            module_name = d.module_name, language = d.language, actor_id = d.actor_id,
            parent_task_id = d.parent_task_id, job_id = coalesce(tasks.job_id, d.job_id)
     FROM tasks d
     WHERE tasks.session IN {_SESSIONS} AND tasks.defined IS NULL AND d.session IN {_SESSIONS}
       AND d.session = tasks.session AND d.task_id = tasks.task_id AND d.defined AND d.attempt = 0
-      AND tasks.attempt > 0""",
+      AND tasks.attempt > 0{{only}}"""
+_CLEAR = f"""
+    UPDATE tasks SET inferred_state = NULL, inferred_reason = NULL, inferred_error_type = NULL
+    WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL_SQL}{{only}}"""
+_TASKS = " AND tasks.task_id IN (SELECT unnest($tasks::VARCHAR[]))"
+BORROW_DEFINITION = Query(
+    "borrowed definitions",
+    _BORROW.replace("{only}", ""),
     about="what an attempt sent no definition for takes its attempt 0's",
 )
 CLEAR = Query(
     "cleared",
-    f"""
-    UPDATE tasks SET inferred_state = NULL, inferred_reason = NULL, inferred_error_type = NULL
-    WHERE session IN {_SESSIONS} AND inferred_state IS NOT NULL AND reported_state IN {TERMINAL_SQL}""",
+    _CLEAR.replace("{only}", ""),
     about="an inference Ray's own end state has since replaced, cleared",
 )
 
 # What may have ended each open attempt, in stages: the attempts still open, whether a later attempt began, how their
 # jobs ended, the evidence of each, how their actors' creation went, and the verdict each is given.
-OPEN = Stage(
-    "open_attempts",
-    f"""
+_OPEN = f"""
     SELECT session, task_id, attempt, coalesce(worker_id, exec_worker_id) AS worker_id, node_id, job_id,
            coalesce(reported_state, 'NIL') AS state, executed_ns, least(first_ns, exec_start_ns) AS begun_ns,
            {task_kind_sql("task_id")} = 'DRIVER_TASK' AS driver
     FROM tasks
-    WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL_SQL}""",
-    about="the attempts Ray has sent no end state of",
-)
+    WHERE session IN {_SESSIONS} AND coalesce(reported_state, 'NIL') NOT IN {TERMINAL_SQL}{{only}}"""
+OPEN = Stage("open_attempts", _OPEN.replace("{only}", ""), about="the attempts Ray has sent no end state of")
 RETRIED = Stage(
     "retried_attempts",
     f"""
@@ -346,6 +347,36 @@ RECONCILE = Group(
     (AFFECTED, *_INFERENCE, AT_STAKE, *ENDS_INFERRED),
     "what is inferred of the sessions a write touched (the last three only where ends are at stake)",
 )
+
+# A fold that changed only task rows, and left its sessions' spans as they were but for a later last event (where no
+# session of the label began after it: one with a successor ends at its last event), changes no session's end, and no
+# node, worker, actor or job: only the inferences of its tasks' attempts may change (an attempt's reads its own row,
+# its task's other attempts, and those). True when each session of the group (``staged_sessions``) keeps its label,
+# run ID, first event and successor as the store has them.
+SPANS_KEPT = Query(
+    "spans kept",
+    f"""
+    SELECT count(*) = (SELECT count(*) FROM {SESSIONS.name})
+    FROM {SESSIONS.name} n JOIN sessions s USING (session)
+    WHERE (n.label IS NULL OR s.label IS NOT NULL) AND (n.run_id IS NULL OR s.run_id IS NOT NULL)
+      AND s.first_ns <= n.first_ns
+      AND (n.last_ns <= s.last_ns
+           OR NOT EXISTS (SELECT 1 FROM sessions l WHERE l.label = s.label AND l.first_ns > s.last_ns))""",
+    about="whether the group leaves every session's span as reconciliation reads it",
+)
+_OF_TASKS = " AND tasks.task_id IN (SELECT unnest($tasks::VARCHAR[]))"
+_VERDICT = (ENDED, DEAD_NODES, RETRIED, JOB_ENDS, EVIDENCE, CREATED, VERDICTS, INFER)
+RECONCILE_TASKS = Group(
+    "reconcile tasks",
+    (
+        Query(f"{BORROW_DEFINITION.name} of $tasks", _BORROW.replace("{only}", _OF_TASKS), BORROW_DEFINITION.about),
+        Query(f"{CLEAR.name} of $tasks", _CLEAR.replace("{only}", _OF_TASKS), CLEAR.about),
+        Stage(OPEN.name, _OPEN.replace("{only}", _OF_TASKS), about=f"{OPEN.about}, of $tasks"),
+        *_VERDICT,
+    ),
+    "what is inferred of the attempts of the tasks a write of task events alone touched, where the spans were kept "
+    "(the rest only where one of them is open)",
+)
 Run = Callable[[str, object], duckdb.DuckDBPyConnection]
 
 
@@ -361,5 +392,24 @@ def reconcile(run: Run, sessions: list[str]) -> None:
         for query in ENDS_INFERRED:
             run(query.sql, bind(query.sql, affected))
     for stage in _INFERENCE:
+        if isinstance(stage, Stage):
+            run(stage.drop, None)
+
+
+def reconcile_tasks(run: Run, sessions: list[str], tasks: list[str]) -> None:
+    """Re-derive what is inferred of the attempts of ``tasks`` in ``sessions``, after a fold that changed nothing else
+    reconciliation reads (:data:`SPANS_KEPT`), by the statements of :data:`RECONCILE_TASKS`: what :func:`reconcile`
+    would have written."""
+    if not tasks:
+        return
+    values = {"sessions": sessions, "tasks": tasks}
+    borrow, clear, open_attempts, *verdict = RECONCILE_TASKS.steps
+    for step in (borrow, clear):
+        run(step.sql, bind(step.sql, values))
+    ((opened,),) = run(open_attempts.sql, bind(open_attempts.sql, values)).fetchall()
+    made = [open_attempts, *(verdict if opened else ())]
+    for step in made[1:]:
+        run(step.sql, bind(step.sql, values))
+    for stage in made:
         if isinstance(stage, Stage):
             run(stage.drop, None)
