@@ -193,10 +193,11 @@ FOLD_LINGER_S = 0.05
 # each at its own moment, and a fold's fixed cost (~15 ms of DuckDB statements and a commit) paid for every one of
 # them was most of what the server cost a busy Ray (benchmarks/tracing.py). A trace shows this much later.
 SPANS_LINGER_S = 1.0
-# After each group the fold thread rests this many times as long as the group took (wall clock, so a busy machine,
-# which stretches a fold at niceness 19, lengthens the rest), up to the writer's MAX_REST_S: folding takes at most a
-# quarter of the time, and under load groups grow instead of their fixed cost being paid back to back beside a busy
-# Ray (benchmarks/ray_task_throughput.py). A batch arriving once the rest is over folds after FOLD_LINGER_S.
+# After each round of groups (every signal's that arrived meanwhile) the fold thread rests this many times as long as
+# the round took (wall clock, so a busy machine, which stretches a fold at niceness 19, lengthens the rest), up to the
+# writer's MAX_REST_S: folding takes at most a quarter of the time, and under load groups grow instead of their fixed
+# cost being paid back to back beside a busy Ray (benchmarks/ray_task_throughput.py, benchmarks/serve.py). A batch
+# arriving once the rest is over folds after its signal's linger.
 FOLD_REST = 3.0
 
 
