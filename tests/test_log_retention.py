@@ -13,9 +13,12 @@ import orjson
 import pytest
 
 from raysight import units
+from raysight.agent.node_agent import batch_body
+from raysight.agent.tailer import Tailer
 from raysight.client import Client
 from raysight.settings import Retention, age, amount
 from raysight.signals.log_lines import log_index
+from raysight.signals.log_lines.apply import apply_logs
 from raysight.signals.log_lines.log_retention import prune_logs
 from raysight.signals.log_lines.logs_query import LogQuery, log_lines
 from raysight.store.sessions_query import latest_session
@@ -161,3 +164,33 @@ def test_a_bad_retention_is_refused_at_start(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_the_serve_requests_of_the_lines_dropped_go_with_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serve's requests are read from its access lines (``serve_requests``): those the retention drops take their
+    requests with them, and the requests of the lines kept stay."""
+    monkeypatch.setattr(log_index, "BLOCK_LINES", 16)
+    store = Store(tmp_path / "data")
+    serve = tmp_path / "ray" / "session_2026-11-23_01-02-03_000000_9" / "logs" / "serve"
+    serve.mkdir(parents=True)
+    tailer = Tailer(serve.parent.parent.parent, tmp_path / "checkpoint.json")
+    try:
+        for batch in range(3):
+            with (serve / "proxy_10.0.0.1.log").open("a") as out:
+                for n in range(batch * 20, batch * 20 + 20):
+                    out.write(f"INFO 2026-11-23 01:02:03,242 proxy 10.0.0.1 req-{n} -- GET /shop 200 1.0ms\n")
+            tailer.scan()
+            chunks = tailer.read(1 << 24)
+            apply_logs(store, [batch_body("node-1", chunks, [])])
+            tailer.commit(chunks, [])
+
+        def requests() -> list[str]:
+            rows = store.reader().execute("SELECT request_id FROM serve_requests ORDER BY seq").fetchall()
+            return [request_id for (request_id,) in rows]
+
+        assert requests() == [f"req-{n}" for n in range(60)]
+        assert prune_logs(store, Retention(max_size="1B")) == 47  # seq 1-47: all but the block being filled (48-63)
+        assert requests() == [f"req-{n}" for n in range(47, 60)]
+    finally:
+        tailer.close()
+        store.close()
