@@ -150,7 +150,7 @@ class _Serve:
 
 
 A, B, C = ("/shop", "req-a", "shop"), ("/shop", "req-b", "shop"), ("/quiet", "req-c", "quiet")
-D = ("/slow", "req-d", "shop")  # a slow one
+D = ("/slow", "req/d", "shop")  # a slow one, its ID (a client's X-Request-ID) holding a /
 
 
 def _write_serve_logs(serve_dir: Path) -> None:
@@ -320,15 +320,15 @@ def test_serve_requests_are_found_by_status_latency_app_and_route(shipped: Serve
         ("Cart", CART, "GET", None, "503", 0.4),
         ("Model", MODEL, "CALL", "__call__", "ERROR", 0.3),
     ]
-    assert [by_id[i]["error"] for i in ("req-a", "req-c", "req-d")] == [False, False, False]
+    assert [by_id[i]["error"] for i in ("req-a", "req-c", "req/d")] == [False, False, False]
     assert _ids(shipped, "--status", "5xx") == _ids(shipped, "--status", "503") == _ids(shipped, "--status", "error")
     assert _ids(shipped, "--status", "5xx") == ["req-b"]
-    assert _ids(shipped, "--status", "200") == ["req-a", "req-c", "req-d"]
+    assert _ids(shipped, "--status", "200") == ["req-a", "req-c", "req/d"]
     (slow,) = _requests(shipped, "--min-latency", "250ms")["requests"]
-    assert (slow["request_id"], slow["latency_ms"], slow["route"]) == ("req-d", 812.5, "/slow")
+    assert (slow["request_id"], slow["latency_ms"], slow["route"]) == ("req/d", 812.5, "/slow")
     assert [(r["deployment"], r["latency_ms"]) for r in slow["replicas"]] == [("Model", 800.1)]
-    assert _ids(shipped, "--deployment", "Model", "--min-latency", "0.25ms") == ["req-b", "req-d"]
-    assert _ids(shipped, "--app", "shop") == ["req-a", "req-b", "req-d"]
+    assert _ids(shipped, "--deployment", "Model", "--min-latency", "0.25ms") == ["req-b", "req/d"]
+    assert _ids(shipped, "--app", "shop") == ["req-a", "req-b", "req/d"]
     assert _ids(shipped, "--route", "/quiet") == ["req-c"]  # (its replica's access lines off: its proxy's alone)
     assert _ids(shipped, "--app", "quiet") == []
     assert _ids(shipped, "--since", "2000-01-01", "--until", "2001-01-01") == []
@@ -371,6 +371,8 @@ def test_a_serve_request_is_shown_whole_with_its_lines_in_every_component(shippe
     assert sorted(_said(row) for row in answer["lines"]) == sorted(
         [(PROXY, "GET /shop 503 8.9ms"), CART_LINES[2], CART_LINES[3], MODEL_LINES[2]]
     )
+    slow = CliRunner().invoke(main, ["serve", "request", "req/d", "--server", shipped.url])  # (its ID holds a /)
+    assert slow.exit_code == 0 and slow.stdout.startswith("Request req/d: GET /slow 200 812.5ms"), slow.output
     missing = CliRunner().invoke(main, ["serve", "request", "req-z", "--server", shipped.url])
     assert missing.exit_code == 1 and "no Serve request req-z" in missing.output
 

@@ -934,7 +934,7 @@ NO_SERVE = "session_2000-01-01_00-00-00_000000_1"
 @pytest.fixture
 def with_serve(tmp_path: Path) -> Iterator[ServerProcess]:
     """A session with Serve, built without Ray: its Serve logs (shop's Cart and Model, quiet's Q; requests req-a to
-    req-d, req-b failed) written by Ray's own logger setup and shipped by a real agent; the poller's samples of shop's
+    req/d, req-b failed) written by Ray's own logger setup and shipped by a real agent; the poller's samples of shop's
     Cart, whose first replica failed its health check (its runtime env holding a secret); a span of req-b's; and a
     session without Serve."""
     names = ("shop", "Cart")
@@ -1018,8 +1018,13 @@ def test_the_serve_page_shows_serves_state_history_latency_and_requests(
     page.locator("#serve-requests .tabulator-col[tabulator-field='route'] input").fill("/slow")
     page.keyboard.press("Enter")
     (slow,) = wait_rows(page, "#serve-requests", lambda r: len(r) == 1)
-    assert slow[request] == "req-d" and slow[column(page, "#serve-requests", "Latency")] == "813 ms"
+    assert slow[request] == "req/d" and slow[column(page, "#serve-requests", "Latency")] == "813 ms"
     assert "route=%2Fslow" in page.url
+    page.locator("#serve-requests a.request-link").click()  # its ID holds a /: one part of the page's path still
+    page.wait_for_url(f"**{base}/serve/requests/req%2Fd")
+    playwright_api.expect(page.locator(".request-head")).to_contain_text("GET /slow · 813 ms", timeout=WAIT_MS)
+    assert page.locator("a.request-traces").get_attribute("href") == f"{base}/traces?requests=req%2Fd"
+    page = w.open(f"{base}/serve")
     page.locator("#request-find input").fill("req-b")
     page.get_by_role("button", name="Find").click()
     page.wait_for_url(f"**{base}/serve/requests/req-b")

@@ -62,10 +62,10 @@ export function navigate(path) {
 }
 
 function route() {
-  const path = decodeURI(location.pathname).replace(/^\/ui/, "");
+  const path = location.pathname.replace(/^\/ui/, "");
   for (const [pattern, page, names] of ROUTES) {
-    const match = path.match(pattern);
-    if (match) return { load: page, params: Object.fromEntries(names.map((name, i) => [name, match[i + 1]])) };
+    const match = path.match(pattern); // each part as encoded (an ID's / is %2F), then decoded
+    if (match) return { load: page, params: Object.fromEntries(names.map((name, i) => [name, decodeURIComponent(match[i + 1])])) };
   }
   return null;
 }

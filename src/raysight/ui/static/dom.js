@@ -23,7 +23,7 @@ function append(element, children) {
 
 /** The URL of a page of a session: sessionPath("s", "tasks", id) → /ui/sessions/s/tasks/id */
 export function sessionPath(session, ...parts) {
-  return ["/ui/sessions", session, ...parts].map(encodeURIComponent).join("/").replace(/%2F/g, "/");
+  return ["/ui/sessions", ...[session, ...parts].map(encodeURIComponent)].join("/"); // (an ID's / kept as %2F)
 }
 
 const SHORT = 12;
