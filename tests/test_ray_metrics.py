@@ -394,7 +394,8 @@ def test_serve_requests_sent_with_chosen_ids_are_found_with_status_latency_repli
 
 def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: tuple[str, dict[str, Any]]) -> None:
     """`serve stats` at the end of the active rounds: both of greeter's deployments served requests (the ingress and
-    Scorer through its handle), with a latency, a healthy replica each, and nothing else named greeter."""
+    Scorer through its handle), with a latency, a healthy replica each, and nothing else named greeter; by route, its
+    proxy served /greet."""
     url, page = metered
     read_at = datetime.fromtimestamp(page["serve_read_ms"] / 1000, tz=UTC).isoformat()
     rows = _serve_json(url, "stats", "--at", read_at, "-n", "greeter")
@@ -402,6 +403,9 @@ def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: t
     for row in rows:
         assert row["requests_per_s"] > 0 and row["p50_ms"] > 0 and row["healthy_replicas"] >= 1, row
         assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"], row
+    routes = _serve_json(url, "stats", "--at", read_at, "-n", "greeter", "--by", "route")  # as its proxy saw them
+    assert [(r["application"], r["route"]) for r in routes] == [("greeter", "/greet")], routes
+    assert routes[0]["requests_per_s"] > 0 and routes[0]["errors_per_s"] >= 0 and routes[0]["p50_ms"] > 0, routes
 
 
 # --- issue 33 point 6: Serve's traces -------------------------------------------------------------------------------

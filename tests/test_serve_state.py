@@ -350,8 +350,9 @@ def test_serve_status_and_config_print_rays_yaml_at_any_moment(served: str) -> N
 
 
 def test_serve_stats_reads_both_generations_of_serves_metric_names(tmp_path: Path) -> None:
-    """`serve stats`'s queries, through raysight's PromQL engine, over 13 scrapes 5 s apart of two deployments: one
-    exporting today's ``_total`` counters, one an older release's bare names; a replica replaced half-way."""
+    """`serve stats`'s queries, through raysight's PromQL engine, over 13 scrapes 5 s apart of two deployments (and
+    two routes at the proxies): one exporting today's ``_total`` counters, one an older release's bare names; a
+    replica replaced half-way."""
 
     def page(i: int) -> str:
         lines = []
@@ -368,6 +369,15 @@ def test_serve_stats_reads_both_generations_of_serves_metric_names(tmp_path: Pat
             ]  # fmt: skip
             replica = "r1" if i < 9 else "r2"
             lines.append(f'ray_serve_deployment_replica_starts{total}{{{tags},replica="{replica}"}} 1')
+        for route, total in (("/greet", "_total"), ("/score", "")):  # the HTTP proxies' families, by route
+            tags = f'application="greeter",route="{route}",method="GET"'
+            lines += [
+                f'ray_serve_num_http_requests{total}{{{tags},status_code="200"}} {9 * i}',
+                f'ray_serve_num_http_requests{total}{{{tags},status_code="500"}} {i}',
+                f'ray_serve_num_http_error_requests{total}{{{tags},error_code="500"}} {i}',
+                *(f'ray_serve_http_request_latency_ms_bucket{{{tags},status_code="200",le="{le}"}} {n * i}'
+                  for le, n in (("5", 4), ("50", 10), ("+Inf", 10))),
+            ]  # fmt: skip
         return "\n".join(lines) + "\n"
 
     with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as server:
@@ -376,6 +386,10 @@ def test_serve_stats_reads_both_generations_of_serves_metric_names(tmp_path: Pat
         answers = {
             column: server.get(wire.PROM_QUERY, params={"query": query, "time": at(12)}).json()["data"]["result"]
             for column, query in stats_queries(30_000, "greeter").items()
+        }
+        by_route = {
+            column: server.get(wire.PROM_QUERY, params={"query": query, "time": at(12)}).json()["data"]["result"]
+            for column, query in stats_queries(30_000, "greeter", "route").items()
         }
         assert not any(
             server.get(wire.PROM_QUERY, params={"query": q, "time": at(12)}).json()["data"]["result"]
@@ -387,3 +401,9 @@ def test_serve_stats_reads_both_generations_of_serves_metric_names(tmp_path: Pat
         assert row["requests_per_s"] == pytest.approx(2.0) and row["errors_per_s"] == pytest.approx(0.2), row
         assert row["p50_ms"] == pytest.approx(5 + 45 * (5 - 4) / 6) and 5 < row["p95_ms"] < row["p99_ms"] <= 50, row
         assert (row["ongoing"], row["queued"], row["healthy_replicas"], row["replica_starts"]) == (2, 3, 1, 1), row
+    routes = stats_rows(by_route, "route")
+    assert [(r["application"], r["route"]) for r in routes] == [("greeter", "/greet"), ("greeter", "/score")]
+    for row in routes:  # as the proxies saw them
+        assert row["requests_per_s"] == pytest.approx(2.0) and row["errors_per_s"] == pytest.approx(0.2), row
+        assert row["p50_ms"] == pytest.approx(5 + 45 * (5 - 4) / 6) and 5 < row["p95_ms"] < row["p99_ms"] <= 50, row
+        assert "ongoing" not in row, row

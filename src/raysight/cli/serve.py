@@ -304,48 +304,61 @@ def request_cmd(request_id: str, session: str | None, fmt: str | None, server: s
         click.echo(f"{prefix(row)} {row['text']}")
 
 
-BY = "application, deployment"
-# Each column of `serve stats` and its PromQL over Serve's metrics: ``{sel}`` is a selector's matchers (``--name``),
-# ``{range}`` the rates' window. A counter is read under both its names: ``_total`` now, bare in older releases.
+# Each column of `serve stats` and its PromQL over Serve's metrics, by what the rows are of: ``{by}`` the labels that
+# key a row, ``{sel}`` a selector's matchers (``--name``), ``{range}`` the rates' window. A counter is read under both
+# its names: ``_total`` now, bare in older releases. By deployment, the replicas', handles' and controller's families;
+# by route, the HTTP proxies' (their ongoing requests are a proxy's, of no route).
 STATS = {
-    "requests_per_s": "sum by ({by}) (rate(ray_serve_deployment_request_counter{total}{sel}[{range}]))",
-    "errors_per_s": "sum by ({by}) (rate(ray_serve_deployment_error_counter{total}{sel}[{range}]))",
-    **{
-        f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
-        "(rate(ray_serve_deployment_processing_latency_ms_bucket{sel}[{range}])))"
-        for q in (50, 95, 99)
+    "deployment": {
+        "requests_per_s": "sum by ({by}) (rate(ray_serve_deployment_request_counter{total}{sel}[{range}]))",
+        "errors_per_s": "sum by ({by}) (rate(ray_serve_deployment_error_counter{total}{sel}[{range}]))",
+        **{
+            f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
+            "(rate(ray_serve_deployment_processing_latency_ms_bucket{sel}[{range}])))"
+            for q in (50, 95, 99)
+        },
+        "ongoing": "sum by ({by}) (ray_serve_replica_processing_queries{sel})",
+        "queued": "sum by ({by}) (ray_serve_deployment_queued_queries{sel})",
+        "healthy_replicas": "sum by ({by}) (ray_serve_deployment_replica_healthy{sel})",
+        # (each replica counts its own start once: the replicas seen in the window and not in the one before)
+        "replica_starts": "count by ({by}) (max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}]) "
+        "unless max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}] offset {range}))",
     },
-    "ongoing": "sum by ({by}) (ray_serve_replica_processing_queries{sel})",
-    "queued": "sum by ({by}) (ray_serve_deployment_queued_queries{sel})",
-    "healthy_replicas": "sum by ({by}) (ray_serve_deployment_replica_healthy{sel})",
-    # (each replica counts its own start once: the replicas seen in the window and not in the one before)
-    "replica_starts": "count by ({by}) (max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}]) "
-    "unless max_over_time(ray_serve_deployment_replica_starts{total}{sel}[{range}] offset {range}))",
+    "route": {
+        "requests_per_s": "sum by ({by}) (rate(ray_serve_num_http_requests{total}{sel}[{range}]))",
+        "errors_per_s": "sum by ({by}) (rate(ray_serve_num_http_error_requests{total}{sel}[{range}]))",
+        **{
+            f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
+            "(rate(ray_serve_http_request_latency_ms_bucket{sel}[{range}])))"
+            for q in (50, 95, 99)
+        },
+    },
 }
 
 
-def stats_queries(window_ms: int, app: str | None) -> dict[str, str]:
-    """The PromQL of each column of `serve stats`: rates over ``window_ms``, of application ``app`` only if given; a
-    counter's query falls back on its older bare name where no ``_total`` series answers."""
+def stats_queries(window_ms: int, app: str | None, by: str = "deployment") -> dict[str, str]:
+    """The PromQL of each column of `serve stats` ``by`` deployment or route: rates over ``window_ms``, of
+    application ``app`` only if given; a counter's query falls back on its older bare name where no ``_total`` series
+    answers."""
     sel = "" if app is None else f"{{application={json.dumps(app)}}}"
 
     def query(template: str, total: str) -> str:
-        return template.format(by=BY, sel=sel, range=f"{window_ms}ms", total=total)
+        return template.format(by=f"application, {by}", sel=sel, range=f"{window_ms}ms", total=total)
 
     return {
         column: query(t, "_total") if "{total}" not in t else f"({query(t, '_total')}) or ({query(t, '')})"
-        for column, t in STATS.items()
+        for column, t in STATS[by].items()
     }
 
 
-def stats_rows(answers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per application and deployment from each column's instant vector (Prometheus's ``result``): a column
-    no series answered is None, a value not a number (a quantile of no requests) too."""
+def stats_rows(answers: dict[str, list[dict[str, Any]]], by: str = "deployment") -> list[dict[str, Any]]:
+    """One row per application and deployment (or route) from each column's instant vector (Prometheus's
+    ``result``): a column no series answered is None, a value not a number (a quantile of no requests) too."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for column, result in answers.items():
         for series in result:
-            key = (series["metric"].get("application", ""), series["metric"].get("deployment", ""))
-            row = rows.setdefault(key, {"application": key[0], "deployment": key[1], **dict.fromkeys(STATS)})
+            key = (series["metric"].get("application", ""), series["metric"].get(by, ""))
+            row = rows.setdefault(key, {"application": key[0], by: key[1], **dict.fromkeys(STATS[by])})
             value = float(series["value"][1])
             row[column] = None if value != value else value  # (NaN: none)
     return [rows[key] for key in sorted(rows)]
@@ -369,15 +382,24 @@ def _shown(value: Any) -> Any:
     show_default=True,
     help="The rates' window before the moment: 30s, 5m, 1h.",
 )
+@click.option(
+    "--by",
+    type=click.Choice(list(STATS)),
+    default="deployment",
+    show_default=True,
+    help="Rows of each deployment (its replicas' and handles' metrics) or each route (its HTTP proxies').",
+)
 @_app_option("metrics")
 @session_option
 @client_options
 def stats_cmd(
-    at: str | None, window: str, app: str | None, session: str | None, fmt: str | None, server: str | None
+    at: str | None, window: str, by: str, app: str | None, session: str | None, fmt: str | None, server: str | None
 ) -> None:
     """Serve's metrics by application and deployment at that moment, from its replicas', routers' and controller's
     `ray_serve_*` families: requests and errors a second and latency p50/p95/p99 over the --range before, requests
-    ongoing at the replicas and queued at the handles, healthy replicas, and replicas started in the --range."""
+    ongoing at the replicas and queued at the handles, healthy replicas, and replicas started in the --range; or
+    (--by route) by application and route, from its HTTP proxies': requests and errors a second and latency
+    p50/p95/p99 as clients saw them."""
     window_ms = units.duration_ns(window) // units.MS
     if window_ms < 1:
         raise click.BadParameter(f"{window!r} is shorter than a millisecond", param_hint="--range")
@@ -385,9 +407,9 @@ def stats_cmd(
     with make_client(server) as client:
         answers = {
             column: client.prometheus("query", {"query": query, **moment}, session)["result"]
-            for column, query in stats_queries(window_ms, app).items()
+            for column, query in stats_queries(window_ms, app, by).items()
         }
-    rows = stats_rows(answers)
+    rows = stats_rows(answers, by)
     if fmt in ("json", "yaml"):
         render.dump(rows, fmt)
     elif not rows:
