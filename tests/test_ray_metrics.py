@@ -405,7 +405,7 @@ def test_serve_stats_show_each_deployments_rates_latency_and_replicas(metered: t
         assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"], row
     routes = _serve_json(url, "stats", "--at", read_at, "-n", "greeter", "--by", "route")  # as its proxy saw them
     assert [(r["application"], r["route"]) for r in routes] == [("greeter", "/greet")], routes
-    assert routes[0]["requests_per_s"] > 0 and routes[0]["errors_per_s"] >= 0 and routes[0]["p50_ms"] > 0, routes
+    assert routes[0]["requests_per_s"] > 0 and routes[0]["p50_ms"] > 0, routes  # (none failed then: no error series)
 
 
 # --- issue 33 point 6: Serve's traces -------------------------------------------------------------------------------
