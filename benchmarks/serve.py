@@ -5,7 +5,7 @@ the store.
    configuration in its own subprocess, interleaved, each round begun by the other configuration: Serve with one
    trivial deployment, warmed up, then ``--concurrency`` clients sending requests for ``--seconds`` through Serve's
    HTTP proxy; requests/s, and the CPU each kind of process (the clients' driver, Serve's proxy, its replica, its
-   controller, Ray's other processes, raysight's server and `raysight run`'s agent and poller) spent a request
+   controller, each of Ray's other processes, raysight's server and `raysight run`'s agent and poller) spent a request
    meanwhile, until 2 s after (what was shipped, stored). ``off``: plain Ray. ``raysight``: under `raysight run`
    (events, logs, metrics, the poller, traces: everything it records). ``untraced``: under `raysight run
    --no-tracing`, which tells what the traces cost. Aim: ≥ 0.97× the plain rate (the median of each round's ratio).
@@ -141,14 +141,14 @@ def cpu_seconds(recorded: bool) -> dict[str, float]:
     import psutil
 
     me = psutil.Process()
-    spent = dict.fromkeys(("driver", "proxy", "replica", "controller", "ray", "raysight-server", "raysight-run"), 0.0)
+    spent = dict.fromkeys(("driver", "proxy", "replica", "controller", "raysight-server", "raysight-run"), 0.0)
     raysight = {
         int(os.environ.get(SERVER_PID_ENV, "0")): "raysight-server",
         **({me.ppid(): "raysight-run"} if recorded else {}),
     }
     for proc in [me, *me.children(recursive=True), *(psutil.Process(pid) for pid in raysight if pid)]:
         try:
-            times, name = proc.cpu_times(), proc.name()
+            times, name, command = proc.cpu_times(), proc.name(), " ".join(proc.cmdline())
         except psutil.Error:  # gone meanwhile
             continue
         if proc.pid == me.pid:
@@ -156,12 +156,25 @@ def cpu_seconds(recorded: bool) -> dict[str, float]:
         elif proc.pid in raysight:
             kind = raysight[proc.pid]
         else:
-            kind = next((k for k, marks in SERVE_KINDS.items() if any(m in name for m in marks)), "ray")
-        spent[kind] += times.user + times.system
+            kind = next((k for k, marks in KINDS.items() if any(m in name or m in command for m in marks)), "ray other")
+        spent[kind] = spent.get(kind, 0.0) + times.user + times.system
     return spent
 
 
-SERVE_KINDS = {"proxy": ("ProxyActor",), "replica": ("ServeReplica",), "controller": ("ServeController",)}
+# Serve's processes, then Ray's (by its name, else its command line: Ray's Python daemons are named `python`)
+KINDS = {
+    "proxy": ("ProxyActor",),
+    "replica": ("ServeReplica",),
+    "controller": ("ServeController",),
+    "ray raylet": ("raylet",),
+    "ray gcs": ("gcs_server",),
+    "ray dashboard agent": ("ray::DashboardAgent",),  # (its metrics agent answers scrapes; its aggregator, events)
+    "ray dashboard": ("dashboard/dashboard.py", "ray-dashboard-"),  # (with its modules' processes)
+    "ray log monitor": ("log_monitor.py",),
+    "ray autoscaler monitor": ("autoscaler/_private/monitor.py",),
+    "ray runtime env agent": ("ray::RuntimeEnvAgent",),
+    "ray idle worker": ("ray::IDLE",),
+}
 
 
 def measure(config: str, seconds: float, concurrency: int, server: ServerProcess, state: Path) -> dict[str, Any]:
@@ -210,7 +223,8 @@ def throughput(rounds: int, seconds: float, concurrency: int) -> None:
             server.stop()
     for c in CONFIGS:
         print(f"{c:>9}: median {statistics.median(rates[c]):,.0f} requests/s ({concurrency} clients, {rounds} rounds)")
-        medians = {k: statistics.median(run[k] for run in cpu[c]) for k in cpu[c][0]}
+        kinds = dict.fromkeys(kind for run in cpu[c] for kind in run)  # (a process may be missing from a run)
+        medians = {kind: statistics.median(run.get(kind, 0.0) for run in cpu[c]) for kind in kinds}
         spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
         print(f"{c:>9}: CPU a request (µs, median of rounds): {spent}  (all {sum(medians.values()):,.0f})")
     ratio = statistics.median(x / o for x, o in zip(rates["raysight"], rates["off"]))
