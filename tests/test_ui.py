@@ -98,12 +98,16 @@ class Watched:
         else:
             self.page.goto(self.base + path)
         self.page.locator("#page:not([data-loading])").wait_for(state="attached", timeout=WAIT_MS)
+        self.quiet(path, quiet_ms)
+        return self.page
+
+    def quiet(self, what: str, quiet_ms: int = 100) -> None:
+        """Wait until no request has been pending for ``quiet_ms``."""
         deadline, quiet = time.monotonic() + WAIT_MS / 1000, 0
         while quiet < quiet_ms:
-            assert time.monotonic() < deadline, f"{path}: {self.pending} requests still pending"
+            assert time.monotonic() < deadline, f"{what}: {self.pending} requests still pending"
             self.page.wait_for_timeout(25)
             quiet = quiet + 25 if self.pending == 0 else 0
-        return self.page
 
     def settle(self) -> None:
         """Wait until the page shown is rendered (its data fetched), then screenshot it."""
@@ -503,6 +507,7 @@ def test_an_unknown_page_or_session_says_so(tmp_path: Path, watched: Any) -> Non
         assert "no session named 'session_nope'" in page.locator("#banner").inner_text()
         page.locator("#banner a.to-sessions").click()  # a missing session leads back to those recorded
         page.wait_for_url("**/ui/")
+        w.quiet("the sessions page")  # its sessions fetched before the server stops
     finally:
         server.stop()
 
