@@ -10,7 +10,6 @@ request)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import sys
@@ -65,6 +64,11 @@ def work(i: int) -> int:
     return i
 
 
+@ray.remote(num_cpus=0)
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 # Requests sent last, each with its own ID (``X-Request-ID``): a quick one, a slow one, one that fails in Scorer
 CHOSEN = {"raysight-quick": "", "raysight-slow": "?sleep=0.4", "raysight-fails": "?fail=1"}
 CRASH = "raysight-crash"  # sent after them: its Scorer replica exits (``os._exit(1)``), and Serve replaces it
@@ -78,7 +82,8 @@ class Scorer:
             os._exit(1)
         if fail:
             raise ValueError("no score")
-        await asyncio.sleep(sleep_s)
+        if sleep_s:  # in a task of its own: its span nests under the replica's
+            await nap.remote(sleep_s)
         return "scored"
 
 

@@ -8,7 +8,8 @@ Ray's function table is wrapped once so that it takes the carrier away before th
 and runs inside a span whose parent is the submitter's, for plain, async, generator and async-generator functions
 alike; an exception leaves the wrapper without its frames (:class:`Unwrapped`). A carrier goes only where it will be
 taken away: to tasks and to the actors of the submitting job, whose workers run this same hook; never to another
-language's, to Ray's internal methods, nor when Ray's own tracing (``--tracing-startup-hook``) propagates already.
+language's, to Ray's internal methods, to Ray Serve's actors (Serve traces its own calls), nor when Ray's own tracing
+(``--tracing-startup-hook``) propagates already.
 
 ``ray.get`` and ``ray.wait`` get spans of their own inside a traced span. Nothing here raises into the user's code:
 an error of the instrumentation leaves the call untraced.
@@ -255,21 +256,33 @@ def _submitting_creation(original: Callable[..., Any]) -> Callable[..., Any]:
 def _submitting_method(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _actor_method_call(self: Any, method_name: str, args: Any = None, kwargs: Any = None, **rest: Any) -> Any:
-        if not (self._ray_is_cross_language or method_name.startswith("__ray")) and _same_job(self):
+        if not (self._ray_is_cross_language or method_name.startswith("__ray")) and _carried_to(self):
             kwargs = _with_carrier(kwargs)
         return original(self, method_name, args, kwargs, **rest)
 
     return _actor_method_call
 
 
-def _same_job(handle: Any) -> bool:
-    """Whether the actor belongs to this process's job, whose workers take the carrier away (another job's may not)."""
+def _carried_to(handle: Any) -> bool:
+    """Whether a call of the actor carries the trace context: it belongs to this process's job, whose workers take
+    the carrier away (another job's may not), and is none of Ray Serve's own (:func:`serves`)."""
     import ray
 
     try:
-        return bool(handle._ray_actor_id.job_id == ray._private.worker.global_worker.current_job_id)
+        return bool(
+            handle._ray_actor_id.job_id == ray._private.worker.global_worker.current_job_id
+            and not serves(handle._ray_actor_creation_function_descriptor.module_name)
+        )
     except Exception:  # noqa: BLE001
         return False
+
+
+def serves(module_name: str) -> bool:
+    """Whether a class of this module is one of Ray Serve's actors (controller, proxy, replica): their calls are
+    Serve's plumbing, traced by Serve's own spans (proxy → router → replica, linked by the request's metadata), which
+    Ray keeps out of its task events (``RAY_SERVE_ENABLE_TASK_EVENTS=0``); so does raysight: no task span, no
+    carrier. A replica's user code runs in Serve's replica span, under which what it submits nests."""
+    return module_name.startswith("ray.serve.")
 
 
 # --- execution ---------------------------------------------------------------------------------------------------
@@ -304,7 +317,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     else:
         kind, name = "task", descriptor.function_name
     attributes = {wire.ATTR_FUNCTION: f"{descriptor.module_name}.{name}", wire.ATTR_TASK_KIND: kind}
-    silent = method_name.startswith("__ray")
+    silent = method_name.startswith("__ray") or serves(descriptor.module_name)
 
     def start(kwargs: dict[str, Any]) -> Running | None:
         parent = kwargs.pop(CARRIER, None)
