@@ -8,7 +8,9 @@ the store.
    controller, each of Ray's other processes, raysight's server and `raysight run`'s agent and poller) spent a request
    meanwhile, until 2 s after (what was shipped, stored). ``off``: plain Ray. ``raysight``: under `raysight run`
    (events, logs, metrics, the poller, traces: everything it records). ``untraced``: under `raysight run
-   --no-tracing`, which tells what the traces cost. Aim: ≥ 0.97× the plain rate (the median of each round's ratio).
+   --no-tracing`, which tells what the traces cost. ``serve-traced``: plain Ray, Serve tracing every request itself
+   (``RAY_SERVE_TRACING_SAMPLING_RATIO=1``) into no span processor: the price of Serve's spans to any tracer.
+   Aim: ≥ 0.97× the plain rate (the median of each round's ratio).
 2. Queries: `raysight serve requests --min-latency 250ms` (and `--by route`) over N synthesised requests (a proxy's
    access line and a replica's each, 1 in 1,000 slow, 1 in 100 a 503, over 20 routes), in a store of their own (a
    temporary directory) beside a second session's as many, read as the server's API reads them (the read model on a
@@ -77,7 +79,12 @@ def timed(run: Callable[[], Any], repeat: int) -> float:
 
 
 WARMUP_S, SETTLE_S = 3.0, 2.0
-CONFIGS = ("off", "raysight", "untraced")
+CONFIGS = ("off", "raysight", "untraced", "serve-traced")
+TRACED_BY_SERVE = {  # Serve's own tracing of every request, its spans sent nowhere: what any tracer of them costs
+    "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": "benchmarks.serve.no_span_processors",
+    "RAY_SERVE_TRACING_SAMPLING_RATIO": "1",
+    "PYTHONPATH": str(ROOT),
+}
 SERVER_PID_ENV = "RAYSIGHT_BENCH_SERVER_PID"
 AIM = 0.97
 RESULT = "result:"  # the child's line of results (Ray and Serve print on stdout too)
@@ -135,6 +142,11 @@ def child(seconds: float, concurrency: int, recorded: bool) -> None:
         ray.shutdown()
 
 
+def no_span_processors() -> list[Any]:
+    """Serve's tracing exporter in the ``serve-traced`` runs: Serve makes its spans, and nothing sends them."""
+    return []
+
+
 def cpu_seconds(recorded: bool) -> dict[str, float]:
     """CPU seconds spent so far by this driver, Serve's proxy, replicas and controller, Ray's other processes, and
     raysight (the server; `raysight run`, this program's parent, when ``recorded``)."""
@@ -182,8 +194,10 @@ def measure(config: str, seconds: float, concurrency: int, server: ServerProcess
     ``server`` (``raysight``; ``untraced``: with --no-tracing)."""
     pid = str(server.proc.pid if server.proc else 0)
     env = without_ray_settings() | {SERVER_PID_ENV: pid, "XDG_STATE_HOME": str(state)}
+    if config == "serve-traced":
+        env |= TRACED_BY_SERVE
     program = [sys.executable, __file__, "--child", str(seconds), "--concurrency", str(concurrency)]
-    if config != "off":
+    if config in ("raysight", "untraced"):
         untraced = ["--no-tracing"] if config == "untraced" else []
         program = [
             sys.executable,
@@ -232,6 +246,8 @@ def throughput(rounds: int, seconds: float, concurrency: int) -> None:
     met = "met" if ratio >= AIM else "not met"
     print(f"raysight recording everything: {ratio:.3f}x plain Ray's rate (median of rounds; aim ≥ {AIM}: {met})")
     print(f"raysight recording all but traces (`raysight run --no-tracing`): {untraced:.3f}x")
+    by_serve = statistics.median(x / o for x, o in zip(rates["serve-traced"], rates["off"]))
+    print(f"Serve tracing every request itself, its spans sent nowhere (no raysight): {by_serve:.3f}x")
 
 
 def queries(requests: int, repeat: int) -> None:
@@ -263,7 +279,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (default 3; 0 skips)")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of requests a run (default 10)")
     parser.add_argument("--concurrency", type=int, default=8, help="clients sending at once (default 8)")
-    parser.add_argument("--requests", type=int, default=1_000_000, help="requests a session (default 1,000,000)")
+    parser.add_argument("--requests", type=int, default=1_000_000, help="requests a session (default 1M; 0 skips)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--child", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", action="store_true", help=argparse.SUPPRESS)
@@ -273,7 +289,8 @@ def main() -> None:
         return
     if args.rounds:
         throughput(args.rounds, args.seconds, args.concurrency)
-    queries(args.requests, args.repeat)
+    if args.requests:
+        queries(args.requests, args.repeat)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from raysight.client import Client
 from raysight.errors import NotFound
 from raysight.signals.ray_events.conversions import b64_to_hex
+from raysight.store.writer import MAX_REST_S, FoldBudget
 from tests.ray_scenarios import JSON, ServerProcess
 
 BATCHES = 20
@@ -64,3 +66,23 @@ def test_an_idle_server_makes_each_batch_queryable_within_a_second(tmp_path: Pat
         server.stop()
     p95 = sorted(lags)[math.ceil(0.95 * len(lags)) - 1]
     assert p95 <= REQUIRED_P95_S, f"ack -> queryable p95 {p95:.2f} s; each: {[round(s, 2) for s in lags]}"
+
+
+def test_folding_rests_a_quarter_of_the_time_in_a_burst_then_keeps_to_its_share() -> None:
+    """The fold thread's budget: rounds of 0.1 s back to back rest 0.3 s each (a quarter of the time folding) until
+    the burst is spent, then as long as the share needs (a twentieth: 1.9 s a round), never over MAX_REST_S; idle
+    time pays the burst back; ``fold_rest`` 0 never rests."""
+    budget = FoldBudget(rest=3, share=0.05, burst_s=1.0)
+    now, rests = budget._at, []
+    for _ in range(40):
+        now += 0.1
+        budget.spend(0.1, now)
+        rests.append(round(budget.rest(0.1), 6))
+        now += rests[-1]
+    burst = rests.index(next(r for r in rests if r > 0.3))
+    assert set(rests[:burst]) == {0.3} and burst >= 9, rests  # (1 s of folding at a quarter, refilled meanwhile)
+    assert all(math.isclose(r, 1.9, rel_tol=0.05) for r in rests[burst + 2 :]), rests
+    assert budget.rest(2.0) == MAX_REST_S  # a long round: the rest is bounded
+    budget.spend(0.0, now + 100)  # idle for long: the burst is whole again
+    assert budget.tokens == 1.0 and budget.rest(0.1) == pytest.approx(0.3)
+    assert FoldBudget(rest=0, share=0.05, burst_s=0).rest(5.0) == 0.0

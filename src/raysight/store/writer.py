@@ -14,7 +14,8 @@ aggregators). After each round of groups the fold thread rests ``fold_rest`` (:d
 times as long as the round took: under load, what arrives of every signal while one round folds and rests makes the
 next round's groups, so groups grow with the rate, the fixed cost of a group is spread over more items the busier the
 server is, and folding (at the lowest priority) is under way at most about a quarter of the time beside a busy Ray,
-however the signals interleave. A backlog that fills a group is drained without resting or waiting.
+however the signals interleave. Past a burst, sustained folding rests longer, to keep to ``fold_share`` of the time
+(:class:`FoldBudget`). A backlog that fills a group is drained without resting or waiting.
 
 A group that fails to fold is never dropped, nor allowed to stop the folding of what follows it: on any error it is
 folded batch by batch. A batch whose content the store refuses is quarantined (its body kept with the reason); an
@@ -54,7 +55,7 @@ MAX_GROUP_EVENTS = 50_000  # however small: folding takes ~800 bytes of memory a
 IDLE_S = 0.5
 BUSY_POLL_S = 0.01  # how often the gather thread, draining a backlog, looks whether the fold thread is done
 FOLD_NICENESS = 19
-MAX_REST_S = 4.0  # the longest rest after a group (its settings' fold_rest times as long as it took)
+MAX_REST_S = 4.0  # the longest rest after a group (FoldBudget)
 RETRY_S = 1.0  # back-off after an environmental failure, doubling up to MAX_RETRY_S
 MAX_RETRY_S = 10.0
 PRUNE_EVERY_S = 60.0  # between applications of the retentions, when there are (the first at start)
@@ -137,6 +138,30 @@ class _Unfolded:
                 seqs.popleft()
 
 
+class FoldBudget:
+    """The fold thread's time, as a token bucket: after a round it rests ``rest`` times as long as the round took (it
+    folds a quarter of the time at most), and once it has folded ``burst_s`` more than ``share`` of the time allows,
+    as long as that share needs (a twentieth of the time by default): a burst of work is queryable within a fraction
+    of a second, and a sustained load beside Ray costs a small, fixed share of a core, its groups growing instead
+    (shown later, at most :data:`MAX_REST_S` after a round). ``rest`` 0: no rest at all."""
+
+    def __init__(self, rest: float, share: float, burst_s: float) -> None:
+        self.rest_factor, self.share, self.burst_s = rest, share, burst_s
+        self.tokens, self._at = burst_s, time.monotonic()  # seconds of folding the share has yet to pay for
+
+    def spend(self, seconds: float, now: float) -> None:
+        """The fold thread has worked ``seconds`` until ``now``."""
+        self.tokens = min(self.burst_s, self.tokens + (now - self._at) * self.share) - seconds
+        self._at = now
+
+    def rest(self, round_s: float) -> float:
+        """How long to rest after a round that has taken ``round_s`` so far."""
+        if not self.rest_factor:
+            return 0.0
+        owed = -self.tokens / self.share if self.tokens < 0 else 0.0
+        return min(max(self.rest_factor * round_s, owed), MAX_REST_S)
+
+
 class Writer:
     def __init__(
         self,
@@ -158,6 +183,7 @@ class Writer:
         self._finished = threading.Condition()
         self._rest_until = 0.0  # when the fold thread's rest after its last round ends
         self._round_s = 0.0  # how long the groups of the round being folded have taken so far
+        self._budget = FoldBudget(self.settings.fold_rest, self.settings.fold_share, self.settings.fold_burst_s)
         self._backlog_bytes = 0
         self._backlog_batches = 0
         self._lock = threading.Lock()
@@ -425,14 +451,16 @@ class Writer:
                 continue
             if item is _STOP or self._stopping.is_set():
                 return
+            started = time.monotonic()
             if isinstance(item, _Group):
-                started = time.monotonic()
                 self._fold(item.records, item.parsed)
                 ended = time.monotonic()
                 self._round_s += ended - started
-                self._rest_until = ended + min(self.settings.fold_rest * self._round_s, MAX_REST_S)
+                self._budget.spend(ended - started, ended)
+                self._rest_until = ended + self._budget.rest(self._round_s)
             else:
                 _settle(item[1], item[0], self.store)
+                self._budget.spend(time.monotonic() - started, time.monotonic())
             with self._finished:
                 self._unfinished -= 1
                 self._finished.notify_all()
