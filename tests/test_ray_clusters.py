@@ -195,6 +195,12 @@ def test_raysight_poll_records_what_a_ray_start_cluster_never_sends(ray_start: d
     assert polls.keys() >= {"placement_groups", "objects", "runtime_envs", "cluster_events", "jobs"}
 
 
+def test_the_agent_raysight_start_started_reports_what_rays_aggregator_counted(ray_start: dict[str, Any]) -> None:
+    """Ray's aggregator counts (the doctor's) come from the node agent's scrapes, not only from `raysight run`."""
+    (reported,) = [r for r in ray_start["doctor"]["ray_reported"] if r["session"] == ray_start["session"]["session"]]
+    assert reported["agents"] == 1 and reported["published"] > 0 and reported["publish_failures"] == 0, reported
+
+
 def test_raysight_stop_stops_its_ray_start_node_alone_which_ends_dead(ray_start: dict[str, Any]) -> None:
     """`raysight stop` stops Ray's processes of its node, its agent and its poller, and leaves the Ray beside it
     running; the node ends dead (as Ray said, or as the agent saw), and so does the session."""

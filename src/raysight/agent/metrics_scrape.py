@@ -8,6 +8,9 @@ service-discovery file that are on this host (the head's autoscaler and dashboar
 on its own host, so a cluster with an agent on every node is scraped once; of several agents on one host, the one
 holding the session's scrape lock does it. Beside them, raysight's own page of the session's processes
 (``agent/process_stats.py``). Families can be kept or dropped at the source (:class:`Families`), before they are sent.
+Of each node's page, the lines of Ray's aggregator (what its event export received, sent and dropped) also go to
+``POST /ingest/agent/ray-metrics``, for the doctor: the page is not asked for twice (Ray's dashboard agent renders
+every Serve series each time).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from raysight import wire
 from raysight.agent import node_watch
 from raysight.agent.process_stats import JOB as PROCESS_JOB
 from raysight.agent.process_stats import ProcessStats
-from raysight.agent.scrape import metrics_ports
+from raysight.agent.scrape import aggregator_lines, metrics_ports
 from raysight.config import OWN_HEADERS
 
 log = logging.getLogger("raysight.agent")
@@ -143,8 +146,14 @@ class HostScraper:
     """Scrapes the sessions running on this host, each through ``send`` (a scrape's JSON body, as
     ``signals/scrapes/parse.py`` takes it); closed with its agent."""
 
-    def __init__(self, send: Callable[[wire.MetricsScrape], None], families: Families | None = None) -> None:
-        self._send, self.families = send, families or Families()
+    def __init__(
+        self,
+        send: Callable[[wire.MetricsScrape], None],
+        families: Families | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        """``report``: takes the aggregator's lines of each node's page."""
+        self._send, self.families, self._report = send, families or Families(), report
         self._http = httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS)
         self._pool = ThreadPoolExecutor(MAX_AT_ONCE, thread_name_prefix="raysight-scrape")
         self._stats = ProcessStats()
@@ -180,6 +189,11 @@ class HostScraper:
             page = self._http.get(f"http://{target.instance}{wire.METRICS}").raise_for_status().text
         except httpx.HTTPError:  # a node going or gone: the others stand
             return 0
+        if self._report is not None and "NodeId" in target.labels and (lines := aggregator_lines(page)):  # a node's
+            try:
+                self._report(lines)
+            except httpx.HTTPError as exc:  # the next scrape's counts follow
+                log.warning("could not send the aggregator counts of %s to the server (%s)", target.instance, exc)
         return self._page(session, scraped_ms, target, page)
 
     def _page(self, session: Path, scraped_ms: int, target: Target, page: str) -> int:

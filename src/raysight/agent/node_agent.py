@@ -115,7 +115,7 @@ class NodeAgent:
         self._unsent: dict[node_watch.Key, node_watch.Sighting] = {}
         self._next_look = 0.0
         self._metrics_http = httpx.Client(timeout=10, headers=OWN_HEADERS)  # (the scraping thread's own)
-        self.scraper = HostScraper(self._send_scrape, families)
+        self.scraper = HostScraper(self._send_scrape, families, report=self._send_aggregator_lines)
 
     def _send(
         self, route: str, body: bytes, what: str, gzipped: bool = False, http: httpx.Client | None = None
@@ -133,6 +133,10 @@ class NodeAgent:
 
     def _send_scrape(self, scrape: wire.MetricsScrape) -> None:
         self._send(wire.AGENT_METRICS, orjson.dumps(scrape), "a scrape", http=self._metrics_http)
+
+    def _send_aggregator_lines(self, text: str) -> None:
+        body: wire.RayMetrics = {"text": text}
+        self._send(wire.AGENT_RAY_METRICS, orjson.dumps(body), "aggregator counts", http=self._metrics_http)
 
     def scrape_metrics(self, stop: threading.Event) -> None:
         """Scrape the host's part of the sessions followed every :data:`SCRAPE_EVERY_S`, on a fixed schedule (as

@@ -1,6 +1,6 @@
-"""Watching the Ray session a driver joined while `raysight run` runs it: scraping what Ray's aggregators report of
-themselves (counters of events received, published, dropped) from its nodes, and sending it to the server. Best
-effort: a failure is skipped, never raised, so the user's program is never disturbed.
+"""Watching the Ray session a driver joined while `raysight run` runs it (:class:`SessionWatcher`: the dashboard's
+poller is one), and finding a session's parts on disk: its nodes' metrics ports, its aggregators' lines of a metrics
+page. Best effort: a failure is skipped, never raised, so the user's program is never disturbed.
 """
 
 from __future__ import annotations
@@ -13,16 +13,10 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Self
 
-import httpx
-
-from raysight import os_thread, wire
+from raysight import os_thread
 from raysight.agent import node_watch
 from raysight.client import Client
-from raysight.config import OWN_HEADERS
 from raysight.signals.ray_metrics.parse import PREFIX
-
-SCRAPE_EVERY_S = 2.0
-TIMEOUT_S = 1.0
 
 
 def ray_temp_dir(env: Mapping[str, str]) -> Path:
@@ -66,7 +60,7 @@ class SessionWatcher:
     then), does its :meth:`tick` on the Ray session ``driver_pid`` joined, once found. Best effort: a failure is
     skipped."""
 
-    every_s = SCRAPE_EVERY_S
+    every_s = 2.0
     name = "raysight-watch"
     tick_when_stopped = True
 
@@ -102,19 +96,3 @@ class SessionWatcher:
 
     def tick(self, session: Path) -> None:
         raise NotImplementedError
-
-
-class Scraper(SessionWatcher):
-    """Scrapes the aggregators of the session's nodes every few seconds."""
-
-    name = "raysight-scrape"
-
-    def tick(self, session: Path) -> None:
-        """Send every node's aggregator lines to the server; a node or a server that fails is skipped."""
-        for port in metrics_ports(session).values():
-            with suppress(Exception):
-                page = httpx.get(
-                    f"http://127.0.0.1:{port}{wire.METRICS}", timeout=TIMEOUT_S, trust_env=False, headers=OWN_HEADERS
-                )
-                if lines := aggregator_lines(page.raise_for_status().text):
-                    self._client.ray_metrics(lines, self.key)

@@ -22,7 +22,7 @@ import click
 from raysight import wire
 from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
-from raysight.agent.scrape import Scraper, ray_temp_dir
+from raysight.agent.scrape import ray_temp_dir
 from raysight.agent.state_poll import StatePoller
 from raysight.cli import render
 from raysight.cli.common import metrics_options, server_option
@@ -187,9 +187,9 @@ def run_program(
     families: Families | None = None,
     tracing: bool = True,
 ) -> int:
-    """Run a Ray program with the export variables set, scraping what Ray's aggregators report and polling its
-    dashboard for what Ray never sends as events while it runs, shipping its logs and metrics (``families`` of them),
-    then tell the server how its driver ended. Returns the program's exit code, which a failed report does not
+    """Run a Ray program with the export variables set, polling its dashboard for what Ray never sends as events
+    while it runs, shipping its logs and metrics (``families`` of them; its aggregators' counts with them), then tell
+    the server how its driver ended. Returns the program's exit code, which a failed report does not
     change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
@@ -203,17 +203,16 @@ def run_program(
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {command[0]}") from None
-    watchers = [w(server, key, proc.pid, ray_temp_dir(env)).start() for w in (Scraper, StatePoller)]
+    poller = StatePoller(server, key, proc.pid, ray_temp_dir(env)).start()
     shipping = _ship_logs(server, key, ray_temp_dir(env), families)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         code = proc.wait()
-    for watcher in watchers:
-        watcher.stop()
+    poller.stop()
     if shipping is not None:
         shipping()
-    joined = next((w.session.name for w in watchers if w.session), None)  # (a cluster it started, or one it joined)
+    joined = poller.session.name if poller.session else None  # (a cluster it started, or one it joined)
     try:
         with Client(server) as client:
             client.run_exit(run_id, proc.pid, code, time.time_ns(), key, session=joined)
