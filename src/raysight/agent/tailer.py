@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -503,7 +503,7 @@ class Tailer:
         """Write the checkpoint: atomically (a new file renamed over the old), and durably."""
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.checkpoint.with_name(self.checkpoint.name + ".new")
-        data = orjson.dumps({"files": [asdict(f) for f in self.files.values()]})
+        data = orjson.dumps({"files": list(self.files.values())})  # (as asdict would, 50x faster)
         with temporary.open("wb") as f:
             f.write(data)
             f.flush()
