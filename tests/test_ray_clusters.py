@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from raysight.agent.scrape import ray_temp_dir
 from raysight.cli.detach import command_line
 from raysight.cli.node import default_node_dir, unix_session
-from raysight.cli.run import RAY_SYSTEM_CONFIG, wait_until_quiet
+from raysight.cli.run import RAY_SYSTEM_CONFIG, free_port, wait_until_quiet
 from raysight.client import Client
 from tests.ray_programs.two_nodes import DOOMED_LINES
 from tests.ray_scenarios import (
@@ -81,6 +82,56 @@ def poll_beside_the_head(server_url: str, dashboard: str) -> dict[str, Any]:
     return {"once": once, "polls_seen": len(seen)}
 
 
+DEPLOYED = "raysight-deployed"  # the X-Request-ID of the request sent to the application `serve deploy` started
+
+
+def serve_deploy(dashboard: str, config_dir: Path) -> dict[str, Any]:
+    """`serve deploy` tests/ray_programs/deployed_app.py through the head's dashboard, as a user of a `ray start`
+    cluster does, then send it one request with its own ``X-Request-ID``; the answer."""
+    port = free_port()
+    config = {
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [
+            {
+                "name": "deployed",
+                "route_prefix": "/deployed",
+                "import_path": "deployed_app:app",
+                "runtime_env": {"working_dir": f"local://{PROGRAMS}"},  # (on this one node)
+            }
+        ],
+    }
+    (path := config_dir / "serve.yaml").write_text(json.dumps(config))  # (JSON is YAML)
+    serve = str(Path(sys.executable).with_name("serve"))
+    deploy = subprocess.run(
+        [serve, "deploy", str(path), "-a", dashboard], env=driver_env(), capture_output=True, text=True, timeout=120
+    )
+    assert deploy.returncode == 0, deploy.stderr[-3000:]
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{port}/deployed", headers={"X-Request-ID": DEPLOYED}, timeout=10)
+            if answer.status_code == 200:
+                return {"answer": answer.text}
+        except httpx.HTTPError:
+            pass  # (Serve's proxy not up yet)
+        assert time.monotonic() < deadline, "the application `serve deploy` started did not answer within 120 s"
+        time.sleep(0.5)
+
+
+def traced_request(server_url: str, request_id: str) -> list[dict[str, Any]]:
+    """The spans of the one trace `raysight serve request ID` finds, once it has come (spans are sent within a second
+    or so of their end)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = raysight_cli("serve", "request", request_id, "--server", server_url, "--format", "json")
+        if found.returncode == 0 and (traces := json.loads(found.stdout)["traces"]):
+            (trace,) = traces
+            shown = raysight_cli("traces", "show", trace["trace_id"], "--server", server_url, "--format", "json")
+            return json.loads(shown.stdout)["spans"]  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, found.stdout[-2000:] + found.stderr[-2000:]
+        time.sleep(0.5)
+
+
 def running(pid: int, command: list[str]) -> bool:
     return command_line(pid) == command
 
@@ -113,6 +164,8 @@ def ray_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
                 (session,) = client.sessions()
                 out["running"] = everything(client, session["session"])
                 out["doctor"] = client.doctor()
+            out["deployed"] = serve_deploy(state["ray"]["dashboard"], tmp_path_factory.mktemp("serve"))
+            out["deployed_spans"] = traced_request(server.url, DEPLOYED)
             bystander.address()
             assert bystander.proc is not None
             others = unix_session(bystander.proc.pid)
@@ -157,6 +210,21 @@ def test_a_driver_outside_a_ray_start_cluster_sends_its_tasks_events(ray_start: 
     assert (creation["type"], creation["state"]) == ("ACTOR_CREATION_TASK", "FINISHED")
     assert {t["state"] for t in tasks["add_one"]} == {"FINISHED"}
     assert ray_start["doctor"]["drivers_without_task_events"] == []
+
+
+def test_an_application_serve_deploy_started_is_traced_request_by_request(ray_start: dict[str, Any]) -> None:
+    """Ray's dashboard started the application (no runtime-env hook of raysight's in its proxy or replica): Serve's
+    exporter variable, which `raysight start` set for the node, traced its request anyway, found by its ID, the
+    replica's span a descendant of the proxy's."""
+    assert ray_start["deployed"]["answer"] == "deployed"
+    spans, proxy = ray_start["deployed_spans"], "proxy_http_request Deployed GET "  # (as Serve names it)
+    names = {s["name"] for s in spans if s["request_id"] == DEPLOYED}
+    assert {proxy, "replica_handle_request Deployed __call__"} <= names, spans
+    by_id, ups = {s["span_id"]: s for s in spans}, []
+    span = next(s for s in spans if s["name"] == "replica_handle_request Deployed __call__")
+    while (span := by_id.get(span["parent_span_id"])) is not None:
+        ups.append(span["name"])
+    assert ups and ups[-1] == proxy, ups
 
 
 def test_raysight_start_starts_a_ray_start_head_with_the_users_system_config_and_raysights_and_refuses_another(
