@@ -199,10 +199,9 @@ def test_run_exits_are_validated(server: TestClient) -> None:
 
 
 def test_ray_metrics_are_posted_as_json(server: TestClient) -> None:
-    """`raysight run` posts Prometheus text wrapped in JSON, a type no web page can send without asking."""
-    text = "# TYPE x counter\n"
-    with Client("http://testserver", transport=server._transport) as client:
-        assert client.ray_metrics(text, None) == 0
+    """Node agents post Prometheus text wrapped in JSON, a type no web page can send without asking."""
+    answer = server.post("/ingest/agent/ray-metrics", content=b'{"text": "# TYPE x counter\\n"}', headers=JSON)
+    assert answer.status_code == 200 and answer.json()["samples"] == 0, answer.text
     for bad in (b'"text"', b'{"text": 5}', b"[]"):
         answer = server.post("/ingest/agent/ray-metrics", content=bad, headers=JSON)
         assert answer.status_code == 400 and '{"text"' in answer.json()["error"]

@@ -292,8 +292,3 @@ class Client:
     def ray_state(self, poll: wire.RayState, key: str | None) -> int:
         """Send what a poll of a live cluster's dashboard found (``signals/polls/parse.py``); returns the rows kept."""
         return self._request("POST", wire.AGENT_RAY_STATE, json=poll, params=wire.key_params(key))["rows"]  # type: ignore[no-any-return]
-
-    def ray_metrics(self, text: str, key: str | None) -> int:
-        """Send a node's Prometheus text; the server keeps Ray's aggregator samples and says how many."""
-        body: wire.RayMetrics = {"text": text}
-        return self._request("POST", wire.AGENT_RAY_METRICS, json=body, params=wire.key_params(key))["samples"]  # type: ignore[no-any-return]
