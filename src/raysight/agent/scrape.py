@@ -56,13 +56,12 @@ def aggregator_lines(text: str) -> str:
 
 
 class SessionWatcher:
-    """A thread that, every ``every_s`` and once more when stopped if ``tick_when_stopped`` (the cluster may be gone by
-    then), does its :meth:`tick` on the Ray session ``driver_pid`` joined, once found. Best effort: a failure is
-    skipped."""
+    """A thread that, every ``every_s``, does its :meth:`tick` on the Ray session ``driver_pid`` joined, once found;
+    when stopped it ticks no more (the driver gone, its cluster is going: what it answers then is no longer so), but
+    still finds the session of a driver that ended before the first tick. Best effort: a failure is skipped."""
 
-    every_s = 2.0
+    every_s: float
     name = "raysight-watch"
-    tick_when_stopped = True
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         self.key, self.driver_pid, self.ray_dir = key, driver_pid, ray_dir
@@ -85,11 +84,9 @@ class SessionWatcher:
         with self._client:
             while True:
                 stopping = self._stopping.wait(self.every_s)
-                if stopping and not self.tick_when_stopped:
-                    return
                 with suppress(Exception):  # never disturb the user's program
                     self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
-                    if self.session:
+                    if self.session and not stopping:
                         self.tick(self.session)
                 if stopping:
                     return

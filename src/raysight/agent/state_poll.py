@@ -187,7 +187,6 @@ class StatePoller(SessionWatcher):
 
     every_s = POLL_EVERY_S
     name = "raysight-poll"
-    tick_when_stopped = False  # the driver gone, its cluster is going: what it answers then is no longer so
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
         super().__init__(server, key, driver_pid, ray_dir)
