@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Generator, Mapping
+from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
-from raysight import wire
-from raysight.agent.scrape import SessionWatcher
+from raysight import os_thread, wire
 from raysight.client import Client
 from raysight.config import OWN_HEADERS
 
@@ -182,24 +183,58 @@ def poll_dashboard(
     return polled
 
 
-class StatePoller(SessionWatcher):
-    """Polls the dashboard of the session `raysight run`'s driver joined, once its head has logged where it is."""
+def find_session(ray_dir: Path, driver_pid: int, since: float) -> Path | None:
+    """The session whose ``logs/`` holds the driver's core log, ``python-core-driver-<worker id>_<pid>.log``.
 
-    every_s = POLL_EVERY_S
-    name = "raysight-poll"
+    Only sessions whose logs changed since ``since`` (epoch seconds) are looked into.
+    """
+    for logs in ray_dir.glob("session_*/logs"):
+        with suppress(OSError):
+            if logs.stat().st_mtime >= since and any(logs.glob(f"python-core-driver-*_{driver_pid}.log")):
+                return logs.parent.resolve()  # not `session_latest`, which moves on
+    return None
+
+
+class StatePoller:
+    """A thread that polls the dashboard of the session `raysight run`'s driver joined every :data:`POLL_EVERY_S`,
+    once its head has logged where it is; when stopped it polls no more (the driver gone, its cluster is going: what
+    it answers then is no longer so), but still finds the session of a driver that ended before the first poll. Best
+    effort: a failure is skipped, never raised, so the user's program is never disturbed."""
 
     def __init__(self, server: str, key: str | None, driver_pid: int, ray_dir: Path) -> None:
-        super().__init__(server, key, driver_pid, ray_dir)
+        self.key, self.driver_pid, self.ray_dir = key, driver_pid, ray_dir
+        self.since = time.time() - 1
+        self.session: Path | None = None
+        self._client = Client(server, timeout=5)
         self._http = dashboard_client(os.environ)
         self._polls = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raysight-poll", daemon=True)
 
-    def tick(self, session: Path) -> None:
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5) -> None:
+        self._stopping.set()
+        self._thread.join(timeout)
+        self._http.close()
+
+    def _run(self) -> None:
+        os_thread.settle()
+        with self._client:
+            while True:
+                stopping = self._stopping.wait(POLL_EVERY_S)
+                with suppress(Exception):  # never disturb the user's program
+                    self.session = self.session or find_session(self.ray_dir, self.driver_pid, self.since)
+                    if self.session and not stopping:
+                        self._poll(self.session)
+                if stopping:
+                    return
+
+    def _poll(self, session: Path) -> None:
         dashboard = dashboard_url(session)
         if dashboard is None:
             return
         count, self._polls = self._polls, self._polls + 1
         poll_dashboard(self._client, self.key, dashboard, self._http, count, session.name)
-
-    def stop(self, timeout: float = 5) -> None:
-        super().stop(timeout)
-        self._http.close()
