@@ -454,13 +454,13 @@ class Writer:
             started = time.monotonic()
             if isinstance(item, _Group):
                 self._fold(item.records, item.parsed)
-                ended = time.monotonic()
-                self._round_s += ended - started
-                self._budget.spend(ended - started, ended)
-                self._rest_until = ended + self._budget.rest(self._round_s)
             else:
                 _settle(item[1], item[0], self.store)
-                self._budget.spend(time.monotonic() - started, time.monotonic())
+            ended = time.monotonic()
+            self._budget.spend(ended - started, ended)  # (a call's time too: it is folding's)
+            if isinstance(item, _Group):
+                self._round_s += ended - started
+                self._rest_until = ended + self._budget.rest(self._round_s)
             with self._finished:
                 self._unfinished -= 1
                 self._finished.notify_all()
