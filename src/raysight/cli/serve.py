@@ -304,6 +304,14 @@ def request_cmd(request_id: str, session: str | None, fmt: str | None, server: s
         click.echo(f"{prefix(row)} {row['text']}")
 
 
+def _quantiles(buckets: str) -> dict[str, str]:
+    """The p50, p95 and p99 columns of `serve stats` over a latency histogram's ``buckets`` (see :data:`STATS`)."""
+    return {
+        f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) (rate({buckets}{{sel}}[{{range}}])))"
+        for q in (50, 95, 99)
+    }
+
+
 # Each column of `serve stats` and its PromQL over Serve's metrics, by what the rows are of: ``{by}`` the labels that
 # key a row, ``{sel}`` a selector's matchers (``--name``), ``{range}`` the rates' window. A counter is read under both
 # its names: ``_total`` now, bare in older releases. By deployment, the replicas', handles' and controller's families;
@@ -312,11 +320,7 @@ STATS = {
     "deployment": {
         "requests_per_s": "sum by ({by}) (rate(ray_serve_deployment_request_counter{total}{sel}[{range}]))",
         "errors_per_s": "sum by ({by}) (rate(ray_serve_deployment_error_counter{total}{sel}[{range}]))",
-        **{
-            f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
-            "(rate(ray_serve_deployment_processing_latency_ms_bucket{sel}[{range}])))"
-            for q in (50, 95, 99)
-        },
+        **_quantiles("ray_serve_deployment_processing_latency_ms_bucket"),
         "ongoing": "sum by ({by}) (ray_serve_replica_processing_queries{sel})",
         "queued": "sum by ({by}) (ray_serve_deployment_queued_queries{sel})",
         "healthy_replicas": "sum by ({by}) (ray_serve_deployment_replica_healthy{sel})",
@@ -327,11 +331,7 @@ STATS = {
     "route": {
         "requests_per_s": "sum by ({by}) (rate(ray_serve_num_http_requests{total}{sel}[{range}]))",
         "errors_per_s": "sum by ({by}) (rate(ray_serve_num_http_error_requests{total}{sel}[{range}]))",
-        **{
-            f"p{q}_ms": f"histogram_quantile(0.{q}, sum by ({{by}}, le) "
-            "(rate(ray_serve_http_request_latency_ms_bucket{sel}[{range}])))"
-            for q in (50, 95, 99)
-        },
+        **_quantiles("ray_serve_http_request_latency_ms_bucket"),
     },
 }
 
