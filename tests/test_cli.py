@@ -464,7 +464,7 @@ def test_help_groups_the_commands_and_each_command_s_help_leads_with_an_example_
     assert (
         titles
         == ["Options:", *(f"{title}:" for title in SECTIONS)]
-        == ["Options:", "Recording:", "Querying:", "Tools:"]
+        == ["Options:", "Recording:", "Querying:", "Debugging:", "Tools:"]
     )
     named = [command.name for commands in SECTIONS.values() for command, _ in commands]
     assert len(named) == len(set(named)) and set(named) == set(main.commands)

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.testclient import TestClient
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from raysight import wire
 from raysight.server import routing
@@ -32,6 +32,8 @@ def expected(template: str, method: str) -> Access:
         return Access.INGEST
     if (method, template) in (("DELETE", wire.SESSION), ("POST", wire.REINDEX)):
         return Access.ADMIN
+    if template == wire.DEBUG_ATTACH:
+        return Access.DEBUG
     return Access.READ
 
 
@@ -48,6 +50,7 @@ GRANTS = {
     Access.INGEST: {"the ingest key"},
     Access.READ: {"the read token", "the admin token"},
     Access.ADMIN: {"the admin token"},
+    Access.DEBUG: {"the admin token"},
 }
 
 
@@ -57,13 +60,13 @@ def leaves(routes: list[BaseRoute], prefix: str = "") -> Iterator[tuple[str, str
         if isinstance(item, Mount) and item.routes:
             yield from leaves(item.routes, prefix + item.path)
         else:
-            assert isinstance(item, (Route, Mount)), f"{item!r}: teach this test how to call it"
+            assert isinstance(item, (Route, Mount, WebSocketRoute)), f"{item!r}: teach this test how to call it"
             yield prefix, item.path, item
 
 
 def url(prefix: str, item: BaseRoute, key: str) -> str:
     """A path the route answers, its parameters filled (the ingest key's with ``key``)."""
-    assert isinstance(item, (Route, Mount))
+    assert isinstance(item, (Route, Mount, WebSocketRoute))
     values = {name: key if name == wire.INGEST_KEY_PARAM else FILLER for name in item.param_convertors}
     prefix_values = {name: FILLER for name in ("session",) if "{session}" in prefix}
     filled = wire.path(prefix, **prefix_values) + wire.path(item.path, **values)
@@ -74,7 +77,8 @@ def url(prefix: str, item: BaseRoute, key: str) -> str:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The app as bound beyond loopback: all three secrets required."""
     data_dir = tmp_path_factory.mktemp("access") / "data"
-    app = create_app(Settings(data_dir).replace(secrets=SECRETS, fold_linger_s=0, fold_rest=0))
+    settings = Settings(data_dir).replace(secrets=SECRETS, debug_token="admin-secret", fold_linger_s=0, fold_rest=0)
+    app = create_app(settings)
     with TestClient(app) as client:
         yield client
 
@@ -83,7 +87,7 @@ def test_every_route_refuses_the_credentials_that_do_not_grant_its_access(secure
     asked: dict[Access, int] = dict.fromkeys(Access, 0)
     for prefix, template, item in leaves(secured.app.routes):
         assert routing.declaration_of(item) is not None, f"{prefix}{template} declares no access: make it with route()"
-        methods = sorted((item.methods or set()) - {"HEAD"}) if isinstance(item, Route) else ["GET"]
+        methods = sorted((item.methods or set()) - {"HEAD"}) if isinstance(item, Route) else ["GET"]  # (a handshake)
         for method in methods:
             access = expected(template, method)
             asked[access] += 1
@@ -92,14 +96,28 @@ def test_every_route_refuses_the_credentials_that_do_not_grant_its_access(secure
                 path = url(prefix, item, key) + (f"?{wire.INGEST_KEY_PARAM}={key}" if in_url else "")
                 form = template.startswith(wire.PROM_API)  # (Prometheus's API takes forms, the rest JSON)
                 content_type = "application/x-www-form-urlencoded" if form else "application/json"
-                answer = secured.request(method, path, headers={**headers, "Content-Type": content_type})
                 where = f"{method} {path} with {name}, for {access.value}"
-                if name in GRANTS[access]:
-                    assert answer.status_code not in (401, 403), f"{where}: refused ({answer.text[:200]})"
+                if isinstance(item, WebSocketRoute):
+                    status = handshake(secured, path, headers)
                 else:
-                    refused = 403 if access is Access.ADMIN and name == "the read token" else 401
-                    assert answer.status_code == refused, f"{where}: {answer.status_code} {answer.text[:200]}"
+                    answer = secured.request(method, path, headers={**headers, "Content-Type": content_type})
+                    status = answer.status_code
+                    where += f": {answer.text[:200]}"
+                if name in GRANTS[access]:
+                    assert status not in (401, 403), f"{where}: refused"
+                else:
+                    forbidden = access is Access.DEBUG or (access is Access.ADMIN and name == "the read token")
+                    assert status == (403 if forbidden else 401), f"{where}: {status}"
     assert all(asked.values()), asked  # (the walk found routes of every access)
+
+
+def handshake(client: TestClient, path: str, headers: dict[str, str]) -> int:
+    """A WebSocket handshake's status: 101 where the route took it (and was left at once), else its denial's."""
+    try:
+        with client.websocket_connect(path, headers=headers):
+            return 101
+    except WebSocketDenialResponse as denied:
+        return denied.status_code
 
 
 def test_a_path_no_route_answers_needs_the_read_token_and_says_nothing_more(secured: TestClient) -> None:

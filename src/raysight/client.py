@@ -211,6 +211,16 @@ class Client:
         params = {"session": session} if session else {}
         return self._request("GET", wire.path(wire.SERVE_REQUEST, request_id=request_id), params=params)  # type: ignore[no-any-return]
 
+    def pauses(self, session: str | None = None, every: bool = False) -> builtins.list[dict[str, Any]]:
+        """The live debugger pauses (of ``session``, else of every session); ``every``: each pause of the session
+        (default the newest), with how it ended."""
+        asked = {"session": session, "all": "true" if every else None}
+        return self._request("GET", wire.DEBUG_PAUSES, params={k: v for k, v in asked.items() if v is not None})  # type: ignore[no-any-return]
+
+    def pause(self, pause_id: str) -> dict[str, Any]:
+        """One pause whole: its stack with the locals reported, its exception and traceback, its attaches."""
+        return self._request("GET", wire.path(wire.DEBUG_PAUSE, pause_id=pause_id))  # type: ignore[no-any-return]
+
     def prometheus(self, path: str, params: dict[str, Any], session: str | None = None) -> Any:
         """Prometheus's query API (``/api/v1/<path>``: ``query``, ``query_range``, ``series``, ``labels``,
         ``label/<name>/values``, ``metadata``) over the newest session's metrics, or ``session``'s: its ``data``."""

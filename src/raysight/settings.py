@@ -248,6 +248,10 @@ class Settings:
     forwarding: Forwarding = Forwarding()
     secrets: Credentials = Credentials()
     allowed_hosts: frozenset[str] | None = None
+    # Debugging (``--allow-debug``) attaches to paused workers, which runs code in them: `raysight server` then sets the
+    # admin token it needs, on loopback too; None: debugging off
+    allow_debug: bool = False
+    debug_token: str | None = None
 
     @classmethod
     def from_options(cls, given: Mapping[str, Any]) -> Settings:
@@ -270,6 +274,7 @@ class Settings:
             forwarding=Forwarding(o["traces_forward"], o["traces_forward_header"], o["traces_store"]),
             secrets=Credentials(o["token"], o["ingest_key"], o["admin_token"]),
             allowed_hosts=frozenset(o["allowed_host"]) or None,
+            allow_debug=o["allow_debug"],
         )
 
     def replace(self, **changes: Any) -> Settings:
@@ -404,6 +409,13 @@ SERVER: tuple[Setting, ...] = (
     Setting("token", "Read token (when bound beyond loopback).", env=ENV_TOKEN),
     Setting("ingest-key", "Write-only ingest key (idem).", env=ENV_INGEST_KEY),
     Setting("admin-token", "Token for deleting sessions and reindexing (idem).", env=ENV_ADMIN_TOKEN),
+    Setting(
+        "allow-debug",
+        "Let `raysight debug attach` drive paused tasks (it runs code in them): it then needs the admin token, on "
+        "loopback too, and each attach is recorded.",
+        False,
+        bool,
+    ),
     Setting(
         "allowed-host",
         "On loopback, serve this Host name too (a proxy's), beside localhost, 127.0.0.1 and [::1]. Repeatable.",

@@ -36,6 +36,9 @@ TIMELINE = f"{API}/timeline"
 TASK_STREAM = f"{API}/task-stream"
 METRICS_TOP = f"{API}/metrics/top"
 USAGE = f"{API}/usage"
+DEBUG_PAUSES = f"{API}/debug/pauses"
+DEBUG_PAUSE = f"{API}/debug/pauses/{{pause_id}}"
+DEBUG_ATTACH = f"{API}/debug/pauses/{{pause_id}}/attach"  # a WebSocket: the client's side of a pause
 TRACES = f"{API}/traces"
 TRACE = f"{API}/traces/{{trace_id}}"
 RESOURCE = f"{API}/{{resource}}"
@@ -51,6 +54,7 @@ AGENT_RAY_METRICS = f"{INGEST}/agent/ray-metrics"
 AGENT_NODE_LIFE = f"{INGEST}/agent/node-life"
 AGENT_RAY_STATE = f"{INGEST}/agent/ray-state"
 AGENT_METRICS = f"{INGEST}/agent/metrics"
+DEBUG_PAUSED = f"{INGEST}/debug/paused"  # a WebSocket: a paused worker's side of its pause
 OTLP_TRACES = "/v1/traces"  # OTLP/HTTP's standard paths, which exporters append to the endpoint they are given
 OTLP_LOGS = "/v1/logs"
 OTLP_KEYED = f"{INGEST}/otlp/{{key}}"  # an endpoint that carries the ingest key, for exporters that send no header
@@ -93,6 +97,7 @@ UI_VENDOR = "/ui/vendor/{name}"
 INGEST_KEY_HEADER = "x-raysight-ingest-key"  # where a sender can set headers (OTLP exporters, the agent)
 SPANS_DROPPED_HEADER = "x-raysight-spans-dropped"  # spans the instrumentation dropped since its last export
 INGEST_KEY_PARAM = "key"  # …or the ingest key in the query string (Ray's aggregator's URL)
+CLIENT_HEADER = "x-raysight-client"  # who a debugger's client says it is (user@host), as its attaches are recorded
 
 # ── the attributes raysight puts on spans and their resources, so that a span leads to its task, worker and logs:
 # written by the instrumentation, read by the receiver. Ray's IDs are hex, as Ray's CLI and raysight show them ──────
@@ -229,6 +234,43 @@ class RayMetrics(TypedDict):
     """``AGENT_RAY_METRICS``: a node's Prometheus text (its aggregator's lines suffice)."""
 
     text: str
+
+
+class PausedFrame(TypedDict):
+    """A frame of a paused worker's stack, innermost first: where it is, and its locals' reprs (bounded)."""
+
+    file: str
+    line: int
+    function: str
+    locals: dict[str, str]
+
+
+class Pause(TypedDict):
+    """``DEBUG_PAUSED``'s first message: where a worker paused (``kind``: ``breakpoint`` or ``post_mortem``) and in
+    which of Ray's entities. A task's IDs are null where the worker runs none (a driver)."""
+
+    kind: str
+    session: str
+    job_id: str | None
+    task_id: str | None
+    attempt: int | None
+    actor_id: str | None
+    worker_id: str | None
+    node_id: str | None
+    host: str
+    pid: int
+    paused_ns: int
+    stack: list[PausedFrame]  # innermost first; its first frame is where the worker paused
+    exception: NotRequired[str | None]  # a post-mortem pause's: the exception, and its traceback
+    traceback: NotRequired[str | None]
+
+
+# The messages of the debugger's WebSockets, JSON objects of one key each: the text a client types (``input``), the
+# text the worker's debugger writes (``output``), that it waits for a line (``ready``), and how a pause ended
+# (``ended``: continued, quit, timed out, worker gone); the server tells the worker its pause's ID (``pause_id``) and
+# a client why it is refused (``refused``)
+INPUT, OUTPUT, READY, ENDED = "input", "output", "ready", "ended"
+PAUSE_ID, REFUSED = "pause_id", "refused"
 
 
 Payload = TypeVar("Payload", bound=Mapping[str, object])

@@ -10,6 +10,7 @@ import click
 
 from raysight import __version__
 from raysight.cli.agent import agent_cmd
+from raysight.cli.debug import debug_cmd
 from raysight.cli.failures import errors_cmd
 from raysight.cli.logs import logs_cmd
 from raysight.cli.metrics import metrics_cmd
@@ -79,6 +80,7 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
         (serve_cmd, ("serve", "status", "--at", "-10m")),
         (metrics_cmd, ("metrics", "top")),
     ),
+    "Debugging": ((debug_cmd, ("debug", "attach", "3f2a9c1e5b7d4e60")),),
     "Tools": (
         (doctor_cmd, ("doctor",)),
         (reindex_cmd, ("reindex",)),

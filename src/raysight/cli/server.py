@@ -46,22 +46,30 @@ def serve(settings: Settings) -> None:
     os.umask(0o077)  # what the server writes (store, journal, secrets) is for its user only
     private_data_dir(data_dir)
     with holding(data_dir):
-        secrets = Secrets.loopback()
-        if not is_loopback(host):
+        secrets, saved = Secrets.loopback(), None
+        if settings.allow_debug or not is_loopback(host):  # debugging needs the admin token on loopback too
             try:
-                secrets = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
+                saved = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
+            if not is_loopback(host):
+                secrets = saved
         banner = f"raysight listening on http://{url_host(host)}:{settings.port}\ndata in {data_dir}"
         if secrets.token:
             banner += (
                 f"\nreads need the token in {data_dir / SECRETS_FILE} ({ENV_TOKEN}), deleting and reindexing its "
                 f"admin_token ({ENV_ADMIN_TOKEN}); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
             )
+        if saved is not None and settings.allow_debug:
+            banner += (
+                f"\ndebugging allowed: `raysight debug attach` needs the admin_token in {data_dir / SECRETS_FILE} "
+                f"({ENV_ADMIN_TOKEN}), which the CLI reads from there on this machine"
+            )
         # a loopback bind serves loopback names, its own address (127.0.0.2, say) and --allowed-host
         names = (url_host(host), *(settings.allowed_hosts or ()))
         served = LOOPBACK_HOSTS | {host_name(name) for name in names} if is_loopback(host) else None
-        app = create_app(settings.replace(secrets=secrets, allowed_hosts=served))
+        debug_token = saved.admin_token if saved is not None and settings.allow_debug else None
+        app = create_app(settings.replace(secrets=secrets, allowed_hosts=served, debug_token=debug_token))
         listen(app, host, settings.port, settings.http, banner)
 
 

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from raysight import wire
-from raysight.instrument import ray_tracing
+from raysight.instrument import debugger, ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK, SETUP_HOOK, SETUP_HOOK_KEY
 from raysight.instrument.ray_ids import RayIds
@@ -138,11 +138,16 @@ def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def worker_setup() -> None:
-    """The job's ``worker_process_setup_hook``: trace this worker, then run the user's own hook."""
+    """The job's ``worker_process_setup_hook``: trace this worker, pause its breakpoints through raysight
+    (``debugger.py``), then run the user's own hook."""
     try:
         instrument()
     except Exception:  # noqa: BLE001
         log.warning("raysight: could not trace this worker", exc_info=True)
+    try:
+        debugger.install()
+    except Exception:  # noqa: BLE001 (Ray's own debugger stays)
+        log.warning("raysight: could not set this worker's breakpoint hook", exc_info=True)
     if chained := os.environ.get(ENV_CHAINED_SETUP_HOOK):
         _load(chained)()
 

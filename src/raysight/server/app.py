@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,7 +16,7 @@ from starlette.routing import Mount
 
 from raysight import wire
 from raysight.errors import RaysightError
-from raysight.server import api, ingest_routes, prometheus_api, ray_compat, ui_routes
+from raysight.server import api, debug_routes, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import AppState, BodyBudget, Metrics, app_state
 from raysight.server.auth import Secrets
@@ -23,6 +24,7 @@ from raysight.server.forward import Forwarder
 from raysight.server.guard import Guard
 from raysight.server.routing import Access, envelope_of, route
 from raysight.settings import Settings
+from raysight.signals.debug_pauses import apply as debug_pauses
 from raysight.signals.ray_metrics import parse as ray_metrics
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_NICENESS, Writer
@@ -75,6 +77,10 @@ def create_app(settings: Settings) -> Starlette:
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(limits.max_body, ray_metrics.MAX_BODY))
         forwarder = Forwarder(settings.forwarding) if settings.forwarding.url else None
+        # the pauses the last server left open are over for raysight (their workers lost it): before any new one's
+        writer.call(
+            lambda store: store.write(lambda tx: debug_pauses.server_stopped(tx, time.time_ns())), ordered=False
+        )
         app.state.raysight = AppState(
             store,
             writer,
@@ -98,6 +104,7 @@ def create_app(settings: Settings) -> Starlette:
     per_session = [*ray_compat.routes, *prometheus_api.routes]  # the newest session's, and any one's by its name
     routes = [
         *ingest_routes.routes(),
+        *debug_routes.routes,
         *api.routes,
         *per_session,
         Mount(wire.IN_SESSION, routes=per_session),
@@ -107,6 +114,8 @@ def create_app(settings: Settings) -> Starlette:
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(Guard, secrets=secrets, allowed_hosts=settings.allowed_hosts)],
+        middleware=[
+            Middleware(Guard, secrets=secrets, allowed_hosts=settings.allowed_hosts, debug_token=settings.debug_token)
+        ],
         exception_handlers={Exception: handle_error, RaysightError: handle_error, ClientDisconnect: client_gone},
     )

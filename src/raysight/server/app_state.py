@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 import duckdb
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
+from raysight.server.debug_relay import Relay
 from raysight.server.forward import Forwarder
 from raysight.server.resends import Resends
 from raysight.settings import DB_FILE, Forwarding, QueryLimits
@@ -132,6 +133,7 @@ class AppState:
     resends: Resends = field(default_factory=Resends)
     query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``raysight/promql/``)
     queries: asyncio.Semaphore = field(init=False)  # the PromQL queries evaluated at once
+    pauses: Relay = field(default_factory=Relay)  # the debugger's live pauses (``debug_routes.py``)
 
     def __post_init__(self) -> None:
         self.queries = asyncio.Semaphore(self.query_limits.max_concurrency)
@@ -154,6 +156,6 @@ class AppState:
         return await run_in_threadpool(run)
 
 
-def app_state(request: Request) -> AppState:
+def app_state(request: HTTPConnection) -> AppState:
     state: Any = request.app.state.raysight
     return state

@@ -52,6 +52,11 @@ class Secrets(Credentials):
         return self.ingest_key is None or _same(key, self.ingest_key)
 
 
+def debug_ok(header: str | None, debug_token: str | None) -> bool:
+    """Driving a paused worker: the admin token a server that allows debugging has (on loopback too)."""
+    return _same(bearer(header), debug_token)
+
+
 def load_or_create(data_dir: Path, token: str | None, ingest_key: str | None, admin_token: str | None) -> Secrets:
     """Given secrets win; otherwise those saved in the data dir; otherwise new ones, saved there."""
     path = data_dir / SECRETS_FILE

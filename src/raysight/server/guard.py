@@ -16,7 +16,8 @@ On loopback the browser is the threat, beyond it the network:
   refused above; and Ray's job writes, which raysight refuses whatever they carry (405).
 - Credentials, as the route declares: none for the dashboard's files (which hold no data: the page must load to ask
   for the token), the write-only ingest key for ingest, the read token (or the admin token) for reads, the admin
-  token for what destroys data.
+  token for what destroys data, and on loopback too for driving a paused worker (the debugger's routes are refused
+  outright unless the server allows debugging).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from raysight import wire
 from raysight.errors import BadQuery, Forbidden, RaysightError, Unauthorized, UnsupportedEncoding
 from raysight.server import routing
-from raysight.server.auth import Secrets
+from raysight.server.auth import Secrets, debug_ok
 from raysight.server.routing import Access, Declaration
 from raysight.settings import ENV_ADMIN_TOKEN, ENV_TOKEN, SECRETS_FILE
 
@@ -87,16 +88,29 @@ ADMIN_TOKEN_NEEDED = (
     f"set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
 )
 INGEST_KEY_NEEDED = "this ingest URL needs the server's ingest key (`raysight env` prints the URL)"
+DEBUG_OFF = "debugging is off on this raysight server: start it with --allow-debug"
+DEBUG_TOKEN_NEEDED = (
+    f"attaching to a paused task needs the server's admin token, on loopback too (`admin_token` in its {SECRETS_FILE}, "
+    f"which the CLI reads on the server's machine): set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
+)
 
 
 def credential_refusal(
-    access: Access, connection: HTTPConnection, path_params: dict[str, Any], secrets: Secrets
+    access: Access,
+    connection: HTTPConnection,
+    path_params: dict[str, Any],
+    secrets: Secrets,
+    debug_token: str | None = None,
 ) -> RaysightError | None:
     """Why the request's credentials do not grant ``access``; None when they do. The ingest key is looked for in
     the URL (``?key=``, or in the path, where Ray's aggregator and OTLP exporters append their own) and in a header;
-    the tokens in ``Authorization: Bearer``."""
+    the tokens in ``Authorization: Bearer``; ``debug_token``: the admin token debugging needs (None: debugging off)."""
     if access is Access.OPEN:
         return None
+    if access is Access.DEBUG:
+        if debug_token is None:
+            return Forbidden(DEBUG_OFF)
+        return None if debug_ok(connection.headers.get("authorization"), debug_token) else Forbidden(DEBUG_TOKEN_NEEDED)
     if access is Access.INGEST:
         key = (
             connection.query_params.get(wire.INGEST_KEY_PARAM)
@@ -118,11 +132,12 @@ def refusal(
     allowed_hosts: frozenset[str] | None,
     declaration: Declaration,
     path_params: dict[str, Any],
+    debug_token: str | None = None,
 ) -> RaysightError | None:
     """Why an HTTP request or WebSocket handshake to a route of ``declaration`` (its path's ``path_params``) is
     refused; None when it may pass.
 
-    ``allowed_hosts`` None: any Host (bound beyond loopback).
+    ``allowed_hosts`` None: any Host (bound beyond loopback). ``debug_token`` None: debugging is off.
     """
     connection = HTTPConnection(scope)
     headers = connection.headers
@@ -141,15 +156,19 @@ def refusal(
             f"POST bodies must be sent as {' or '.join(types)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"
         )
-    return credential_refusal(declaration.access, connection, path_params, secrets)
+    if declaration.debugger and debug_token is None:
+        return Forbidden(DEBUG_OFF)
+    return credential_refusal(declaration.access, connection, path_params, secrets, debug_token)
 
 
 class Guard:
     """Refuses what :func:`refusal` refuses, before any route, in the envelope of the route the request is for
     (plain ASGI: bodies pass straight through); leaves the route's declaration for the app's error handler."""
 
-    def __init__(self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None) -> None:
-        self.app, self.secrets, self.allowed_hosts = app, secrets, allowed_hosts
+    def __init__(
+        self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None, debug_token: str | None = None
+    ) -> None:
+        self.app, self.secrets, self.allowed_hosts, self.debug_token = app, secrets, allowed_hosts, debug_token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -157,7 +176,7 @@ class Guard:
             return
         declaration, path_params = routing.find(scope["app"].routes, scope)
         routing.remember(scope, declaration)
-        refused = refusal(scope, self.secrets, self.allowed_hosts, declaration, path_params)
+        refused = refusal(scope, self.secrets, self.allowed_hosts, declaration, path_params, self.debug_token)
         if refused is None:
             await self.app(scope, receive, send)
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Scope
 
 from raysight.errors import RaysightError
@@ -34,6 +34,7 @@ class Access(enum.Enum):
     INGEST = "ingest"  # the ingest key, which grants writes only: Ray's aggregator logs its URL in clear
     READ = "read"  # the read token (or the admin token)
     ADMIN = "admin"  # the admin token: what destroys data
+    DEBUG = "debug"  # the admin token on loopback too: driving a paused worker runs code in it
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Declaration:
     access: Access
     envelope: Envelope
     bodies: tuple[str, ...] | None = POST_TYPES  # the content types a POST may carry; None: any (it reads none)
+    debugger: bool = False  # the debugger's: refused unless the server allows debugging (``--allow-debug``)
 
 
 UNDECLARED = Declaration(Access.READ, raysight_error)
@@ -72,14 +74,25 @@ def route(
     return DeclaredRoute(path, endpoint, Declaration(access, envelope, bodies), methods)
 
 
+class DeclaredSocket(WebSocketRoute):
+    def __init__(self, path: str, endpoint: Callable[..., Any], declaration: Declaration):
+        super().__init__(path, endpoint)
+        self.declaration = declaration
+
+
+def socket(path: str, endpoint: Callable[..., Any], *, access: Access, debugger: bool = False) -> WebSocketRoute:
+    """A WebSocket route at ``path``, its handshake refused as an HTTP request would be (in raysight's envelope)."""
+    return DeclaredSocket(path, endpoint, Declaration(access, raysight_error, None, debugger))
+
+
 def files(path: str, app: ASGIApp, *, name: str) -> Mount:
     """A folder of the dashboard's files at ``path``, served by ``app``: open, as the dashboard's pages are."""
     return DeclaredFiles(path, app, name)
 
 
 def declaration_of(item: BaseRoute) -> Declaration | None:
-    """What a route declares; None for a route not made by :func:`route` or :func:`files`."""
-    return item.declaration if isinstance(item, (DeclaredRoute, DeclaredFiles)) else None
+    """What a route declares; None for a route not made by :func:`route`, :func:`socket` or :func:`files`."""
+    return item.declaration if isinstance(item, (DeclaredRoute, DeclaredFiles, DeclaredSocket)) else None
 
 
 def find(routes: Sequence[BaseRoute], scope: Scope) -> tuple[Declaration, dict[str, Any]]:

@@ -3,7 +3,17 @@ applies each kind of journalled group with its signal's ``apply``. A new signal 
 
 from __future__ import annotations
 
-from raysight.signals import log_lines, node_sightings, polls, ray_events, ray_metrics, run_exits, scrapes, spans
+from raysight.signals import (
+    debug_pauses,
+    log_lines,
+    node_sightings,
+    polls,
+    ray_events,
+    ray_metrics,
+    run_exits,
+    scrapes,
+    spans,
+)
 from raysight.signals.signal import Signal
 from raysight.store import schema
 from raysight.tables import FoldedTable, Table
@@ -19,6 +29,7 @@ SIGNALS: dict[str, Signal] = {
         spans.SIGNAL,
         node_sightings.SIGNAL,
         log_lines.SIGNAL,
+        debug_pauses.SIGNAL,
     )
 }
 

@@ -1,0 +1,200 @@
+"""`raysight debug`: the tasks paused in a debugger (`breakpoint()` in a task or actor of a job raysight traces), each
+pause a session had, and a pdb prompt on a paused frame through the raysight server's one port."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+import orjson
+
+from raysight import wire
+from raysight.cli import render
+from raysight.cli.common import client_options, make_client, server_option, session_option
+from raysight.settings import ENV_ADMIN_TOKEN, SECRETS_FILE, default_data_dir, default_server
+
+ANSWER_WAIT_S = 30.0  # how long a client whose input has ended waits for the debugger to answer what it sent
+
+
+@click.group("debug", invoke_without_command=True)
+@session_option
+@client_options
+@click.pass_context
+def debug_cmd(ctx: click.Context, session: str | None, fmt: str | None, server: str | None) -> None:
+    """The tasks paused now in a debugger (`breakpoint()`, `ray.util.pdb.set_trace()`), of every session or
+    --session's, with who drives each; `debug attach ID` opens a pdb prompt on one, `debug history` lists every pause
+    of a session and how it ended, `debug show ID` one pause's stack and locals. Pausing through raysight needs a
+    server started with --allow-debug; elsewhere a breakpoint falls back to Ray's own debugger."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with make_client(server) as client:
+        pauses = client.pauses(session=session)
+    if fmt in ("json", "yaml"):
+        render.dump(pauses, fmt)
+    elif not pauses:
+        click.echo("no task is paused", err=True)
+    else:
+        render.table([_row(p, live=True) for p in pauses])
+        click.echo("attach with `raysight debug attach PAUSE_ID`", err=True)
+
+
+def _row(pause: dict[str, Any], live: bool) -> dict[str, Any]:
+    return {
+        "pause_id": pause["pause_id"],
+        "kind": pause["kind"],
+        "task_id": pause["task_id"],
+        "actor_id": pause["actor_id"],
+        "pid": pause["pid"],
+        "host": pause["host"],
+        "where": f"{pause['function']} {Path(pause['file']).name}:{pause['line']}",
+        "paused_ms": pause["paused_ns"] // 1_000_000,
+        **({"held_by": pause.get("holder")} if live else {"ended": pause["ended"], "attaches": pause["attaches"]}),
+    }
+
+
+@debug_cmd.command("history")
+@session_option
+@client_options
+def history_cmd(session: str | None, fmt: str | None, server: str | None) -> None:
+    """Every pause of the session, oldest first: where, in which task, and how it ended (continued, quit, timed out,
+    worker gone, server stopped; blank while it lasts)."""
+    with make_client(server) as client:
+        pauses = client.pauses(session=session, every=True)
+    if fmt in ("json", "yaml"):
+        render.dump(pauses, fmt)
+    elif not pauses:
+        click.echo("no pause in this session", err=True)
+    else:
+        render.table([_row(p, live=False) for p in pauses])
+
+
+@debug_cmd.command("show")
+@click.argument("pause_id")
+@client_options
+def show_cmd(pause_id: str, fmt: str | None, server: str | None) -> None:
+    """One pause: where it paused, its stack innermost first with each frame's locals (as reported when it paused),
+    its exception (a post-mortem's) and each client that attached."""
+    with make_client(server) as client:
+        pause = client.pause(pause_id)
+    if fmt in ("json", "yaml"):
+        render.dump(pause, fmt)
+        return
+    click.echo(f"pause {pause['pause_id']} ({pause['kind']}) of task {pause['task_id']} in {pause['session']}")
+    for frame in pause["stack"]:
+        click.echo(f'  File "{frame["file"]}", line {frame["line"]}, in {frame["function"]}')
+        for name, value in frame["locals"].items():
+            click.echo(f"    {name} = {value}")
+    if pause["traceback"]:
+        click.echo(pause["traceback"].rstrip())
+    for a in pause["attaches"]:
+        click.echo(f"attached: {a['client']} from {a['address']}", err=True)
+
+
+def debug_token() -> str | None:
+    """The admin token attaching needs: ``$RAYSIGHT_ADMIN_TOKEN``, else the one of a server on this machine (in its
+    data dir's secrets file, readable by the server's user alone)."""
+    if token := os.environ.get(ENV_ADMIN_TOKEN):
+        return token
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        found = orjson.loads((default_data_dir() / SECRETS_FILE).read_bytes()).get("admin_token")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def attach_url(server: str, pause_id: str) -> str:
+    parts = urlsplit(server)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return f"{scheme}://{parts.netloc}{wire.path(wire.DEBUG_ATTACH, pause_id=pause_id)}"
+
+
+@debug_cmd.command("attach")
+@click.argument("pause_id")
+@server_option
+def attach_cmd(pause_id: str, server: str | None) -> None:
+    """A pdb prompt on the paused frame, through the raysight server: `p x`, `where`, `up`, `down`, `n`, `s`, `c` as
+    pdb does them; `c` resumes the task (which then ends as it would have), `q` makes it raise (BdbQuit). Ctrl-D
+    detaches, leaving the task paused for the next to attach. Needs the server's admin token (on loopback too):
+    $RAYSIGHT_ADMIN_TOKEN, else the data dir's secrets file of a server on this machine. Fed on stdin (a script),
+    it waits for the debugger to answer each line it sent before it detaches."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    headers = {wire.CLIENT_HEADER: f"{getpass.getuser()}@{socket.gethostname()}"}
+    if token := debug_token():
+        headers["Authorization"] = f"Bearer {token}"
+    url = attach_url(server or default_server(), pause_id)
+    try:
+        websocket = connect(url, additional_headers=headers, ping_interval=None, max_size=None, proxy=None)
+    except InvalidStatus as exc:
+        body = exc.response.body or b""
+        with contextlib.suppress(ValueError, AttributeError):
+            body = orjson.loads(body).get("error", "").encode()
+        raise click.ClickException(f"refused ({exc.response.status_code}): {body.decode(errors='replace')}") from None
+    except OSError as exc:
+        raise click.ClickException(f"no raysight server answers at {url} ({exc})") from None
+    with websocket:
+        sys.exit(Session(websocket).run())
+
+
+class Session:
+    """A client's side of a pause: what the debugger writes to stdout, the lines of stdin to the debugger. Each line
+    sent is answered once the debugger waits again (``ready``) or the pause ends; at the end of stdin, the client
+    waits for every answer, then detaches."""
+
+    def __init__(self, websocket: Any) -> None:
+        self.websocket = websocket
+        self.sent = 0
+        self.readies = 0
+        self.ended: str | None = None
+        self.refused: str | None = None
+        self.answered = threading.Condition()
+        self.reading = True  # stdin is read (the main thread)
+
+    def run(self) -> int:
+        """Relay until the pause ends, the server refuses, or stdin ends (then detach); the exit status."""
+        reader = threading.Thread(target=self._receive, daemon=True)
+        reader.start()
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C detaches; so does the pause's end (_receive)
+            for line in sys.stdin:
+                with self.answered:
+                    if self.ended or self.refused:
+                        break
+                    self.sent += 1
+                self.websocket.send(orjson.dumps({wire.INPUT: line}))
+        self.reading = False
+        with self.answered:  # each line answered: the debugger waits again (the one wait it had before any line)
+            self.answered.wait_for(
+                lambda: self.ended or self.refused or self.readies > self.sent, timeout=ANSWER_WAIT_S
+            )
+        if self.refused:
+            click.echo(f"raysight: {self.refused}", err=True)
+            return 1
+        click.echo(f"\nraysight: the pause ended ({self.ended})" if self.ended else "\nraysight: detached", err=True)
+        return 0
+
+    def _receive(self) -> None:
+        with contextlib.suppress(Exception):  # (the connection closed)
+            for data in self.websocket:
+                message = orjson.loads(data)
+                if isinstance(text := message.get(wire.OUTPUT), str):
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+                with self.answered:
+                    self.readies += message.get(wire.READY) is True
+                    self.ended = message.get(wire.ENDED) or self.ended
+                    self.refused = message.get(wire.REFUSED) or self.refused
+                    self.answered.notify_all()
+        with self.answered:
+            self.ended = self.ended or ("" if self.refused else "connection closed")
+            self.answered.notify_all()
+        if self.reading:  # a terminal's read of stdin interrupted: nothing more to type
+            os.kill(os.getpid(), signal.SIGINT)

@@ -1,0 +1,255 @@
+"""Breakpoints in Ray's workers, driven through the raysight server: ``breakpoint()`` (and ``ray.util.pdb.set_trace()``)
+in a task or actor of a job raysight traces dials out to the server the job exports to, reports where it paused
+(its task, actor, worker, node, stack and locals), and runs pdb on that connection until it is told to continue.
+The server relays a client (`raysight debug attach`) to it; nothing listens on the worker's node.
+
+Where the server does not allow debugging (``--allow-debug``), or cannot be reached, the pause falls back to Ray's own
+debugger, as if raysight were not there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pdb
+import queue
+import reprlib
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import IO, Any, cast
+from urllib.parse import urlsplit
+
+import orjson
+
+from raysight import wire
+from raysight.instrument.ray_tracing import core_worker
+from raysight.settings import ENV_OTLP_ENDPOINT, default_server
+
+log = logging.getLogger("raysight.instrument")
+HOOK = "raysight.instrument.debugger.set_trace"  # PYTHONBREAKPOINT, which Ray sets in each worker
+CONNECT_TIMEOUT_S = 10.0
+MAX_FRAMES = 64  # of a report's stack (the server takes no more)
+MAX_LOCALS = 100  # of a frame's
+_repr = reprlib.Repr()
+_repr.maxstring, _repr.maxother, _repr.maxlevel = 500, 500, 3
+_INSTRUMENT = os.path.dirname(__file__) + os.sep  # raysight's instrumentation's frames: not the user's
+_ray_set_trace: Any = None  # Ray's own ``ray.util.rpdb.set_trace``, which a pause falls back to
+
+
+def install() -> None:
+    """Make ``breakpoint()`` and ``ray.util.pdb.set_trace()`` in this worker pause through raysight."""
+    global _ray_set_trace
+    from ray.util import rpdb
+
+    if rpdb.set_trace is not set_trace:
+        _ray_set_trace = rpdb.set_trace
+        rpdb.set_trace = set_trace
+    os.environ["PYTHONBREAKPOINT"] = HOOK
+
+
+def set_trace(*args: Any, **kwargs: Any) -> None:
+    """Pause the caller's frame in pdb, driven through the raysight server."""
+    frame = sys._getframe(1)
+    try:
+        connection = _connect()
+    except Exception as exc:  # noqa: BLE001 (Ray's own debugger, rather than no pause)
+        log.warning("raysight: cannot pause through the raysight server (%s); using Ray's debugger", exc)
+        if _ray_set_trace is not None:
+            _ray_set_trace(*args, **kwargs)
+        return
+    try:
+        pause_id = connection.open(report("breakpoint", frame))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("raysight: the raysight server refused this pause (%s); using Ray's debugger", exc)
+        connection.close()
+        if _ray_set_trace is not None:
+            _ray_set_trace(*args, **kwargs)
+        return
+    print(
+        f"raysight: paused at {frame.f_code.co_filename}:{frame.f_lineno}: `raysight debug attach {pause_id}`",
+        file=sys.stderr,
+        flush=True,
+    )
+    RemotePdb(connection).set_trace(frame)
+
+
+def debug_url(endpoint: str) -> str:
+    """The WebSocket URL of ``DEBUG_PAUSED`` on the server whose OTLP endpoint is ``endpoint`` (with the ingest key
+    that endpoint carries)."""
+    parts = urlsplit(endpoint)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    prefix = wire.OTLP_KEYED.split("{")[0]
+    key = parts.path[len(prefix) :].split("/")[0] if parts.path.startswith(prefix) else ""
+    query = f"?{wire.INGEST_KEY_PARAM}={key}" if key else ""
+    return f"{scheme}://{parts.netloc}{wire.DEBUG_PAUSED}{query}"
+
+
+def _connect() -> Connection:
+    from websockets.sync.client import connect
+
+    url = debug_url(os.environ.get(ENV_OTLP_ENDPOINT) or default_server())
+    return Connection(connect(url, open_timeout=CONNECT_TIMEOUT_S, ping_interval=None, max_size=None))
+
+
+def report(kind: str, frame: FrameType | None, exception: BaseException | None = None) -> wire.Pause:
+    """What the server is told of a pause at ``frame``: where, in which of Ray's entities, the stack out to Ray's own
+    frames with each frame's locals (their reprs, bounded)."""
+    import traceback
+
+    import ray
+    from ray._private.worker import global_worker
+
+    context = ray.get_runtime_context()
+    task_id = context.get_task_id()
+    return {
+        "kind": kind,
+        "session": global_worker.node.session_name,
+        "job_id": context.get_job_id(),
+        "task_id": task_id,
+        "attempt": core_worker().get_current_task_attempt_number() if task_id else None,
+        "actor_id": context.get_actor_id(),
+        "worker_id": context.get_worker_id(),
+        "node_id": context.get_node_id(),
+        "host": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+        "paused_ns": time.time_ns(),
+        "stack": stack(frame),
+        "exception": "".join(traceback.format_exception_only(exception)).strip() if exception else None,
+        "traceback": "".join(traceback.format_exception(exception)) if exception else None,
+    }
+
+
+def stack(innermost: FrameType | None) -> list[wire.PausedFrame]:
+    """The frames from ``innermost`` outwards, up to the first of Ray's worker (what runs the task), innermost first;
+    none of raysight's instrumentation."""
+    frames: list[wire.PausedFrame] = []
+    for frame in _outwards(innermost):
+        file = frame.f_code.co_filename
+        if f"{os.sep}ray{os.sep}_private{os.sep}" in file or "_raylet" in file or len(frames) == MAX_FRAMES:
+            break
+        if file.startswith(_INSTRUMENT):
+            continue
+        names = list(frame.f_locals.items())[:MAX_LOCALS]
+        frames.append(
+            {"file": file, "line": frame.f_lineno, "function": frame.f_code.co_name, "locals": dict(map(_local, names))}
+        )
+    return frames
+
+
+def _outwards(frame: FrameType | None) -> Iterator[FrameType]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _local(item: tuple[str, Any]) -> tuple[str, str]:
+    name, value = item
+    try:
+        return str(name)[:256], _repr.repr(value)[:1000]
+    except Exception as exc:  # noqa: BLE001 (a repr that raises)
+        return str(name)[:256], f"<repr failed: {type(exc).__name__}>"
+
+
+class Connection:
+    """A pause's connection to the server: its report sent, then what pdb writes out and what the client types in
+    (lines, queued by a reader thread), and at last how the pause ended."""
+
+    def __init__(self, websocket: Any) -> None:
+        self.websocket = websocket
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.pause_id: str | None = None
+
+    def open(self, pause: wire.Pause) -> str:
+        """Report the pause; its ID, as the server named it (RuntimeError where it refused it)."""
+        self.websocket.send(orjson.dumps(pause))
+        answer = orjson.loads(self.websocket.recv(timeout=CONNECT_TIMEOUT_S))
+        if not isinstance(pause_id := answer.get(wire.PAUSE_ID), str):
+            raise RuntimeError(answer.get(wire.REFUSED) or "no pause ID")
+        self.pause_id = pause_id
+        threading.Thread(target=self._read, name="raysight-debug", daemon=True).start()
+        return pause_id
+
+    def _read(self) -> None:
+        try:
+            for message in self.websocket:
+                text = orjson.loads(message).get(wire.INPUT)
+                if isinstance(text, str):
+                    for line in text.splitlines():
+                        self.lines.put(line + "\n")
+        except Exception:  # noqa: BLE001 (the connection lost: the pause cannot be driven any more)
+            pass
+        self.lines.put(None)
+
+    def send(self, message: dict[str, Any]) -> bool:
+        try:
+            self.websocket.send(orjson.dumps(message))
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def close(self, how: str | None = None) -> None:
+        if how is not None:
+            self.send({wire.ENDED: how})
+        with contextlib.suppress(Exception):
+            self.websocket.close()
+
+
+class Console:
+    """pdb's stdin and stdout over a :class:`Connection`: what it writes goes out at each flush, and a line is read
+    once the client has typed one, the server told that pdb waits for it. The connection lost, pdb is told to
+    continue: no one can drive the pause any more."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.pending: list[str] = []
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        self.pending.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            text, self.pending = "".join(self.pending), []
+            self.connection.send({wire.OUTPUT: text})
+
+    def readline(self, size: int | None = -1) -> str:
+        self.flush()
+        self.connection.send({wire.READY: True})
+        line = self.connection.lines.get()
+        if line is None:
+            self.lost = True
+            return "continue\n"
+        return line
+
+
+class RemotePdb(pdb.Pdb):
+    """pdb on a :class:`Console`: continuing (with no breakpoint left) or quitting ends the pause, telling the
+    server how."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.console = Console(connection)
+        io = cast(IO[str], self.console)  # (as much of a text file as pdb uses)
+        super().__init__(stdin=io, stdout=io, nosigint=True)
+        self.use_rawinput = False
+        self.prompt = "(Pdb) "
+        self._over = False
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        if not self.breaks:
+            self._end("worker gone" if self.console.lost else "continued")
+
+    def set_quit(self) -> None:
+        super().set_quit()
+        self._end("quit")
+
+    def _end(self, how: str) -> None:
+        if not self._over:
+            self._over = True
+            self.console.flush()
+            self.console.connection.close(how)

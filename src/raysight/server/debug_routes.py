@@ -1,0 +1,181 @@
+"""The debugger's relay: a paused worker dials out to this server (``DEBUG_PAUSED``, the ingest key's) and a client
+attaches to its pause (``DEBUG_ATTACH``, the admin token's, on loopback too), each over a WebSocket on the server's
+one port; the server passes what the client types to the worker's debugger and what the debugger writes back. No
+port of the worker's node is opened. Both are refused unless the server allows debugging (``--allow-debug``).
+
+One client drives a pause at a time (a second is refused, told who holds it); a client that goes away leaves the
+worker paused, for another to attach; the pause ends when the worker's debugger says so (continued, quit, timed
+out) or its connection is lost. Every pause and every attach is recorded (``signals/debug_pauses/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from raysight import wire
+from raysight.errors import BadIngest
+from raysight.server.answers import raysight_error, read_json
+from raysight.server.app_state import AppState, app_state
+from raysight.server.debug_relay import LivePause
+from raysight.server.params import bool_param
+from raysight.server.routing import Access, route, socket
+from raysight.signals.debug_pauses import apply, pauses_query
+from raysight.signals.debug_pauses.parse import parse_pause
+from raysight.store import sessions_query
+from raysight.store.tx import Tx
+
+MAX_INPUT = 64 * 1024  # characters of one message a client types
+WORKER_GONE = "worker gone"  # how a pause ends whose worker's connection was lost before it said
+# WebSocket close codes (4000-4999: the application's), as an HTTP status would say it
+CLOSE_BAD, CLOSE_NOT_FOUND, CLOSE_HELD = 4400, 4404, 4409
+
+
+async def _written(state: AppState, write: Callable[[Tx], None]) -> None:
+    """``write`` committed, on the writer's fold thread (unordered: a pause depends on no journalled batch)."""
+    await asyncio.wrap_future(state.writer.call(lambda store: store.write(write), ordered=False))
+
+
+def _message(text: str | bytes) -> dict[str, Any]:
+    """A socket's JSON object; BadIngest for anything else."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadIngest("a debugger message must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise BadIngest("a debugger message must be a JSON object")
+    return value
+
+
+async def _frame(socket_: WebSocket) -> bytes | str:
+    """The next message's data, a text or a binary frame alike; WebSocketDisconnect once the peer is gone."""
+    message = await socket_.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    data: bytes | str = message.get("bytes") or message.get("text") or b""
+    return data
+
+
+async def _receive(socket_: WebSocket) -> dict[str, Any]:
+    return _message(await _frame(socket_))
+
+
+async def _refuse(socket_: WebSocket, code: int, why: str) -> None:
+    await socket_.send_bytes(orjson.dumps({wire.REFUSED: why}))
+    await socket_.close(code)
+
+
+async def paused_worker(worker: WebSocket) -> None:
+    """``DEBUG_PAUSED``: a paused worker's connection, for as long as its pause lasts. Its first message is its pause
+    (``wire.Pause``), answered with the pause's ID; then what its debugger writes, and at last how the pause ended."""
+    state = app_state(worker)
+    await worker.accept()
+    try:
+        row = parse_pause(await _frame(worker))
+    except WebSocketDisconnect:
+        return
+    except BadIngest as exc:
+        await _refuse(worker, CLOSE_BAD, f"bad pause report: {exc}")
+        return
+    pause_id = secrets.token_hex(8)
+    await _written(state, lambda tx: apply.paused(tx, pause_id, row))
+    live = state.pauses.live[pause_id] = LivePause(pause_id, row, worker)
+    how = WORKER_GONE
+    try:
+        await worker.send_bytes(orjson.dumps({wire.PAUSE_ID: pause_id}))
+        while True:
+            message = await _receive(worker)
+            if isinstance(text := message.get(wire.OUTPUT), str):
+                await live.output(text)
+            elif message.get(wire.READY) is True:
+                await live.ready()
+            elif isinstance(ended := message.get(wire.ENDED), str):
+                how = ended[:64]
+                break
+    except (WebSocketDisconnect, BadIngest):
+        pass
+    finally:  # recorded before anyone is told; none attaches meanwhile
+        live.over = True
+        await _written(state, lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
+        del state.pauses.live[pause_id]
+        await live.end(how)
+        with contextlib.suppress(Exception):
+            await worker.close()
+
+
+async def attach(client: WebSocket) -> None:
+    """``DEBUG_ATTACH``: a client driving a live pause: what the debugger wrote so far, then what it writes as the
+    client types (``{"input": line}``), until the pause ends or the client goes. A second client is refused, told who
+    holds the pause."""
+    state = app_state(client)
+    pause_id = client.path_params["pause_id"]
+    await client.accept()
+    live = state.pauses.live.get(pause_id)
+    if live is None or live.over:
+        await _refuse(client, CLOSE_NOT_FOUND, f"no live pause {pause_id!r}: `raysight debug` lists them")
+        return
+    address = f"{client.client.host}:{client.client.port}" if client.client else "unknown"
+    who = client.headers.get(wire.CLIENT_HEADER) or "unnamed client"
+    holder = f"{who} from {address} since {time.strftime('%H:%M:%S')}"
+    if not await live.attach(client, holder):
+        await _refuse(client, CLOSE_HELD, f"pause {pause_id} is driven by {live.holder}: wait for it to detach")
+        return
+    attached_ns = time.time_ns()
+    await _written(state, lambda tx: apply.attached(tx, pause_id, live.row["session"], who, address, attached_ns))
+    try:
+        while True:
+            message = await _receive(client)
+            text = message.get(wire.INPUT)
+            if isinstance(text, str) and pause_id in state.pauses.live:
+                await live.type(text[:MAX_INPUT])
+    except (WebSocketDisconnect, BadIngest):
+        pass
+    finally:
+        if await live.detach(client) and pause_id in state.pauses.live:
+            await _written(state, lambda tx: apply.detached(tx, pause_id, time.time_ns()))
+
+
+async def pauses(request: Request) -> Response:
+    """GET /api/raysight/debug/pauses?session=&all=: the live pauses (of every session, or ``session``'s), each with
+    who drives it; ``all=true``: every pause of the session (default the newest), with how each ended."""
+    state = app_state(request)
+    session = request.query_params.get("session") or None
+    if bool_param(request.query_params, "all"):
+        return await read_json(
+            state, lambda con: pauses_query.session_pauses(con, sessions_query.recorded_session(con, session))
+        )
+
+    def live(con: Any) -> list[dict[str, Any]]:
+        rows = pauses_query.open_pauses(con, session)
+        relay = state.pauses
+        return [{**row, "holder": relay.holder(row["pause_id"])} for row in rows if row["pause_id"] in relay.live]
+
+    return await read_json(state, live)
+
+
+async def pause(request: Request) -> Response:
+    """GET /api/raysight/debug/pauses/{pause_id}: one pause whole (its stack and locals as reported, its attaches)."""
+    state = app_state(request)
+    pause_id = request.path_params["pause_id"]
+
+    def read(con: Any) -> dict[str, Any]:
+        return {**pauses_query.pause(con, pause_id), "live": pause_id in state.pauses.live}
+
+    return await read_json(state, read)
+
+
+routes = [
+    socket(wire.DEBUG_PAUSED, paused_worker, access=Access.INGEST, debugger=True),
+    socket(wire.DEBUG_ATTACH, attach, access=Access.DEBUG, debugger=True),
+    route(wire.DEBUG_PAUSES, pauses, access=Access.READ, envelope=raysight_error),
+    route(wire.DEBUG_PAUSE, pause, access=Access.READ, envelope=raysight_error),
+]

@@ -1,0 +1,260 @@
+"""The debugger: pauses reported by paused workers over the server's one port, relayed to one client at a time, each
+pause and attach recorded; refused unless the server allows debugging, and attaching without the admin token (on
+loopback too). The relay is exercised here with a scripted worker of the protocol; tests marked ``ray`` pause real
+tasks and actors of a job `raysight run` traces, and drive them with `raysight debug attach` as a user does."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from ipaddress import ip_address
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import pytest
+from starlette.testclient import TestClient, WebSocketDenialResponse
+
+from raysight import wire
+from raysight.agent.scrape import ray_temp_dir
+from raysight.server.app import create_app
+from raysight.server.guard import DEBUG_OFF
+from raysight.settings import SECRETS_FILE, Settings
+from tests.ray_scenarios import ServerProcess, raysight_cli
+
+ADMIN = {"Authorization": "Bearer debug-secret", wire.CLIENT_HEADER: "ada@laptop"}
+SESSION = "session_2026-11-27_10-00-00_000000_1"
+
+
+def pause_report(**changes: Any) -> bytes:
+    """A worker's report of a breakpoint in ``doubled`` (called by ``task``), as ``instrument/debugger.py`` sends it."""
+    report = {
+        "kind": "breakpoint",
+        "session": SESSION,
+        "job_id": "01000000",
+        "task_id": "c8ef45ccd0112571ffffffffffffffffffffffff01000000",
+        "attempt": 0,
+        "actor_id": None,
+        "worker_id": "516e54a8",
+        "node_id": "674508c1",
+        "host": "10.0.0.7",
+        "pid": 4242,
+        "paused_ns": 1_795_000_000_000_000_000,
+        "stack": [
+            {"file": "/app/job.py", "line": 13, "function": "doubled", "locals": {"x": "21", "twice": "42"}},
+            {"file": "/app/job.py", "line": 19, "function": "task", "locals": {"y": "20", "x": "21"}},
+        ],
+        **changes,
+    }
+    return orjson.dumps(report)
+
+
+@pytest.fixture
+def debugging(tmp_path: Path) -> Iterator[TestClient]:
+    """The app on loopback, debugging allowed with the admin token ``debug-secret``."""
+    settings = Settings(tmp_path / "data").replace(debug_token="debug-secret", fold_linger_s=0, fold_rest=0)
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def received(socket: Any) -> dict[str, Any]:
+    message: dict[str, Any] = orjson.loads(socket.receive_bytes())
+    return message
+
+
+def test_without_allow_debug_neither_a_worker_nor_a_client_gets_through(tmp_path: Path) -> None:
+    """Debugging off (the default): both sides refused at the handshake, whatever they bring."""
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as client:
+        for path, headers in (
+            (wire.DEBUG_PAUSED, {}),
+            (wire.path(wire.DEBUG_ATTACH, pause_id="0123abcd"), ADMIN),
+        ):
+            with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect(path, headers=headers):
+                pass
+            assert denied.value.status_code == 403 and denied.value.json()["error"] == DEBUG_OFF
+
+
+def test_a_pause_is_listed_relayed_to_one_client_at_a_time_and_recorded(debugging: TestClient) -> None:
+    with debugging.websocket_connect(wire.DEBUG_PAUSED) as worker:
+        worker.send_bytes(pause_report())
+        pause_id = received(worker)[wire.PAUSE_ID]
+        worker.send_bytes(orjson.dumps({wire.OUTPUT: "> /app/job.py(13)doubled()\n(Pdb) "}))
+        worker.send_bytes(orjson.dumps({wire.READY: True}))
+        [live] = debugging.get(wire.DEBUG_PAUSES).json()
+        assert live["pause_id"] == pause_id and live["function"] == "doubled" and live["holder"] is None
+        assert (live["task_id"], live["pid"], live["line"], live["ended"]) == (
+            orjson.loads(pause_report())["task_id"],
+            4242,
+            13,
+            None,
+        )
+
+        attach = wire.path(wire.DEBUG_ATTACH, pause_id=pause_id)
+        for headers in ({}, {"Authorization": "Bearer wrong"}):  # on loopback too: the admin token
+            with pytest.raises(WebSocketDenialResponse) as denied, debugging.websocket_connect(attach, headers=headers):
+                pass
+            assert denied.value.status_code == 403 and "admin token" in denied.value.json()["error"]
+
+        with debugging.websocket_connect(attach, headers=ADMIN) as client:
+            # what the debugger wrote before the client came, and that it waits for a line
+            assert received(client) == {wire.OUTPUT: "> /app/job.py(13)doubled()\n(Pdb) "}
+            assert received(client) == {wire.READY: True}
+            assert debugging.get(wire.DEBUG_PAUSES).json()[0]["holder"].startswith("ada@laptop from ")
+            with debugging.websocket_connect(attach, headers=ADMIN) as second:  # one client at a time
+                refused = received(second)[wire.REFUSED]
+                assert f"pause {pause_id} is driven by ada@laptop" in refused
+            client.send_bytes(orjson.dumps({wire.INPUT: "p x\n"}))
+            assert received(worker) == {wire.INPUT: "p x\n"}
+            worker.send_bytes(orjson.dumps({wire.OUTPUT: "21\n(Pdb) "}))
+            assert received(client) == {wire.OUTPUT: "21\n(Pdb) "}
+        # the client gone, the pause lasts, for the next one to attach (who sees what was written so far)
+        assert debugging.get(wire.DEBUG_PAUSES).json()[0]["holder"] is None
+        with debugging.websocket_connect(attach, headers=ADMIN) as client:
+            assert received(client)[wire.OUTPUT].endswith("21\n(Pdb) ")
+            worker.send_bytes(orjson.dumps({wire.ENDED: "continued"}))
+            assert received(client) == {wire.ENDED: "continued"}
+
+    assert debugging.get(wire.DEBUG_PAUSES).json() == []
+    [ended] = debugging.get(wire.DEBUG_PAUSES, params={"all": "true", "session": SESSION}).json()
+    assert (ended["pause_id"], ended["ended"], ended["attaches"]) == (pause_id, "continued", 2)
+    whole = debugging.get(wire.path(wire.DEBUG_PAUSE, pause_id=pause_id)).json()
+    assert whole["stack"][1] == {
+        "file": "/app/job.py",
+        "line": 19,
+        "function": "task",
+        "locals": {"y": "20", "x": "21"},
+    }
+    assert [a["client"] for a in whole["attaches"]] == ["ada@laptop", "ada@laptop"]
+    assert all(a["detached_ns"] >= a["attached_ns"] for a in whole["attaches"]) and whole["live"] is False
+
+
+def test_a_worker_that_goes_away_ends_its_pause(debugging: TestClient) -> None:
+    with debugging.websocket_connect(wire.DEBUG_PAUSED) as worker:
+        worker.send_bytes(pause_report())
+        pause_id = received(worker)[wire.PAUSE_ID]
+    deadline = time.monotonic() + 10
+    while (pause := debugging.get(wire.path(wire.DEBUG_PAUSE, pause_id=pause_id)).json())["ended"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert pause["ended"] == "worker gone" and debugging.get(wire.DEBUG_PAUSES).json() == []
+    with debugging.websocket_connect(wire.path(wire.DEBUG_ATTACH, pause_id=pause_id), headers=ADMIN) as client:
+        assert f"no live pause '{pause_id}'" in received(client)[wire.REFUSED]
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (b"not json", "not JSON"),
+        (pause_report(kind="teleport"), "kind must be one of"),
+        (pause_report(session="../etc"), "session must be"),
+        (pause_report(stack=[]), "stack must be a list of 1 to 64"),
+        (pause_report(task_id="not hex!"), "task_id must be a Ray ID"),
+        (pause_report(stack=[{"file": "a", "line": 1, "function": "f", "locals": {"x": "y" * 1001}}]), "a local's"),
+    ],
+)
+def test_a_bad_pause_report_is_refused_saying_why(debugging: TestClient, report: bytes, why: str) -> None:
+    with debugging.websocket_connect(wire.DEBUG_PAUSED) as worker:
+        worker.send_bytes(report)
+        assert why in received(worker)[wire.REFUSED]
+    assert debugging.get(wire.DEBUG_PAUSES, params={"all": "true", "session": SESSION}).status_code == 404
+
+
+# ── real pauses: a job `raysight run` traces, driven as a user drives it ─────────────────────────────────────────────
+
+
+def wait_for_pause(server: ServerProcess, function_line: str, deadline_s: float = 120) -> dict[str, Any]:
+    """The one live pause, once there is one (listed as `raysight debug --format json` lists it)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        listed = raysight_cli("debug", "--server", server.url, "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        if pauses := orjson.loads(listed.stdout):
+            [pause] = pauses
+            assert f"{pause['function']}:{pause['line']}" == function_line
+            return dict(pause)
+        assert time.monotonic() < deadline, "no pause listed"
+        time.sleep(0.5)
+
+
+def attach(server: ServerProcess, pause_id: str, commands: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    """`raysight debug attach ID` fed ``commands`` on stdin, as a script would."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYSIGHT_")}
+    env |= {"RAYSIGHT_ADMIN_TOKEN": token} if token else {"RAYSIGHT_DATA": "/nonexistent"}
+    return subprocess.run(
+        [sys.executable, "-m", "raysight", "debug", "attach", pause_id, "--server", server.url],
+        input=commands,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+
+
+def listening_beyond_loopback(pid: int) -> list[tuple[int, int]]:
+    """The sockets of ``pid``'s process tree that listen on an address other than loopback: (pid, port) each."""
+    found = []
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    for process in tree:
+        for conn in process.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and not ip_address(conn.laddr.ip).is_loopback:
+                found.append((process.pid, conn.laddr.port))
+    return found
+
+
+def core_worker_port(session: str, pid: int) -> int:
+    """The port of Ray's own RPC server in worker ``pid`` (every worker has one, on every address), as its log says."""
+    [log] = (ray_temp_dir(os.environ) / session / "logs").glob(f"python-core-worker-*_{pid}.log")
+    [port] = re.findall(r"worker server started, listening on port (\d+)", log.read_text())
+    return int(port)
+
+
+@pytest.mark.ray
+def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_the_server(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path / "data", options=["--allow-debug"]) as server:
+        token = orjson.loads((tmp_path / "data" / SECRETS_FILE).read_bytes())["admin_token"]
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
+        job = subprocess.Popen(
+            [sys.executable, "-m", "raysight", "run", "--server", server.url, "--cluster", "dbg", "--",
+             sys.executable, "-m", "tests.ray_programs.breakpoints"],
+            cwd=Path(__file__).parent.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            # the task: `p x` in doubled, `where`, `up` to the task's frame, `p y` there, then continue
+            pause = wait_for_pause(server, "doubled:12")
+            assert pause["task_id"] and pause["actor_id"] is None and pause["kind"] == "breakpoint"
+            # the pause opened no port: beyond loopback, the paused worker's process tree listens on Ray's own alone
+            rays_own = (pause["pid"], core_worker_port(pause["session"], pause["pid"]))
+            assert listening_beyond_loopback(pause["pid"]) == [rays_own]
+            refused = attach(server, pause["pause_id"], "p x\n", token=None)
+            assert refused.returncode == 1 and "admin token" in refused.stderr
+            shown = raysight_cli("debug", "show", pause["pause_id"], "--server", server.url)
+            assert "    twice = 42" in shown.stdout and "    y = 20" in shown.stdout, shown.stdout
+            driven = attach(server, pause["pause_id"], "p x\nwhere\nup\np y\nc\n", token)
+            assert driven.returncode == 0, driven.stderr
+            lines = driven.stdout.splitlines()
+            assert "(Pdb) 21" in lines and "(Pdb) 20" in lines, driven.stdout  # x in doubled, then y in task
+            assert any(line.endswith("task()") for line in lines) and "the pause ended (continued)" in driven.stderr
+
+            # the actor's method, then the async actor's: their x is y + 10 and y + 100
+            for where, x, y, actor in (("doubled:12", 11, 1, "Counter"), ("doubled:12", 102, 2, "AsyncCounter")):
+                pause = wait_for_pause(server, where)
+                assert pause["actor_id"], f"{actor}'s pause names no actor"
+                driven = attach(server, pause["pause_id"], "p x\nup\np y\nc\n", token)
+                assert f"(Pdb) {x}" in driven.stdout and f"(Pdb) {y}" in driven.stdout, driven.stdout
+            out, err = job.communicate(timeout=120)
+            assert job.returncode == 0, err[-3000:]
+        finally:
+            if job.poll() is None:  # Ctrl-C, as a user stops it: the driver shuts its Ray down
+                os.killpg(job.pid, signal.SIGINT)
+                job.wait(timeout=60)
+        # each task returned what it would have without the pause
+        assert out.splitlines() == ["task 42", "actor 22", "async actor 204"]
+        history = orjson.loads(raysight_cli("debug", "history", "--server", server.url, "--format", "json").stdout)
+        assert [(p["function"], p["ended"], p["attaches"]) for p in history] == [("doubled", "continued", 1)] * 3
