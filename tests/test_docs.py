@@ -47,6 +47,8 @@ LIVE = {
     "raysight start": "tests.test_ray_clusters.test_raysight_start_starts_a_ray_start_head_with_the_users_system_"
     "config_and_raysights_and_refuses_another",
     "raysight stop": "tests.test_ray_clusters.test_raysight_stop_stops_its_ray_start_node_alone_which_ends_dead",
+    "raysight debug": "tests.test_debugger.test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_"
+    "through_the_server",
     "./dev.sh": ".ci/run",
     "pip install .": "tests.test_ui.test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_"
     "missing_without_its_libraries",
