@@ -30,6 +30,17 @@ from tests.ray_scenarios import ServerProcess, raysight_cli
 
 ADMIN = {"Authorization": "Bearer debug-secret", wire.CLIENT_HEADER: "ada@laptop"}
 SESSION = "session_2026-11-27_10-00-00_000000_1"
+POST_MORTEM_S = 20  # how long the real job's post-mortem freezes wait for a client
+PROGRAM = Path(__file__).parent / "ray_programs" / "breakpoints.py"
+
+
+def line_of(code: str) -> int:
+    """The line of the job's program that holds ``code``."""
+    [number] = [n for n, line in enumerate(PROGRAM.read_text().splitlines(), 1) if line.strip().startswith(code)]
+    return number
+
+
+BREAKPOINT, FAILING = line_of("breakpoint()"), line_of("return share / parts")
 
 
 def pause_report(**changes: Any) -> bytes:
@@ -165,6 +176,15 @@ def test_a_bad_pause_report_is_refused_saying_why(debugging: TestClient, report:
     assert debugging.get(wire.DEBUG_PAUSES, params={"all": "true", "session": SESSION}).status_code == 404
 
 
+def test_env_post_mortem_exports_rays_switch_and_the_freezes_timeout() -> None:
+    exports = raysight_cli("env", "--post-mortem", "90s").stdout.splitlines()
+    assert {"export RAY_DEBUG_POST_MORTEM='1'", "export RAYSIGHT_POST_MORTEM_TIMEOUT='90'"} <= set(exports)
+    assert "export RAYSIGHT_POST_MORTEM_TIMEOUT='600'" in raysight_cli("env", "--post-mortem").stdout.splitlines()
+    assert not any("POST_MORTEM" in line for line in raysight_cli("env").stdout.splitlines())
+    refused = raysight_cli("env", "--post-mortem", "soon")
+    assert refused.returncode == 2 and "'soon' is not a duration" in refused.stderr
+
+
 # ── real pauses: a job `raysight run` traces, driven as a user drives it ─────────────────────────────────────────────
 
 
@@ -220,14 +240,14 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
         token = orjson.loads((tmp_path / "data" / SECRETS_FILE).read_bytes())["admin_token"]
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
         job = subprocess.Popen(
-            [sys.executable, "-m", "raysight", "run", "--server", server.url, "--cluster", "dbg", "--",
-             sys.executable, "-m", "tests.ray_programs.breakpoints"],
+            [sys.executable, "-m", "raysight", "run", "--server", server.url, "--cluster", "dbg",
+             "--post-mortem", f"{POST_MORTEM_S}s", "--", sys.executable, "-m", "tests.ray_programs.breakpoints"],
             cwd=Path(__file__).parent.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
         )  # fmt: skip
         try:
             # the task: `p x` in doubled, `where`, `up` to the task's frame, `p y` there, then continue
-            pause = wait_for_pause(server, "doubled:12")
+            pause = wait_for_pause(server, f"doubled:{BREAKPOINT}")
             assert pause["task_id"] and pause["actor_id"] is None and pause["kind"] == "breakpoint"
             # the pause opened no port: beyond loopback, the paused worker's process tree listens on Ray's own alone
             rays_own = (pause["pid"], core_worker_port(pause["session"], pause["pid"]))
@@ -243,18 +263,30 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             assert any(line.endswith("task()") for line in lines) and "the pause ended (continued)" in driven.stderr
 
             # the actor's method, then the async actor's: their x is y + 10 and y + 100
-            for where, x, y, actor in (("doubled:12", 11, 1, "Counter"), ("doubled:12", 102, 2, "AsyncCounter")):
-                pause = wait_for_pause(server, where)
+            for x, y, actor in ((11, 1, "Counter"), (102, 2, "AsyncCounter")):
+                pause = wait_for_pause(server, f"doubled:{BREAKPOINT}")
                 assert pause["actor_id"], f"{actor}'s pause names no actor"
                 driven = attach(server, pause["pause_id"], "p x\nup\np y\nc\n", token)
                 assert f"(Pdb) {x}" in driven.stdout and f"(Pdb) {y}" in driven.stdout, driven.stdout
-            out, err = job.communicate(timeout=120)
+
+            # post mortem: frozen on the failing frame, its locals there; quit, then left to time out
+            pause = wait_for_pause(server, f"divide:{FAILING}")
+            assert pause["kind"] == "post_mortem" and pause["exception"] == "ZeroDivisionError: division by zero"
+            driven = attach(server, pause["pause_id"], "p share, parts\nq\n", token)
+            assert "(Pdb) (21, 0)" in driven.stdout and "the pause ended (quit)" in driven.stderr, driven.stdout
+            timed_out = wait_for_pause(server, f"divide:{FAILING}")
+            out, err = job.communicate(timeout=POST_MORTEM_S + 60)
             assert job.returncode == 0, err[-3000:]
         finally:
             if job.poll() is None:  # Ctrl-C, as a user stops it: the driver shuts its Ray down
                 os.killpg(job.pid, signal.SIGINT)
                 job.wait(timeout=60)
         # each task returned what it would have without the pause
-        assert out.splitlines() == ["task 42", "actor 22", "async actor 204"]
+        # each task returned what it would have without the pause, and each failing one failed with its own error
+        failed = "divide failed ZeroDivisionError division by zero"
+        assert out.splitlines() == ["task 42", "actor 22", "async actor 204", failed, failed]
         history = orjson.loads(raysight_cli("debug", "history", "--server", server.url, "--format", "json").stdout)
-        assert [(p["function"], p["ended"], p["attaches"]) for p in history] == [("doubled", "continued", 1)] * 3
+        ends = [("doubled", "continued", 1)] * 3 + [("divide", "quit", 1), ("divide", "timed out", 0)]
+        assert [(p["function"], p["ended"], p["attaches"]) for p in history] == ends
+        assert history[-1]["pause_id"] == timed_out["pause_id"]
+        assert history[-1]["ended_ns"] - history[-1]["paused_ns"] >= POST_MORTEM_S * 1e9

@@ -45,6 +45,7 @@ from raysight.settings import (
     ENV_CHAINED_SETUP_HOOK,
     ENV_INGEST_KEY,
     ENV_OTLP_ENDPOINT,
+    ENV_POST_MORTEM_TIMEOUT,
     ENV_SERVER,
     ENV_TRACES_SAMPLE_RATIO,
 )
@@ -594,6 +595,18 @@ def test_runtime_env_hook_keeps_the_users_runtime_env_without_changing_it(
     assert hooks.runtime_env_hook(ours)["env_vars"] == {ENV_OTLP_ENDPOINT: "http://h:1"}
     assert ENV_CHAINED_SETUP_HOOK not in hooks.runtime_env_hook(ours)["env_vars"]
     assert events.count(INSTRUMENTED) == 4  # once per call
+
+
+def test_runtime_env_hook_takes_the_post_mortem_switch_to_the_jobs_workers(
+    events: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`raysight run --post-mortem` sets it in the driver's environment: a cluster's workers (which the driver did not
+    start) get it from the job's runtime env."""
+    monkeypatch.delenv(ENV_OTLP_ENDPOINT, raising=False)
+    monkeypatch.setenv(hook_paths.RAY_POST_MORTEM, "1")
+    monkeypatch.setenv(ENV_POST_MORTEM_TIMEOUT, "90")
+    env_vars = hooks.runtime_env_hook({})["env_vars"]
+    assert env_vars == {hook_paths.RAY_POST_MORTEM: "1", ENV_POST_MORTEM_TIMEOUT: "90"}
 
 
 def test_runtime_env_hook_chains_the_users_setup_hook_by_name(events: list[Any]) -> None:

@@ -38,10 +38,14 @@ ENV_OTLP_ENDPOINT = "RAYSIGHT_OTLP_ENDPOINT"  # OTLP/HTTP base URL; /v1/traces i
 ENV_TRACES_SAMPLE_RATIO = "RAYSIGHT_TRACES_SAMPLE_RATIO"  # of new traces (a parent's decision is followed)
 ENV_CHAINED_ENV_HOOK = "RAYSIGHT_CHAINED_ENV_HOOK"  # the user's RAY_RUNTIME_ENV_HOOK, called first
 ENV_CHAINED_SETUP_HOOK = "RAYSIGHT_CHAINED_SETUP_HOOK"  # the user's worker_process_setup_hook (a module), called after
+ENV_POST_MORTEM_TIMEOUT = (
+    "RAYSIGHT_POST_MORTEM_TIMEOUT"  # seconds a post-mortem freeze lasts (`raysight run --post-mortem`)
+)
 ENV_RAY_SYSTEM_CONFIG = "RAYSIGHT_RAY_SYSTEM_CONFIG"  # what `raysight env` exports for `ray start --head`
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8271
+POST_MORTEM_TIMEOUT_S = 600.0  # how long a post-mortem freeze waits for a client to drive it, by default
 
 
 def default_data_dir() -> Path:
@@ -557,13 +561,17 @@ class Variable:
 CLIENT_ENVIRONMENT: tuple[Variable, ...] = (
     Variable(ENV_SERVER, f"The server the CLI's commands talk to [default http://{DEFAULT_HOST}:{DEFAULT_PORT}]."),
     Variable(ENV_TOKEN, "The read token the CLI sends (a server beyond loopback asks for it)."),
-    Variable(ENV_ADMIN_TOKEN, "The admin token the CLI sends to delete sessions and reindex."),
+    Variable(ENV_ADMIN_TOKEN, "The admin token the CLI sends to delete sessions and reindex, and `debug attach`."),
     Variable(ENV_INGEST_KEY, "The ingest key `raysight run`, `env`, `agent`, `poll` and `traces import` send."),
     Variable(ENV_DATA, "The data dir of the server `raysight run` starts, and of `raysight server stop`."),
     Variable(ENV_METRICS_KEEP, "`raysight run` and `raysight agent`: send only the metrics this regex matches."),
     Variable(ENV_METRICS_DROP, "`raysight run` and `raysight agent`: send no metric this regex matches."),
     Variable(ENV_OTLP_ENDPOINT, "Where a traced Ray process sends its spans (/v1/traces is appended)."),
     Variable(ENV_TRACES_SAMPLE_RATIO, "The fraction of new traces a traced Ray process samples [default 1]."),
+    Variable(
+        ENV_POST_MORTEM_TIMEOUT,
+        "Seconds a task that raised stays frozen for `raysight debug attach` where RAY_DEBUG_POST_MORTEM=1 [600].",
+    ),
     Variable(ENV_CHAINED_ENV_HOOK, "The RAY_RUNTIME_ENV_HOOK raysight's hook calls first (set by raysight)."),
     Variable(ENV_CHAINED_SETUP_HOOK, "The worker_process_setup_hook raysight's calls after its own (set by raysight)."),
     Variable(ENV_RAY_SYSTEM_CONFIG, "`raysight env`'s --system-config for `ray start --head` (set by raysight)."),

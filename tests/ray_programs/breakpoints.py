@@ -1,6 +1,7 @@
 """A job that pauses three times, in turn: in a task, an actor's method and an async actor's method, each at a
-`breakpoint()` one call below the Ray function (so that `up` reaches its frame); prints what each returned once
-resumed (tests/test_debugger.py drives the pauses)."""
+`breakpoint()` one call below the Ray function (so that `up` reaches its frame); then runs two tasks that raise,
+which `raysight run --post-mortem` freezes on their failing frame. Prints what each returned once resumed, and how
+each failing task failed (tests/test_debugger.py drives the pauses)."""
 
 import asyncio
 
@@ -37,8 +38,19 @@ class AsyncCounter:
         return doubled(x)
 
 
+@ray.remote(max_retries=0)
+def divide(total: int, parts: int) -> float:
+    share = total * 3
+    return share / parts  # parts == 0: ZeroDivisionError, frozen here post mortem
+
+
 if __name__ == "__main__":
     ray.init(num_cpus=2)
     print("task", ray.get(task.remote(20)), flush=True)
     print("actor", ray.get(Counter.remote().add.remote(1)), flush=True)
     print("async actor", ray.get(AsyncCounter.remote().add.remote(2)), flush=True)
+    for total in (7, 8):  # the first quit by its client, the second left to time out
+        try:
+            ray.get(divide.remote(total, 0))
+        except ray.exceptions.RayTaskError as exc:
+            print("divide failed", type(exc.cause).__name__, exc.cause, flush=True)

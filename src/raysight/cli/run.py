@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import click
 
-from raysight import wire
+from raysight import units, wire
 from raysight.agent.metrics_scrape import Families
 from raysight.agent.node_agent import NodeAgent, default_state_dir
 from raysight.agent.scrape import ray_temp_dir
@@ -33,6 +33,7 @@ from raysight.errors import RaysightError
 from raysight.instrument.hook_paths import (
     ENV_HOOK,
     RAY_ENV_HOOK,
+    RAY_POST_MORTEM,
     RAY_SERVE_EXPORTER,
     RAY_SERVE_SAMPLING,
     SERVE_EXPORTER,
@@ -43,8 +44,10 @@ from raysight.settings import (
     ENV_CHAINED_ENV_HOOK,
     ENV_INGEST_KEY,
     ENV_OTLP_ENDPOINT,
+    ENV_POST_MORTEM_TIMEOUT,
     ENV_RAY_SYSTEM_CONFIG,
     ENV_SERVER,
+    POST_MORTEM_TIMEOUT_S,
     default_data_dir,
     default_server,
 )
@@ -135,9 +138,11 @@ def env_exports(server: str, cluster: str | None, key: str | None, tracing: bool
     }
 
 
-def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> list[str]:
-    """What `raysight env` prints: shell lines that export :func:`env_exports`, and how to use them."""
-    exports = env_exports(server, cluster, key, tracing)
+def env_lines(
+    server: str, cluster: str | None, key: str | None, tracing: bool = True, more: Mapping[str, str] | None = None
+) -> list[str]:
+    """What `raysight env` prints: shell lines that export :func:`env_exports` (and ``more``), and how to use them."""
+    exports = {**env_exports(server, cluster, key, tracing), **(more or {})}
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
         f'# on the head node: ray start --head --system-config="${ENV_RAY_SYSTEM_CONFIG}" …  '
         "(drivers started elsewhere",
@@ -148,6 +153,32 @@ def env_lines(server: str, cluster: str | None, key: str | None, tracing: bool =
     ]
 
 
+def post_mortem_env(timeout: float | None) -> dict[str, str]:
+    """The variables that freeze a task that raises on its failing frame, for `raysight debug attach`, for
+    ``timeout`` seconds (None: no freeze): Ray's own switch, which raysight's hook in each worker answers."""
+    if timeout is None:
+        return {}
+    return {RAY_POST_MORTEM: "1", ENV_POST_MORTEM_TIMEOUT: f"{timeout:g}"}
+
+
+def _post_mortem_timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return None if value is None else units.duration_s(value, bare=units.S)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+post_mortem_option = click.option(
+    "--post-mortem",
+    "post_mortem",
+    is_flag=False,
+    flag_value=f"{POST_MORTEM_TIMEOUT_S:g}s",
+    default=None,
+    metavar="[TIMEOUT]",
+    callback=_post_mortem_timeout,
+    help=f"Freeze a task that raises on its failing frame, for `raysight debug attach` (the server allows debugging: "
+    f"--allow-debug), for TIMEOUT (default {POST_MORTEM_TIMEOUT_S / 60:g}m); the task then fails as it would have.",
+)
 cluster_option = click.option("--cluster", metavar="NAME", help="A label for the sessions this cluster records.")
 tracing_option = click.option(
     "--tracing/--no-tracing",
@@ -168,12 +199,15 @@ key_option = click.option(
 @cluster_option
 @key_option
 @tracing_option
-def env_cmd(server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool) -> None:
+@post_mortem_option
+def env_cmd(
+    server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool, post_mortem: float | None
+) -> None:
     """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
     then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head. Drivers started where these
     are set trace their tasks and actors. (`raysight start` does all of it, the agent and poller too, in one
     command.)"""
-    for line in env_lines(server or default_server(), cluster, ingest_key, tracing):
+    for line in env_lines(server or default_server(), cluster, ingest_key, tracing, post_mortem_env(post_mortem)):
         click.echo(line)
     if tracing and (hint := serve_exporter_hint(os.environ)) is not None:
         click.echo(hint, err=True)
@@ -186,6 +220,7 @@ def run_program(
     key: str | None,
     families: Families | None = None,
     tracing: bool = True,
+    more: Mapping[str, str] | None = None,
 ) -> int:
     """Run a Ray program with the export variables set, polling its dashboard for what Ray never sends as events
     while it runs, shipping its logs and metrics (``families`` of them; its aggregators' counts with them), then tell
@@ -193,6 +228,7 @@ def run_program(
     change."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
+    env.update(more or {})
     if not tracing:  # not even as a shell `raysight env` set up has it
         untraced(env)
     if tracing:
@@ -267,6 +303,7 @@ def ensure_server(server: str | None, start: bool = True) -> str:
 @key_option
 @metrics_options
 @tracing_option
+@post_mortem_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(
     server: str | None,
@@ -275,6 +312,7 @@ def run_cmd(
     metrics_keep: re.Pattern[str] | None,
     metrics_drop: re.Pattern[str] | None,
     tracing: bool,
+    post_mortem: float | None,
     command: tuple[str, ...],
 ) -> None:
     """Run a Ray program (`raysight run -- python app.py`) with its events, logs, metrics and traces going to
@@ -283,7 +321,8 @@ def run_cmd(
     Starts a background server on the default data dir when none answers. Exits with the program's exit code.
     """
     url = ensure_server(server)
-    sys.exit(run_program(list(command), url, cluster, ingest_key, Families(metrics_keep, metrics_drop), tracing))
+    families = Families(metrics_keep, metrics_drop)
+    sys.exit(run_program(list(command), url, cluster, ingest_key, families, tracing, post_mortem_env(post_mortem)))
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ import orjson
 
 from raysight import wire
 from raysight.instrument.ray_tracing import core_worker
-from raysight.settings import ENV_OTLP_ENDPOINT, default_server
+from raysight.settings import ENV_OTLP_ENDPOINT, ENV_POST_MORTEM_TIMEOUT, POST_MORTEM_TIMEOUT_S, default_server
 
 log = logging.getLogger("raysight.instrument")
 HOOK = "raysight.instrument.debugger.set_trace"  # PYTHONBREAKPOINT, which Ray sets in each worker
@@ -37,44 +37,72 @@ MAX_LOCALS = 100  # of a frame's
 _repr = reprlib.Repr()
 _repr.maxstring, _repr.maxother, _repr.maxlevel = 500, 500, 3
 _INSTRUMENT = os.path.dirname(__file__) + os.sep  # raysight's instrumentation's frames: not the user's
-_ray_set_trace: Any = None  # Ray's own ``ray.util.rpdb.set_trace``, which a pause falls back to
+_rays: dict[str, Any] = {}  # Ray's own functions of ``ray.util.rpdb`` that raysight's replace: a pause's fallback
 
 
 def install() -> None:
-    """Make ``breakpoint()`` and ``ray.util.pdb.set_trace()`` in this worker pause through raysight."""
-    global _ray_set_trace
+    """Make ``breakpoint()`` and ``ray.util.pdb.set_trace()`` in this worker pause through raysight, and the
+    post-mortem freeze Ray makes of a task that raises (``RAY_DEBUG_POST_MORTEM=1``) too."""
     from ray.util import rpdb
 
-    if rpdb.set_trace is not set_trace:
-        _ray_set_trace = rpdb.set_trace
-        rpdb.set_trace = set_trace
+    for name, ours in (("set_trace", set_trace), ("_post_mortem", post_mortem)):
+        if getattr(rpdb, name) is not ours:
+            _rays[name] = getattr(rpdb, name)
+            setattr(rpdb, name, ours)
     os.environ["PYTHONBREAKPOINT"] = HOOK
 
 
 def set_trace(*args: Any, **kwargs: Any) -> None:
     """Pause the caller's frame in pdb, driven through the raysight server."""
     frame = sys._getframe(1)
+    if (debugger := _paused("breakpoint", frame, None)) is None:
+        _rays["set_trace"](*args, **kwargs)
+    else:
+        debugger.set_trace(frame)
+
+
+def post_mortem() -> None:
+    """``ray.util.pdb._post_mortem``, which Ray calls where a task raised (while it handles the exception), when
+    ``RAY_DEBUG_POST_MORTEM=1``: freeze on the failing frame, driven through the raysight server, until continued or
+    quit, or until ``RAYSIGHT_POST_MORTEM_TIMEOUT`` has passed; the task then fails as it would have."""
+    _, exception, tb = sys.exc_info()
+    if tb is None:
+        return
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if (debugger := _paused("post_mortem", tb.tb_frame, exception, timeout_s=post_mortem_timeout_s())) is None:
+        _rays["_post_mortem"]()
+        return
+    debugger.reset()
+    debugger.interaction(None, tb)
+
+
+def post_mortem_timeout_s() -> float:
+    try:
+        return float(os.environ.get(ENV_POST_MORTEM_TIMEOUT) or POST_MORTEM_TIMEOUT_S)
+    except ValueError:
+        return POST_MORTEM_TIMEOUT_S
+
+
+def _paused(
+    kind: str, frame: FrameType, exception: BaseException | None, timeout_s: float | None = None
+) -> RemotePdb | None:
+    """A debugger on the pause at ``frame``, reported to the raysight server; None where the server cannot be reached
+    or refuses it (Ray's own debugger then pauses instead)."""
     try:
         connection = _connect()
     except Exception as exc:  # noqa: BLE001 (Ray's own debugger, rather than no pause)
         log.warning("raysight: cannot pause through the raysight server (%s); using Ray's debugger", exc)
-        if _ray_set_trace is not None:
-            _ray_set_trace(*args, **kwargs)
-        return
+        return None
     try:
-        pause_id = connection.open(report("breakpoint", frame))
+        pause_id = connection.open(report(kind, frame, exception))
     except Exception as exc:  # noqa: BLE001
         log.warning("raysight: the raysight server refused this pause (%s); using Ray's debugger", exc)
         connection.close()
-        if _ray_set_trace is not None:
-            _ray_set_trace(*args, **kwargs)
-        return
-    print(
-        f"raysight: paused at {frame.f_code.co_filename}:{frame.f_lineno}: `raysight debug attach {pause_id}`",
-        file=sys.stderr,
-        flush=True,
-    )
-    RemotePdb(connection).set_trace(frame)
+        return None
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    print(f"raysight: paused at {where}: `raysight debug attach {pause_id}`", file=sys.stderr, flush=True)
+    return RemotePdb(connection, timeout_s)
 
 
 def debug_url(endpoint: str) -> str:
@@ -200,13 +228,14 @@ class Connection:
 
 class Console:
     """pdb's stdin and stdout over a :class:`Connection`: what it writes goes out at each flush, and a line is read
-    once the client has typed one, the server told that pdb waits for it. The connection lost, pdb is told to
-    continue: no one can drive the pause any more."""
+    once the client has typed one, the server told that pdb waits for it. The connection lost (no one can drive the
+    pause any more), or the pause's time up, pdb is told to continue, and ``resumed`` says why."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, timeout_s: float | None = None) -> None:
         self.connection = connection
         self.pending: list[str] = []
-        self.lost = False
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.resumed: str | None = None
 
     def write(self, text: str) -> int:
         self.pending.append(text)
@@ -220,10 +249,14 @@ class Console:
     def readline(self, size: int | None = -1) -> str:
         self.flush()
         self.connection.send({wire.READY: True})
-        line = self.connection.lines.get()
+        try:
+            line = self.connection.lines.get(
+                timeout=None if self.deadline is None else self.deadline - time.monotonic()
+            )
+        except (queue.Empty, ValueError):  # (ValueError: the deadline passed already)
+            line, self.resumed = "continue\n", "timed out"
         if line is None:
-            self.lost = True
-            return "continue\n"
+            line, self.resumed = "continue\n", "worker gone"
         return line
 
 
@@ -231,8 +264,8 @@ class RemotePdb(pdb.Pdb):
     """pdb on a :class:`Console`: continuing (with no breakpoint left) or quitting ends the pause, telling the
     server how."""
 
-    def __init__(self, connection: Connection) -> None:
-        self.console = Console(connection)
+    def __init__(self, connection: Connection, timeout_s: float | None = None) -> None:
+        self.console = Console(connection, timeout_s)
         io = cast(IO[str], self.console)  # (as much of a text file as pdb uses)
         super().__init__(stdin=io, stdout=io, nosigint=True)
         self.use_rawinput = False
@@ -242,7 +275,7 @@ class RemotePdb(pdb.Pdb):
     def set_continue(self) -> None:
         super().set_continue()
         if not self.breaks:
-            self._end("worker gone" if self.console.lost else "continued")
+            self._end(self.console.resumed or "continued")
 
     def set_quit(self) -> None:
         super().set_quit()

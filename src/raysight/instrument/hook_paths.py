@@ -10,3 +10,5 @@ SETUP_HOOK_KEY = "worker_process_setup_hook"
 RAY_SERVE_EXPORTER = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 RAY_SERVE_SAMPLING = "RAY_SERVE_TRACING_SAMPLING_RATIO"
 SERVE_EXPORTER = "raysight.instrument.serve_span_processors"
+# Ray's switch that freezes a task that raises (``ray.util.pdb._post_mortem``, which raysight's worker hook answers)
+RAY_POST_MORTEM = "RAY_DEBUG_POST_MORTEM"

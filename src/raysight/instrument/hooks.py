@@ -17,12 +17,13 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from raysight import wire
 from raysight.instrument import debugger, ray_tracing
 from raysight.instrument.export import Counts, SpanQueue
-from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK, SETUP_HOOK, SETUP_HOOK_KEY
+from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK, RAY_POST_MORTEM, SETUP_HOOK, SETUP_HOOK_KEY
 from raysight.instrument.ray_ids import RayIds
 from raysight.settings import (
     ENV_CHAINED_ENV_HOOK,
     ENV_CHAINED_SETUP_HOOK,
     ENV_OTLP_ENDPOINT,
+    ENV_POST_MORTEM_TIMEOUT,
     ENV_TRACES_SAMPLE_RATIO,
     default_server,
 )
@@ -117,8 +118,9 @@ def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
         runtime_env = _load(chained)(runtime_env)
     runtime_env = dict(runtime_env or {})
     env_vars = dict(runtime_env.get("env_vars") or {})
-    if endpoint := os.environ.get(ENV_OTLP_ENDPOINT):
-        env_vars.setdefault(ENV_OTLP_ENDPOINT, endpoint)
+    for name in (ENV_OTLP_ENDPOINT, RAY_POST_MORTEM, ENV_POST_MORTEM_TIMEOUT):  # (to a cluster's workers too)
+        if value := os.environ.get(name):
+            env_vars.setdefault(name, value)
     user_hook = runtime_env.get(SETUP_HOOK_KEY)
     if user_hook is None or user_hook == SETUP_HOOK:
         runtime_env[SETUP_HOOK_KEY] = SETUP_HOOK

@@ -41,8 +41,9 @@ CLOSE_BAD, CLOSE_NOT_FOUND, CLOSE_HELD = 4400, 4404, 4409
 
 
 async def _written(state: AppState, write: Callable[[Tx], None]) -> None:
-    """``write`` committed, on the writer's fold thread (unordered: a pause depends on no journalled batch)."""
-    await asyncio.wrap_future(state.writer.call(lambda store: store.write(write), ordered=False))
+    """``write`` committed, on the writer's fold thread (unordered: a pause depends on no journalled batch); written
+    still where the handler is cancelled meanwhile (its server stopping), which would cancel a future not shielded."""
+    await asyncio.shield(asyncio.wrap_future(state.writer.call(lambda store: store.write(write), ordered=False)))
 
 
 def _message(text: str | bytes) -> dict[str, Any]:
@@ -105,11 +106,13 @@ async def paused_worker(worker: WebSocket) -> None:
         pass
     finally:  # recorded before anyone is told; none attaches meanwhile
         live.over = True
-        await _written(state, lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
-        del state.pauses.live[pause_id]
-        await live.end(how)
-        with contextlib.suppress(Exception):
-            await worker.close()
+        try:
+            await _written(state, lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
+        finally:
+            del state.pauses.live[pause_id]
+            await live.end(how)
+            with contextlib.suppress(Exception):
+                await worker.close()
 
 
 async def attach(client: WebSocket) -> None:
