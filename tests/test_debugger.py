@@ -26,7 +26,8 @@ from raysight.agent.scrape import ray_temp_dir
 from raysight.server.app import create_app
 from raysight.server.guard import DEBUG_OFF
 from raysight.settings import SECRETS_FILE, Settings
-from tests.ray_scenarios import ServerProcess, raysight_cli
+from raysight.signals.debug_pauses import pauses_query
+from tests.ray_scenarios import JSON, ServerProcess, raysight_cli
 
 ADMIN = {"Authorization": "Bearer debug-secret", wire.CLIENT_HEADER: "ada@laptop"}
 SESSION = "session_2026-11-27_10-00-00_000000_1"
@@ -158,6 +159,36 @@ def test_a_worker_that_goes_away_ends_its_pause(debugging: TestClient) -> None:
         assert f"no live pause '{pause_id}'" in received(client)[wire.REFUSED]
 
 
+def test_the_workers_rays_own_debugger_holds_paused_are_listed_while_the_poller_finds_them(
+    debugging: TestClient,
+) -> None:
+    """Ray's debugger (RAY_DEBUG=1) pauses a worker on its node's debugpy port, which Ray's workers list shows
+    (``num_paused_threads``, ``debugger_port``): the poller's rows of them are listed beside raysight's pauses, for as
+    long as the last poll has them, and not once the session is polled no more."""
+    worker = {"worker_id": "ab" * 28, "pid": 4343, "ip": "10.0.0.8", "node_id": "cd" * 28, "debugger_port": 45678,
+              "num_paused_threads": 1, "worker_type": "WORKER", "is_alive": True}  # fmt: skip
+
+    def poll(rows: list[dict[str, Any]]) -> int:
+        body = {"session": SESSION, "polled_ns": time.time_ns(), "errors": {},
+                "resources": {"paused_workers": rows}}  # fmt: skip
+        assert debugging.post(wire.AGENT_RAY_STATE, content=orjson.dumps(body), headers=JSON).status_code == 200
+        return int(body["polled_ns"])
+
+    poll([worker])
+    [paused] = debugging.get(wire.DEBUG_PAUSES).json()
+    assert (paused["kind"], paused["pid"], paused["worker_id"]) == ("ray", 4343, worker["worker_id"])
+    assert paused["debugger"] == "10.0.0.8:45678" and paused["pause_id"] is None
+    poll([])  # resumed: the next poll has it no more
+    assert debugging.get(wire.DEBUG_PAUSES).json() == []
+    stale = poll([worker]) + pauses_query.RAY_STALE_NS
+    cursor = debugging.app.state.raysight.store.reader()
+    try:  # the session polled no more (its cluster gone), its last poll's paused workers are not listed
+        assert len(pauses_query.ray_paused(cursor, None, stale)) == 1
+        assert pauses_query.ray_paused(cursor, None, stale + 1) == []
+    finally:
+        cursor.close()
+
+
 @pytest.mark.parametrize(
     ("report", "why"),
     [
@@ -188,13 +219,19 @@ def test_env_post_mortem_exports_rays_switch_and_the_freezes_timeout() -> None:
 # ── real pauses: a job `raysight run` traces, driven as a user drives it ─────────────────────────────────────────────
 
 
+def listed(server: ServerProcess) -> list[dict[str, Any]]:
+    """The live pauses, as `raysight debug --format json` lists them."""
+    done = raysight_cli("debug", "--server", server.url, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    pauses: list[dict[str, Any]] = orjson.loads(done.stdout)
+    return pauses
+
+
 def wait_for_pause(server: ServerProcess, function_line: str, deadline_s: float = 120) -> dict[str, Any]:
-    """The one live pause, once there is one (listed as `raysight debug --format json` lists it)."""
+    """The one live pause of raysight's, once there is one."""
     deadline = time.monotonic() + deadline_s
     while True:
-        listed = raysight_cli("debug", "--server", server.url, "--format", "json")
-        assert listed.returncode == 0, listed.stderr
-        if pauses := orjson.loads(listed.stdout):
+        if pauses := [p for p in listed(server) if p["kind"] != "ray"]:
             [pause] = pauses
             assert f"{pause['function']}:{pause['line']}" == function_line
             return dict(pause)
@@ -239,6 +276,7 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
     with ServerProcess(tmp_path / "data", options=["--allow-debug"]) as server:
         token = orjson.loads((tmp_path / "data" / SECRETS_FILE).read_bytes())["admin_token"]
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSIGHT_SERVER")}
+        env["RELEASE"] = str(release := tmp_path / "release")
         job = subprocess.Popen(
             [sys.executable, "-m", "raysight", "run", "--server", server.url, "--cluster", "dbg",
              "--post-mortem", f"{POST_MORTEM_S}s", "--", sys.executable, "-m", "tests.ray_programs.breakpoints"],
@@ -275,7 +313,18 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             driven = attach(server, pause["pause_id"], "p share, parts\nq\n", token)
             assert "(Pdb) (21, 0)" in driven.stdout and "the pause ended (quit)" in driven.stderr, driven.stdout
             timed_out = wait_for_pause(server, f"divide:{FAILING}")
-            out, err = job.communicate(timeout=POST_MORTEM_S + 60)
+
+            # Ray's own debugger's pause (debugpy, listening on its node), listed beside raysight's from the poller
+            deadline = time.monotonic() + POST_MORTEM_S + 60
+            while not (rays := [p for p in listed(server) if p["kind"] == "ray"]):
+                assert time.monotonic() < deadline, "Ray's own pause was not listed"
+                time.sleep(0.5)
+            [rays_pause] = rays
+            ip, port = rays_pause["debugger"].rsplit(":", 1)
+            assert ip == rays_pause["host"] and rays_pause["pause_id"] is None  # (raysight cannot drive it)
+            assert (rays_pause["pid"], int(port)) in listening_beyond_loopback(rays_pause["pid"])
+            release.touch()
+            out, err = job.communicate(timeout=60)
             assert job.returncode == 0, err[-3000:]
         finally:
             if job.poll() is None:  # Ctrl-C, as a user stops it: the driver shuts its Ray down
@@ -284,7 +333,7 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
         # each task returned what it would have without the pause
         # each task returned what it would have without the pause, and each failing one failed with its own error
         failed = "divide failed ZeroDivisionError division by zero"
-        assert out.splitlines() == ["task 42", "actor 22", "async actor 204", failed, failed]
+        assert out.splitlines() == ["task 42", "actor 22", "async actor 204", failed, failed, "released True"]
         history = orjson.loads(raysight_cli("debug", "history", "--server", server.url, "--format", "json").stdout)
         ends = [("doubled", "continued", 1)] * 3 + [("divide", "quit", 1), ("divide", "timed out", 0)]
         assert [(p["function"], p["ended"], p["attaches"]) for p in history] == ends

@@ -1,9 +1,13 @@
 """A job that pauses three times, in turn: in a task, an actor's method and an async actor's method, each at a
 `breakpoint()` one call below the Ray function (so that `up` reaches its frame); then runs two tasks that raise,
-which `raysight run --post-mortem` freezes on their failing frame. Prints what each returned once resumed, and how
-each failing task failed (tests/test_debugger.py drives the pauses)."""
+which `raysight run --post-mortem` freezes on their failing frame; then a task paused by Ray's own debugger (debugpy
+waiting for a client on its node), left paused until the file $RELEASE names exists. Prints what each returned once
+resumed, and how each failing task failed (tests/test_debugger.py drives the pauses)."""
 
 import asyncio
+import os
+import time
+from pathlib import Path
 
 import ray
 
@@ -44,6 +48,13 @@ def divide(total: int, parts: int) -> float:
     return share / parts  # parts == 0: ZeroDivisionError, frozen here post mortem
 
 
+@ray.remote
+def rays_own_pause() -> None:
+    from ray.util import debugpy as ray_debugpy
+
+    ray_debugpy.set_trace()  # Ray's own debugger, not raysight's: it waits for a debugpy client
+
+
 if __name__ == "__main__":
     ray.init(num_cpus=2)
     print("task", ray.get(task.remote(20)), flush=True)
@@ -54,3 +65,8 @@ if __name__ == "__main__":
             ray.get(divide.remote(total, 0))
         except ray.exceptions.RayTaskError as exc:
             print("divide failed", type(exc.cause).__name__, exc.cause, flush=True)
+    rays_own_pause.remote()
+    release, deadline = Path(os.environ["RELEASE"]), time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print("released", release.exists(), flush=True)

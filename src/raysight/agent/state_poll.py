@@ -97,6 +97,8 @@ def _get(http: httpx.Client, url: str, params: Mapping[str, str | int] | None = 
 
 # Ray's event stream reports no driver's worker: the drivers' rows of Ray's workers, asked for by that filter
 DRIVERS = {"filter_keys": "worker_type", "filter_predicates": "=", "filter_values": "DRIVER"}
+# The workers Ray's own debugger holds paused (`breakpoint()` under RAY_DEBUG=1, waiting for a debugpy client)
+PAUSED = {"filter_keys": "num_paused_threads", "filter_predicates": "!=", "filter_values": "0"}
 # Serve's controller, whose life says whether Serve runs in the session
 SERVE_CONTROLLER = {"filter_keys": "class_name", "filter_predicates": "=", "filter_values": "ServeController"}
 
@@ -113,7 +115,8 @@ def _state_rows(http: httpx.Client, dashboard: str, resource: str, filters: Mapp
 def due(count: int) -> list[str]:
     """What poll number ``count`` (from 0) asks for: everything, objects every :data:`SAMPLE_OBJECTS_EVERY` polls."""
     sampled = count % SAMPLE_OBJECTS_EVERY == 0
-    return [r for r in (*STATE_RESOURCES, "jobs", "drivers", "cluster_status", "serve") if r != "objects" or sampled]
+    resources = (*STATE_RESOURCES, "jobs", "drivers", "paused_workers", "cluster_status", "serve")
+    return [r for r in resources if r != "objects" or sampled]
 
 
 def serve_details(http: httpx.Client, dashboard: str) -> dict[str, Any] | None:
@@ -147,6 +150,9 @@ def poll(http: httpx.Client, dashboard: str, resources_due: list[str]) -> wire.R
                 serve, serve_polled = serve_details(http, dashboard), True
             elif resource == "drivers":
                 resources[resource] = _state_rows(http, dashboard, "workers", DRIVERS)
+            elif resource == "paused_workers":  # (the filter's value is text: checked again here)
+                rows = _state_rows(http, dashboard, "workers", PAUSED)
+                resources[resource] = [r for r in rows if isinstance(r, dict) and (r.get("num_paused_threads") or 0)]
             else:
                 resources[resource] = _state_rows(http, dashboard, resource)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

@@ -44,10 +44,17 @@ def debug_cmd(ctx: click.Context, session: str | None, fmt: str | None, server: 
         click.echo("no task is paused", err=True)
     else:
         render.table([_row(p, live=True) for p in pauses])
-        click.echo("attach with `raysight debug attach PAUSE_ID`", err=True)
+        if any(p["pause_id"] for p in pauses):
+            click.echo("attach with `raysight debug attach PAUSE_ID`", err=True)
+        if any(p["kind"] == "ray" for p in pauses):
+            click.echo("Ray's own pauses: attach VS Code's Ray Distributed Debugger to their address", err=True)
 
 
 def _row(pause: dict[str, Any], live: bool) -> dict[str, Any]:
+    if pause["kind"] == "ray":  # Ray's own debugger's: at its debugpy port, for Ray's VS Code extension
+        where = f"Ray's debugger at {pause['debugger']}"
+    else:
+        where = f"{pause['function']} {Path(pause['file']).name}:{pause['line']}"
     return {
         "pause_id": pause["pause_id"],
         "kind": pause["kind"],
@@ -55,7 +62,7 @@ def _row(pause: dict[str, Any], live: bool) -> dict[str, Any]:
         "actor_id": pause["actor_id"],
         "pid": pause["pid"],
         "host": pause["host"],
-        "where": f"{pause['function']} {Path(pause['file']).name}:{pause['line']}",
+        "where": where,
         "paused_ms": pause["paused_ns"] // 1_000_000,
         **({"held_by": pause.get("holder")} if live else {"ended": pause["ended"], "attaches": pause["attaches"]}),
     }

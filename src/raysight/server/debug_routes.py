@@ -149,7 +149,8 @@ async def attach(client: WebSocket) -> None:
 
 async def pauses(request: Request) -> Response:
     """GET /api/raysight/debug/pauses?session=&all=: the live pauses (of every session, or ``session``'s), each with
-    who drives it; ``all=true``: every pause of the session (default the newest), with how each ended."""
+    who drives it, then the workers Ray's own debugger holds paused (``kind`` ray, at their ``debugger`` address);
+    ``all=true``: every pause of the session (default the newest) raysight relayed, with how each ended."""
     state = app_state(request)
     session = request.query_params.get("session") or None
     if bool_param(request.query_params, "all"):
@@ -160,7 +161,8 @@ async def pauses(request: Request) -> Response:
     def live(con: Any) -> list[dict[str, Any]]:
         rows = pauses_query.open_pauses(con, session)
         relay = state.pauses
-        return [{**row, "holder": relay.holder(row["pause_id"])} for row in rows if row["pause_id"] in relay.live]
+        ours = [{**row, "holder": relay.holder(row["pause_id"])} for row in rows if row["pause_id"] in relay.live]
+        return ours + pauses_query.ray_paused(con, session, time.time_ns())
 
     return await read_json(state, live)
 

@@ -34,6 +34,26 @@ def open_pauses(con: duckdb.DuckDBPyConnection, session: str | None) -> list[dic
     )
 
 
+# The workers Ray's own debugger holds paused, as the poller last found them (``paused_workers``, each poll's rows
+# alone), in the sessions whose last such poll is recent (a session polled no more is over): each at its debugpy port
+RAY_STALE_NS = 15_000_000_000  # three polls
+_RAY_PAUSED = """
+    SELECT NULL AS pause_id, p.session, 'ray' AS kind, NULL AS job_id, NULL AS task_id, NULL AS attempt,
+           NULL AS actor_id, p.id AS worker_id, p.row->>'$.node_id' AS node_id, p.row->>'$.ip' AS host,
+           (p.row->>'$.pid')::BIGINT AS pid, NULL AS function, NULL AS file, NULL AS line, p.first_ns AS paused_ns,
+           NULL AS ended_ns, NULL AS ended, NULL AS exception, 0 AS attaches,
+           (p.row->>'$.ip') || ':' || (p.row->>'$.debugger_port') AS debugger
+    FROM polled p JOIN polls s ON s.session = p.session AND s.resource = p.resource
+    WHERE p.resource = 'paused_workers' AND s.last_ok_ns >= $2 AND ($1 IS NULL OR p.session = $1)
+    ORDER BY p.first_ns"""
+
+
+def ray_paused(con: duckdb.DuckDBPyConnection, session: str | None, now_ns: int) -> list[dict[str, Any]]:
+    """The workers Ray's own debugger holds paused now (of ``session``, else of every session), each with the
+    address its debugpy listens on (for Ray's VS Code extension: raysight cannot drive them)."""
+    return _rows(con.execute(_RAY_PAUSED, [session, now_ns - RAY_STALE_NS]))
+
+
 def session_pauses(con: duckdb.DuckDBPyConnection, session: str) -> list[dict[str, Any]]:
     """Every pause of ``session``, oldest first, with how each ended."""
     return _rows(con.execute(f"{_LISTED} WHERE p.session = $1 ORDER BY p.paused_ns", [session]))

@@ -75,6 +75,12 @@ KINDS = {
         ),
         lambda r: "ALIVE" if r.get("is_alive") is not False else "DEAD",
     ),
+    # The workers Ray's own debugger holds paused now (each poll's rows alone stand): its pauses, beside raysight's
+    "paused_workers": Kind(
+        lambda r: r.get("worker_id") if isinstance(r.get("worker_id"), str) else None,
+        lambda r: "PAUSED",
+        sample=True,
+    ),
 }
 STATUS: Final = "cluster_status"  # (wire.RayState's)
 SERVE: Final = "serve"  # (wire.RayState's)
