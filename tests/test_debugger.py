@@ -23,10 +23,14 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from raysight import wire
 from raysight.agent.scrape import ray_temp_dir
+from raysight.cli.run import free_port
 from raysight.server.app import create_app
 from raysight.server.guard import DEBUG_OFF
 from raysight.settings import SECRETS_FILE, Settings
-from raysight.signals.debug_pauses import pauses_query
+from raysight.signals.debug_pauses import apply, pauses_query
+from raysight.signals.debug_pauses.parse import parse_pause
+from raysight.store.store import Store
+from tests.dap_client import DapClient
 from tests.ray_scenarios import JSON, ServerProcess, raysight_cli
 
 ADMIN = {"Authorization": "Bearer debug-secret", wire.CLIENT_HEADER: "ada@laptop"}
@@ -76,8 +80,13 @@ def debugging(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def received(socket: Any) -> dict[str, Any]:
-    message: dict[str, Any] = orjson.loads(socket.receive_bytes())
+    """The next message of a debugger's socket (JSON, in a text frame)."""
+    message: dict[str, Any] = orjson.loads(socket.receive_text())
     return message
+
+
+def say(socket: Any, **message: Any) -> None:
+    socket.send_text(orjson.dumps(message).decode())
 
 
 def test_without_allow_debug_neither_a_worker_nor_a_client_gets_through(tmp_path: Path) -> None:
@@ -96,8 +105,8 @@ def test_a_pause_is_listed_relayed_to_one_client_at_a_time_and_recorded(debuggin
     with debugging.websocket_connect(wire.DEBUG_PAUSED) as worker:
         worker.send_bytes(pause_report())
         pause_id = received(worker)[wire.PAUSE_ID]
-        worker.send_bytes(orjson.dumps({wire.OUTPUT: "> /app/job.py(13)doubled()\n(Pdb) "}))
-        worker.send_bytes(orjson.dumps({wire.READY: True}))
+        say(worker, **{wire.OUTPUT: "> /app/job.py(13)doubled()\n(Pdb) "})
+        say(worker, **{wire.READY: True})
         [live] = debugging.get(wire.DEBUG_PAUSES).json()
         assert live["pause_id"] == pause_id and live["function"] == "doubled" and live["holder"] is None
         assert (live["task_id"], live["pid"], live["line"], live["ended"]) == (
@@ -121,15 +130,15 @@ def test_a_pause_is_listed_relayed_to_one_client_at_a_time_and_recorded(debuggin
             with debugging.websocket_connect(attach, headers=ADMIN) as second:  # one client at a time
                 refused = received(second)[wire.REFUSED]
                 assert f"pause {pause_id} is driven by ada@laptop" in refused
-            client.send_bytes(orjson.dumps({wire.INPUT: "p x\n"}))
+            say(client, **{wire.INPUT: "p x\n"})
             assert received(worker) == {wire.INPUT: "p x\n"}
-            worker.send_bytes(orjson.dumps({wire.OUTPUT: "21\n(Pdb) "}))
+            say(worker, **{wire.OUTPUT: "21\n(Pdb) "})
             assert received(client) == {wire.OUTPUT: "21\n(Pdb) "}
         # the client gone, the pause lasts, for the next one to attach (who sees what was written so far)
         assert debugging.get(wire.DEBUG_PAUSES).json()[0]["holder"] is None
         with debugging.websocket_connect(attach, headers=ADMIN) as client:
             assert received(client)[wire.OUTPUT].endswith("21\n(Pdb) ")
-            worker.send_bytes(orjson.dumps({wire.ENDED: "continued"}))
+            say(worker, **{wire.ENDED: "continued"})
             assert received(client) == {wire.ENDED: "continued"}
 
     assert debugging.get(wire.DEBUG_PAUSES).json() == []
@@ -144,6 +153,29 @@ def test_a_pause_is_listed_relayed_to_one_client_at_a_time_and_recorded(debuggin
     }
     assert [a["client"] for a in whole["attaches"]] == ["ada@laptop", "ada@laptop"]
     assert all(a["detached_ns"] >= a["attached_ns"] for a in whole["attaches"]) and whole["live"] is False
+
+
+def test_a_dap_client_s_bytes_are_tunnelled_to_the_worker_and_back(debugging: TestClient) -> None:
+    """`raysight debug attach --dap`: the worker is told a DAP client came (and went), and the bytes of both sides
+    travel as binary messages, untouched; text messages stay the debugger's."""
+    with debugging.websocket_connect(wire.DEBUG_PAUSED) as worker:
+        worker.send_bytes(pause_report())
+        pause_id = received(worker)[wire.PAUSE_ID]
+        attach = wire.path(wire.DEBUG_ATTACH, pause_id=pause_id) + "?dap=true"
+        with debugging.websocket_connect(attach, headers=ADMIN) as client:
+            assert received(client) == {wire.OUTPUT: ""}
+            assert received(worker) == {wire.DAP: wire.DAP_OPEN}
+            request = b'Content-Length: 39\r\n\r\n{"seq":1,"type":"request","command":"x"}'
+            client.send_bytes(request)
+            assert worker.receive_bytes() == request
+            worker.send_bytes(b"Content-Length: 2\r\n\r\n{}")
+            assert client.receive_bytes() == b"Content-Length: 2\r\n\r\n{}"
+        assert received(worker) == {wire.DAP: wire.DAP_CLOSED}  # the client went: debugpy will resume
+        with debugging.websocket_connect(wire.path(wire.DEBUG_ATTACH, pause_id=pause_id), headers=ADMIN) as client:
+            client.send_bytes(b"not a DAP client's")  # a terminal's bytes go nowhere
+            say(client, **{wire.INPUT: "c\n"})
+            assert received(client) == {wire.OUTPUT: ""}
+            assert received(worker) == {wire.INPUT: "c\n"}
 
 
 def test_a_worker_that_goes_away_ends_its_pause(debugging: TestClient) -> None:
@@ -187,6 +219,24 @@ def test_the_workers_rays_own_debugger_holds_paused_are_listed_while_the_poller_
         assert pauses_query.ray_paused(cursor, None, stale + 1) == []
     finally:
         cursor.close()
+
+
+def test_the_pauses_a_stopped_server_left_open_are_over_once_the_store_opens_again(tmp_path: Path) -> None:
+    store = Store(tmp_path / "data")
+    try:
+        store.write(lambda tx: apply.paused(tx, "0123abcd", parse_pause(pause_report())))
+        store.write(lambda tx: apply.attached(tx, "0123abcd", SESSION, "ada@laptop", "127.0.0.1:1", 5))
+    finally:
+        store.close()
+    store = Store(tmp_path / "data")
+    try:
+        cursor = store.reader()
+        whole = pauses_query.pause(cursor, "0123abcd")
+        assert whole["ended"] == "server stopped" and whole["ended_ns"] >= whole["paused_ns"]
+        assert whole["attaches"][0]["detached_ns"] == whole["ended_ns"]
+        cursor.close()
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize(
@@ -253,6 +303,37 @@ def attach(server: ServerProcess, pause_id: str, commands: str, token: str | Non
     )
 
 
+def drive_with_dap(server: ServerProcess, pause_id: str, token: str) -> None:
+    """`raysight debug attach ID --dap`, and a DAP client on its port doing what VS Code does: initialize, attach,
+    configurationDone; then, stopped, threads, stackTrace, scopes, variables, continue, disconnect."""
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAYSIGHT_")}, "RAYSIGHT_ADMIN_TOKEN": token}
+    command = ["debug", "attach", pause_id, "--dap", "--port", str(port), "--server", server.url]
+    cli = subprocess.Popen([sys.executable, "-m", "raysight", *command], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        dap = DapClient(port)
+        dap.request("initialize", adapterID="debugpy", clientID="raysight-test", linesStartAt1=True)
+        dap.send("attach", justMyCode=False)
+        dap.event("initialized")
+        dap.request("configurationDone")
+        thread = dap.event("stopped")["body"]["threadId"]
+        assert thread in [t["id"] for t in dap.request("threads")["threads"]]
+        [top, caller, *_] = dap.request("stackTrace", threadId=thread)["stackFrames"]
+        assert (top["name"], Path(top["source"]["path"]).name, caller["name"]) == ("doubled", PROGRAM.name, "task")
+        scopes = dap.request("scopes", frameId=top["id"])["scopes"]
+        reference = next(s["variablesReference"] for s in scopes if s["name"] == "Locals")
+        values = {v["name"]: v["value"] for v in dap.request("variables", variablesReference=reference)["variables"]}
+        assert (values["x"], values["twice"]) == ("31", "62"), values
+        dap.request("continue", threadId=thread)
+        dap.request("disconnect")
+        dap.close()
+        assert cli.wait(timeout=60) == 0  # the DAP client gone, it detached (the pause's end: the history's)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+
+
 def listening_beyond_loopback(pid: int) -> list[tuple[int, int]]:
     """The sockets of ``pid``'s process tree that listen on an address other than loopback: (pid, port) each."""
     found = []
@@ -307,6 +388,10 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
                 driven = attach(server, pause["pause_id"], "p x\nup\np y\nc\n", token)
                 assert f"(Pdb) {x}" in driven.stdout and f"(Pdb) {y}" in driven.stdout, driven.stdout
 
+            # a DAP client (VS Code's side) through `attach --dap`: stopped in the paused frame, its locals, continued
+            pause = wait_for_pause(server, f"doubled:{BREAKPOINT}")
+            drive_with_dap(server, pause["pause_id"], token)
+
             # post mortem: frozen on the failing frame, its locals there; quit, then left to time out
             pause = wait_for_pause(server, f"divide:{FAILING}")
             assert pause["kind"] == "post_mortem" and pause["exception"] == "ZeroDivisionError: division by zero"
@@ -322,7 +407,8 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             [rays_pause] = rays
             ip, port = rays_pause["debugger"].rsplit(":", 1)
             assert ip == rays_pause["host"] and rays_pause["pause_id"] is None  # (raysight cannot drive it)
-            assert (rays_pause["pid"], int(port)) in listening_beyond_loopback(rays_pause["pid"])
+            listening = {c.laddr.port for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+            assert int(port) in listening  # (by debugpy's adapter, a process of its own)
             release.touch()
             out, err = job.communicate(timeout=60)
             assert job.returncode == 0, err[-3000:]
@@ -333,9 +419,10 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
         # each task returned what it would have without the pause
         # each task returned what it would have without the pause, and each failing one failed with its own error
         failed = "divide failed ZeroDivisionError division by zero"
-        assert out.splitlines() == ["task 42", "actor 22", "async actor 204", failed, failed, "released True"]
+        results = ["task 42", "actor 22", "async actor 204", "dap task 62"]
+        assert out.splitlines() == [*results, failed, failed, "released True"]
         history = orjson.loads(raysight_cli("debug", "history", "--server", server.url, "--format", "json").stdout)
-        ends = [("doubled", "continued", 1)] * 3 + [("divide", "quit", 1), ("divide", "timed out", 0)]
+        ends = [("doubled", "continued", 1)] * 4 + [("divide", "quit", 1), ("divide", "timed out", 0)]
         assert [(p["function"], p["ended"], p["attaches"]) for p in history] == ends
         assert history[-1]["pause_id"] == timed_out["pause_id"]
         assert history[-1]["ended_ns"] - history[-1]["paused_ns"] >= POST_MORTEM_S * 1e9

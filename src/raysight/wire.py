@@ -271,6 +271,9 @@ class Pause(TypedDict):
 # a client why it is refused (``refused``)
 INPUT, OUTPUT, READY, ENDED = "input", "output", "ready", "ended"
 PAUSE_ID, REFUSED = "pause_id", "refused"
+# A DAP client (`raysight debug attach --dap`) attached to a pause, or gone: the server tells the worker (``dap``), and
+# the client's and debugpy's bytes then travel as binary messages; the messages above are text
+DAP, DAP_OPEN, DAP_CLOSED = "dap", "open", "closed"
 
 
 Payload = TypeVar("Payload", bound=Mapping[str, object])

@@ -1,8 +1,9 @@
-"""A job that pauses three times, in turn: in a task, an actor's method and an async actor's method, each at a
-`breakpoint()` one call below the Ray function (so that `up` reaches its frame); then runs two tasks that raise,
-which `raysight run --post-mortem` freezes on their failing frame; then a task paused by Ray's own debugger (debugpy
-waiting for a client on its node), left paused until the file $RELEASE names exists. Prints what each returned once
-resumed, and how each failing task failed (tests/test_debugger.py drives the pauses)."""
+"""A job that pauses four times, in turn: in a task, an actor's method, an async actor's method and a task again
+(for a DAP client), each at a `breakpoint()` one call below the Ray function (so that `up` reaches its frame); then
+runs two tasks that raise, which `raysight run --post-mortem` freezes on their failing frame; then a task paused by
+Ray's own debugger (debugpy waiting for a client on its node), left paused until the file $RELEASE names exists.
+Prints what each returned once resumed, and how each failing task failed (tests/test_debugger.py drives the
+pauses)."""
 
 import asyncio
 import os
@@ -49,10 +50,11 @@ def divide(total: int, parts: int) -> float:
 
 
 @ray.remote
-def rays_own_pause() -> None:
-    from ray.util import debugpy as ray_debugpy
+class RaysOwn:  # (an actor: a process of its own, where debugpy has not listened yet: it listens once a process)
+    def pause(self) -> None:
+        from ray.util import debugpy as ray_debugpy
 
-    ray_debugpy.set_trace()  # Ray's own debugger, not raysight's: it waits for a debugpy client
+        ray_debugpy.set_trace()  # Ray's own debugger, not raysight's: it waits for a debugpy client
 
 
 if __name__ == "__main__":
@@ -60,12 +62,14 @@ if __name__ == "__main__":
     print("task", ray.get(task.remote(20)), flush=True)
     print("actor", ray.get(Counter.remote().add.remote(1)), flush=True)
     print("async actor", ray.get(AsyncCounter.remote().add.remote(2)), flush=True)
+    print("dap task", ray.get(task.remote(30)), flush=True)  # driven by a DAP client
     for total in (7, 8):  # the first quit by its client, the second left to time out
         try:
             ray.get(divide.remote(total, 0))
         except ray.exceptions.RayTaskError as exc:
             print("divide failed", type(exc.cause).__name__, exc.cause, flush=True)
-    rays_own_pause.remote()
+    rays_own = RaysOwn.remote()
+    rays_own.pause.remote()
     release, deadline = Path(os.environ["RELEASE"]), time.monotonic() + 120
     while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -125,20 +126,42 @@ def attach_url(server: str, pause_id: str) -> str:
 
 @debug_cmd.command("attach")
 @click.argument("pause_id")
+@click.option("--dap", is_flag=True, help="Serve the pause to a DAP client (VS Code's Python debugger) on --port.")
+@click.option("--port", type=click.IntRange(0, 65535), default=5678, show_default=True, help="--dap's local port.")
 @server_option
-def attach_cmd(pause_id: str, server: str | None) -> None:
+def attach_cmd(pause_id: str, dap: bool, port: int, server: str | None) -> None:
     """A pdb prompt on the paused frame, through the raysight server: `p x`, `where`, `up`, `down`, `n`, `s`, `c` as
     pdb does them; `c` resumes the task (which then ends as it would have), `q` makes it raise (BdbQuit). Ctrl-D
     detaches, leaving the task paused for the next to attach. Needs the server's admin token (on loopback too):
     $RAYSIGHT_ADMIN_TOKEN, else the data dir's secrets file of a server on this machine. Fed on stdin (a script),
-    it waits for the debugger to answer each line it sent before it detaches."""
+    it waits for the debugger to answer each line it sent before it detaches. With --dap, VS Code (any DAP client)
+    attaches to 127.0.0.1:PORT instead, and debugpy in the worker, reached through the server, drives the paused
+    frame until the client goes (debugpy then resumes the task)."""
+    url = attach_url(server or default_server(), pause_id)
+    if not dap:
+        with _connected(url) as websocket:
+            sys.exit(Session(websocket).run())
+    with socket.create_server(("127.0.0.1", port)) as listener:
+        local = listener.getsockname()[1]
+        click.echo(
+            f"raysight: a DAP client may attach to 127.0.0.1:{local} for pause {pause_id} (VS Code's launch.json: "
+            f'{{"type": "debugpy", "request": "attach", "connect": {{"host": "127.0.0.1", "port": {local}}}}})',
+            err=True,
+        )
+        client, _ = listener.accept()
+    with client, _connected(url + "?dap=true") as websocket:
+        sys.exit(Tunnel(websocket, client).run())
+
+
+@contextlib.contextmanager
+def _connected(url: str) -> Iterator[Any]:
+    """The attach socket of ``url``, as this user, with the admin token; a refused handshake a click error."""
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
 
     headers = {wire.CLIENT_HEADER: f"{getpass.getuser()}@{socket.gethostname()}"}
     if token := debug_token():
         headers["Authorization"] = f"Bearer {token}"
-    url = attach_url(server or default_server(), pause_id)
     try:
         websocket = connect(url, additional_headers=headers, ping_interval=None, max_size=None, proxy=None)
     except InvalidStatus as exc:
@@ -149,7 +172,7 @@ def attach_cmd(pause_id: str, server: str | None) -> None:
     except OSError as exc:
         raise click.ClickException(f"no raysight server answers at {url} ({exc})") from None
     with websocket:
-        sys.exit(Session(websocket).run())
+        yield websocket
 
 
 class Session:
@@ -176,7 +199,7 @@ class Session:
                     if self.ended or self.refused:
                         break
                     self.sent += 1
-                self.websocket.send(orjson.dumps({wire.INPUT: line}))
+                self.websocket.send(orjson.dumps({wire.INPUT: line}).decode())
         self.reading = False
         with self.answered:  # each line answered: the debugger waits again (the one wait it had before any line)
             self.answered.wait_for(
@@ -191,7 +214,7 @@ class Session:
     def _receive(self) -> None:
         with contextlib.suppress(Exception):  # (the connection closed)
             for data in self.websocket:
-                message = orjson.loads(data)
+                message = orjson.loads(data)  # (text: no DAP client, no bytes)
                 if isinstance(text := message.get(wire.OUTPUT), str):
                     sys.stdout.write(text)
                     sys.stdout.flush()
@@ -205,3 +228,37 @@ class Session:
             self.answered.notify_all()
         if self.reading:  # a terminal's read of stdin interrupted: nothing more to type
             os.kill(os.getpid(), signal.SIGINT)
+
+
+class Tunnel:
+    """A DAP client's side of a pause: its connection's bytes to the server and the worker's debugpy's back, until
+    either goes; what the server says (the debugger's text, the pause's end) on stderr."""
+
+    def __init__(self, websocket: Any, client: socket.socket) -> None:
+        self.websocket, self.client = websocket, client
+
+    def run(self) -> int:
+        outbound = threading.Thread(target=self._to_server, daemon=True)
+        outbound.start()
+        ended = refused = None
+        with contextlib.suppress(Exception):  # (the connection closed)
+            for data in self.websocket:
+                if isinstance(data, bytes):
+                    self.client.sendall(data)
+                    continue
+                message = orjson.loads(data)
+                ended, refused = message.get(wire.ENDED) or ended, message.get(wire.REFUSED) or refused
+        with contextlib.suppress(OSError):
+            self.client.shutdown(socket.SHUT_RDWR)
+        if refused:
+            click.echo(f"raysight: {refused}", err=True)
+            return 1
+        click.echo(f"raysight: the pause ended ({ended})" if ended else "raysight: detached", err=True)
+        return 0
+
+    def _to_server(self) -> None:
+        with contextlib.suppress(OSError):
+            while data := self.client.recv(64 * 1024):
+                self.websocket.send(data)
+        with contextlib.suppress(Exception):
+            self.websocket.close()  # the DAP client went: the server tells debugpy, which resumes the task

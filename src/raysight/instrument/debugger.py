@@ -9,6 +9,7 @@ debugger, as if raysight were not there.
 
 from __future__ import annotations
 
+import bdb
 import contextlib
 import logging
 import os
@@ -18,7 +19,7 @@ import reprlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
@@ -26,11 +27,13 @@ from urllib.parse import urlsplit
 import orjson
 
 from raysight import wire
+from raysight.instrument.dap_tunnel import Tunnel, suspend, unseen
 from raysight.instrument.ray_tracing import core_worker
 from raysight.settings import ENV_OTLP_ENDPOINT, ENV_POST_MORTEM_TIMEOUT, POST_MORTEM_TIMEOUT_S, default_server
 
 log = logging.getLogger("raysight.instrument")
 HOOK = "raysight.instrument.debugger.set_trace"  # PYTHONBREAKPOINT, which Ray sets in each worker
+HAND_OVER = "\x00raysight-dap"  # the line that tells pdb a DAP client attached (never typed: it comes from the server)
 CONNECT_TIMEOUT_S = 10.0
 MAX_FRAMES = 64  # of a report's stack (the server takes no more)
 MAX_LOCALS = 100  # of a frame's
@@ -102,7 +105,7 @@ def _paused(
         return None
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     print(f"raysight: paused at {where}: `raysight debug attach {pause_id}`", file=sys.stderr, flush=True)
-    return RemotePdb(connection, timeout_s)
+    return RemotePdb(connection, timeout_s, post_mortem=exception is not None)
 
 
 def debug_url(endpoint: str) -> str:
@@ -190,31 +193,50 @@ class Connection:
         self.websocket = websocket
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.pause_id: str | None = None
+        self.tunnel: Tunnel | None = None  # to debugpy, once a DAP client attached (``dap_tunnel.py``)
+        unseen(websocket.recv_events_thread)  # (debugpy, driving the pause, must not suspend the connection)
 
     def open(self, pause: wire.Pause) -> str:
         """Report the pause; its ID, as the server named it (RuntimeError where it refused it)."""
-        self.websocket.send(orjson.dumps(pause))
+        self.send(pause)
         answer = orjson.loads(self.websocket.recv(timeout=CONNECT_TIMEOUT_S))
         if not isinstance(pause_id := answer.get(wire.PAUSE_ID), str):
             raise RuntimeError(answer.get(wire.REFUSED) or "no pause ID")
         self.pause_id = pause_id
-        threading.Thread(target=self._read, name="raysight-debug", daemon=True).start()
+        unseen(threading.Thread(target=self._read, name="raysight-debug", daemon=True)).start()
         return pause_id
 
     def _read(self) -> None:
+        """The server's messages: lines the client typed, a DAP client come (or gone), its bytes (binary)."""
         try:
             for message in self.websocket:
-                text = orjson.loads(message).get(wire.INPUT)
-                if isinstance(text, str):
+                if isinstance(message, bytes):
+                    if self.tunnel is not None:
+                        self.tunnel.feed(message)
+                    continue
+                control = orjson.loads(message)
+                if isinstance(text := control.get(wire.INPUT), str):
                     for line in text.splitlines():
                         self.lines.put(line + "\n")
+                elif control.get(wire.DAP) == wire.DAP_OPEN and self.tunnel is None:
+                    self.tunnel = Tunnel(self.send_bytes, lambda: self.close("continued"))
+                    self.lines.put(HAND_OVER)
+                elif control.get(wire.DAP) == wire.DAP_CLOSED and self.tunnel is not None:
+                    self.tunnel.feed(None)
         except Exception:  # noqa: BLE001 (the connection lost: the pause cannot be driven any more)
             pass
         self.lines.put(None)
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: Mapping[str, Any]) -> bool:
         try:
-            self.websocket.send(orjson.dumps(message))
+            self.websocket.send(orjson.dumps(message).decode())
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def send_bytes(self, data: bytes) -> bool:
+        try:
+            self.websocket.send(data)
             return True
         except Exception:  # noqa: BLE001
             return False
@@ -264,13 +286,45 @@ class RemotePdb(pdb.Pdb):
     """pdb on a :class:`Console`: continuing (with no breakpoint left) or quitting ends the pause, telling the
     server how."""
 
-    def __init__(self, connection: Connection, timeout_s: float | None = None) -> None:
+    def __init__(self, connection: Connection, timeout_s: float | None = None, post_mortem: bool = False) -> None:
         self.console = Console(connection, timeout_s)
+        self.post_mortem = post_mortem
         io = cast(IO[str], self.console)  # (as much of a text file as pdb uses)
         super().__init__(stdin=io, stdout=io, nosigint=True)
         self.use_rawinput = False
         self.prompt = "(Pdb) "
         self._over = False
+
+    def onecmd(self, line: str) -> bool:
+        if line == HAND_OVER:
+            return self._hand_over()
+        return bool(super().onecmd(line))
+
+    def _hand_over(self) -> bool:
+        """A DAP client attached (`raysight debug attach --dap`): pdb lets go of the frame and debugpy stops in it,
+        driven through the tunnel until its client resumes the task; the pause lasts until the client goes."""
+        tunnel = self.console.connection.tunnel
+        if self.post_mortem or tunnel is None:
+            self.message("*** raysight: a post-mortem pause is driven from a terminal (raysight debug attach)")
+            return False
+        try:
+            import debugpy
+
+            tunnel.open()
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S * 6
+            while not debugpy.is_client_connected():  # (its attach and configurationDone, through the tunnel)
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the DAP client did not attach")
+                time.sleep(0.05)
+        except Exception as exc:  # noqa: BLE001 (pdb stays)
+            self.message(f"*** raysight: debugpy could not take the pause over: {exc}")
+            return False
+        frame = self.curframe
+        self._over = True  # the tunnel ends the pause, once its client goes
+        bdb.Bdb.set_continue(self)  # pdb lets go (its own continue, which would end the pause)
+        if frame is not None:
+            suspend(frame)
+        return True
 
     def set_continue(self) -> None:
         super().set_continue()

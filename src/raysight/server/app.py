@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,7 +23,6 @@ from raysight.server.forward import Forwarder
 from raysight.server.guard import Guard
 from raysight.server.routing import Access, envelope_of, route
 from raysight.settings import Settings
-from raysight.signals.debug_pauses import apply as debug_pauses
 from raysight.signals.ray_metrics import parse as ray_metrics
 from raysight.store.store import Store
 from raysight.store.writer import FOLD_NICENESS, Writer
@@ -77,10 +75,6 @@ def create_app(settings: Settings) -> Starlette:
         metrics_.watch(writer)
         bodies = BodyBudget(BODIES_HELD * max(limits.max_body, ray_metrics.MAX_BODY))
         forwarder = Forwarder(settings.forwarding) if settings.forwarding.url else None
-        # the pauses the last server left open are over for raysight (their workers lost it): before any new one's
-        writer.call(
-            lambda store: store.write(lambda tx: debug_pauses.server_stopped(tx, time.time_ns())), ordered=False
-        )
         app.state.raysight = AppState(
             store,
             writer,

@@ -29,6 +29,7 @@ class LivePause:
     over: bool = False  # the pause has ended (being recorded so)
     client: WebSocket | None = None
     holder: str | None = None  # who drives it: the client as it names itself, from its address, since when
+    dap: bool = False  # the client is a DAP client's tunnel (`raysight debug attach --dap`): its bytes go to debugpy
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one send to the client at a time, in order
 
     async def output(self, text: str) -> None:
@@ -46,26 +47,43 @@ class LivePause:
     async def type(self, text: str) -> None:
         """The client typed ``text``: passed to the debugger."""
         self.waiting = False
-        await self.worker.send_bytes(orjson.dumps({wire.INPUT: text}))
+        await self._to_worker({wire.INPUT: text})
 
-    async def attach(self, client: WebSocket, holder: str) -> bool:
+    async def to_debugpy(self, data: bytes) -> None:
+        """A DAP client's bytes, for the worker's debugpy."""
+        if self.dap:
+            await self.worker.send_bytes(data)
+
+    async def from_debugpy(self, data: bytes) -> None:
+        """The worker's debugpy's bytes, for the DAP client."""
+        async with self.lock:
+            if self.client is not None and self.dap:
+                with contextlib.suppress(Exception):
+                    await self.client.send_bytes(data)
+
+    async def attach(self, client: WebSocket, holder: str, dap: bool = False) -> bool:
         """Let ``client`` drive the pause, sending it what the debugger wrote so far (and whether it waits for a
-        line); False while another does."""
+        line), and telling the worker when it is a DAP client; False while another drives it."""
         async with self.lock:
             if self.client is not None or self.over:
                 return False
-            self.client, self.holder = client, holder
+            self.client, self.holder, self.dap = client, holder, dap
             await self._to_client({wire.OUTPUT: self.transcript})
             if self.waiting:
                 await self._to_client({wire.READY: True})
+            if dap:
+                await self._to_worker({wire.DAP: wire.DAP_OPEN})
             return True
 
     async def detach(self, client: WebSocket) -> bool:
-        """``client`` let go (whether it still held the pause)."""
+        """``client`` let go (whether it still held the pause); a DAP client's tunnel closed."""
         async with self.lock:
             held = self.client is client
             if held:
+                if self.dap and not self.over:
+                    await self._to_worker({wire.DAP: wire.DAP_CLOSED})
                 self.client = self.holder = None
+                self.dap = False
             return held
 
     async def end(self, how: str) -> None:
@@ -80,7 +98,11 @@ class LivePause:
     async def _to_client(self, message: dict[str, Any]) -> None:
         if self.client is not None:
             with contextlib.suppress(Exception):  # a client gone: its own handler sees it and detaches
-                await self.client.send_bytes(orjson.dumps(message))
+                await self.client.send_text(orjson.dumps(message).decode())
+
+    async def _to_worker(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):  # the worker gone: its own handler sees it and ends the pause
+            await self.worker.send_text(orjson.dumps(message).decode())
 
 
 @dataclass

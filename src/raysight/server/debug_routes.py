@@ -58,20 +58,20 @@ def _message(text: str | bytes) -> dict[str, Any]:
 
 
 async def _frame(socket_: WebSocket) -> bytes | str:
-    """The next message's data, a text or a binary frame alike; WebSocketDisconnect once the peer is gone."""
+    """The next message's data: text (a message, JSON) or bytes (a DAP tunnel's); WebSocketDisconnect once the peer
+    is gone."""
     message = await socket_.receive()
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
-    data: bytes | str = message.get("bytes") or message.get("text") or b""
+    text: str | None = message.get("text")
+    if text is not None:
+        return text
+    data: bytes = message.get("bytes") or b""
     return data
 
 
-async def _receive(socket_: WebSocket) -> dict[str, Any]:
-    return _message(await _frame(socket_))
-
-
 async def _refuse(socket_: WebSocket, code: int, why: str) -> None:
-    await socket_.send_bytes(orjson.dumps({wire.REFUSED: why}))
+    await socket_.send_text(orjson.dumps({wire.REFUSED: why}).decode())
     await socket_.close(code)
 
 
@@ -92,9 +92,13 @@ async def paused_worker(worker: WebSocket) -> None:
     live = state.pauses.live[pause_id] = LivePause(pause_id, row, worker)
     how = WORKER_GONE
     try:
-        await worker.send_bytes(orjson.dumps({wire.PAUSE_ID: pause_id}))
+        await worker.send_text(orjson.dumps({wire.PAUSE_ID: pause_id}).decode())
         while True:
-            message = await _receive(worker)
+            data = await _frame(worker)
+            if isinstance(data, bytes):
+                await live.from_debugpy(data)
+                continue
+            message = _message(data)
             if isinstance(text := message.get(wire.OUTPUT), str):
                 await live.output(text)
             elif message.get(wire.READY) is True:
@@ -118,7 +122,7 @@ async def paused_worker(worker: WebSocket) -> None:
 async def attach(client: WebSocket) -> None:
     """``DEBUG_ATTACH``: a client driving a live pause: what the debugger wrote so far, then what it writes as the
     client types (``{"input": line}``), until the pause ends or the client goes. A second client is refused, told who
-    holds the pause."""
+    holds the pause. ``?dap=true``: a DAP client's tunnel, whose bytes go to the worker's debugpy and back."""
     state = app_state(client)
     pause_id = client.path_params["pause_id"]
     await client.accept()
@@ -129,15 +133,18 @@ async def attach(client: WebSocket) -> None:
     address = f"{client.client.host}:{client.client.port}" if client.client else "unknown"
     who = client.headers.get(wire.CLIENT_HEADER) or "unnamed client"
     holder = f"{who} from {address} since {time.strftime('%H:%M:%S')}"
-    if not await live.attach(client, holder):
+    if not await live.attach(client, holder, dap=bool_param(client.query_params, "dap")):
         await _refuse(client, CLOSE_HELD, f"pause {pause_id} is driven by {live.holder}: wait for it to detach")
         return
     attached_ns = time.time_ns()
     await _written(state, lambda tx: apply.attached(tx, pause_id, live.row["session"], who, address, attached_ns))
     try:
         while True:
-            message = await _receive(client)
-            text = message.get(wire.INPUT)
+            data = await _frame(client)
+            if isinstance(data, bytes):
+                await live.to_debugpy(data)
+                continue
+            text = _message(data).get(wire.INPUT)
             if isinstance(text, str) and pause_id in state.pauses.live:
                 await live.type(text[:MAX_INPUT])
     except (WebSocketDisconnect, BadIngest):

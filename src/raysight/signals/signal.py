@@ -106,6 +106,8 @@ class Signal:
     intake: Intake | WrittenIntake | None = None  # its ingest route, where it has one of the common kinds
     # What rebuilds its folds from what it kept raw, when an upgrade drops them (schema.REFOLD_BELOW); how many it read
     refold: Callable[[Store], int] | None = None
+    # What opening the store does to its rows, in a transaction of its own: what a server that stopped left unfinished
+    reopened: Callable[[Tx], None] | None = None
 
     def forget_session(self, store: Store, tx: Tx, session: str) -> None:
         (self.forget or forget_by_session(self.tables))(store, tx, session)

@@ -54,6 +54,10 @@ class Store:
         self._parts: dict[str, Any] = {}  # what each signal keeps beside the store (Store.part)
         try:
             upgrade.migrate(self)
+            for signal in SIGNALS.values():
+                if signal.reopened is not None:
+                    with self.transaction() as tx:
+                        signal.reopened(tx)
         except BaseException:
             self.con.close()  # a failed open holds nothing open
             raise

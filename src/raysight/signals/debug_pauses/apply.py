@@ -3,6 +3,7 @@ deleting a session deletes of them."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from raysight.signals.debug_pauses.parse import DEBUG_ATTACHES, DEBUG_PAUSES
@@ -43,9 +44,10 @@ def detached(tx: Tx, pause_id: str, detached_ns: int) -> None:
     )
 
 
-def server_stopped(tx: Tx, ended_ns: int) -> None:
-    """The pauses a server that stopped left open: over for raysight (their workers lost the connection), though a
-    worker may be paused still."""
+def server_stopped(tx: Tx) -> None:
+    """The pauses a server that stopped left open (the store opening again): over for raysight, their workers having
+    lost the connection (though a worker may be paused still)."""
+    ended_ns = time.time_ns()
     tx.run(
         f"UPDATE {DEBUG_ATTACHES.name} SET detached_ns = ? WHERE detached_ns IS NULL",
         [ended_ns],
