@@ -21,17 +21,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import orjson
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from raysight import wire
 from raysight.client import Client
 from raysight.config import USER_AGENT
 from raysight.ingest.otlp import key_values
 from tests.conftest import SCREENSHOTS
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
+from tests.test_debugger import pause_report
 from tests.test_serve_logs import SESSION as SERVE_SESSION
 from tests.test_serve_logs import send_request_span, serve_logs_server
 from tests.test_serve_state import details, send
@@ -1049,3 +1052,54 @@ def test_the_serve_page_shows_serves_state_history_latency_and_requests(
     assert page.locator("#nav").get_by_role("link", name="Serve").count() == 0
     page = w.open(f"/ui/sessions/{NO_SERVE}/serve")
     assert page.locator("#no-serve").inner_text().startswith("No Serve in this session")
+
+
+def test_a_paused_task_is_marked_and_leads_to_its_pause_its_stack_and_the_commands_that_attach(
+    tmp_path: Path, ray_batches: list[list[dict[str, Any]]], watched: Any
+) -> None:
+    """A task paused in a debugger (a worker's pause reported as ``instrument/debugger.py`` reports it, on a server
+    that allows debugging): marked in the tasks table, its page says so with the commands that attach, and its
+    pause's page shows the stack and locals reported; the session's pauses have a section of their own."""
+    from websockets.sync.client import connect
+
+    server = ServerProcess(tmp_path / "data", options=["--allow-debug"]).start()
+    try:
+        with httpx.Client(base_url=server.url) as http:
+            for batch in ray_batches:
+                http.post("/ingest/ray-events?cluster=live", json=batch).raise_for_status()
+        wait_folded(server.url)
+        with Client(server.url) as client:
+            [session] = [s["session"] for s in client.sessions() if s["label"] == "live"]
+        paused = f"ws://127.0.0.1:{server.port}{wire.DEBUG_PAUSED}"
+        with connect(paused, proxy=None) as worker:
+            worker.send(pause_report(session=session, task_id=RETRIED).decode())
+            pause_id = orjson.loads(worker.recv(timeout=10))[wire.PAUSE_ID]
+            w = watched(server.url)
+            page = w.open("/ui/sessions/live/tasks?func_or_class_name=crash_once")  # (its attempts)
+            [marked] = [r for r in rows(page, "#tasks-table") if "paused" in r[column(page, "#tasks-table", "State")]]
+            assert marked[column(page, "#tasks-table", "Attempt")] == "0"  # the paused attempt alone
+            page.locator("#tasks-table a.paused").click()
+            page.wait_for_url(f"**/ui/sessions/live/pauses/{pause_id}")
+            page.locator("details.frame").first.wait_for(timeout=WAIT_MS)
+            assert page.locator("h1").inner_text() == "Breakpoint in doubled"
+            assert page.locator("table.locals").first.inner_text().split() == ["x", "21", "twice", "42"]
+            commands = page.locator(".attach-commands pre.command").all_inner_texts()
+            assert commands == [
+                f"raysight debug attach {pause_id}",
+                f"raysight debug attach {pause_id} --dap --port 5678",
+            ]
+            w.shot()
+            task = w.open(f"/ui/sessions/live/tasks/{RETRIED}")
+            assert "Paused at /app/job.py:13 (doubled)" in task.locator("p.paused-now").inner_text()
+            assert task.locator("#task-pauses pre.command").first.inner_text() == f"raysight debug attach {pause_id}"
+            w.shot()
+            listing = w.open("/ui/sessions/live/pauses")
+            assert listing.locator("nav a", has_text="Pauses").count() == 1
+            assert pause_id in rows(listing, "#live-pauses")[0][0]
+            worker.send(orjson.dumps({wire.ENDED: "continued"}).decode())
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while "continued" not in (ended := rows(w.open("/ui/sessions/live/pauses"), "#all-pauses"))[0]:
+            assert time.monotonic() < deadline, f"the pause's end was not shown: {ended}"
+        w.shot()
+    finally:
+        server.stop()

@@ -166,10 +166,11 @@ async def pauses(request: Request) -> Response:
         )
 
     def live(con: Any) -> list[dict[str, Any]]:
-        rows = pauses_query.open_pauses(con, session)
+        named = sessions_query.resolve_session(con, session) if session else None  # (by name or label)
+        rows = pauses_query.open_pauses(con, named)
         relay = state.pauses
         ours = [{**row, "holder": relay.holder(row["pause_id"])} for row in rows if row["pause_id"] in relay.live]
-        return ours + pauses_query.ray_paused(con, session, time.time_ns())
+        return ours + pauses_query.ray_paused(con, named, time.time_ns())
 
     return await read_json(state, live)
 

@@ -8,6 +8,7 @@ from typing import Any
 import duckdb
 
 from raysight.errors import NotFound
+from raysight.signals.debug_pauses.parse import DEBUG_PAUSES
 from raysight.signals.log_lines.parse import SERVE_REQUESTS
 from raysight.signals.polls.parse import SERVE_DETAILS
 from raysight.store.statements import Query, dict_rows
@@ -56,7 +57,7 @@ SESSIONS = Query(
               coalesce(n.nodes, 0) AS nodes, coalesce(j.jobs, 0) AS jobs,
               coalesce(t.tasks, 0) AS tasks, coalesce(t.failures, 0) AS failures,
               coalesce(s.raw_bytes, 0) AS raw_bytes, coalesce(s.events, 0) AS events,
-              coalesce(v.serve, false) AS serve
+              coalesce(v.serve, false) AS serve, coalesce(d.pauses, 0) AS pauses
        FROM sessions s
        LEFT JOIN all_session_ends() e USING (session)
        LEFT JOIN (SELECT session, count(*) AS nodes FROM nodes GROUP BY 1) n USING (session)
@@ -65,11 +66,13 @@ SESSIONS = Query(
                          count(*) FILTER (coalesce(inferred_state, reported_state) = 'FAILED') AS failures
                   FROM tasks GROUP BY 1) t USING (session)
        LEFT JOIN ({_SERVED}) v USING (session)
+       LEFT JOIN (SELECT session, count(*) AS pauses FROM {DEBUG_PAUSES.name} GROUP BY 1) d USING (session)
        ORDER BY s.first_ns DESC NULLS LAST, s.session DESC""",
-    about="every session seen, newest first, with its size and outcome, and whether Serve ran in it",
+    about="every session seen, newest first, with its size and outcome, whether Serve ran in it, its debugger pauses",
 )
 
 
 def list_sessions(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every session seen, newest first, with its size and outcome, and whether Serve ran in it (``serve``)."""
+    """Every session seen, newest first, with its size and outcome, whether Serve ran in it (``serve``) and how many
+    debugger pauses it had (``pauses``)."""
     return dict_rows(con.execute(SESSIONS.sql))

@@ -10,6 +10,7 @@ const entities = () => import("./pages/entities.js");
 const errors = () => import("./pages/errors.js");
 const logs = () => import("./pages/logs.js");
 const overview = () => import("./pages/overview.js");
+const pauses = () => import("./pages/pauses.js");
 const serve = () => import("./pages/serve.js");
 const sessions = () => import("./pages/sessions.js");
 const task = () => import("./pages/task.js");
@@ -27,6 +28,7 @@ const SECTIONS = [
   ["nodes", "Nodes"],
   ["workers", "Workers"],
   ["serve", "Serve"], // (only in a session where Serve ran)
+  ["pauses", "Pauses"], // (only in a session that had debugger pauses)
   ["traces", "Traces"],
   ["logs", "Logs"],
   ["errors", "Errors"],
@@ -47,6 +49,8 @@ const ROUTES = [
   [new RegExp(`^/sessions/${ID}/traces/?$`), traces, ["session"]],
   [new RegExp(`^/sessions/${ID}/traces/${ID}$`), traces, ["session", "id"]],
   [new RegExp(`^/sessions/${ID}/serve/?$`), serve, ["session"]],
+  [new RegExp(`^/sessions/${ID}/pauses/?$`), pauses, ["session"]],
+  [new RegExp(`^/sessions/${ID}/pauses/${ID}$`), pauses, ["session", "id"]],
   [new RegExp(`^/sessions/${ID}/serve/requests/${ID}$`), serve, ["session", "id"]],
 ];
 
@@ -75,10 +79,14 @@ function sessionRow(session) {
   return knownSessions.find((s) => s.session === session || s.label === session);
 }
 
-/** The sections of a session's pages (Serve's where it ran, or on its page). */
+// The sections shown only where the session has them (or on their page): the flag of its row that says so
+const CONDITIONAL = { serve: "serve", pauses: "pauses" };
+
+/** The sections of a session's pages (Serve's where it ran, its pauses where it had some, or on their page). */
 function renderNav(session, params) {
   const nav = document.getElementById("nav");
-  const shown = SECTIONS.filter(([part]) => part !== "serve" || sessionRow(session)?.serve || params.section === "serve");
+  const has = (part) => !(part in CONDITIONAL) || sessionRow(session)?.[CONDITIONAL[part]] || params.section === part;
+  const shown = SECTIONS.filter(([part]) => has(part));
   nav.replaceChildren(
     h("a", { href: "/ui/", class: session ? "" : "active" }, "Sessions"),
     ...(session

@@ -5,6 +5,7 @@ import { api } from "../api.js";
 import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
 import { resourceTable } from "../table.js";
 import { taskColumns } from "./tasks.js";
+import { attachCommands, sessionPauses } from "./pauses.js";
 import { traceLinks } from "./traces.js";
 
 const DRIVER_PARENT = /^f{40}/; // a driver's task: the task was submitted by the job's driver
@@ -78,6 +79,25 @@ async function attempts(box, session, id) {
   return rows;
 }
 
+/** The task's debugger pauses (none: nothing shown): a live one with the commands that attach to it. */
+async function drawPauses(box, session, id) {
+  const { live, all } = await sessionPauses(session);
+  const mine = all.filter((p) => p.task_id === id);
+  const now = live.find((p) => p.task_id === id);
+  box.replaceChildren(
+    ...(mine.length
+      ? [
+          section(
+            now ? "Paused in a debugger now" : "Debugger pauses",
+            now ? h("p", { class: "paused-now" }, `Paused at ${now.file}:${now.line} (${now.function}) since ${time(now.paused_ns / 1e6)}.`) : "",
+            now ? attachCommands(now.pause_id) : "",
+            h("ul", {}, mine.map((p) => h("li", {}, h("a", { href: sessionPath(session, "pauses", p.pause_id) }, `${p.kind} at ${p.function}:${p.line}`), ` · ${p.ended ?? "live"}`))),
+          ),
+        ]
+      : []),
+  );
+}
+
 export async function render(page, { session, id }) {
   const box = h("div", { class: "attempts" });
   const rows = await attempts(box, session, id);
@@ -85,6 +105,9 @@ export async function render(page, { session, id }) {
   const count = (n) => title.replaceChildren(h("code", {}, id), ` · ${n} attempt${n > 1 ? "s" : ""}`);
   count(rows.length);
   page.append(h("h1", {}, `Task ${rows[0].func_or_class_name ?? rows[0].name ?? ""}`), title, box);
+  const pauses = h("div", { id: "task-pauses" });
+  await drawPauses(pauses, session, id);
+  page.append(pauses);
   page.append(section("Traces", h("div", { id: "task-traces" }, await traceLinks(session, { task: id }))));
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
@@ -93,6 +116,7 @@ export async function render(page, { session, id }) {
   return {
     refresh: async () => {
       count((await attempts(box, session, id)).length);
+      await drawPauses(pauses, session, id);
       await table.refresh();
     },
   };

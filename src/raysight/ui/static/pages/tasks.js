@@ -1,7 +1,8 @@
 // Every task attempt of a session in one table, filtered, sorted and paged by the server; the filters, sort and
 // page live in the URL, so a view can be shared and survives a reload.
 
-import { h } from "../dom.js";
+import { api } from "../api.js";
+import { h, sessionPath } from "../dom.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
 
 export const TASK_STATES = [
@@ -23,13 +24,27 @@ export function stateGroups(counts) {
   return groups;
 }
 
-/** The columns of a table of task attempts in `session`. */
-export function taskColumns(session) {
+const attemptKey = (taskId, attempt) => `${taskId}:${attempt}`;
+
+/** The task attempts paused in a debugger now in `session`: "task:attempt" → its pause's ID (what tables mark). */
+export async function pausedTasks(session) {
+  const live = await api("/api/raysight/debug/pauses", { session });
+  return new Map(live.filter((p) => p.task_id).map((p) => [attemptKey(p.task_id, p.attempt), p.pause_id]));
+}
+
+/** The columns of a table of task attempts in `session`; those `paused` holds (``pausedTasks``) marked, linking to
+ * their pause. */
+export function taskColumns(session, paused = new Map()) {
+  const state = cells.state();
+  const marked = (t) => {
+    const pause = paused.get(attemptKey(t.task_id, t.attempt_number));
+    return pause ? h("span", {}, state(t), " ", h("a", { href: sessionPath(session, "pauses", pause), class: "paused" }, "paused")) : state(t);
+  };
   return [
     column("Task", "task_id", cells.id(session, "tasks", "task_id")),
     column("Attempt", "attempt_number"),
     column("Function", "func_or_class_name", null, { tabulator: filterBy() }),
-    column("State", "state", cells.state(), { tabulator: filterBy(TASK_STATES) }),
+    column("State", "state", marked, { tabulator: filterBy(TASK_STATES) }),
     column("Type", "type", null, { tabulator: filterBy(["NORMAL_TASK", "ACTOR_TASK", "ACTOR_CREATION_TASK", "DRIVER_TASK"]) }),
     column("Job", "job_id", cells.id(session, "jobs", "job_id"), { tabulator: filterBy() }),
     column("Started", "start_time_ms", cells.time("start_time_ms")),
@@ -45,6 +60,14 @@ export async function render(page, { session }) {
   page.append(h("h1", {}, "Tasks"), h("p", { class: "hint" }, hint));
   const box = h("div", { id: "tasks-table" });
   page.append(box);
-  const table = resourceTable(box, { resource: "tasks", session, columns: taskColumns(session), syncUrl: true, ...TASK_VIEW });
-  return { refresh: table.refresh };
+  const paused = await pausedTasks(session);
+  const table = resourceTable(box, { resource: "tasks", session, columns: taskColumns(session, paused), syncUrl: true, ...TASK_VIEW });
+  return {
+    refresh: async () => {
+      const now = await pausedTasks(session);
+      paused.clear();
+      now.forEach((pause, task) => paused.set(task, pause));
+      await table.refresh();
+    },
+  };
 }
