@@ -1,8 +1,10 @@
-"""CPU time of another process, from /proc (Linux)."""
+"""CPU time of another process, from /proc (Linux); and a benchmark's run in a process of its own (a fresh Ray)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,3 +40,14 @@ def wait_idle(pids: list[int], window_s: float = 0.25, below: float = 0.02, time
         time.sleep(window_s)
         if sum(map(cpu_seconds, pids)) - before < below * window_s:
             return
+
+
+def child_output(script: str, args: list[str], env: dict[str, str]) -> str:
+    """What ``script`` run with ``args`` in a fresh interpreter printed last (a run of its own: a fresh local Ray
+    each); RuntimeError with its stderr's tail where it failed."""
+    proc = subprocess.run(
+        [sys.executable, script, *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]

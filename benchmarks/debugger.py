@@ -18,11 +18,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
 
-from tracing import SETTLE_S, WARMUP, cpu_seconds
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cpu import child_output
+from benchmarks.tracing import SETTLE_S, WARMUP, cpu_seconds
 
 CONFIGS = ("off", "hooked")
 HOOK = "raysight.instrument.debugger.install"
@@ -54,17 +56,8 @@ def child(tasks: int, hooked: bool) -> None:
 
 def measure(tasks: int, config: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYSIGHT_"))}
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", str(tasks), *(["--hooked"] if config == "hooked" else [])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    hooked = ["--hooked"] if config == "hooked" else []
+    return json.loads(child_output(__file__, ["--child", str(tasks), *hooked], env))
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.cpu import cpu_seconds
+from benchmarks.cpu import child_output, cpu_seconds
 from raysight.cli.run import free_port, ray_env, wait_until_quiet
 from tests.ray_scenarios import ServerProcess
 
@@ -75,17 +74,7 @@ def measure(tasks: int, env: dict[str, str]) -> float:
     """Run one child with ``env`` added to a Ray-free environment; its tasks/s."""
     drop = {"RAY_ADDRESS", *ray_env("http://unused")}
     base = {k: v for k, v in os.environ.items() if k not in drop}
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", str(tasks)],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return float(proc.stdout.split()[-1])
+    return float(child_output(__file__, ["--child", str(tasks)], {**base, **env}).split()[-1])
 
 
 def main(rounds: int, tasks: int) -> None:

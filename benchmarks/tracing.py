@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cpu import child_output
 from raysight import wire
 from raysight.cli.run import free_port, ray_env, tracing_env, wait_until_quiet
 from raysight.settings import DB_FILE
@@ -120,25 +120,12 @@ def measure(tasks: int, config: str, server: ServerProcess, with_arg: bool) -> d
     env[SERVER_PID_ENV] = str(server.proc.pid if server.proc else 0)
     if config == "raysight":
         env.update(tracing_env(server.url))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            str(tasks),
-            *(["--ray-hook"] if config == "ray-hook" else []),
-            *(["--with-arg"] if with_arg else []),
-            *(["--floor"] if config == FLOOR else []),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    options = [
+        *(["--ray-hook"] if config == "ray-hook" else []),
+        *(["--with-arg"] if with_arg else []),
+        *(["--floor"] if config == FLOOR else []),
+    ]
+    return json.loads(child_output(__file__, ["--child", str(tasks), *options], env))
 
 
 def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -> tuple[float, float]:

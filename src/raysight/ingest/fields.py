@@ -38,13 +38,21 @@ def int_field(value: Any, what: str, optional: bool = False, low: int = 0, high:
     return value
 
 
-def json_object(body: bytes, field: str, kind: type, shape: str) -> dict[str, Any]:
-    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadIngest otherwise."""
+def json_dict(body: bytes | str, shape: str) -> dict[str, Any]:
+    """A JSON body that must be an object (of ``shape``, as a refusal names it); BadIngest otherwise."""
     try:
         found = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadIngest(f"body is not JSON: {exc}") from None
-    if not isinstance(found, dict) or not isinstance(found.get(field), kind):
+    if not isinstance(found, dict):
+        raise BadIngest(f"body must be a JSON object {shape}")
+    return found
+
+
+def json_object(body: bytes, field: str, kind: type, shape: str) -> dict[str, Any]:
+    """An agent's JSON body: an object of ``shape`` whose ``field`` is a ``kind`` (list, dict); BadIngest otherwise."""
+    found = json_dict(body, shape)
+    if not isinstance(found.get(field), kind):
         raise BadIngest(f"body must be a JSON object {shape}")
     return found
 

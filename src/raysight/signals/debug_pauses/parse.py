@@ -10,6 +10,7 @@ import orjson
 
 from raysight import wire
 from raysight.errors import BadIngest
+from raysight.ingest.fields import json_dict
 from raysight.ingest.ids import SESSION_NAME
 from raysight.tables import Table, columns
 
@@ -112,13 +113,7 @@ def parse_pause(body: bytes | str) -> dict[str, Any]:
     """A pause report's row of :data:`DEBUG_PAUSES` (no ID, not ended yet); BadIngest says what is wrong."""
     if len(body) > MAX_REPORT:
         raise BadIngest(f"a pause report holds at most {MAX_REPORT} bytes")
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadIngest(f"the pause report is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadIngest("the pause report must be a JSON object (wire.Pause)")
-    pause = wire.shaped(value, wire.Pause)
+    pause = wire.shaped(json_dict(body, '{"kind", "session", "stack", …} (wire.Pause)'), wire.Pause)
     if pause["kind"] not in KINDS:
         raise BadIngest(f"kind must be one of {', '.join(KINDS)}")
     session = pause["session"]

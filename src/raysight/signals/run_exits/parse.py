@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from raysight import wire
 from raysight.errors import BadIngest
+from raysight.ingest.fields import json_dict
 from raysight.ingest.ids import SESSION_NAME
 from raysight.tables import Table, columns
 
@@ -34,12 +33,7 @@ def _int_field(value: Any, name: str, low: int, high: int) -> int:
 def parse(body: bytes) -> RunExit:
     """A run exit's run_id, driver_pid, exit_code, ended_ns (in the ranges the store keeps: INTEGER, BIGINT) and the
     session its driver joined (optional: one `raysight run` did not start); BadIngest says what is wrong."""
-    try:
-        fields = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadIngest(f"body is not JSON: {exc}") from None
-    if not isinstance(fields, dict):
-        raise BadIngest('the body must be a JSON object {"run_id", "driver_pid", "exit_code", "ended_ns"}')
+    fields = json_dict(body, '{"run_id", "driver_pid", "exit_code", "ended_ns"}')
     exit_ = wire.shaped(fields, wire.RunExit)
     run_id = exit_["run_id"]
     if not (isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_MAX):
