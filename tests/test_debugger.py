@@ -373,6 +373,9 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             assert listening_beyond_loopback(pause["pid"]) == [rays_own]
             refused = attach(server, pause["pause_id"], "p x\n", token=None)
             assert refused.returncode == 1 and "admin token" in refused.stderr
+            table = raysight_cli("debug", "--server", server.url)  # as a user reads it
+            assert pause["pause_id"] in table.stdout and f"doubled {PROGRAM.name}:{BREAKPOINT}" in table.stdout
+            assert "attach with `raysight debug attach PAUSE_ID`" in table.stderr
             shown = raysight_cli("debug", "show", pause["pause_id"], "--server", server.url)
             assert "    twice = 42" in shown.stdout and "    y = 20" in shown.stdout, shown.stdout
             driven = attach(server, pause["pause_id"], "p x\nwhere\nup\np y\nc\n", token)
@@ -425,4 +428,7 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
         ends = [("doubled", "continued", 1)] * 4 + [("divide", "quit", 1), ("divide", "timed out", 0)]
         assert [(p["function"], p["ended"], p["attaches"]) for p in history] == ends
         assert history[-1]["pause_id"] == timed_out["pause_id"]
+        table = raysight_cli("debug", "history", "--server", server.url).stdout
+        assert [line.split()[0] for line in table.splitlines()[1:]] == [p["pause_id"] for p in history]
+        assert "timed out" in table.splitlines()[-1] and "ENDED" in table.splitlines()[0]
         assert history[-1]["ended_ns"] - history[-1]["paused_ns"] >= POST_MORTEM_S * 1e9

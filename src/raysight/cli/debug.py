@@ -39,16 +39,22 @@ def debug_cmd(ctx: click.Context, session: str | None, fmt: str | None, server: 
         return
     with make_client(server) as client:
         pauses = client.pauses(session=session)
-    if fmt in ("json", "yaml"):
-        render.dump(pauses, fmt)
-    elif not pauses:
-        click.echo("no task is paused", err=True)
-    else:
-        render.table([_row(p, live=True) for p in pauses])
+    if _listed(pauses, fmt, live=True, nothing="no task is paused"):
         if any(p["pause_id"] for p in pauses):
             click.echo("attach with `raysight debug attach PAUSE_ID`", err=True)
         if any(p["kind"] == "ray" for p in pauses):
             click.echo("Ray's own pauses: attach VS Code's Ray Distributed Debugger to their address", err=True)
+
+
+def _listed(pauses: list[dict[str, Any]], fmt: str | None, live: bool, nothing: str) -> bool:
+    """Pauses in ``fmt`` (a table of :func:`_row`, or ``nothing`` on stderr); whether a table was drawn."""
+    if fmt in ("json", "yaml"):
+        render.dump(pauses, fmt)
+    elif not pauses:
+        click.echo(nothing, err=True)
+    else:
+        render.table([_row(p, live) for p in pauses])
+    return fmt not in ("json", "yaml") and bool(pauses)
 
 
 def _row(pause: dict[str, Any], live: bool) -> dict[str, Any]:
@@ -77,12 +83,7 @@ def history_cmd(session: str | None, fmt: str | None, server: str | None) -> Non
     worker gone, server stopped; blank while it lasts)."""
     with make_client(server) as client:
         pauses = client.pauses(session=session, every=True)
-    if fmt in ("json", "yaml"):
-        render.dump(pauses, fmt)
-    elif not pauses:
-        click.echo("no pause in this session", err=True)
-    else:
-        render.table([_row(p, live=False) for p in pauses])
+    _listed(pauses, fmt, live=False, nothing="no pause in this session")
 
 
 @debug_cmd.command("show")
