@@ -23,8 +23,10 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from raysight import wire
 from raysight.agent.scrape import ray_temp_dir
+from raysight.cli.debug import DapFrames, debug_token, printable
 from raysight.cli.run import free_port
 from raysight.server.app import create_app
+from raysight.server.auth import Secrets
 from raysight.server.guard import DEBUG_OFF
 from raysight.settings import SECRETS_FILE, Settings
 from raysight.signals.debug_pauses import apply, pauses_query
@@ -176,6 +178,49 @@ def test_a_dap_client_s_bytes_are_tunnelled_to_the_worker_and_back(debugging: Te
             say(client, **{wire.INPUT: "c\n"})
             assert received(client) == {wire.OUTPUT: ""}
             assert received(worker) == {wire.INPUT: "c\n"}
+
+
+def test_a_pauses_locals_need_the_admin_token_beyond_loopback(tmp_path: Path) -> None:
+    """The values of the program's variables may be its secrets: the read token reads where a pause is, not them."""
+    secrets = Secrets(token="read-secret", ingest_key="write-secret", admin_token="debug-secret")
+    settings = Settings(tmp_path / "data").replace(
+        secrets=secrets, debug_token="debug-secret", fold_linger_s=0, fold_rest=0
+    )
+    with (
+        TestClient(create_app(settings)) as client,
+        client.websocket_connect(wire.DEBUG_PAUSED + "?key=write-secret") as worker,
+    ):
+        worker.send_bytes(pause_report())
+        pause_id = received(worker)[wire.PAUSE_ID]
+        path = wire.path(wire.DEBUG_PAUSE, pause_id=pause_id)
+        read = client.get(path, headers={"Authorization": "Bearer read-secret"}).json()
+        assert read["locals_hidden"] and [f["locals"] for f in read["stack"]] == [{}, {}]
+        assert read["stack"][0]["function"] == "doubled"  # (where it is, for the read token)
+        whole = client.get(path, headers=ADMIN).json()
+        assert whole["stack"][0]["locals"] == {"x": "21", "twice": "42"} and "locals_hidden" not in whole
+
+
+def test_the_client_shows_no_terminal_control_and_forwards_no_request_from_the_workers_side() -> None:
+    """A pause's worker side is whoever holds the ingest key: its text reaches a terminal without escapes, and a DAP
+    reverse request (runInTerminal runs a command where the client is) never reaches the DAP client."""
+    assert printable("21\x1b[2J\x07\n\t(Pdb) \r") == "21[2J\n\t(Pdb) "
+    messages = [{"type": "response", "seq": 1}, {"type": "request", "command": "runInTerminal"}, {"type": "event"}]
+    stream = b"".join(b"Content-Length: %d\r\n\r\n%s" % (len(orjson.dumps(m)), orjson.dumps(m)) for m in messages)
+    frames = DapFrames()
+    seen = [kind for i in range(0, len(stream), 7) for _, kind in frames.feed(stream[i : i + 7])]  # (in pieces)
+    assert seen == ["response", "request", "event"]
+
+
+def test_the_data_dirs_admin_token_is_sent_to_a_server_on_loopback_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAYSIGHT_ADMIN_TOKEN", raising=False)
+    monkeypatch.setenv("RAYSIGHT_DATA", str(tmp_path))
+    (tmp_path / SECRETS_FILE).write_bytes(orjson.dumps({"admin_token": "local-admin"}))
+    assert debug_token("ws://127.0.0.1:8271/api/raysight/debug/pauses/x/attach") == "local-admin"
+    assert debug_token("ws://head.example:8271/api/raysight/debug/pauses/x/attach") is None
+    monkeypatch.setenv("RAYSIGHT_ADMIN_TOKEN", "given")
+    assert debug_token("wss://head.example:8271/api/raysight/debug/pauses/x/attach") == "given"
 
 
 def test_a_worker_that_goes_away_ends_its_pause(debugging: TestClient) -> None:
@@ -345,6 +390,13 @@ def listening_beyond_loopback(pid: int) -> list[tuple[int, int]]:
     return found
 
 
+def debugpy_listening() -> list[str]:
+    """The ports debugpy's processes (its adapters) listen on, on any address."""
+    adapters = {p.pid for p in psutil.process_iter(["cmdline"]) if "debugpy" in " ".join(p.info["cmdline"] or [])}
+    return [f"{c.pid} {c.laddr}" for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+            and c.pid in adapters]  # fmt: skip
+
+
 def core_worker_port(session: str, pid: int) -> int:
     """The port of Ray's own RPC server in worker ``pid`` (every worker has one, on every address), as its log says."""
     [log] = (ray_temp_dir(os.environ) / session / "logs").glob(f"python-core-worker-*_{pid}.log")
@@ -394,6 +446,7 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             # a DAP client (VS Code's side) through `attach --dap`: stopped in the paused frame, its locals, continued
             pause = wait_for_pause(server, f"doubled:{BREAKPOINT}")
             drive_with_dap(server, pause["pause_id"], token)
+            assert debugpy_listening() == []  # (its adapter dialled out, to a listener closed once it came)
 
             # post mortem: frozen on the failing frame, its locals there; quit, then left to time out
             pause = wait_for_pause(server, f"divide:{FAILING}")
@@ -419,7 +472,6 @@ def test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_through_th
             if job.poll() is None:  # Ctrl-C, as a user stops it: the driver shuts its Ray down
                 os.killpg(job.pid, signal.SIGINT)
                 job.wait(timeout=60)
-        # each task returned what it would have without the pause
         # each task returned what it would have without the pause, and each failing one failed with its own error
         failed = "divide failed ZeroDivisionError division by zero"
         results = ["task 42", "actor 22", "async actor 204", "dap task 62"]

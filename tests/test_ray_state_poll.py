@@ -252,6 +252,7 @@ def test_runtime_envs_cluster_events_and_the_doctor(held: str) -> None:
         "cluster_events",
         "jobs",
         "drivers",
+        "paused_workers",  # (Ray's own debugger's: none here)
         "cluster_status",
         "serve",  # (checked each poll; no ServeController here, so Serve's own route was never asked)
     }

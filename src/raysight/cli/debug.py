@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import re
 import signal
 import socket
 import sys
@@ -21,6 +22,7 @@ import orjson
 from raysight import wire
 from raysight.cli import render
 from raysight.cli.common import client_options, make_client, server_option, session_option
+from raysight.config import is_loopback
 from raysight.settings import ENV_ADMIN_TOKEN, SECRETS_FILE, default_data_dir, default_server
 
 ANSWER_WAIT_S = 30.0  # how long a client whose input has ended waits for the debugger to answer what it sent
@@ -101,22 +103,35 @@ def show_cmd(pause_id: str, fmt: str | None, server: str | None) -> None:
     for frame in pause["stack"]:
         click.echo(f'  File "{frame["file"]}", line {frame["line"]}, in {frame["function"]}')
         for name, value in frame["locals"].items():
-            click.echo(f"    {name} = {value}")
+            click.echo(f"    {name} = {printable(value)}")
+    if pause.get("locals_hidden"):
+        click.echo(f"(the locals need the server's admin token: {ENV_ADMIN_TOKEN})", err=True)
     if pause["traceback"]:
         click.echo(pause["traceback"].rstrip())
     for a in pause["attaches"]:
         click.echo(f"attached: {a['client']} from {a['address']}", err=True)
 
 
-def debug_token() -> str | None:
-    """The admin token attaching needs: ``$RAYSIGHT_ADMIN_TOKEN``, else the one of a server on this machine (in its
-    data dir's secrets file, readable by the server's user alone)."""
+def debug_token(url: str) -> str | None:
+    """The admin token attaching to ``url`` needs: ``$RAYSIGHT_ADMIN_TOKEN``, else, for a server on loopback, the one
+    in this machine's data dir (its secrets file, readable by the server's user alone; never sent beyond loopback)."""
     if token := os.environ.get(ENV_ADMIN_TOKEN):
         return token
+    if not is_loopback(urlsplit(url).hostname or ""):
+        return None
     with contextlib.suppress(OSError, ValueError, AttributeError):
         found = orjson.loads((default_data_dir() / SECRETS_FILE).read_bytes()).get("admin_token")
         return found if isinstance(found, str) else None
     return None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # a terminal's controls (escapes): not the debugger's text
+
+
+def printable(text: str) -> str:
+    """The debugger's text as it may reach a terminal: no control character but newlines and tabs (the worker's
+    side is whoever holds the ingest key: its text must not drive the terminal)."""
+    return _CONTROL.sub("", text)
 
 
 def attach_url(server: str, pause_id: str) -> str:
@@ -161,7 +176,7 @@ def _connected(url: str) -> Iterator[Any]:
     from websockets.sync.client import connect
 
     headers = {wire.CLIENT_HEADER: f"{getpass.getuser()}@{socket.gethostname()}"}
-    if token := debug_token():
+    if token := debug_token(url):
         headers["Authorization"] = f"Bearer {token}"
     try:
         websocket = connect(url, additional_headers=headers, ping_interval=None, max_size=None, proxy=None)
@@ -200,7 +215,10 @@ class Session:
                     if self.ended or self.refused:
                         break
                     self.sent += 1
-                self.websocket.send(orjson.dumps({wire.INPUT: line}).decode())
+                try:
+                    self.websocket.send(orjson.dumps({wire.INPUT: line}).decode())
+                except Exception:  # noqa: BLE001 (the pause ended meanwhile: _receive says how)
+                    break
         self.reading = False
         with self.answered:  # each line answered: the debugger waits again (the one wait it had before any line)
             self.answered.wait_for(
@@ -217,7 +235,7 @@ class Session:
             for data in self.websocket:
                 message = orjson.loads(data)  # (text: no DAP client, no bytes)
                 if isinstance(text := message.get(wire.OUTPUT), str):
-                    sys.stdout.write(text)
+                    sys.stdout.write(printable(text))
                     sys.stdout.flush()
                 with self.answered:
                     self.readies += message.get(wire.READY) is True
@@ -232,8 +250,10 @@ class Session:
 
 
 class Tunnel:
-    """A DAP client's side of a pause: its connection's bytes to the server and the worker's debugpy's back, until
-    either goes; what the server says (the debugger's text, the pause's end) on stderr."""
+    """A DAP client's side of a pause: its connection's bytes to the server and the worker's debugpy's messages back,
+    until either goes; what the server says (the debugger's text, the pause's end) on stderr. A request from the
+    worker's side (a DAP reverse request: runInTerminal runs a command where the client is) is dropped: in an attach
+    debugpy sends none, and the worker's side is whoever holds the ingest key."""
 
     def __init__(self, websocket: Any, client: socket.socket) -> None:
         self.websocket, self.client = websocket, client
@@ -242,12 +262,19 @@ class Tunnel:
         outbound = threading.Thread(target=self._to_server, daemon=True)
         outbound.start()
         ended = refused = None
+        frames = DapFrames()
         with contextlib.suppress(Exception):  # (the connection closed)
             for data in self.websocket:
                 if isinstance(data, bytes):
-                    self.client.sendall(data)
+                    for frame, kind in frames.feed(data):
+                        if kind == "request":
+                            click.echo("raysight: dropped a request from the worker's side", err=True)
+                        else:
+                            self.client.sendall(frame)
                     continue
                 message = orjson.loads(data)
+                if isinstance(text := message.get(wire.OUTPUT), str) and text:
+                    click.echo(printable(text), err=True, nl=False)
                 ended, refused = message.get(wire.ENDED) or ended, message.get(wire.REFUSED) or refused
         with contextlib.suppress(OSError):
             self.client.shutdown(socket.SHUT_RDWR)
@@ -258,8 +285,34 @@ class Tunnel:
         return 0
 
     def _to_server(self) -> None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):  # (either side closed)
             while data := self.client.recv(64 * 1024):
                 self.websocket.send(data)
         with contextlib.suppress(Exception):
             self.websocket.close()  # the DAP client went: the server tells debugpy, which resumes the task
+
+
+class DapFrames:
+    """The messages of a DAP byte stream (``Content-Length: N\\r\\n\\r\\n`` then N bytes of JSON), each whole, with
+    its ``type`` (None where its body is not a JSON object). Pure."""
+
+    MAX_BODY = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> Iterator[tuple[bytes, str | None]]:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            headers = dict(line.split(b":", 1) for line in self.buffer[:end].split(b"\r\n") if b":" in line)
+            length = int(headers.get(b"Content-Length", b"0").strip() or 0)
+            if not 0 <= length <= self.MAX_BODY:
+                raise ValueError(f"a DAP message of {length} bytes")
+            if len(self.buffer) < end + 4 + length:
+                return
+            frame, self.buffer = self.buffer[: end + 4 + length], self.buffer[end + 4 + length :]
+            try:
+                body = orjson.loads(frame[end + 4 :])
+            except orjson.JSONDecodeError:
+                body = None
+            yield frame, body.get("type") if isinstance(body, dict) else None

@@ -10,6 +10,7 @@ debugger, as if raysight were not there.
 from __future__ import annotations
 
 import bdb
+import builtins
 import contextlib
 import logging
 import os
@@ -32,7 +33,6 @@ from raysight.instrument.ray_tracing import core_worker
 from raysight.settings import ENV_OTLP_ENDPOINT, ENV_POST_MORTEM_TIMEOUT, POST_MORTEM_TIMEOUT_S, default_server
 
 log = logging.getLogger("raysight.instrument")
-HOOK = "raysight.instrument.debugger.set_trace"  # PYTHONBREAKPOINT, which Ray sets in each worker
 HAND_OVER = "\x00raysight-dap"  # the line that tells pdb a DAP client attached (never typed: it comes from the server)
 CONNECT_TIMEOUT_S = 10.0
 MAX_FRAMES = 64  # of a report's stack (the server takes no more)
@@ -48,20 +48,32 @@ def install() -> None:
     post-mortem freeze Ray makes of a task that raises (``RAY_DEBUG_POST_MORTEM=1``) too."""
     from ray.util import rpdb
 
-    for name, ours in (("set_trace", set_trace), ("_post_mortem", post_mortem)):
-        if getattr(rpdb, name) is not ours:
+    for name, ours in (("set_trace", set_trace), ("_post_mortem", post_mortem)):  # (Ray's PYTHONBREAKPOINT names
+        if getattr(rpdb, name) is not ours:  # the first: breakpoint() finds raysight's there)
             _rays[name] = getattr(rpdb, name)
             setattr(rpdb, name, ours)
-    os.environ["PYTHONBREAKPOINT"] = HOOK
 
 
 def set_trace(*args: Any, **kwargs: Any) -> None:
     """Pause the caller's frame in pdb, driven through the raysight server."""
     frame = sys._getframe(1)
     if (debugger := _paused("breakpoint", frame, None)) is None:
-        _rays["set_trace"](*args, **kwargs)
+        _rays_own("set_trace", *args, **kwargs)
     else:
         debugger.set_trace(frame)
+
+
+def _rays_own(name: str, *args: Any) -> None:
+    """Ray's own debugger's ``ray.util.rpdb`` function ``name``, in the stead of a pause raysight could not make; the
+    breakpoint hooks it sets for itself (debugpy's) put back after, so that the next pause is raysight's again."""
+    hooks = (sys.breakpointhook, sys.__breakpointhook__, builtins.breakpoint)
+    try:
+        if (rays := _rays.get(name)) is not None:
+            rays(*args)
+    except Exception:  # noqa: BLE001 (Ray's own could not pause either: the task goes on)
+        log.warning("raysight: Ray's debugger could not pause this task either", exc_info=True)
+    finally:
+        sys.breakpointhook, sys.__breakpointhook__, builtins.breakpoint = hooks
 
 
 def post_mortem() -> None:
@@ -74,7 +86,7 @@ def post_mortem() -> None:
     while tb.tb_next is not None:
         tb = tb.tb_next
     if (debugger := _paused("post_mortem", tb.tb_frame, exception, timeout_s=post_mortem_timeout_s())) is None:
-        _rays["_post_mortem"]()
+        _rays_own("_post_mortem")
         return
     debugger.reset()
     debugger.interaction(None, tb)
@@ -303,11 +315,12 @@ class RemotePdb(pdb.Pdb):
     def _hand_over(self) -> bool:
         """A DAP client attached (`raysight debug attach --dap`): pdb lets go of the frame and debugpy stops in it,
         driven through the tunnel until its client resumes the task; the pause lasts until the client goes."""
-        tunnel = self.console.connection.tunnel
-        if self.post_mortem or tunnel is None:
-            self.message("*** raysight: a post-mortem pause is driven from a terminal (raysight debug attach)")
+        connection = self.console.connection
+        if (tunnel := connection.tunnel) is None:
             return False
         try:
+            if self.post_mortem:
+                raise RuntimeError("a post-mortem pause is driven from a terminal (raysight debug attach)")
             import debugpy
 
             tunnel.open()
@@ -316,9 +329,12 @@ class RemotePdb(pdb.Pdb):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the DAP client did not attach")
                 time.sleep(0.05)
-        except Exception as exc:  # noqa: BLE001 (pdb stays)
+        except Exception as exc:  # noqa: BLE001 (pdb stays; the next DAP client gets a tunnel of its own)
+            tunnel.close()
+            connection.tunnel = None
             self.message(f"*** raysight: debugpy could not take the pause over: {exc}")
             return False
+        tunnel.handed = True
         frame = self.curframe
         self._over = True  # the tunnel ends the pause, once its client goes
         bdb.Bdb.set_continue(self)  # pdb lets go (its own continue, which would end the pause)

@@ -52,7 +52,8 @@ class LivePause:
     async def to_debugpy(self, data: bytes) -> None:
         """A DAP client's bytes, for the worker's debugpy."""
         if self.dap:
-            await self.worker.send_bytes(data)
+            with contextlib.suppress(Exception):  # the worker gone: its own handler sees it and ends the pause
+                await self.worker.send_bytes(data)
 
     async def from_debugpy(self, data: bytes) -> None:
         """The worker's debugpy's bytes, for the DAP client."""

@@ -109,7 +109,8 @@ async def paused_worker(worker: WebSocket) -> None:
     except (WebSocketDisconnect, BadIngest):
         pass
     finally:  # recorded before anyone is told; none attaches meanwhile
-        live.over = True
+        async with live.lock:
+            live.over = True
         try:
             await _written(state, lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
         finally:
@@ -125,6 +126,7 @@ async def attach(client: WebSocket) -> None:
     holds the pause. ``?dap=true``: a DAP client's tunnel, whose bytes go to the worker's debugpy and back."""
     state = app_state(client)
     pause_id = client.path_params["pause_id"]
+    dap = client.query_params.get("dap", "").lower() in ("true", "1", "yes")
     await client.accept()
     live = state.pauses.live.get(pause_id)
     if live is None or live.over:
@@ -133,11 +135,13 @@ async def attach(client: WebSocket) -> None:
     address = f"{client.client.host}:{client.client.port}" if client.client else "unknown"
     who = client.headers.get(wire.CLIENT_HEADER) or "unnamed client"
     holder = f"{who} from {address} since {time.strftime('%H:%M:%S')}"
-    if not await live.attach(client, holder, dap=bool_param(client.query_params, "dap")):
+    if not await live.attach(client, holder, dap):
         await _refuse(client, CLOSE_HELD, f"pause {pause_id} is driven by {live.holder}: wait for it to detach")
         return
     attached_ns = time.time_ns()
     await _written(state, lambda tx: apply.attached(tx, pause_id, live.row["session"], who, address, attached_ns))
+    if live.over:  # the pause ended meanwhile, its end recorded (perhaps) before this attach: detached too
+        await _written(state, lambda tx: apply.detached(tx, pause_id, time.time_ns()))
     try:
         while True:
             data = await _frame(client)
@@ -176,12 +180,19 @@ async def pauses(request: Request) -> Response:
 
 
 async def pause(request: Request) -> Response:
-    """GET /api/raysight/debug/pauses/{pause_id}: one pause whole (its stack and locals as reported, its attaches)."""
+    """GET /api/raysight/debug/pauses/{pause_id}: one pause whole (its stack and locals as reported, its attaches);
+    the locals to the admin token's holder alone, beyond loopback."""
     state = app_state(request)
     pause_id = request.path_params["pause_id"]
 
+    shows_locals = state.secrets.admin_ok(request.headers.get("authorization"))
+
     def read(con: Any) -> dict[str, Any]:
-        return {**pauses_query.pause(con, pause_id), "live": pause_id in state.pauses.live}
+        whole = pauses_query.pause(con, pause_id)
+        if not shows_locals:  # (values of the program's: secrets, maybe; beyond loopback, the admin token's)
+            whole["stack"] = [{**frame, "locals": {}} for frame in whole["stack"]]
+            whole["locals_hidden"] = True
+        return {**whole, "live": pause_id in state.pauses.live}
 
     return await read_json(state, read)
 

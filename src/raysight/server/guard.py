@@ -107,9 +107,7 @@ def credential_refusal(
     the tokens in ``Authorization: Bearer``; ``debug_token``: the admin token debugging needs (None: debugging off)."""
     if access is Access.OPEN:
         return None
-    if access is Access.DEBUG:
-        if debug_token is None:
-            return Forbidden(DEBUG_OFF)
+    if access is Access.DEBUG:  # (debugging off: refused before, by the route's declaration)
         return None if debug_ok(connection.headers.get("authorization"), debug_token) else Forbidden(DEBUG_TOKEN_NEEDED)
     if access is Access.INGEST:
         key = (

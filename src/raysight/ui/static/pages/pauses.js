@@ -6,7 +6,7 @@ import { api } from "../api.js";
 import { empty, fields, h, idLink, section, sessionPath, time } from "../dom.js";
 import { column, localTable } from "../table.js";
 
-const PAUSES = "/api/raysight/debug/pauses";
+export const PAUSES = "/api/raysight/debug/pauses";
 
 /** The pauses of `session` now live (raysight's, and those Ray's own debugger holds), and every one it had. */
 export async function sessionPauses(session) {
@@ -61,15 +61,16 @@ async function listPage(page, session) {
   };
 }
 
-function frame(f, i) {
+function frame(f, i, hidden) {
   const names = Object.entries(f.locals ?? {});
+  const none = hidden ? "The locals need the server's admin token." : "No locals.";
   return h(
     "details",
     { class: "frame", open: i === 0 },
     h("summary", {}, h("code", {}, `${f.function}  ${f.file}:${f.line}`)),
     names.length
       ? h("table", { class: "plain locals" }, names.map(([name, value]) => h("tr", {}, h("th", {}, name), h("td", {}, h("code", {}, value)))))
-      : empty("No locals."),
+      : empty(none),
   );
 }
 
@@ -101,7 +102,7 @@ async function pauseParts(session, id) {
     ),
     p.live ? attachCommands(p.pause_id) : "",
     p.traceback ? h("div", { class: "error-box" }, h("h3", {}, p.exception), h("pre", { class: "traceback" }, p.traceback)) : "",
-    section("Stack, innermost first (locals as they were when it paused)", h("div", { class: "stack" }, p.stack.map(frame))),
+    section("Stack, innermost first (locals as they were when it paused)", h("div", { class: "stack" }, p.stack.map((f, i) => frame(f, i, p.locals_hidden)))),
     section(
       "Who attached",
       p.attaches.length

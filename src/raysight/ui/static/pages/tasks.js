@@ -3,6 +3,7 @@
 
 import { api } from "../api.js";
 import { h, sessionPath } from "../dom.js";
+import { PAUSES } from "./pauses.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
 
 export const TASK_STATES = [
@@ -28,7 +29,7 @@ const attemptKey = (taskId, attempt) => `${taskId}:${attempt}`;
 
 /** The task attempts paused in a debugger now in `session`: "task:attempt" → its pause's ID (what tables mark). */
 export async function pausedTasks(session) {
-  const live = await api("/api/raysight/debug/pauses", { session });
+  const live = await api(PAUSES, { session });
   return new Map(live.filter((p) => p.task_id).map((p) => [attemptKey(p.task_id, p.attempt), p.pause_id]));
 }
 
