@@ -350,7 +350,8 @@ def attach(server: ServerProcess, pause_id: str, commands: str, token: str | Non
 
 def drive_with_dap(server: ServerProcess, pause_id: str, token: str) -> None:
     """`raysight debug attach ID --dap`, and a DAP client on its port doing what VS Code does: initialize, attach,
-    configurationDone; then, stopped, threads, stackTrace, scopes, variables, continue, disconnect."""
+    configurationDone; then, stopped, threads, stackTrace, scopes, variables, next (stopped again), continue,
+    disconnect."""
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAYSIGHT_")}, "RAYSIGHT_ADMIN_TOKEN": token}
     command = ["debug", "attach", pause_id, "--dap", "--port", str(port), "--server", server.url]
@@ -369,6 +370,10 @@ def drive_with_dap(server: ServerProcess, pause_id: str, token: str) -> None:
         reference = next(s["variablesReference"] for s in scopes if s["name"] == "Locals")
         values = {v["name"]: v["value"] for v in dap.request("variables", variablesReference=reference)["variables"]}
         assert (values["x"], values["twice"]) == ("31", "62"), values
+        dap.request("next", threadId=thread)  # a step: past the frame's return, into its caller's
+        assert dap.event("stopped")["body"]["reason"] == "step"
+        [stepped, *_] = dap.request("stackTrace", threadId=thread)["stackFrames"]
+        assert (stepped["name"], stepped["line"]) != (top["name"], top["line"]), stepped
         dap.request("continue", threadId=thread)
         dap.request("disconnect")
         dap.close()

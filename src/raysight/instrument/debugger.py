@@ -305,7 +305,7 @@ class RemotePdb(pdb.Pdb):
         super().__init__(stdin=io, stdout=io, nosigint=True)
         self.use_rawinput = False
         self.prompt = "(Pdb) "
-        self._over = False
+        self._over = self._handed = False
 
     def onecmd(self, line: str) -> bool:
         if line == HAND_OVER:
@@ -336,11 +336,20 @@ class RemotePdb(pdb.Pdb):
             return False
         tunnel.handed = True
         frame = self.curframe
-        self._over = True  # the tunnel ends the pause, once its client goes
+        self._over = self._handed = True  # the tunnel ends the pause, once its client goes
         bdb.Bdb.set_continue(self)  # pdb lets go (its own continue, which would end the pause)
+        import pydevd
+
+        # debugpy's tracer on this thread (and, by dispatch_line, kept on the frame): its client's steps go on from it
+        pydevd.settrace(suspend=False, trace_only_current_thread=True, patch_multiprocessing=False)
         if frame is not None:
             suspend(frame)
         return True
+
+    def dispatch_line(self, frame: FrameType) -> Any:
+        """Bdb's; once debugpy has the pause, the frame keeps debugpy's tracer (for its client's steps)."""
+        traced = super().dispatch_line(frame)
+        return frame.f_trace if self._handed else traced
 
     def set_continue(self) -> None:
         super().set_continue()
