@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from raysight import wire
 from raysight.cli import main
 from raysight.client import Client
-from raysight.signals.log_lines.parse import LINE_FIELDS, Access, access
+from raysight.signals.log_lines.parse import LINE_FIELDS, Access, access, read_lines
 from tests.ray_scenarios import ServerProcess, agent_command, wait_folded
 
 SESSION = "session_2026-11-27_01-02-03_000000_9"
@@ -46,10 +46,10 @@ def test_an_access_line_s_method_route_status_and_latency_are_read(message: str,
 
 
 def _fields(name: str, text: str) -> dict[str, Any]:
-    fields = ", ".join(f"{sql} AS {field}" for field, sql in LINE_FIELDS.items() if field != "own")
     with duckdb.connect() as con:
-        row = con.execute(f"SELECT {fields} FROM (SELECT ? AS name, ? AS text)", [name, text]).fetchall()[0]
-    return {field: value for field, value in zip([f for f in LINE_FIELDS if f != "own"], row) if value is not None}
+        read = con.execute(read_lines("SELECT ? AS name, ? AS text"), [name, text])
+        row = dict(zip([column for column, *_ in read.description], read.fetchall()[0]))
+    return {field: row[field] for field in LINE_FIELDS if field != "own" and row[field] is not None}
 
 
 def test_what_a_serve_line_says_and_its_file_s_name_where_it_does_not() -> None:

@@ -9,13 +9,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from raysight.signals.log_lines.parse import (
-    LINE_FIELDS,
     LOG_FILES,
     LOG_LINES,
     SERVE_COLUMNS,
     SERVE_FIELDS,
     SERVE_FILE,
     SERVE_REQUESTS,
+    read_lines,
     serve_requests_sql,
 )
 from raysight.signals.ray_events.parse import APPEND_TABLES, ENTITY_TABLES, RAW_EVENTS, SESSION
@@ -116,6 +116,7 @@ INDEXED_FROM_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key 
 
 
 RESOURCE_ID_SQL = "left(md5(resource::VARCHAR), 16)"  # as ``signals/spans/parse.py``'s ``resource_id``
+SERVE_LINES = f"SELECT seq, name, text FROM log_lines WHERE regexp_matches(name, '{SERVE_FILE}')"
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
 MIGRATIONS = {
     3: [
@@ -162,8 +163,8 @@ MIGRATIONS = {
         LOG_LINES.ddl(),  # (from below 7, not there yet)
         *(f"ALTER TABLE log_lines ADD COLUMN IF NOT EXISTS {column.ddl()}" for column in SERVE_COLUMNS),
         "UPDATE log_lines SET "
-        + ", ".join(f"{name} = {LINE_FIELDS[name]}" for name in ["request_id", *SERVE_FIELDS])
-        + f" WHERE regexp_matches(name, '{SERVE_FILE}')",
+        + ", ".join(f"{name} = read.{name}" for name in ["request_id", *SERVE_FIELDS])
+        + f" FROM ({read_lines(SERVE_LINES)}) AS read WHERE log_lines.seq = read.seq",
     ],
     19: [  # serve_requests, from the access lines of Serve's files stored before
         SERVE_REQUESTS.ddl(),

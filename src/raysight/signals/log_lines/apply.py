@@ -9,12 +9,12 @@ import pyarrow as pa
 
 from raysight.signals.log_lines import log_index
 from raysight.signals.log_lines.parse import (
-    LINE_FIELDS,
     LINE_TIME,
     MAX_LOG_LINES,
     STAMPED_NS,
     parse,
     placed,
+    read_lines,
     serve_requests_sql,
 )
 from raysight.store.schema import LAST_LOG_SEQ_SQL, LOG_SEQ_KEY
@@ -41,20 +41,19 @@ def apply_logs(store: Store, bodies: Sequence[bytes], journal_seq: int | None = 
         batches = [placed(batch, ends) for batch in batches]
     lines, files, gaps = (pa.concat_tables(tables) for tables in zip(*(batch.tables() for batch in batches)))
     lines = lines.append_column("ord", pa.array(range(lines.num_rows), pa.int64()))
-    fields = ", ".join(f"{sql} AS {name}" for name, sql in LINE_FIELDS.items())
     with store.folding(journal_seq) as tx:
         (first,) = tx.one(LAST_LOG_SEQ_SQL)
+        # each line once: those of a file before what is stored of it, and a line sent twice in the group, are not
+        new_lines = """SELECT l.* FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
+                       WHERE l.byte_offset >= coalesce(f.end_offset, 0)
+                       QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset ORDER BY ord) = 1"""
         with tx.registered("staged_lines", lines):
             (stored,) = tx.one(
                 f"""INSERT INTO log_lines BY NAME
                     SELECT {first} + row_number() OVER (ORDER BY ord) AS seq,
                            * EXCLUDE (ord, read_ns, utc_offset_s, stamped, raw),
-                           {LINE_TIME} AS ts_ns, from_base64(raw) AS raw, {fields}
-                    FROM (SELECT l.*, {STAMPED_NS} AS stamped
-                          FROM staged_lines l LEFT JOIN log_files f USING (session, host, file_key)
-                          WHERE l.byte_offset >= coalesce(f.end_offset, 0)
-                          QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset
-                                                     ORDER BY ord) = 1)"""
+                           {LINE_TIME} AS ts_ns, from_base64(raw) AS raw
+                    FROM ({read_lines(new_lines, also={"stamped": STAMPED_NS})})"""
             )
         with tx.registered("staged_files", files):
             tx.run(

@@ -66,14 +66,27 @@ _LINE_COLUMN = {
     "actors": "actor_name",
 }
 
-# When a line says it was written, in SQL over ``text`` and ``utc_offset_s`` (the agent's, for the local time Ray
-# writes): the stamp of Ray's C++ and Python formats and of its and Serve's JSON lines (``asctime``); NULL where the
-# line has none (a task's prints) or the agent sent no offset.
-_JSON = "left(text, 1) = '{' AND json_valid(text)"
+# What a line says of itself is read in SQL over ``text`` and its file's ``name``, in layers (:func:`read_lines`): each
+# layer's values computed once from the line and the layers before it, and the fields (:data:`LINE_FIELDS`) made of
+# them. (DuckDB evaluates an expression wherever it is written: Serve's fields written out whole read a line's JSON and
+# Serve's prefix a dozen times each, 30 µs a line.)
+_JSON_KEYS = ["levelname", "level", "asctime", "message", "request_id", "trace_id", "span_id", "route"]
+_JSON_KEYS += ["application", "deployment"]
+
+
+def _json(key: str) -> str:
+    """A JSON line's ``key``, where not empty."""
+    return f"nullif(_json[{_JSON_KEYS.index(key) + 1}], '')"
+
+
+# The stamp of Ray's C++ and Python formats
 _STAMP = r"^(?:[A-Z]+ )?\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+# When a line says it was written, given the agent's ``utc_offset_s`` (for the local time Ray writes): its stamp, or
+# the ``asctime`` of Ray's and Serve's JSON lines; NULL where the line has none (a task's prints) or the agent sent no
+# offset (read_lines' ``also``).
 STAMPED_NS = (
-    f"epoch_ns(try_strptime(nullif(coalesce(CASE WHEN {_JSON} THEN json_extract_string(text, '$.asctime') END, "
-    f"regexp_extract(text, '{_STAMP}', 1)), ''), '%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
+    f"epoch_ns(try_strptime(coalesce({_json('asctime')}, nullif(regexp_extract(text, '{_STAMP}', 1), '')), "
+    "'%Y-%m-%d %H:%M:%S,%g')) - utc_offset_s::BIGINT * 1000000000"
 )
 # A line's time: its stamp, unless that is more than a day before it was read or a minute after (not its own, then:
 # a date the program printed); else when the agent read it, or its file was last written if earlier (``read_ns``).
@@ -99,6 +112,7 @@ SERVE_TEXT = r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-\d\d-\d\d [0-9:,]+ (
 # 0.2ms`` (a handle call: the method called) or ``GET / 200 1.1ms`` (an ingress's HTTP request), the client's address
 # first under ``RAY_SERVE_LOG_CLIENT_ADDRESS=1``: (client, method, route, status, latency in ms)
 ACCESS_LINE = r"^(?:(\S+) )?(\S+) (\S+) ([1-5]\d\d|OK|ERROR|CANCELLED) (\d+(?:\.\d+)?)ms$"
+_ACCESS_PARTS = "['client', 'method', 'target', 'status', 'ms']"
 
 
 @dataclass(frozen=True)
@@ -119,69 +133,89 @@ def access(message: str) -> Access | None:
     return None
 
 
-def _json_field(name: str) -> str:
-    return f"CASE WHEN {_JSON} THEN nullif(json_extract_string(text, '$.{name}'), '') END"
-
-
-def _match(pattern: str, of: str, group: int) -> str:
-    return f"nullif(regexp_extract({of}, '{pattern}', {group}), '')"
-
-
-_SERVE_KIND = _match(SERVE_FILE, "name", 1)
-_SERVE_TEXT = f"regexp_matches(text, '{SERVE_TEXT}')"
-# A Serve line's message (a JSON line's, or a text line's less Serve's prefix), and its access line's route
+# A Serve line's message: a JSON line's, or a text line's less Serve's prefix (in SQL over ``text``)
+_IS_JSON = "left(text, 1) = '{' AND json_valid(text)"
 _MESSAGE = (
-    f"CASE WHEN {_JSON} THEN json_extract_string(text, '$.message') ELSE regexp_replace(text, '{SERVE_TEXT}', '') END"
+    f"CASE WHEN {_IS_JSON} THEN json_extract_string(text, '$.message') "
+    f"ELSE regexp_replace(text, '{SERVE_TEXT}', '') END"
 )
-_ROUTE = f"CASE WHEN {_match(ACCESS_LINE, _MESSAGE, 2)} <> 'CALL' THEN {_match(ACCESS_LINE, _MESSAGE, 3)} END"
-# A replica's ``<app>_<deployment>``: as its JSON or text line says it (its file's name has Ray's special characters
-# replaced); and its application, as a JSON line of a request says it, else the part before the first underscore
-_APP_DEPLOYMENT = (
-    f"coalesce({_json_field('deployment')}, CASE WHEN {_SERVE_TEXT} THEN {_match(SERVE_TEXT, 'text', 1)} END, "
-    f"{_match(SERVE_REPLICA_FILE, 'name', 1)})"
-)
-_APPLICATION = (
-    f"coalesce({_json_field('application')}, "
-    f"CASE WHEN {_SERVE_KIND} = 'replica' AND contains({_APP_DEPLOYMENT}, '_') "
-    f"THEN split_part({_APP_DEPLOYMENT}, '_', 1) END)"
-)
-# What a Serve line says of itself, or its file's name where it does not (SQL over ``text`` and ``name``): its
-# component (controller, proxy, replica) and component ID (a pid, a node's IP, a replica's ID), request ID, route (an
-# HTTP access line's where no JSON says it), application and deployment
+# The layers: whether the line is JSON and its file Serve's (and which); the line's JSON values, Serve's kind of file
+# and the parts of Serve's prefix (``_prefix.component`` empty: none); the line's message and a replica's
+# ``<app>_<deployment>`` as its JSON or text line says it (its file's name has Ray's special characters replaced);
+# then its access line's parts and its application, as a JSON line of a request says it, else the part before the
+# first underscore.
+_LINE_LAYERS: list[dict[str, str]] = [
+    {
+        "_is_json": _IS_JSON,
+        "_file": f"regexp_extract(name, '{SERVE_FILE}', ['kind', 'id'])",
+        "_replica_file": f"regexp_extract(name, '{SERVE_REPLICA_FILE}', ['app_deployment', 'replica'])",
+    },
+    {
+        "_json": f"CASE WHEN _is_json THEN json_extract_string(text, {['$.' + key for key in _JSON_KEYS]}) END",
+        "_serve": "nullif(_file.kind, '')",
+        "_prefix": f"""CASE WHEN _file.kind <> '' AND NOT _is_json
+            THEN regexp_extract(text, '{SERVE_TEXT}((?s:.*))', ['component', 'id', 'request_id', 'message']) END""",
+    },
+    {
+        "_message": f"""CASE WHEN _is_json THEN _json[{_JSON_KEYS.index("message") + 1}]
+                             WHEN _prefix.component <> '' THEN _prefix.message ELSE text END""",
+        "_app_deployment": f"""coalesce({_json("deployment")}, nullif(_prefix.component, ''),
+                                        nullif(_replica_file.app_deployment, ''))""",
+    },
+    {
+        "_access": f"CASE WHEN _serve IS NOT NULL THEN regexp_extract(_message, '{ACCESS_LINE}', {_ACCESS_PARTS}) END",
+        "_application": f"""CASE WHEN _serve IS NOT NULL THEN coalesce({_json("application")},
+            CASE WHEN _serve = 'replica' AND contains(_app_deployment, '_')
+                 THEN split_part(_app_deployment, '_', 1) END) END""",
+    },
+]
+
+# What Serve's lines say, or their file's name where they do not (null for the lines of other files): component
+# (controller, proxy, replica) and component ID (a pid, a node's IP, a replica's ID), route (an HTTP access line's
+# where no JSON says it), application and deployment
 SERVE_FIELDS = {
-    "component": _SERVE_KIND,
-    "component_id": f"""CASE {_SERVE_KIND} WHEN 'replica' THEN {_match(SERVE_REPLICA_FILE, "name", 2)}
-                            ELSE {_match(SERVE_FILE, "name", 2)} END""",
-    "replica": f"CASE WHEN {_SERVE_KIND} = 'replica' THEN {_match(SERVE_REPLICA_FILE, 'name', 2)} END",
-    "route": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN coalesce({_json_field('route')}, {_ROUTE}) END",
-    "application": f"CASE WHEN {_SERVE_KIND} IS NOT NULL THEN {_APPLICATION} END",
-    "deployment": f"""CASE WHEN {_SERVE_KIND} = 'replica' THEN CASE
-            WHEN starts_with({_APP_DEPLOYMENT}, {_APPLICATION} || '_')
-                THEN {_APP_DEPLOYMENT}[strlen({_APPLICATION}) + 2:]
-            ELSE {_APP_DEPLOYMENT} END END""",
+    "component": "_serve",
+    "component_id": "CASE _serve WHEN 'replica' THEN nullif(_replica_file.replica, '') ELSE nullif(_file.id, '') END",
+    "replica": "CASE WHEN _serve = 'replica' THEN nullif(_replica_file.replica, '') END",
+    "route": f"""CASE WHEN _serve IS NOT NULL THEN coalesce({_json("route")},
+        CASE WHEN nullif(_access.method, '') <> 'CALL' THEN nullif(_access.target, '') END) END""",
+    "application": "_application",
+    "deployment": """CASE WHEN _serve = 'replica' THEN CASE
+            WHEN starts_with(_app_deployment, _application || '_') THEN _app_deployment[strlen(_application) + 2:]
+            ELSE _app_deployment END END""",
 }
 
-# What a line says of itself, in SQL over ``text`` and its file's ``name``: its level (Ray's C++ format
-# ``[2026-11-21 19:14:33,944 I 6603 6603]``, Python's ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a
-# JSON line (Ray's and Serve's JSON logging), its level, trace and span IDs; its request ID (a JSON line's, a Serve
-# text line's); what Serve's lines say (:data:`SERVE_FIELDS`); whether it is a dashboard's line of raysight's own
-# request.
+# What a line says of itself: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603 6603]``, Python's
+# ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON logging), its level,
+# trace and span IDs; its request ID (a JSON line's, a Serve text line's); what Serve's lines say
+# (:data:`SERVE_FIELDS`); whether it is a dashboard's line of raysight's own request.
 LINE_FIELDS = {
     "level": f"""CASE
-        WHEN {_JSON} THEN upper(nullif(coalesce(json_extract_string(text, '$.levelname'),
-                                                json_extract_string(text, '$.level')), ''))
+        WHEN _is_json THEN upper(coalesce({_json("levelname")}, {_json("level")}))
         ELSE coalesce(
             CASE regexp_extract(text, '^\\[\\d{{4}}-\\d\\d-\\d\\d [0-9:,.]+ ([DIWEF]) \\d+ \\d+\\]', 1)
                 WHEN 'D' THEN 'DEBUG' WHEN 'I' THEN 'INFO' WHEN 'W' THEN 'WARNING' WHEN 'E' THEN 'ERROR'
                 WHEN 'F' THEN 'FATAL' END,
             nullif(regexp_extract(text, '^(?:\\S+ \\S+\\t)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b', 1), ''))
         END""",
-    "request_id": f"""coalesce({_json_field("request_id")},
-        CASE WHEN {_SERVE_KIND} IS NOT NULL THEN {_match(SERVE_TEXT, "text", 3)} END)""",
-    **{name: _json_field(name) for name in ("trace_id", "span_id")},
+    "request_id": f"""coalesce({_json("request_id")},
+        CASE WHEN _serve IS NOT NULL THEN nullif(_prefix.request_id, '') END)""",
+    **{name: _json(name) for name in ("trace_id", "span_id")},
     **SERVE_FIELDS,
     "own": OWN_REQUEST,
 }
+
+
+def read_lines(source: str, also: Mapping[str, str] | None = None) -> str:
+    """A SELECT of ``source``'s rows (SQL with ``text`` and ``name`` columns) with what each line says of itself
+    (:data:`LINE_FIELDS`) and ``also`` (more fields, named, of the same layers: :data:`STAMPED_NS`)."""
+    query = source
+    for layer in _LINE_LAYERS:
+        query = f"SELECT *, {', '.join(f'{sql} AS {name}' for name, sql in layer.items())} FROM ({query})"
+    fields = ", ".join(f"{sql} AS {name}" for name, sql in {**LINE_FIELDS, **(also or {})}.items())
+    layered = ", ".join(name for layer in _LINE_LAYERS for name in layer)
+    return f"SELECT * EXCLUDE ({layered}), {fields} FROM ({query})"
+
 
 # What Serve's lines say (:data:`SERVE_FIELDS`; null for the lines of other files), added in schema 18
 SERVE_COLUMNS = [Column(name, "VARCHAR", added=True) for name in SERVE_FIELDS]
@@ -317,11 +351,10 @@ SERVE_REQUESTS = Table(
 def serve_requests_sql(where: str) -> str:
     """The rows of :data:`SERVE_REQUESTS` that the stored log lines matching ``where`` (SQL over ``log_lines``) hold:
     the access lines of Serve's proxies and replicas (within a request: a print that reads like one is not)."""
-    parts = "['client', 'method', 'target', 'status', 'ms']"
     return f"""SELECT session, seq, ts_ns, host, component, replica, application, deployment, request_id, route,
                       a.method, CASE WHEN a.method = 'CALL' THEN a.target END AS call, a.status,
                       a.ms::DOUBLE AS latency_ms, nullif(a.client, '') AS client
-               FROM (SELECT *, regexp_extract({_MESSAGE}, '{ACCESS_LINE}', {parts}) AS a FROM log_lines
+               FROM (SELECT *, regexp_extract({_MESSAGE}, '{ACCESS_LINE}', {_ACCESS_PARTS}) AS a FROM log_lines
                      WHERE component IN ('proxy', 'replica') AND request_id IS NOT NULL AND {where})
                WHERE a.method <> ''"""
 
