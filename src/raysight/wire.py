@@ -39,6 +39,7 @@ USAGE = f"{API}/usage"
 DEBUG_PAUSES = f"{API}/debug/pauses"
 DEBUG_PAUSE = f"{API}/debug/pauses/{{pause_id}}"
 DEBUG_ATTACH = f"{API}/debug/pauses/{{pause_id}}/attach"  # a WebSocket: the client's side of a pause
+PROFILE = f"{API}/profile"
 TRACES = f"{API}/traces"
 TRACE = f"{API}/traces/{{trace_id}}"
 RESOURCE = f"{API}/{{resource}}"
@@ -55,6 +56,7 @@ AGENT_NODE_LIFE = f"{INGEST}/agent/node-life"
 AGENT_RAY_STATE = f"{INGEST}/agent/ray-state"
 AGENT_METRICS = f"{INGEST}/agent/metrics"
 DEBUG_PAUSED = f"{INGEST}/debug/paused"  # a WebSocket: a paused worker's side of its pause
+TASK_PROFILES = f"{INGEST}/task-profiles"  # a worker's samples of the task attempts it ran
 OTLP_TRACES = "/v1/traces"  # OTLP/HTTP's standard paths, which exporters append to the endpoint they are given
 OTLP_LOGS = "/v1/logs"
 OTLP_KEYED = f"{INGEST}/otlp/{{key}}"  # an endpoint that carries the ingest key, for exporters that send no header
@@ -234,6 +236,30 @@ class RayMetrics(TypedDict):
     """``AGENT_RAY_METRICS``: a node's Prometheus text (its aggregator's lines suffice)."""
 
     text: str
+
+
+class ProfiledAttempt(TypedDict):
+    """A task attempt's samples in a ``TASK_PROFILES`` batch: each stack (collapsed: root first, ``;`` between
+    frames) with how often it was sampled, and how often on CPU."""
+
+    task_id: str
+    attempt: int
+    stacks: list[tuple[str, int, int]]
+
+
+class TaskProfiles(TypedDict):
+    """``TASK_PROFILES``: what a worker's sampler (``instrument/task_profile.py``) folded since its last batch, at
+    ``hz`` samples a second; ``batch_id`` names the batch (a resent one is kept once), ``dropped`` counts the samples
+    it could not keep since its last batch that went through."""
+
+    batch_id: str
+    session: str
+    node_id: str | None
+    worker_id: str | None
+    pid: int
+    hz: float
+    dropped: int
+    attempts: list[ProfiledAttempt]
 
 
 class PausedFrame(TypedDict):

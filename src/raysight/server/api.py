@@ -32,6 +32,7 @@ from raysight.signals.ray_events.entities import resource
 from raysight.signals.ray_events.failures_query import ErrorQuery, error_groups, failure
 from raysight.signals.scrapes import resources_query, top_query
 from raysight.signals.spans import traces_query as traces_sql
+from raysight.signals.task_profiles import profiles_query
 from raysight.store import doctor as doctor_sql
 from raysight.store import sessions_query
 from raysight.store.filters import parse_filter
@@ -481,6 +482,30 @@ async def trace(request: Request) -> Response:
     return await read_json(app_state(request), lambda con: traces_sql.get_trace(con, trace_id))
 
 
+async def profile(request: Request) -> Response:
+    """GET /api/raysight/profile?session=&task=&attempt=&function=&actor=&job=&cpu_only=: the profile of a task's
+    attempts (``attempt``: one of them), or of every attempt of a function, an actor or a job, merged: its stacks
+    hottest first (``[stack, samples, on_cpu]``, collapsed); ``cpu_only``: the samples on CPU alone. A task's session
+    is by default the newest that sampled it."""
+    params = request.query_params
+    query = profiles_query.ProfileQuery(
+        task_id=id_param(params, "task", 48, "raysight list tasks"),
+        attempt=int_param(params, "attempt", None),
+        function=params.get("function") or None,
+        actor_id=id_param(params, "actor", 32, "raysight list actors"),
+        job_id=job_param(request),
+        cpu_only=bool_param(params, "cpu_only"),
+    )
+
+    def read(con: Any) -> dict[str, Any]:
+        session = None
+        if query.task_id is not None and not params.get("session"):
+            session = profiles_query.task_session(con, query.task_id)
+        return profiles_query.profile(con, replace(query, session=session or recorded_session(con, request)))
+
+    return await read_json(app_state(request), read)
+
+
 async def reindex(request: Request) -> Response:
     state = app_state(request)
     events = await asyncio.wrap_future(state.writer.call(ray_apply.reindex))
@@ -509,6 +534,7 @@ routes = [
     route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
     route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error),
     route(wire.METRICS_TOP, metrics_top, access=Access.READ, envelope=raysight_error),
+    route(wire.PROFILE, profile, access=Access.READ, envelope=raysight_error),
     route(wire.TRACES, traces, access=Access.READ, envelope=raysight_error),
     route(wire.TRACE, trace, access=Access.READ, envelope=raysight_error),
     route(wire.RESOURCE, list_resource, access=Access.READ, envelope=raysight_error),

@@ -13,6 +13,7 @@ from raysight.signals import (
     run_exits,
     scrapes,
     spans,
+    task_profiles,
 )
 from raysight.signals.signal import Signal
 from raysight.store import schema
@@ -30,6 +31,7 @@ SIGNALS: dict[str, Signal] = {
         node_sightings.SIGNAL,
         log_lines.SIGNAL,
         debug_pauses.SIGNAL,
+        task_profiles.SIGNAL,
     )
 }
 

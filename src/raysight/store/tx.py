@@ -19,6 +19,7 @@ COUNTERS = (
     *("log_lines", "log_lines_deduplicated", "log_batches", "log_gaps", "log_lines_dropped"),
     *("spans", "spans_deduplicated", "span_batches", "spans_rejected", "spans_dropped_at_source"),
     *("traces_sampled_out", "spans_sampled_out"),
+    *("profile_batches", "profile_samples", "profile_samples_dropped"),
 )
 
 

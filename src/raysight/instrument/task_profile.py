@@ -1,0 +1,191 @@
+"""Continuous profiles of the task attempts a Ray worker runs, sampled in-process: no ptrace, no root, no py-spy.
+
+A daemon thread wakes :data:`DEFAULT_HZ` times a second and reads the Python stack of each thread that runs a task
+attempt now (``sys._current_frames``), attributing it to that attempt: the task wrappers (``ray_tracing.py``) say
+which attempt each thread runs (:meth:`Sampler.running`) for sampled and unsampled traces alike. An async actor runs
+every call on its event loop's thread, each call an asyncio task of its own: a sample of that thread belongs to the
+attempt whose asyncio task runs at that moment, none while the loop waits (:meth:`Sampler.running_async`). A threaded
+actor (``max_concurrency`` > 1) runs each call on a thread of its pool: each thread's samples are its own call's.
+Threads that run no attempt (Ray's, the worker's idle main thread, threads a task started and left running) are not
+sampled at all: the profiler costs nothing while a worker is idle.
+
+A sample is on CPU when its thread runs right then: its CPU time (``pthread_getcpuclockid``) grows by at least a
+quarter of a short probe (:data:`PROBE_S`) the sampler waits, without the GIL, once it has read the stacks. A task
+sleeping, waiting on I/O, on ``ray.get`` or on a lock is sampled off CPU; one that wants the CPU but waits for it (a
+busy machine) may be too. (CPU time between two samples would not tell: an async actor switches calls between them,
+and a worker's next task would inherit its last one's.) A
+stack starts at the task's own function (the wrapper's frame and Ray's below it are left out) and names each frame as
+py-spy does, ``function (file:line)``; samples are folded in memory per attempt and stack, counted (all, and on CPU),
+and taken by the sender (:meth:`Sampler.take`) as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from types import CodeType, FrameType
+from typing import Any
+
+DEFAULT_HZ = 20.0
+MAX_STACKS = 20_000  # distinct (attempt, stack) pairs held between two takes: past it, samples are dropped, counted
+MAX_DEPTH = 128  # frames of a stack kept, from the task's function (deeper ones are cut, marked)
+PROBE_S = 0.002  # how long the sampler watches each sampled thread's CPU time, after reading the stacks
+ON_CPU = 0.25  # the share of the probe a thread must have run for its sample to be on CPU
+
+Attempt = tuple[str, int]  # a task's ID (hex) and its attempt number
+Folded = dict[Attempt, dict[str, list[int]]]  # attempt → collapsed stack → [samples, samples on CPU]
+
+# asyncio's own record of the task each running loop runs now (what asyncio.current_task(loop) reads)
+_current_tasks: dict[Any, Any] = getattr(asyncio.tasks, "_current_tasks", {})
+
+
+class Sampler:
+    """Samples the threads that run task attempts, ``hz`` times a second, from a daemon thread started by
+    :meth:`start`; ``boundary`` is the file whose frames (the task wrapper's) and those below them are left out of
+    each stack."""
+
+    def __init__(self, hz: float = DEFAULT_HZ, boundary: str | None = None) -> None:
+        self.hz, self.boundary = hz, boundary
+        self.dropped = 0  # samples not kept: MAX_STACKS reached
+        self._threads: dict[int, Attempt] = {}  # thread ident → the attempt it runs
+        self._tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Attempt] = weakref.WeakKeyDictionary()
+        self._loops: dict[int, asyncio.AbstractEventLoop] = {}  # an event loop's thread ident → the loop
+        self._folded: Folded = {}
+        self._stacks = 0
+        self._labels: dict[CodeType, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Sample from now on (idempotent; a forked child starts a thread of its own)."""
+        if self._thread is None and self.hz > 0:
+            self._thread = threading.Thread(target=self._run, name="raysight-profile", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @contextlib.contextmanager
+    def running(self, attempt: Attempt) -> Iterator[None]:
+        """The calling thread runs ``attempt`` within the block."""
+        ident = threading.get_ident()
+        before = self._threads.get(ident)
+        self._threads[ident] = attempt
+        try:
+            yield
+        finally:
+            if before is None:
+                self._threads.pop(ident, None)
+            else:
+                self._threads[ident] = before
+
+    @contextlib.contextmanager
+    def running_async(self, attempt: Attempt) -> Iterator[None]:
+        """The calling asyncio task (an async actor's call) runs ``attempt`` within the block."""
+        task = asyncio.current_task()
+        if task is None:  # (a coroutine driven by hand, not by a loop: its thread is its own)
+            with self.running(attempt):
+                yield
+            return
+        self._loops[threading.get_ident()] = task.get_loop()
+        self._tasks[task] = attempt
+        try:
+            yield
+        finally:
+            self._tasks.pop(task, None)
+
+    def take(self) -> Folded:
+        """The samples folded since the last take."""
+        with self._lock:
+            folded, self._folded, self._stacks = self._folded, {}, 0
+        return folded
+
+    def _run(self) -> None:
+        interval = 1.0 / self.hz
+        pid = os.getpid()
+        while not self._stop.wait(interval):
+            if os.getpid() != pid:  # (a fork's copy of this thread does not run)
+                return
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 (a profile missing a sample, never a worker broken)
+                continue
+
+    def sample(self) -> None:
+        """Take one sample of each thread that runs an attempt now."""
+        frames = sys._current_frames()
+        taken: list[tuple[int, Attempt, str]] = []
+        for ident, frame in frames.items():
+            attempt = self._threads.get(ident)
+            if attempt is None and (loop := self._loops.get(ident)) is not None:
+                task = _current_tasks.get(loop)
+                attempt = self._tasks.get(task) if task is not None else None
+            if attempt is not None:
+                taken.append((ident, attempt, self._stack(frame)))
+        for gone in self._loops.keys() - frames.keys():  # (a loop's thread that has ended)
+            del self._loops[gone]
+        del frames  # (holds every thread's frames alive)
+        if not taken:
+            return
+        started, before = time.monotonic_ns(), [_cpu_ns(ident) for ident, _, _ in taken]
+        time.sleep(PROBE_S)
+        after, elapsed = [_cpu_ns(ident) for ident, _, _ in taken], time.monotonic_ns() - started
+        for (_, attempt, stack), was, now in zip(taken, before, after):
+            self._add(attempt, stack, was is not None and now is not None and now - was >= ON_CPU * elapsed)
+
+    def _add(self, attempt: Attempt, stack: str, on_cpu: bool) -> None:
+        with self._lock:
+            stacks = self._folded.setdefault(attempt, {})
+            counts = stacks.get(stack)
+            if counts is None:
+                if self._stacks >= MAX_STACKS:
+                    self.dropped += 1
+                    return
+                self._stacks += 1
+                counts = stacks[stack] = [0, 0]
+            counts[0] += 1
+            counts[1] += on_cpu
+
+    def _stack(self, frame: FrameType | None) -> str:
+        """``frame``'s stack, collapsed (root first, ``;`` between frames), from the task's own function."""
+        labels: list[str] = []
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == self.boundary:
+                break
+            labels.append(self._label(code, frame.f_lineno))
+            frame = frame.f_back
+        if len(labels) > MAX_DEPTH:
+            labels = [*labels[: MAX_DEPTH - 1], "[deeper frames cut]"]
+        return ";".join(reversed(labels))
+
+    def _label(self, code: CodeType, line: int | None) -> str:
+        known = self._labels.get(code)
+        if known is None:
+            name = getattr(code, "co_qualname", code.co_name).replace(";", ":")
+            known = self._labels[code] = (name, short_path(code.co_filename).replace(";", ":"))
+        return f"{known[0]} ({known[1]}:{line or 0})"
+
+
+def _cpu_ns(ident: int) -> int | None:
+    """The CPU time a thread of this process has run, None once it has ended."""
+    try:
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+    except OSError:
+        return None
+
+
+def short_path(filename: str) -> str:
+    """A source file's path as py-spy shows it: less the longest ``sys.path`` entry it is under."""
+    best = ""
+    for entry in sys.path:
+        if entry and filename.startswith(entry.rstrip("/") + "/") and len(entry) > len(best):
+            best = entry.rstrip("/") + "/"
+    return filename[len(best) :]

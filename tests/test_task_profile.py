@@ -1,0 +1,101 @@
+"""The in-process sampler of task attempts (``instrument/task_profile.py``), without Ray: what each thread, and each
+asyncio task of a loop, runs is told as the task wrappers tell it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from raysight.instrument.task_profile import Folded, Sampler
+
+
+def burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _leaves(folded: Folded, attempt: tuple[str, int]) -> dict[str, list[int]]:
+    """The samples of ``attempt`` by the function of their stack's leaf frame."""
+    leaves: dict[str, list[int]] = {}
+    for stack, (samples, on_cpu) in folded.get(attempt, {}).items():
+        leaf = stack.rsplit(";", 1)[-1].split(" (")[0]
+        counts = leaves.setdefault(leaf, [0, 0])
+        counts[0] += samples
+        counts[1] += on_cpu
+    return leaves
+
+
+def _sampled(sampler: Sampler, *work: threading.Thread) -> Folded:
+    sampler.start()
+    for thread in work:
+        thread.start()
+    for thread in work:
+        thread.join()
+    sampler.stop()
+    return sampler.take()
+
+
+def test_a_burning_attempt_is_on_cpu_and_a_sleeping_one_is_not() -> None:
+    sampler = Sampler(hz=50, boundary=threading.__file__)  # (as a task's wrapper: the frames from it down are not kept)
+
+    def run(attempt: tuple[str, int], work: object) -> threading.Thread:
+        def target() -> None:
+            with sampler.running(attempt):
+                work(0.6)  # type: ignore[operator]
+
+        return threading.Thread(target=target)
+
+    folded = _sampled(sampler, run(("burner", 0), burn), run(("sleeper", 0), nap))
+    burning, sleeping = _leaves(folded, ("burner", 0)), _leaves(folded, ("sleeper", 0))
+    assert burning["burn"][0] >= 10 and burning["burn"][1] >= burning["burn"][0] // 2, burning
+    assert sleeping["nap"][0] >= 10 and sleeping["nap"][1] == 0, sleeping
+    # each stack starts at what the thread ran (the test's `target`), with py-spy's frame names
+    assert all(stack.startswith("test_a_burning") for stack in folded[("burner", 0)]), folded
+    assert all(stack.count(";") == 1 for stack in folded[("burner", 0)]), folded
+    assert all("(tests/test_task_profile.py:" in stack for stack in folded[("burner", 0)])
+
+
+def test_attempts_run_one_after_the_other_on_one_thread_keep_their_own_samples() -> None:
+    sampler = Sampler(hz=50)
+
+    def target() -> None:
+        with sampler.running(("first", 0)):
+            burn(0.3)
+        nap(0.3)  # between attempts: nobody's
+        with sampler.running(("second", 1)):
+            nap(0.3)
+
+    folded = _sampled(sampler, threading.Thread(target=target))
+    assert set(folded) == {("first", 0), ("second", 1)}
+    assert set(_leaves(folded, ("first", 0))) == {"burn"}
+    assert set(_leaves(folded, ("second", 1))) == {"nap"}
+
+
+def test_an_event_loop_s_samples_belong_to_the_asyncio_task_running_then() -> None:
+    sampler = Sampler(hz=50)
+
+    async def call(attempt: tuple[str, int], work: object) -> None:
+        with sampler.running_async(attempt):
+            for _ in range(6):
+                work(0.05)  # type: ignore[operator]
+                await asyncio.sleep(0.05)  # the other call runs meanwhile
+
+    async def both() -> None:
+        await asyncio.gather(call(("burning call", 0), burn), call(("sleeping call", 0), nap))
+
+    folded = _sampled(sampler, threading.Thread(target=lambda: asyncio.run(both())))
+    burning, sleeping = _leaves(folded, ("burning call", 0)), _leaves(folded, ("sleeping call", 0))
+    assert set(burning) == {"burn"} and set(sleeping) == {"nap"}, folded
+    assert burning["burn"][1] > 0 and sleeping["nap"][1] == 0
+
+
+def test_threads_running_no_attempt_are_not_sampled() -> None:
+    sampler = Sampler(hz=100)
+    folded = _sampled(sampler, threading.Thread(target=burn, args=(0.3,)))
+    assert folded == {}

@@ -1,0 +1,81 @@
+"""Task profiles through the real app (``signals/task_profiles``): a worker's batches journalled, each kept once,
+each attempt's samples summed by stack, read back as one profile; what a bad batch gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from raysight import wire
+from tests.ray_scenarios import wait_folded
+
+SESSION = "session_2026-11-28_00-00-00_000000_1"
+TASK = "a" * 40 + "01000000"
+OTHER = "b" * 40 + "01000000"
+BURN = "main (job.py:10);burn (job.py:3)"
+NAP = "main (job.py:10);nap (job.py:6)"
+
+
+def batch(batch_id: str, *attempts: tuple[str, int, list[list[Any]]], **more: Any) -> dict[str, Any]:
+    return {
+        "batch_id": batch_id,
+        "session": SESSION,
+        "node_id": "c" * 56,
+        "worker_id": "d" * 56,
+        "pid": 4242,
+        "hz": 20.0,
+        "dropped": 0,
+        "attempts": [{"task_id": t, "attempt": a, "stacks": s} for t, a, s in attempts],
+        **more,
+    }
+
+
+def post(server: TestClient, body: dict[str, Any]) -> Any:
+    return server.post(wire.TASK_PROFILES, content=orjson.dumps(body), headers={"content-type": "application/json"})
+
+
+def test_an_attempt_s_samples_are_summed_by_stack_and_a_resent_batch_adds_nothing(server: TestClient) -> None:
+    first = batch("w1-1", (TASK, 0, [[BURN, 30, 29], [NAP, 4, 0]]), (OTHER, 0, [[NAP, 10, 0]]))
+    assert post(server, first).json() == {"ok": True, "stacks": 3}
+    assert post(server, first).status_code == 200  # (its answer lost: the sender sends it again)
+    assert post(server, batch("w1-2", (TASK, 0, [[BURN, 10, 10]]), (TASK, 1, [[NAP, 5, 0]]))).status_code == 200
+    wait_folded(server)
+    found = server.get(wire.PROFILE, params={"task": TASK, "attempt": "0"}).json()
+    assert found["stacks"] == [[BURN, 40, 39], [NAP, 4, 0]]
+    assert (found["session"], found["attempts"], found["samples"], found["on_cpu"]) == (SESSION, 1, 44, 39)
+    assert (found["wall_s"], found["cpu_s"]) == (2.2, 1.95)  # (samples at 20 Hz)
+    every = server.get(wire.PROFILE, params={"task": TASK}).json()
+    assert (every["attempts"], every["stacks"]) == (2, [[BURN, 40, 39], [NAP, 9, 0]])
+    cpu = server.get(wire.PROFILE, params={"task": TASK, "cpu_only": "true"}).json()
+    assert cpu["stacks"] == [[BURN, 40, 39]]
+    doctor = server.get(wire.DOCTOR).json()["counters"]
+    assert (doctor["profile_batches"], doctor["profile_samples"]) == (2, 59)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hz": 0}, "hz must be"),
+        ({"session": "nope"}, "session must be"),
+        ({"batch_id": "a b"}, "batch_id must be"),
+        ({"attempts": [{"task_id": "XYZ", "attempt": 0, "stacks": []}]}, "attempts[0].task_id"),
+        ({"attempts": [{"task_id": TASK, "attempt": 0, "stacks": [[BURN, 3, 4]]}]}, "samples on CPU"),
+        ({"attempts": [{"task_id": TASK, "attempt": 0, "stacks": [["", 3, 0]]}]}, "stack must be"),
+        ({"attempts": {}}, "attempts must be a list"),
+    ],
+)
+def test_a_bad_batch_gets_a_400_naming_what_is_wrong(server: TestClient, change: dict[str, Any], named: str) -> None:
+    answer = post(server, batch("w1-1", **{}) | change)
+    assert answer.status_code == 400 and named in answer.text, answer.text
+
+
+def test_a_profile_of_nothing_sampled_is_a_404_and_a_query_names_one_thing(server: TestClient) -> None:
+    post(server, batch("w1-1", (TASK, 0, [[BURN, 3, 3]])))
+    wait_folded(server)
+    assert server.get(wire.PROFILE, params={"task": OTHER}).status_code == 404
+    assert server.get(wire.PROFILE, params={"task": "zz"}).status_code == 400
+    assert "name one of" in server.get(wire.PROFILE).text
+    assert server.get(wire.PROFILE, params={"attempt": "1", "job": "01000000"}).status_code == 400
