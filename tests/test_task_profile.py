@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 from raysight.instrument.task_profile import Folded, Sampler
 
@@ -99,3 +100,20 @@ def test_threads_running_no_attempt_are_not_sampled() -> None:
     sampler = Sampler(hz=100)
     folded = _sampled(sampler, threading.Thread(target=burn, args=(0.3,)))
     assert folded == {}
+
+
+def test_the_frames_of_internal_files_that_open_a_stack_are_left_out_unless_there_is_no_other() -> None:
+    sampler = Sampler(hz=50, boundary=threading.__file__, internal=__file__)  # (this file's frames: "Ray's")
+    users: dict[str, Any] = {"burn": burn}
+    exec(compile("def user_code():\n    burn(0.3)\n", "user_module.py", "exec"), users)  # (another file's)
+
+    def target(attempt: tuple[str, int], work: Any) -> threading.Thread:
+        def run() -> None:
+            with sampler.running(attempt):
+                work()
+
+        return threading.Thread(target=run)
+
+    folded = _sampled(sampler, target(("user's", 0), users["user_code"]), target(("internal", 0), lambda: burn(0.3)))
+    assert {stack.split(";")[0] for stack in folded[("user's", 0)]} == {"user_code (user_module.py:2)"}, folded
+    assert all(stack.startswith("test_the_frames") for stack in folded[("internal", 0)]), folded

@@ -170,6 +170,13 @@ class Client:
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", wire.TRACES, params=given)  # type: ignore[no-any-return]
 
+    def profile(self, **params: Any) -> dict[str, Any]:
+        """The profile of a task's attempts, or of every attempt of a function, an actor or a job: ``GET
+        /api/raysight/profile`` with ``session``, ``task``, ``attempt``, ``function``, ``actor``, ``job`` and
+        ``cpu_only`` (None leaves one out). Returns its ``stacks``, hottest first, and what they add up to."""
+        given = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", wire.PROFILE, params=given)  # type: ignore[no-any-return]
+
     def trace(self, trace_id: str) -> dict[str, Any]:
         """One trace's spans in tree order: ``GET /api/raysight/traces/{id}``."""
         return self._request("GET", wire.path(wire.TRACE, trace_id=trace_id))  # type: ignore[no-any-return]

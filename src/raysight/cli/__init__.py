@@ -16,6 +16,7 @@ from raysight.cli.logs import logs_cmd
 from raysight.cli.metrics import metrics_cmd
 from raysight.cli.node import start_cmd, stop_cmd
 from raysight.cli.poll import poll_cmd
+from raysight.cli.profile import profile_cmd
 from raysight.cli.query import doctor_cmd, get_cmd, list_cmd, reindex_cmd, sessions_cmd, summary_cmd
 from raysight.cli.run import demo_cmd, env_cmd, run_cmd
 from raysight.cli.serve import serve_cmd
@@ -75,6 +76,7 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
         (errors_cmd, ("errors", "--since", "-1h")),
         (logs_cmd, ("logs", "--grep", "CUDA error", "--follow")),
         (traces_cmd, ("traces", "--errors", "--min-duration", "250ms")),
+        (profile_cmd, ("profile", "--task", "c2668a65bda616c1ffffffffffffffffffffffff01000000", "-o", "task.svg")),
         (timeline_cmd, ("timeline", "-o", "trace.json")),
         (status_cmd, ("status", "--at", "-10m")),
         (serve_cmd, ("serve", "status", "--at", "-10m")),

@@ -12,6 +12,10 @@ counted, after one retry of a connection the server had closed: the thread never
 process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. Each export tells raysight what was dropped
 since the last one that went through (`raysight doctor` shows the sum). A forked child starts an empty queue and its
 own thread.
+
+Other signals of the process ride on the same thread and connection (:meth:`SpanQueue.ride`): at each export, what
+each rider has is POSTed to its own route (a task profile's samples: ``task_profile.py``); a rider that has something
+to send wakes the thread as an ended span does (:meth:`SpanQueue.nudge`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
@@ -41,6 +45,7 @@ LINGER_S = 1.0  # Ray's task_events_report_interval_ms
 QUIET_S = 0.05
 EXPORT_TIMEOUT_S = 5.0
 EXIT_FLUSH_S = 1.0
+GZIPPED_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}  # what a rider sends
 
 
 @dataclass
@@ -48,6 +53,14 @@ class Counts:
     exported: int = 0
     dropped_full: int = 0  # the queue was full
     dropped_failed: int = 0  # their export failed
+
+
+class Rider(Protocol):
+    def take(self) -> bytes | None:
+        """A body to send now (gzipped JSON), None for none."""
+
+    def sent(self, ok: bool) -> None:
+        """Whether the body :meth:`take` gave went through."""
 
 
 class SpanQueue(SpanProcessor):
@@ -59,6 +72,7 @@ class SpanQueue(SpanProcessor):
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.url, self.resource, self.max_queue = parts, resource, max_queue
         self.counts = Counts()
+        self._riders: list[tuple[str, Rider]] = []
         self._start()
         os.register_at_fork(after_in_child=self._start)
         atexit.register(self.shutdown)
@@ -80,14 +94,24 @@ class SpanQueue(SpanProcessor):
             self.counts.dropped_full += 1
             return
         self._queue.append(span)
+        self.nudge()
+        if len(self._queue) >= BATCH:
+            self._flush.set()
+
+    def ride(self, path: str, rider: Rider) -> None:
+        """Send what ``rider`` has at each export, to ``path`` (with its query) on the same server."""
+        self._riders.append((path, rider))
+
+    def nudge(self) -> None:
+        """A rider has something to send: export it as an ended span would be (never blocks)."""
+        if self._stopped:
+            return
         self._added = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="raysight-spans", daemon=True)
             self._thread.start()
         if not self._wake.is_set():
             self._wake.set()
-        if len(self._queue) >= BATCH:
-            self._flush.set()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         pass
@@ -122,17 +146,39 @@ class SpanQueue(SpanProcessor):
                     self.counts.exported += len(batch)
                 else:
                     self.counts.dropped_failed += len(batch)
+            self._ride()
         finally:
             self._idle.set()
+
+    def _ride(self) -> None:
+        for path, rider in self._riders:
+            try:
+                body = rider.take()
+            except Exception:  # noqa: BLE001 (a rider's failure is its own: the spans go on)
+                continue
+            if body is not None:
+                rider.sent(self._posted(path, body, GZIPPED_JSON))
 
     def _send(self, batch: list[task_spans.TaskSpan | ReadableSpan]) -> bool:
         try:
             body = self._encode(batch)
         except Exception:  # noqa: BLE001 (a span the encoder cannot take: dropped, the thread goes on)
             return False
+        dropped = self.counts.dropped_full + self.counts.dropped_failed
+        headers = {
+            "Content-Type": "application/x-protobuf",
+            wire.SPANS_DROPPED_HEADER: str(dropped - self._reported),  # (since the last export that went through)
+        }
+        path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
+        if ok := self._posted(path, body, headers):
+            self._reported = dropped
+        return ok
+
+    def _posted(self, path: str, body: bytes, headers: dict[str, str]) -> bool:
+        """POST ``body``, once more over a new connection if the server had closed the kept one; whether it went."""
         for attempt in range(2):
             try:
-                return self._post(body)
+                return self._post(path, body, headers)
             except (OSError, http.client.HTTPException):
                 self._close()
                 if attempt:
@@ -145,25 +191,16 @@ class SpanQueue(SpanProcessor):
         body = encode_spans(sdk).SerializeToString() if sdk else b""
         return body + task_spans.encode_request(ours, self.resource()) if ours else body
 
-    def _post(self, body: bytes) -> bool:
+    def _post(self, path: str, body: bytes, headers: dict[str, str]) -> bool:
         if self._connection is None:
             kind = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
             self._connection = kind(self.url.hostname or "", self.url.port, timeout=EXPORT_TIMEOUT_S)
-        path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
-        dropped = self.counts.dropped_full + self.counts.dropped_failed
-        headers = {
-            "Content-Type": "application/x-protobuf",
-            wire.SPANS_DROPPED_HEADER: str(dropped - self._reported),  # (since the last export that went through)
-            **OWN_HEADERS,
-        }
-        self._connection.request("POST", path, body, headers)
+        self._connection.request("POST", path, body, {**headers, **OWN_HEADERS})
         reply = self._connection.getresponse()
         reply.read()
         if reply.will_close:
             self._close()
-        if ok := 200 <= reply.status < 300:
-            self._reported = dropped
-        return ok
+        return 200 <= reply.status < 300
 
     def _close(self) -> None:
         if self._connection is not None:

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -15,7 +16,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from raysight import wire
-from raysight.instrument import debugger, ray_tracing
+from raysight.instrument import debugger, ray_tracing, task_profile
 from raysight.instrument.export import Counts, SpanQueue
 from raysight.instrument.hook_paths import ENV_HOOK, RAY_ENV_HOOK, RAY_POST_MORTEM, SETUP_HOOK, SETUP_HOOK_KEY
 from raysight.instrument.ray_ids import RayIds
@@ -24,6 +25,7 @@ from raysight.settings import (
     ENV_CHAINED_SETUP_HOOK,
     ENV_OTLP_ENDPOINT,
     ENV_POST_MORTEM_TIMEOUT,
+    ENV_PROFILE_HZ,
     ENV_TRACES_SAMPLE_RATIO,
     default_server,
 )
@@ -45,12 +47,39 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
             _queue = SpanQueue(url, _resource(provider))
             provider.add_span_processor(RayIds())
             provider.add_span_processor(_queue)
+            if (hz := _profile_hz()) > 0:
+                sampler = task_profile.Sampler(hz, ray_tracing.__file__, _ray_package(), nudge=_queue.nudge)
+                _queue.ride(profiles_path(url), task_profile.Batches(sampler, ray_tracing.process_attributes))
+                ray_tracing.profile_with(sampler)
         ray_tracing.instrument(_queue.add, _sample_ratio(), propagate)
 
 
 def _resource(provider: TracerProvider) -> Callable[[], dict[str, Any]]:
     """The attributes of this process's task spans: its SDK resource's (service.name …) and its Ray IDs."""
     return lambda: {**provider.resource.attributes, **ray_tracing.process_attributes()}
+
+
+def _ray_package() -> str:
+    import ray
+
+    return os.path.dirname(ray.__file__) + os.sep
+
+
+def _profile_hz() -> float:
+    try:
+        return min(max(float(os.environ.get(ENV_PROFILE_HZ, task_profile.DEFAULT_HZ)), 0.0), task_profile.MAX_HZ)
+    except ValueError:
+        return task_profile.DEFAULT_HZ
+
+
+def profiles_path(traces_url: str) -> str:
+    """Where task profiles go on the server of ``traces_url`` (its OTLP traces endpoint), with the ingest key that
+    endpoint carries (``/ingest/otlp/{key}/v1/traces``)."""
+    base = urlsplit(traces_url).path.removesuffix(wire.OTLP_TRACES)
+    prefix, keyed, key = base.rpartition(wire.OTLP_KEYED.split("{")[0].rstrip("/") + "/")
+    if keyed and key and "/" not in key:
+        return prefix + wire.TASK_PROFILES + "?" + urlencode(wire.key_params(key))
+    return base + wire.TASK_PROFILES
 
 
 def _sample_ratio() -> float:
@@ -118,7 +147,7 @@ def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
         runtime_env = _load(chained)(runtime_env)
     runtime_env = dict(runtime_env or {})
     env_vars = dict(runtime_env.get("env_vars") or {})
-    for name in (ENV_OTLP_ENDPOINT, RAY_POST_MORTEM, ENV_POST_MORTEM_TIMEOUT):  # (to a cluster's workers too)
+    for name in (ENV_OTLP_ENDPOINT, ENV_PROFILE_HZ, RAY_POST_MORTEM, ENV_POST_MORTEM_TIMEOUT):  # (to a cluster's too)
         if value := os.environ.get(name):
             env_vars.setdefault(name, value)
     user_hook = runtime_env.get(SETUP_HOOK_KEY)

@@ -25,8 +25,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -34,6 +35,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 
 from raysight import wire
 from raysight.instrument.task_spans import TaskSpan, new_id
+
+if TYPE_CHECKING:
+    from raysight.instrument.task_profile import Sampler
 
 CARRIER = "__raysight_trace__"
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -43,6 +47,7 @@ log = logging.getLogger("raysight.instrument")
 _patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), to undo
 _base: bytes | None = None  # a driver's incoming context (TRACEPARENT): the parent of what it submits outside a span
 _sink: Any = None  # where ended task spans go (``export.SpanQueue.add``)
+_sampler: Sampler | None = None  # what samples the attempts this worker runs (``task_profile.py``), if any
 _ratio = 1.0  # of new traces sampled
 _tracing_helper: Any = None  # Ray's own tracing (ray.util.tracing.tracing_helper), once instrumented
 _receiving = False  # whether this process's functions take the carrier away (installed once, never undone)
@@ -146,6 +151,23 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     _patch(ray, "get", _waiting("ray.get"))
     _patch(ray, "wait", _waiting("ray.wait"))
     _patch(logging, "_logRecordFactory", _with_span_ids)  # (what logging.setLogRecordFactory sets)
+
+
+def profile_with(sampler: Sampler | None) -> None:
+    """Tell ``sampler`` which attempt each task wrapper runs, from now on (None: no more); it starts with the first."""
+    global _sampler
+    _sampler = sampler
+
+
+def _profiled(is_async: bool) -> AbstractContextManager[None]:
+    """The attempt the caller runs, told to the sampler for the block (nothing without one)."""
+    sampler = _sampler
+    if sampler is None:
+        return contextlib.nullcontext()
+    worker = core_worker()
+    attempt = (worker.get_current_task_id().hex(), worker.get_current_task_attempt_number())
+    sampler.start()
+    return sampler.running_async(attempt) if is_async else sampler.running(attempt)
 
 
 def uninstrument() -> None:
@@ -332,7 +354,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
 
         async def traced(*args: Any, **kwargs: Any) -> Any:
             running = start(kwargs)
-            with UNWRAPPED:
+            with UNWRAPPED, _profiled(is_async=True):
                 if running is None:
                     async for item in executor(*args, **kwargs):
                         yield item
@@ -351,14 +373,14 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     elif inspect.iscoroutinefunction(user_fn):
 
         async def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            with start(kwargs) or UNWRAPPED:
+            with start(kwargs) or UNWRAPPED, _profiled(is_async=True):
                 return await executor(*args, **kwargs)
 
     elif inspect.isgeneratorfunction(user_fn):
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             running = start(kwargs)
-            with UNWRAPPED:
+            with UNWRAPPED, _profiled(is_async=False):
                 if running is None:
                     return (yield from executor(*args, **kwargs))
                 return (yield from _iterate_in(running, lambda: executor(*args, **kwargs)))
@@ -366,7 +388,7 @@ def _traced(executor: Callable[..., Any], descriptor: Any) -> Callable[..., Any]
     else:
 
         def traced(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            with start(kwargs) or UNWRAPPED:
+            with start(kwargs) or UNWRAPPED, _profiled(is_async=False):
                 return executor(*args, **kwargs)
 
     functools.update_wrapper(traced, executor)

@@ -23,16 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import os
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
+import orjson
+
+from raysight import wire
+
 DEFAULT_HZ = 20.0
+MAX_HZ = 1000.0  # (what the server takes: signals/task_profiles/parse.py)
 MAX_STACKS = 20_000  # distinct (attempt, stack) pairs held between two takes: past it, samples are dropped, counted
 MAX_DEPTH = 128  # frames of a stack kept, from the task's function (deeper ones are cut, marked)
 PROBE_S = 0.002  # how long the sampler watches each sampled thread's CPU time, after reading the stacks
@@ -50,8 +56,16 @@ class Sampler:
     :meth:`start`; ``boundary`` is the file whose frames (the task wrapper's) and those below them are left out of
     each stack."""
 
-    def __init__(self, hz: float = DEFAULT_HZ, boundary: str | None = None) -> None:
-        self.hz, self.boundary = hz, boundary
+    def __init__(
+        self,
+        hz: float = DEFAULT_HZ,
+        boundary: str | None = None,
+        internal: str | None = None,
+        nudge: Callable[[], None] | None = None,
+    ) -> None:
+        """``internal``: the directory of the frames that open a stack before the task's own (Ray's); ``nudge`` is
+        called with the first sample after each take (the sender's cue)."""
+        self.hz, self.boundary, self.internal, self.nudge = hz, boundary, internal, nudge
         self.dropped = 0  # samples not kept: MAX_STACKS reached
         self._threads: dict[int, Attempt] = {}  # thread ident → the attempt it runs
         self._tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Attempt] = weakref.WeakKeyDictionary()
@@ -141,6 +155,8 @@ class Sampler:
             self._add(attempt, stack, was is not None and now is not None and now - was >= ON_CPU * elapsed)
 
     def _add(self, attempt: Attempt, stack: str, on_cpu: bool) -> None:
+        if not self._folded and self.nudge is not None:
+            self.nudge()
         with self._lock:
             stacks = self._folded.setdefault(attempt, {})
             counts = stacks.get(stack)
@@ -154,17 +170,24 @@ class Sampler:
             counts[1] += on_cpu
 
     def _stack(self, frame: FrameType | None) -> str:
-        """``frame``'s stack, collapsed (root first, ``;`` between frames), from the task's own function."""
-        labels: list[str] = []
+        """``frame``'s stack, collapsed (root first, ``;`` between frames), from the task's own function: less the
+        wrapper's frames and those below, and the frames of ``internal`` files that open it (Ray's executor of an
+        actor's method, its tracing wrappers, Serve's replica) unless the stack has no other."""
+        frames: list[tuple[CodeType, int | None]] = []
         while frame is not None:
             code = frame.f_code
             if code.co_filename == self.boundary:
                 break
-            labels.append(self._label(code, frame.f_lineno))
+            frames.append((code, frame.f_lineno))
             frame = frame.f_back
+        frames.reverse()
+        if self.internal:
+            outer = next((i for i, (code, _) in enumerate(frames) if not code.co_filename.startswith(self.internal)), 0)
+            frames = frames[outer:]
+        labels = [self._label(code, line) for code, line in frames]
         if len(labels) > MAX_DEPTH:
             labels = [*labels[: MAX_DEPTH - 1], "[deeper frames cut]"]
-        return ";".join(reversed(labels))
+        return ";".join(labels)
 
     def _label(self, code: CodeType, line: int | None) -> str:
         known = self._labels.get(code)
@@ -189,3 +212,50 @@ def short_path(filename: str) -> str:
         if entry and filename.startswith(entry.rstrip("/") + "/") and len(entry) > len(best):
             best = entry.rstrip("/") + "/"
     return filename[len(best) :]
+
+
+class Batches:
+    """What the export thread (``export.py``) sends of a sampler: its samples since the last batch, as a
+    ``wire.TaskProfiles`` body (gzipped JSON), and what was lost (samples dropped, batches whose export failed)."""
+
+    def __init__(self, sampler: Sampler, process: Callable[[], dict[str, Any]]) -> None:
+        """``process``: this process's Ray IDs (``ray_tracing.process_attributes``)."""
+        self.sampler, self.process = sampler, process
+        self._batches, self._lost, self._reported, self._reporting = 0, 0, 0, 0
+        self._pending = 0  # the samples of the batch being sent
+        self._prefix = f"{os.getpid()}-{time.time_ns():x}"
+
+    def take(self) -> bytes | None:
+        """The next batch's body, None when nothing was sampled (or the process is not yet Ray's)."""
+        attributes = self.process()
+        session = attributes.get(wire.ATTR_SESSION)
+        folded = self.sampler.take()
+        if not folded or session is None:
+            self._lost += sum(n for stacks in folded.values() for n, _ in stacks.values())
+            return None
+        self._batches += 1
+        self._pending = sum(n for stacks in folded.values() for n, _ in stacks.values())
+        lost = self.sampler.dropped + self._lost
+        batch: wire.TaskProfiles = {
+            "batch_id": f"{self._prefix}-{self._batches}",
+            "session": session,
+            "node_id": attributes.get(wire.ATTR_NODE_ID),
+            "worker_id": attributes.get(wire.ATTR_WORKER_ID),
+            "pid": os.getpid(),
+            "hz": self.sampler.hz,
+            "dropped": lost - self._reported,  # (since the last batch that went through)
+            "attempts": [
+                {"task_id": task_id, "attempt": attempt, "stacks": [(s, n, c) for s, (n, c) in stacks.items()]}
+                for (task_id, attempt), stacks in folded.items()
+            ],
+        }
+        self._reporting = lost
+        return gzip.compress(orjson.dumps(batch), compresslevel=1)
+
+    def sent(self, ok: bool) -> None:
+        """The batch :meth:`take` made went through, or was lost."""
+        if ok:
+            self._reported = self._reporting
+        else:
+            self._lost += self._pending
+        self._pending = 0

@@ -15,7 +15,7 @@ from raysight.ingest.fields import int_field, json_dict, session_field, text_fie
 from raysight.tables import Table, columns
 
 MAX_STACK = 32 * 1024  # characters of a collapsed stack (the sampler keeps 128 frames)
-MAX_HZ = 1000.0
+MAX_HZ = 1000.0  # (instrument/task_profile.py's too)
 _HEX_ID = re.compile(r"[0-9a-f]{1,64}")
 _BATCH_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 INT32_MAX = 2**31 - 1

@@ -1,0 +1,127 @@
+"""`raysight profile`: where a task's time went, from the samples raysight took of it while it ran (continuous,
+in-process: ``instrument/task_profile.py``), live or long after its cluster is gone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from raysight.cli import flame, render
+from raysight.cli.common import make_client, server_option, session_option
+
+FORMATS = ("table", "collapsed", "speedscope", "svg", "json")
+SUFFIXES = {".svg": "svg", ".json": "speedscope", ".txt": "collapsed", ".folded": "collapsed"}
+
+
+@click.group("profile", invoke_without_command=True)
+@click.option("--task", metavar="ID", help="A task's profile (its attempts merged, unless --attempt).")
+@click.option("--attempt", type=click.IntRange(0), help="Only this attempt of the task (0 is the first).")
+@click.option("--function", metavar="NAME", help="Every attempt of a function: f, Class.method or module.f.")
+@click.option("--actor", metavar="ID", help="Every task an actor ran.")
+@click.option("--job", metavar="ID", help="Every task of a job.")
+@click.option("--cpu-only", is_flag=True, help="Only the samples taken while the task ran on CPU.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write it to this file, in the format its name says: .svg a flame graph, .json speedscope's, else "
+    "collapsed stacks.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="table: the hottest functions [default on a terminal]; collapsed: flamegraph.pl's folded stacks; "
+    "speedscope: its JSON (speedscope.app); svg: a flame graph; json: the answer as the API gives it.",
+)
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Functions in the table.")
+@session_option
+@server_option
+@click.pass_context
+def profile_cmd(
+    ctx: click.Context,
+    task: str | None,
+    attempt: int | None,
+    function: str | None,
+    actor: str | None,
+    job: str | None,
+    cpu_only: bool,
+    output: Path | None,
+    fmt: str | None,
+    limit: int,
+    session: str | None,
+    server: str | None,
+) -> None:
+    """Where a task's time went: the Python stacks raysight sampled of it while it ran (20 times a second in every
+    worker of a job it records), each marked on CPU or not (sleeping, waiting on I/O, on ray.get), kept after the
+    cluster is gone. Name one task (--task), or merge every attempt of a function, an actor or a job."""
+    if ctx.invoked_subcommand:
+        return
+    if sum(v is not None for v in (task, function, actor, job)) != 1:
+        raise click.UsageError("name one of --task, --function, --actor or --job")
+    if attempt is not None and task is None:
+        raise click.UsageError("--attempt is a task's: name it with --task")
+    with make_client(server) as client:
+        data = client.profile(
+            session=session,
+            task=task,
+            attempt=attempt,
+            function=function,
+            actor=actor,
+            job=job,
+            cpu_only=True if cpu_only else None,
+        )
+    kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
+    title = f"{task or function or actor or job} — {_summary(data, cpu_only)}"
+    if kind == "table":
+        if output is not None:
+            raise click.UsageError("the table is for the terminal: write collapsed, speedscope or svg to a file")
+        _table(data, title, cpu_only, limit)
+        return
+    text = _rendered(data, kind, title, cpu_only)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.write_text(text)
+    click.echo(f"{title} -> {output} ({kind})", err=True)
+
+
+def _stacks(data: dict[str, Any], cpu_only: bool) -> flame.Stacks:
+    return [(stack, on_cpu if cpu_only else samples) for stack, samples, on_cpu in data["stacks"]]
+
+
+def _summary(data: dict[str, Any], cpu_only: bool) -> str:
+    attempts = f"{data['attempts']} attempt{'s' * (data['attempts'] != 1)}"
+    cpu = f"{data['cpu_s']:.2f}s on CPU" + (" (the samples shown)" if cpu_only else "")
+    return f"{attempts}, {data['samples']:,} samples: {data['wall_s']:.2f}s sampled, {cpu}"
+
+
+def _rendered(data: dict[str, Any], kind: str, title: str, cpu_only: bool) -> str:
+    stacks = _stacks(data, cpu_only)
+    if kind == "json":
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
+    if kind == "collapsed":
+        return flame.collapsed(stacks)
+    if kind == "speedscope":
+        each = data["wall_s"] / data["samples"] if data["samples"] else None
+        return orjson.dumps(flame.speedscope(stacks, title, each)).decode() + "\n"
+    return flame.flame_svg(stacks, title, "samples on CPU" if cpu_only else "samples")
+
+
+def _table(data: dict[str, Any], title: str, cpu_only: bool, limit: int) -> None:
+    """The hottest functions: the share of the samples each ends (own) and is in (total)."""
+    stacks = _stacks(data, cpu_only)
+    weight = sum(w for _, w in stacks) or 1
+    click.echo(f"Session: {data['session']}\n{title}")
+    rows = [
+        {
+            "own": f"{100 * r['own'] / weight:.1f}%",
+            "total": f"{100 * r['total'] / weight:.1f}%",
+            "function": r["function"],
+        }
+        for r in flame.top(stacks)[:limit]
+    ]
+    render.table(rows, columns=["own", "total", "function"])

@@ -1,0 +1,107 @@
+"""Continuous task profiles of a real Ray run (tests/ray_programs/profiled.py), read after its cluster is gone, as
+users run `raysight profile`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from raysight.cli import main
+from raysight.cli.flame import top
+from tests.ray_scenarios import ServerProcess, ray_run
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """The server the workload was recorded into (its cluster gone), and each task's ID."""
+    tmp = tmp_path_factory.mktemp("profiled")
+    server = ServerProcess(tmp / "data").start()
+    try:
+        ray_run(server.url, "profiled", "-m", "tests.ray_programs.profiled", str(tmp / "ids.json"))
+        yield server, json.loads((tmp / "ids.json").read_text())
+    finally:
+        server.stop()
+
+
+def cli(server: ServerProcess, *args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "--server", server.url])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def profile(server: ServerProcess, task: str, *more: str) -> dict[str, Any]:
+    return orjson.loads(cli(server, "profile", "--task", task, "--format", "json", *more))  # type: ignore[no-any-return]
+
+
+def hottest(data: dict[str, Any], cpu: bool = False) -> str:
+    """The function the most samples (on CPU) end in."""
+    return top([(stack, on_cpu if cpu else samples) for stack, samples, on_cpu in data["stacks"]])[0]["function"]
+
+
+def functions(data: dict[str, Any]) -> set[str]:
+    return {frame.split(" (")[0] for stack, *_ in data["stacks"] for frame in stack.split(";")}
+
+
+def test_a_burning_task_s_hottest_frame_is_burn_on_cpu_and_a_sleeping_task_sleeps_off_it(
+    profiled: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, ids = profiled
+    burning = profile(server, ids["burning"])
+    assert hottest(burning, cpu=True).startswith("burn (tests/ray_programs/profiled.py)"), burning
+    assert burning["cpu_s"] >= 1.0 and burning["on_cpu"] >= burning["samples"] // 2, burning
+    # each stack starts at the task's own function, not in Ray's worker
+    assert all(stack.startswith("burning (tests/ray_programs/profiled.py:") for stack, *_ in burning["stacks"])
+    sleeping = profile(server, ids["sleeping"])
+    assert sleeping["samples"] >= 10 and sleeping["on_cpu"] == 0, sleeping
+    assert hottest(sleeping).startswith("sleeping ("), sleeping  # (time.sleep is C: the task's frame is the leaf)
+    assert profile(server, ids["sleeping"], "--cpu-only")["stacks"] == []
+
+
+def test_two_tasks_run_one_after_the_other_on_one_worker_keep_their_own_samples(
+    profiled: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, ids = profiled
+    hot, idle = profile(server, ids["hot"]), profile(server, ids["idle"])
+    assert "burn" in functions(hot) and "Worker.idle" not in functions(hot), hot
+    # an actor's stacks start at its method, not in Ray's executor of it (nor its tracing wrappers)
+    assert all(stack.startswith("Worker.hot (tests/ray_programs/profiled.py:") for stack, *_ in hot["stacks"]), hot
+    assert "burn" not in functions(idle) and idle["on_cpu"] == 0, idle
+
+
+def test_an_async_actor_s_overlapping_calls_each_have_their_own_samples(
+    profiled: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, ids = profiled
+    computing, blocking = profile(server, ids["computing"]), profile(server, ids["blocking"])
+    assert "crunch" in functions(computing) and "doze" not in functions(computing), computing
+    assert "doze" in functions(blocking) and "crunch" not in functions(blocking), blocking
+    assert all(stack.startswith("Loop.computing (") for stack, *_ in computing["stacks"]), computing
+    assert computing["on_cpu"] > 0 and blocking["on_cpu"] <= blocking["samples"] // 5, blocking
+
+
+def test_a_function_s_attempts_merge_and_each_format_is_written(
+    profiled: tuple[ServerProcess, dict[str, str]], tmp_path: Path
+) -> None:
+    server, ids = profiled
+    merged = orjson.loads(cli(server, "profile", "--function", "Worker.hot", "--format", "json"))
+    assert merged["attempts"] == 1 and "burn" in functions(merged)
+    table = cli(server, "profile", "--task", ids["burning"], "--cpu-only")
+    assert table.splitlines()[2].split()[:2] == ["OWN", "TOTAL"], table
+    assert "burn (tests/ray_programs/profiled.py)" in table.splitlines()[3], table
+    cli(server, "profile", "--task", ids["burning"], "-o", str(tmp_path / "burning.svg"))
+    svg = (tmp_path / "burning.svg").read_text()
+    assert svg.startswith("<svg") and "burn (tests/ray_programs/profiled.py:" in svg
+    cli(server, "profile", "--task", ids["burning"], "-o", str(tmp_path / "burning.json"))
+    speedscope = json.loads((tmp_path / "burning.json").read_text())
+    names = {frame["name"] for frame in speedscope["shared"]["frames"]}
+    assert {"burning", "burn"} <= names and speedscope["profiles"][0]["unit"] == "seconds"
+    folded = cli(server, "profile", "--task", ids["burning"], "--format", "collapsed")
+    assert all(line.rsplit(" ", 1)[1].isdigit() for line in folded.splitlines())
