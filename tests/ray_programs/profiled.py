@@ -6,6 +6,7 @@ other blocking in `time.sleep`. Writes each one's task ID to the path given, as 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import time
@@ -88,7 +89,7 @@ def main(out: str) -> None:
     ids["computing"], ids["blocking"] = ray.get([loop.computing.remote(), loop.blocking.remote()])
 
     for name, task in ids.items():
-        wait_until_raysight(lambda client: _sampled(client, task), f"samples of {name} ({task})", 30)
+        wait_until_raysight(functools.partial(_sampled, task=task), f"samples of {name} ({task})", 30)
     time.sleep(2 * LINGER_S)  # (the samples of each task's last moments, sent within a second)
     Path(out).write_text(json.dumps(ids))
     ray.shutdown()
