@@ -49,6 +49,7 @@ LIVE = {
     "raysight stop": "tests.test_ray_clusters.test_raysight_stop_stops_its_ray_start_node_alone_which_ends_dead",
     "raysight debug": "tests.test_debugger.test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_"
     "through_the_server",
+    "raysight profile": "tests.test_task_profiles_ray.test_a_function_s_attempts_merge_and_each_format_is_written",
     "./dev.sh": ".ci/run",
     "pip install .": "tests.test_ui.test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_"
     "missing_without_its_libraries",

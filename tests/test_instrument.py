@@ -822,7 +822,7 @@ def env_lines(*args: str, **env: str | None) -> list[str]:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert "export RAY_enable_ray_event='1'" in lines
-    return [line for line in lines if "HOOK" in line or "OTLP" in line]
+    return [line for line in lines if any(part in line for part in ("HOOK", "OTLP", "RAYSIGHT_TRACING", "PROFILE"))]
 
 
 def test_env_prints_the_tracing_variables() -> None:
@@ -831,7 +831,18 @@ def test_env_prints_the_tracing_variables() -> None:
         HOOK_LINE,
         "export RAYSIGHT_OTLP_ENDPOINT='http://h:1/ingest/otlp/k'",
     ]
-    assert env_lines("--server", "http://h:1", "--no-tracing") == []
+    assert env_lines("--server", "http://h:1", "--no-tracing", "--no-profiling") == []
+    # each on its own: the hook, for the other
+    assert env_lines("--server", "http://h:1", "--no-tracing") == [
+        HOOK_LINE,
+        "export RAYSIGHT_OTLP_ENDPOINT='http://h:1'",
+        "export RAYSIGHT_TRACING='0'",
+    ]
+    assert env_lines("--server", "http://h:1", "--no-profiling") == [
+        HOOK_LINE,
+        "export RAYSIGHT_OTLP_ENDPOINT='http://h:1'",
+        "export RAYSIGHT_PROFILE_HZ='0'",
+    ]
     assert env_lines("--server", "http://h:1", RAY_RUNTIME_ENV_HOOK="mypkg.env_hook") == [
         HOOK_LINE,
         "export RAYSIGHT_OTLP_ENDPOINT='http://h:1'",
@@ -901,6 +912,8 @@ SHOWN = (
     "RAY_RUNTIME_ENV_HOOK",
     "RAYSIGHT_OTLP_ENDPOINT",
     "RAYSIGHT_CHAINED_ENV_HOOK",
+    "RAYSIGHT_TRACING",
+    "RAYSIGHT_PROFILE_HZ",
     "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH",
     "RAY_SERVE_TRACING_SAMPLING_RATIO",
 )
@@ -925,12 +938,15 @@ def shown(done: subprocess.CompletedProcess[str]) -> dict[str, str | None]:
     return result
 
 
-def test_run_traces_the_program_unless_told_not_to(server: ServerProcess) -> None:
+def test_run_traces_and_profiles_the_program_unless_told_not_to(server: ServerProcess) -> None:
+    program = (sys.executable, "-c", SHOW_ENV)
     traced = raysight_run("run", "--server", server.url, "--", sys.executable, "-c", SHOW_ENV)
     assert shown(traced) == {
         "RAY_RUNTIME_ENV_HOOK": "raysight.instrument.runtime_env_hook",
         "RAYSIGHT_OTLP_ENDPOINT": server.url,
         "RAYSIGHT_CHAINED_ENV_HOOK": None,
+        "RAYSIGHT_TRACING": None,
+        "RAYSIGHT_PROFILE_HZ": None,
         **SERVES,
     }
     assert traced.stderr == ""
@@ -939,20 +955,33 @@ def test_run_traces_the_program_unless_told_not_to(server: ServerProcess) -> Non
     )
     assert shown(chained)["RAYSIGHT_CHAINED_ENV_HOOK"] == "mypkg.env_hook"
     assert shown(chained)["RAY_RUNTIME_ENV_HOOK"] == "raysight.instrument.runtime_env_hook"
-    untraced = raysight_run("run", "--server", server.url, "--no-tracing", "--", sys.executable, "-c", SHOW_ENV)
-    assert shown(untraced) == dict.fromkeys(SHOWN)
+    bare = raysight_run("run", "--server", server.url, "--no-tracing", "--no-profiling", "--", *program)
+    assert shown(bare) == dict.fromkeys(SHOWN)
+    # profiled, untraced: the hook, no span (nor Serve's exporter, which a shell's `raysight env` left)
+    untraced = raysight_run(
+        "run", "--server", server.url, "--no-tracing", "--", *program, RAYSIGHT_TRACING="1", **SERVES
+    )
+    assert shown(untraced) == {
+        **dict.fromkeys(SHOWN),
+        "RAY_RUNTIME_ENV_HOOK": "raysight.instrument.runtime_env_hook",
+        "RAYSIGHT_OTLP_ENDPOINT": server.url,
+        "RAYSIGHT_TRACING": "0",
+        "RAY_SERVE_TRACING_SAMPLING_RATIO": "1.0",  # (Serve's own setting, which nothing reads without its exporter)
+    }
+    unprofiled = raysight_run("run", "--server", server.url, "--no-profiling", "--", *program)
+    assert shown(unprofiled)["RAYSIGHT_PROFILE_HZ"] == "0" and shown(unprofiled)["RAYSIGHT_TRACING"] is None
 
 
-def test_run_without_tracing_drops_raysights_hook_from_the_shell(server: ServerProcess) -> None:
+def test_run_neither_tracing_nor_profiling_drops_raysights_hook_from_the_shell(server: ServerProcess) -> None:
     shell = tracing_env("http://elsewhere:1", environ={})
     untraced = raysight_run(
-        "run", "--server", server.url, "--no-tracing", "--", sys.executable, "-c", SHOW_ENV, **shell
+        "run", "--server", server.url, "--no-tracing", "--no-profiling", "--", sys.executable, "-c", SHOW_ENV, **shell
     )
     assert shown(untraced)["RAY_RUNTIME_ENV_HOOK"] is None and shown(untraced)["RAYSIGHT_OTLP_ENDPOINT"] is None
     theirs = {**shell, "RAY_RUNTIME_ENV_HOOK": "raysight.instrument.runtime_env_hook"}
     theirs["RAYSIGHT_CHAINED_ENV_HOOK"] = "my.hook"
     untraced = raysight_run(
-        "run", "--server", server.url, "--no-tracing", "--", sys.executable, "-c", SHOW_ENV, **theirs
+        "run", "--server", server.url, "--no-tracing", "--no-profiling", "--", sys.executable, "-c", SHOW_ENV, **theirs
     )
     assert shown(untraced)["RAY_RUNTIME_ENV_HOOK"] == "my.hook"  # the user's own hook, which raysight had chained
 
@@ -991,8 +1020,8 @@ def test_run_warns_that_ray_skips_the_hook_under_uv_run(server: ServerProcess, t
         "run", "--server", server.url, "--", str(uv), "run", "app.py", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0"
     )
     assert told.returncode == 0 and told.stderr == "", told.stderr
-    untraced = raysight_run("run", "--server", server.url, "--no-tracing", "--", str(uv), "run", "app.py")
-    assert untraced.returncode == 0 and untraced.stderr == "", untraced.stderr
+    bare = raysight_run("run", "--server", server.url, "--no-tracing", "--no-profiling", "--", str(uv), "run", "app.py")
+    assert bare.returncode == 0 and bare.stderr == "", bare.stderr
     # no uv on the PATH: the warning still comes first, then the error
     missing = raysight_run(
         "run", "--server", server.url, "--", "uv", "run", "app.py", PATH=str(tmp_path / "nothing-here")

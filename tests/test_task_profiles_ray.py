@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from raysight.cli import main
-from raysight.cli.flame import top
+from raysight.flame import top
 from tests.ray_scenarios import ServerProcess, ray_run
 
 pytestmark = pytest.mark.ray
@@ -21,11 +21,13 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    """The server the workload was recorded into (its cluster gone), and each task's ID."""
+    """The server the workload was recorded into, untraced (profiles need no span), its cluster gone; and each
+    task's ID."""
     tmp = tmp_path_factory.mktemp("profiled")
     server = ServerProcess(tmp / "data").start()
     try:
-        ray_run(server.url, "profiled", "-m", "tests.ray_programs.profiled", str(tmp / "ids.json"))
+        program = ("-m", "tests.ray_programs.profiled", str(tmp / "ids.json"))
+        ray_run(server.url, "profiled", *program, options=["--no-tracing"])
         yield server, json.loads((tmp / "ids.json").read_text())
     finally:
         server.stop()
@@ -63,6 +65,12 @@ def test_a_burning_task_s_hottest_frame_is_burn_on_cpu_and_a_sleeping_task_sleep
     assert sleeping["samples"] >= 10 and sleeping["on_cpu"] == 0, sleeping
     assert hottest(sleeping).startswith("sleeping ("), sleeping  # (time.sleep is C: the task's frame is the leaf)
     assert profile(server, ids["sleeping"], "--cpu-only")["stacks"] == []
+
+
+def test_profiles_are_taken_without_tracing(profiled: tuple[ServerProcess, dict[str, str]]) -> None:
+    server, _ = profiled
+    counters = orjson.loads(cli(server, "doctor", "--format", "json"))["counters"]
+    assert counters.get("spans", 0) == 0 and counters["profile_samples"] > 50, counters
 
 
 def test_two_tasks_run_one_after_the_other_on_one_worker_keep_their_own_samples(

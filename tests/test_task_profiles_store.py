@@ -3,6 +3,7 @@ each attempt's samples summed by stack, read back as one profile; what a bad bat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -10,6 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight import wire
+from raysight.server.app import create_app
+from raysight.settings import Settings
 from tests.ray_scenarios import wait_folded
 
 SESSION = "session_2026-11-28_00-00-00_000000_1"
@@ -53,6 +56,15 @@ def test_an_attempt_s_samples_are_summed_by_stack_and_a_resent_batch_adds_nothin
     assert cpu["stacks"] == [[BURN, 40, 39]]
     doctor = server.get(wire.DOCTOR).json()["counters"]
     assert (doctor["profile_batches"], doctor["profile_samples"]) == (2, 59)
+
+
+def test_a_batch_resent_into_the_same_group_is_kept_once(tmp_path: Path) -> None:
+    settings = Settings(tmp_path / "data").replace(fold_linger_s=1.0, fold_rest=0)  # (both POSTs in one group)
+    with TestClient(create_app(settings)) as server:
+        for _ in range(2):
+            assert post(server, batch("w1-1", (TASK, 0, [[BURN, 30, 29]]))).status_code == 200
+        wait_folded(server)
+        assert server.get(wire.PROFILE, params={"task": TASK}).json()["stacks"] == [[BURN, 30, 29]]
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ ENV_METRICS_DROP = "RAYSIGHT_METRICS_DROP"
 ENV_OTLP_ENDPOINT = "RAYSIGHT_OTLP_ENDPOINT"  # OTLP/HTTP base URL; /v1/traces is appended
 ENV_TRACES_SAMPLE_RATIO = "RAYSIGHT_TRACES_SAMPLE_RATIO"  # of new traces (a parent's decision is followed)
 ENV_PROFILE_HZ = "RAYSIGHT_PROFILE_HZ"  # task attempts' samples a second (instrument/task_profile.py); 0: none
+ENV_TRACING = "RAYSIGHT_TRACING"  # 0: the workers' hook makes no span (it samples the task attempts alone)
 ENV_CHAINED_ENV_HOOK = "RAYSIGHT_CHAINED_ENV_HOOK"  # the user's RAY_RUNTIME_ENV_HOOK, called first
 ENV_CHAINED_SETUP_HOOK = "RAYSIGHT_CHAINED_SETUP_HOOK"  # the user's worker_process_setup_hook (a module), called after
 ENV_POST_MORTEM_TIMEOUT = (

@@ -35,8 +35,9 @@ from raysight.cli.run import (
     ensure_server,
     env_exports,
     key_option,
+    left_off,
+    profiling_option,
     tracing_option,
-    untraced,
 )
 from raysight.settings import ENV_INGEST_KEY
 
@@ -207,6 +208,7 @@ def _running(state: Mapping[str, Any]) -> list[str]:
 @cluster_option
 @key_option
 @tracing_option
+@profiling_option
 @state_dir_option
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED)
 def start_cmd(
@@ -216,6 +218,7 @@ def start_cmd(
     cluster: str | None,
     ingest_key: str | None,
     tracing: bool,
+    profiling: bool,
     state_dir: Path | None,
     ray_args: tuple[str, ...],
 ) -> None:
@@ -250,9 +253,8 @@ def start_cmd(
                 "`raysight start` starts the node's own"
             ) from None
         url = ensure_server(server, start=head)
-        env = {**os.environ, **env_exports(url, cluster, ingest_key, tracing)}
-        if not tracing:
-            untraced(env)
+        env = {**os.environ, **env_exports(url, cluster, ingest_key, tracing, profiling)}
+        left_off(env, tracing, profiling)
         ray = _start_ray(args, env, state_dir / "ray-start.log")
         state = {"head": head, "server": url, "cluster": cluster, "ray": ray, "agent": None, "poller": None}
         _save(state_file, state)  # from now on, `raysight stop` stops it

@@ -9,7 +9,8 @@ from typing import Any
 import click
 import orjson
 
-from raysight.cli import flame, render
+from raysight import flame
+from raysight.cli import render
 from raysight.cli.common import make_client, server_option, session_option
 
 FORMATS = ("table", "collapsed", "speedscope", "svg", "json")

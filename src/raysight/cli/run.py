@@ -38,6 +38,7 @@ from raysight.instrument.hook_paths import (
     RAY_SERVE_SAMPLING,
     SERVE_EXPORTER,
 )
+from raysight.instrument.task_profile import DEFAULT_HZ
 from raysight.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -45,8 +46,10 @@ from raysight.settings import (
     ENV_INGEST_KEY,
     ENV_OTLP_ENDPOINT,
     ENV_POST_MORTEM_TIMEOUT,
+    ENV_PROFILE_HZ,
     ENV_RAY_SYSTEM_CONFIG,
     ENV_SERVER,
+    ENV_TRACING,
     POST_MORTEM_TIMEOUT_S,
     default_data_dir,
     default_server,
@@ -68,21 +71,49 @@ def ray_env(
     }
 
 
-def tracing_env(server: str, key: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables that trace a Ray program's tasks and actors to ``server`` (``raysight/instrument``): Ray calls
-    raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names; and
-    Ray Serve's requests, every one (unless ``environ`` sets Serve's sampling), unless ``environ`` names an
-    exporter of its own for Serve (:func:`serve_exporter_hint`)."""
+def tracing_env(
+    server: str,
+    key: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    tracing: bool = True,
+    profiling: bool = True,
+) -> dict[str, str]:
+    """The variables that instrument a Ray program's tasks and actors for ``server`` (``raysight/instrument``): Ray
+    calls raysight's runtime-env hook in each driver's ``ray.init``, which chains a hook ``environ`` already names,
+    and each worker's setup hook then traces its tasks (``tracing``: spans) and samples them (``profiling``: task
+    profiles); and traces Ray Serve's requests, every one (unless ``environ`` sets Serve's sampling), unless
+    ``environ`` names an exporter of its own for Serve (:func:`serve_exporter_hint`)."""
+    if not (tracing or profiling):
+        return {}
     environ = os.environ if environ is None else environ
     endpoint = server.rstrip("/") + (wire.path(wire.OTLP_KEYED, key=key) if key else "")
     env = {RAY_ENV_HOOK: ENV_HOOK, ENV_OTLP_ENDPOINT: endpoint}
     theirs = environ.get(RAY_ENV_HOOK)
     if theirs and theirs != ENV_HOOK:
         env[ENV_CHAINED_ENV_HOOK] = theirs
-    if serve_exporter_hint(environ) is None:
+    if not tracing:
+        env[ENV_TRACING] = "0"
+    elif serve_exporter_hint(environ) is None:
         env[RAY_SERVE_EXPORTER] = SERVE_EXPORTER
         env[RAY_SERVE_SAMPLING] = environ.get(RAY_SERVE_SAMPLING) or "1.0"
+    if not profiling:
+        env[ENV_PROFILE_HZ] = "0"
     return env
+
+
+def left_off(env: dict[str, str], tracing: bool, profiling: bool) -> None:
+    """``env`` (with :func:`tracing_env`'s variables) less those of raysight's that an environment a shell `raysight
+    env` set up had, and ``tracing`` and ``profiling`` turn off: a user's own runtime-env hook, which raysight chained,
+    back where neither is on."""
+    if tracing:
+        env.pop(ENV_TRACING, None)
+    elif env.get(RAY_SERVE_EXPORTER) == SERVE_EXPORTER:
+        del env[RAY_SERVE_EXPORTER]
+    if not (tracing or profiling) and env.get(RAY_ENV_HOOK) == ENV_HOOK:
+        del env[RAY_ENV_HOOK]
+        if chained := env.pop(ENV_CHAINED_ENV_HOOK, None):
+            env[RAY_ENV_HOOK] = chained
+        env.pop(ENV_OTLP_ENDPOINT, None)
 
 
 def serve_exporter_hint(environ: Mapping[str, str]) -> str | None:
@@ -96,17 +127,6 @@ def serve_exporter_hint(environ: Mapping[str, str]) -> str | None:
         "spans go to it (and to raysight where raysight traces the process, sampled as raysight samples); unset it "
         "for raysight's"
     )
-
-
-def untraced(env: dict[str, str]) -> None:
-    """``env`` without raysight's tracing variables (a user's own runtime-env hook, which raysight chained, back)."""
-    if env.get(RAY_ENV_HOOK) == ENV_HOOK:
-        del env[RAY_ENV_HOOK]
-        if chained := env.pop(ENV_CHAINED_ENV_HOOK, None):
-            env[RAY_ENV_HOOK] = chained
-    env.pop(ENV_OTLP_ENDPOINT, None)
-    if env.get(RAY_SERVE_EXPORTER) == SERVE_EXPORTER:
-        del env[RAY_SERVE_EXPORTER]
 
 
 def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
@@ -128,21 +148,28 @@ def uv_run_warning(command: list[str], environ: dict[str, str]) -> str | None:
 RAY_SYSTEM_CONFIG = {"enable_ray_event": True, "enable_core_worker_ray_event_to_aggregator": True}
 
 
-def env_exports(server: str, cluster: str | None, key: str | None, tracing: bool = True) -> dict[str, str]:
+def env_exports(
+    server: str, cluster: str | None, key: str | None, tracing: bool = True, profiling: bool = True
+) -> dict[str, str]:
     """What `raysight env` exports, and `raysight start` sets for `ray start`: Ray's variables (and tracing's) and the
     head's ``--system-config``."""
     return {
         **ray_env(server, cluster, key=key),
-        **(tracing_env(server, key) if tracing else {}),
+        **tracing_env(server, key, tracing=tracing, profiling=profiling),
         ENV_RAY_SYSTEM_CONFIG: json.dumps(RAY_SYSTEM_CONFIG),
     }
 
 
 def env_lines(
-    server: str, cluster: str | None, key: str | None, tracing: bool = True, more: Mapping[str, str] | None = None
+    server: str,
+    cluster: str | None,
+    key: str | None,
+    tracing: bool = True,
+    profiling: bool = True,
+    more: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What `raysight env` prints: shell lines that export :func:`env_exports` (and ``more``), and how to use them."""
-    exports = {**env_exports(server, cluster, key, tracing), **(more or {})}
+    exports = {**env_exports(server, cluster, key, tracing, profiling), **(more or {})}
     return [f"export {name}='{value}'" for name, value in exports.items()] + [
         f'# on the head node: ray start --head --system-config="${ENV_RAY_SYSTEM_CONFIG}" …  '
         "(drivers started elsewhere",
@@ -186,6 +213,13 @@ tracing_option = click.option(
     show_default=True,
     help="Trace the program's tasks and actors (OpenTelemetry spans, sent to raysight).",
 )
+profiling_option = click.option(
+    "--profiling/--no-profiling",
+    default=True,
+    show_default=True,
+    help=f"Sample the Python stacks of every task attempt (`raysight profile`), {DEFAULT_HZ:g} times a second "
+    f"[env {ENV_PROFILE_HZ} sets the rate].",
+)
 key_option = click.option(
     "--ingest-key",
     envvar=ENV_INGEST_KEY,
@@ -199,15 +233,22 @@ key_option = click.option(
 @cluster_option
 @key_option
 @tracing_option
+@profiling_option
 @post_mortem_option
 def env_cmd(
-    server: str | None, cluster: str | None, ingest_key: str | None, tracing: bool, post_mortem: float | None
+    server: str | None,
+    cluster: str | None,
+    ingest_key: str | None,
+    tracing: bool,
+    profiling: bool,
+    post_mortem: float | None,
 ) -> None:
     """Print the `export` lines that point a `ray start` node at raysight: `eval "$(raysight env …)"` on every node,
     then `ray start --head --system-config="$RAYSIGHT_RAY_SYSTEM_CONFIG"` on the head. Drivers started where these
     are set trace their tasks and actors. (`raysight start` does all of it, the agent and poller too, in one
     command.)"""
-    for line in env_lines(server or default_server(), cluster, ingest_key, tracing, post_mortem_env(post_mortem)):
+    more = post_mortem_env(post_mortem)
+    for line in env_lines(server or default_server(), cluster, ingest_key, tracing, profiling, more):
         click.echo(line)
     if tracing and (hint := serve_exporter_hint(os.environ)) is not None:
         click.echo(hint, err=True)
@@ -220,6 +261,7 @@ def run_program(
     key: str | None,
     families: Families | None = None,
     tracing: bool = True,
+    profiling: bool = True,
     more: Mapping[str, str] | None = None,
 ) -> int:
     """Run a Ray program with the export variables set, polling its dashboard for what Ray never sends as events
@@ -227,14 +269,13 @@ def run_program(
     the server how its driver ended. Returns the program's exit code, which a failed report does not
     change."""
     run_id = uuid.uuid4().hex
-    env = {**os.environ, **ray_env(server, cluster, run_id, key), **(tracing_env(server, key) if tracing else {})}
+    env = {**os.environ, **ray_env(server, cluster, run_id, key), **tracing_env(server, key, None, tracing, profiling)}
     env.update(more or {})
-    if not tracing:  # not even as a shell `raysight env` set up has it
-        untraced(env)
-    if tracing:
-        for warning in (uv_run_warning(command, env), serve_exporter_hint(env)):
-            if warning is not None:
-                click.echo(warning, err=True)
+    left_off(env, tracing, profiling)  # (not even as a shell `raysight env` set up has it)
+    warnings = [uv_run_warning(command, env) if tracing or profiling else None]
+    warnings += [serve_exporter_hint(env) if tracing else None]
+    for warning in filter(None, warnings):
+        click.echo(warning, err=True)
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
@@ -303,6 +344,7 @@ def ensure_server(server: str | None, start: bool = True) -> str:
 @key_option
 @metrics_options
 @tracing_option
+@profiling_option
 @post_mortem_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(
@@ -312,6 +354,7 @@ def run_cmd(
     metrics_keep: re.Pattern[str] | None,
     metrics_drop: re.Pattern[str] | None,
     tracing: bool,
+    profiling: bool,
     post_mortem: float | None,
     command: tuple[str, ...],
 ) -> None:
@@ -322,7 +365,8 @@ def run_cmd(
     """
     url = ensure_server(server)
     families = Families(metrics_keep, metrics_drop)
-    sys.exit(run_program(list(command), url, cluster, ingest_key, families, tracing, post_mortem_env(post_mortem)))
+    more = post_mortem_env(post_mortem)
+    sys.exit(run_program(list(command), url, cluster, ingest_key, families, tracing, profiling, more))
 
 
 def free_port() -> int:

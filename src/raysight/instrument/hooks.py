@@ -27,6 +27,7 @@ from raysight.settings import (
     ENV_POST_MORTEM_TIMEOUT,
     ENV_PROFILE_HZ,
     ENV_TRACES_SAMPLE_RATIO,
+    ENV_TRACING,
     default_server,
 )
 
@@ -38,20 +39,28 @@ _own: TracerProvider | None = None  # the provider raysight set, where the proce
 
 def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
     """Send this process's spans to ``endpoint`` (default ``$RAYSIGHT_OTLP_ENDPOINT``, else the raysight server) and
-    trace its Ray calls; idempotent. ``propagate`` False: carry no trace context to the workers."""
+    trace its Ray calls, and sample the task attempts it runs (unless ``$RAYSIGHT_TRACING`` or
+    ``$RAYSIGHT_PROFILE_HZ`` is 0); idempotent. ``propagate`` False: carry no trace context to the workers."""
     global _queue
+    tracing = os.environ.get(ENV_TRACING) != "0"
     with _lock:
         if _queue is None:
             url = (endpoint or os.environ.get(ENV_OTLP_ENDPOINT) or default_server()).rstrip("/") + wire.OTLP_TRACES
-            provider = _provider()
-            _queue = SpanQueue(url, _resource(provider))
-            provider.add_span_processor(RayIds())
-            provider.add_span_processor(_queue)
+            if tracing:
+                provider = _provider()
+                _queue = SpanQueue(url, _resource(provider))
+                provider.add_span_processor(RayIds())
+                provider.add_span_processor(_queue)
+            else:  # (the connection the samples ride on)
+                _queue = SpanQueue(url, ray_tracing.process_attributes)
             if (hz := _profile_hz()) > 0:
                 sampler = task_profile.Sampler(hz, ray_tracing.__file__, _ray_package(), nudge=_queue.nudge)
                 _queue.ride(profiles_path(url), task_profile.Batches(sampler, ray_tracing.process_attributes))
                 ray_tracing.profile_with(sampler)
-        ray_tracing.instrument(_queue.add, _sample_ratio(), propagate)
+        if tracing:
+            ray_tracing.instrument(_queue.add, _sample_ratio(), propagate)
+        else:
+            ray_tracing.receive()
 
 
 def _resource(provider: TracerProvider) -> Callable[[], dict[str, Any]]:
@@ -147,7 +156,7 @@ def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
         runtime_env = _load(chained)(runtime_env)
     runtime_env = dict(runtime_env or {})
     env_vars = dict(runtime_env.get("env_vars") or {})
-    for name in (ENV_OTLP_ENDPOINT, ENV_PROFILE_HZ, RAY_POST_MORTEM, ENV_POST_MORTEM_TIMEOUT):  # (to a cluster's too)
+    for name in (ENV_OTLP_ENDPOINT, ENV_TRACING, ENV_PROFILE_HZ, RAY_POST_MORTEM, ENV_POST_MORTEM_TIMEOUT):
         if value := os.environ.get(name):
             env_vars.setdefault(name, value)
     user_hook = runtime_env.get(SETUP_HOOK_KEY)

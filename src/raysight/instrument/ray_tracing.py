@@ -127,22 +127,15 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     """Trace this process's Ray calls (idempotent), their spans going to ``sink``, ``ratio`` of new traces sampled;
     ``propagate`` False: its spans only, carrying nothing to the workers (whose functions would not take the carrier
     away)."""
-    global _sink, _ratio, _tracing_helper, _receiving
+    global _sink, _ratio
     _sink, _ratio = sink, ratio
     if _patches:
         return
     import ray
     from ray import actor, remote_function
     from ray._common import signature
-    from ray._private import function_manager
-    from ray.util.tracing import tracing_helper
 
-    _tracing_helper = tracing_helper
-    if not _receiving:  # for good: a worker must take away what other processes' submissions carry
-        manager = function_manager.FunctionActorManager
-        setattr(manager, "get_execution_info", _wrap_loaded(manager.get_execution_info))  # noqa: B010 (a method)
-        signature.recover_args = _recover_with_carrier(signature.recover_args, signature.DUMMY_TYPE)
-        _receiving = True
+    receive()
     _patch(signature, "flatten_args", _flatten_with_carrier)
     if propagate:
         _patch(remote_function.RemoteFunction, "_remote", _submitting_task)
@@ -151,6 +144,23 @@ def instrument(sink: Any, ratio: float = 1.0, propagate: bool = True) -> None:
     _patch(ray, "get", _waiting("ray.get"))
     _patch(ray, "wait", _waiting("ray.wait"))
     _patch(logging, "_logRecordFactory", _with_span_ids)  # (what logging.setLogRecordFactory sets)
+
+
+def receive() -> None:
+    """Wrap each task this process runs (idempotent; for good: a worker must take away what other processes'
+    submissions carry), for its span once :func:`instrument` has run, and for its samples (:func:`profile_with`)."""
+    global _tracing_helper, _receiving
+    if _receiving:
+        return
+    from ray._common import signature
+    from ray._private import function_manager
+    from ray.util.tracing import tracing_helper
+
+    _tracing_helper = tracing_helper
+    manager = function_manager.FunctionActorManager
+    setattr(manager, "get_execution_info", _wrap_loaded(manager.get_execution_info))  # noqa: B010 (a method)
+    signature.recover_args = _recover_with_carrier(signature.recover_args, signature.DUMMY_TYPE)
+    _receiving = True
 
 
 def profile_with(sampler: Sampler | None) -> None:

@@ -155,9 +155,8 @@ class Sampler:
             self._add(attempt, stack, was is not None and now is not None and now - was >= ON_CPU * elapsed)
 
     def _add(self, attempt: Attempt, stack: str, on_cpu: bool) -> None:
-        if not self._folded and self.nudge is not None:
-            self.nudge()
         with self._lock:
+            first = not self._folded
             stacks = self._folded.setdefault(attempt, {})
             counts = stacks.get(stack)
             if counts is None:
@@ -168,6 +167,8 @@ class Sampler:
                 counts = stacks[stack] = [0, 0]
             counts[0] += 1
             counts[1] += on_cpu
+        if first and self.nudge is not None:  # (once the sample can be taken: a take meanwhile leaves none behind)
+            self.nudge()
 
     def _stack(self, frame: FrameType | None) -> str:
         """``frame``'s stack, collapsed (root first, ``;`` between frames), from the task's own function: less the

@@ -30,7 +30,7 @@ _SAMPLES = pa.schema(
 def apply_profiles(store: Store, bodies: Sequence[bytes], journal_seq: int | None = None) -> int:
     """Store workers' batches of task profiles in one transaction (a batch already kept adds nothing); the samples
     stored."""
-    batches = [parse(body) for body in bodies]
+    batches = list({batch.batch[0]: batch for batch in map(parse, bodies)}.values())  # (a batch resent: once)
     now = time.time_ns()
     kept = pa.Table.from_pylist(
         [dict(zip(PROFILE_BATCHES.names, (*batch.batch, now))) for batch in batches],
