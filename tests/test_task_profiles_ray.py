@@ -14,9 +14,11 @@ from click.testing import CliRunner
 
 from raysight.cli import main
 from raysight.flame import top
+from tests import test_ui
 from tests.ray_scenarios import ServerProcess, ray_run
 
 pytestmark = pytest.mark.ray
+browser, watched = test_ui.browser, test_ui.watched  # (the dashboard's fixtures, for its test here)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,20 @@ def test_a_function_s_attempts_merge_and_each_format_is_written(
     assert {"burning", "burn"} <= names and speedscope["profiles"][0]["unit"] == "seconds"
     folded = cli(server, "profile", "--task", ids["burning"], "--format", "collapsed")
     assert all(line.rsplit(" ", 1)[1].isdigit() for line in folded.splitlines())
+
+
+def test_a_task_s_page_draws_its_flame_graph_wall_clock_or_on_cpu(
+    profiled: tuple[ServerProcess, dict[str, str]], watched: Any
+) -> None:
+    server, ids = profiled
+    w = watched(server.url)
+    page = w.open(f"/ui/sessions/profiled/tasks/{ids['burning']}")
+    graph = page.locator("#task-profile .flame svg")
+    assert "burn (tests/ray_programs/profiled.py:" in graph.inner_html()
+    assert "raysight profile --task" in page.locator("#task-profile .hint").inner_text()
+    page = w.open(f"/ui/sessions/profiled/tasks/{ids['sleeping']}")
+    frames = page.locator("#task-profile .flame svg g")
+    assert frames.count() >= 2  # (the root, and the task's function)
+    page.locator("#task-profile input[type=radio]").nth(1).check()  # on CPU: it never was
+    page.wait_for_function("document.querySelectorAll('#task-profile .flame svg g').length === 0", timeout=15_000)
+    w.shot()

@@ -84,10 +84,14 @@ def test_a_bad_batch_gets_a_400_naming_what_is_wrong(server: TestClient, change:
     assert answer.status_code == 400 and named in answer.text, answer.text
 
 
-def test_a_profile_of_nothing_sampled_is_a_404_and_a_query_names_one_thing(server: TestClient) -> None:
+def test_a_profile_of_nothing_sampled_is_empty_and_a_query_names_one_thing(server: TestClient) -> None:
     post(server, batch("w1-1", (TASK, 0, [[BURN, 3, 3]])))
     wait_folded(server)
-    assert server.get(wire.PROFILE, params={"task": OTHER}).status_code == 404
+    nothing = server.get(wire.PROFILE, params={"task": OTHER}).json()
+    assert (nothing["session"], nothing["samples"], nothing["stacks"]) == (SESSION, 0, [])
+    svg = server.get(wire.PROFILE, params={"task": TASK, "format": "svg"})
+    assert svg.headers["content-type"] == "image/svg+xml" and "burn (job.py:3)" in svg.text
+    assert "format must be" in server.get(wire.PROFILE, params={"task": TASK, "format": "png"}).text
     assert server.get(wire.PROFILE, params={"task": "zz"}).status_code == 400
     assert "name one of" in server.get(wire.PROFILE).text
     assert server.get(wire.PROFILE, params={"attempt": "1", "job": "01000000"}).status_code == 400

@@ -17,6 +17,20 @@ WIDTH, ROW, FONT = 1200, 17, 12  # the SVG's width, a frame's height, its text's
 PAD, CHAR = 10, 7.0  # the margin; about how wide a character of the font is
 
 
+def weighed(profile: dict[str, Any], cpu_only: bool = False) -> Stacks:
+    """A profile's stacks (``[stack, samples, on_cpu]``, as ``GET /api/raysight/profile`` answers them) weighed by
+    their samples, or by those on CPU."""
+    return [(stack, on_cpu if cpu_only else samples) for stack, samples, on_cpu in profile["stacks"]]
+
+
+def described(profile: dict[str, Any]) -> str:
+    """What a profile adds up to: ``1 attempt, 40 samples: 2.00s sampled, 1.95s on CPU``."""
+    attempts = f"{profile['attempts']} attempt{'s' * (profile['attempts'] != 1)}"
+    return (
+        f"{attempts}, {profile['samples']:,} samples: {profile['wall_s']:.2f}s sampled, {profile['cpu_s']:.2f}s on CPU"
+    )
+
+
 def collapsed(stacks: Stacks) -> str:
     """One line a stack: the stack, a space, its weight."""
     return "".join(f"{stack} {weight}\n" for stack, weight in stacks)

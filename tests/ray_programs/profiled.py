@@ -15,7 +15,6 @@ from pathlib import Path
 import ray
 
 from raysight.client import Client
-from raysight.errors import NotFound
 from raysight.instrument.export import LINGER_S
 from tests.ray_programs import wait_until_raysight
 
@@ -96,11 +95,7 @@ def main(out: str) -> None:
 
 
 def _sampled(client: Client, task: str) -> bool:
-    try:
-        client.profile(task=task)
-    except NotFound:
-        return False
-    return True
+    return bool(client.profile(task=task)["samples"])
 
 
 if __name__ == "__main__":

@@ -75,8 +75,15 @@ def profile_cmd(
             job=job,
             cpu_only=True if cpu_only else None,
         )
+    named = task or function or actor or job
+    if not data["samples"]:
+        raise click.ClickException(
+            f"no samples of {named} in {data['session']}: raysight samples the tasks of a job it records (`raysight "
+            "run`, or a cluster `raysight start` or `raysight env` set up) unless told --no-profiling, 20 times a "
+            "second: a task of a few milliseconds may have none"
+        )
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
-    title = f"{task or function or actor or job} — {_summary(data, cpu_only)}"
+    title = f"{named} — {flame.described(data)}" + (" (the samples on CPU)" if cpu_only else "")
     if kind == "table":
         if output is not None:
             raise click.UsageError("the table is for the terminal: write collapsed, speedscope or svg to a file")
@@ -90,18 +97,8 @@ def profile_cmd(
     click.echo(f"{title} -> {output} ({kind})", err=True)
 
 
-def _stacks(data: dict[str, Any], cpu_only: bool) -> flame.Stacks:
-    return [(stack, on_cpu if cpu_only else samples) for stack, samples, on_cpu in data["stacks"]]
-
-
-def _summary(data: dict[str, Any], cpu_only: bool) -> str:
-    attempts = f"{data['attempts']} attempt{'s' * (data['attempts'] != 1)}"
-    cpu = f"{data['cpu_s']:.2f}s on CPU" + (" (the samples shown)" if cpu_only else "")
-    return f"{attempts}, {data['samples']:,} samples: {data['wall_s']:.2f}s sampled, {cpu}"
-
-
 def _rendered(data: dict[str, Any], kind: str, title: str, cpu_only: bool) -> str:
-    stacks = _stacks(data, cpu_only)
+    stacks = flame.weighed(data, cpu_only)
     if kind == "json":
         return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
     if kind == "collapsed":
@@ -114,7 +111,7 @@ def _rendered(data: dict[str, Any], kind: str, title: str, cpu_only: bool) -> st
 
 def _table(data: dict[str, Any], title: str, cpu_only: bool, limit: int) -> None:
     """The hottest functions: the share of the samples each ends (own) and is in (total)."""
-    stacks = _stacks(data, cpu_only)
+    stacks = flame.weighed(data, cpu_only)
     weight = sum(w for _, w in stacks) or 1
     click.echo(f"Session: {data['session']}\n{title}")
     rows = [

@@ -14,7 +14,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from raysight import __version__, units, wire
+from raysight import __version__, flame, units, wire
 from raysight.errors import BadQuery
 from raysight.server.answers import ROWS, answer, pieces, raysight_error, read_json, rendered, streamed
 from raysight.server.app_state import app_state
@@ -486,8 +486,11 @@ async def profile(request: Request) -> Response:
     """GET /api/raysight/profile?session=&task=&attempt=&function=&actor=&job=&cpu_only=: the profile of a task's
     attempts (``attempt``: one of them), or of every attempt of a function, an actor or a job, merged: its stacks
     hottest first (``[stack, samples, on_cpu]``, collapsed); ``cpu_only``: the samples on CPU alone. A task's session
-    is by default the newest that sampled it."""
+    is by default the newest that sampled it. ``format=svg``: its flame graph (what the dashboard shows)."""
     params = request.query_params
+    svg = (params.get("format") or "json") == "svg"
+    if not svg and params.get("format") not in (None, "", "json"):
+        raise BadQuery("format must be json or svg")
     query = profiles_query.ProfileQuery(
         task_id=id_param(params, "task", 48, "raysight list tasks"),
         attempt=int_param(params, "attempt", None),
@@ -503,7 +506,12 @@ async def profile(request: Request) -> Response:
             session = profiles_query.task_session(con, query.task_id)
         return profiles_query.profile(con, replace(query, session=session or recorded_session(con, request)))
 
-    return await read_json(app_state(request), read)
+    if not svg:
+        return await read_json(app_state(request), read)
+    found = await app_state(request).read(read)
+    title = f"{profiles_query.named(query)} — {flame.described(found)}" + (" on CPU" if query.cpu_only else "")
+    unit = "samples on CPU" if query.cpu_only else "samples"
+    return Response(flame.flame_svg(flame.weighed(found, query.cpu_only), title, unit), media_type="image/svg+xml")
 
 
 async def reindex(request: Request) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from raysight.errors import BadQuery, NotFound
+from raysight.errors import BadQuery
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def task_session(con: Any, task_id: str) -> str | None:
 
 def profile(con: Any, query: ProfileQuery) -> dict[str, Any]:
     """The stacks of the attempts ``query`` names, hottest first, each ``[stack, samples, on_cpu]``; how many
-    attempts they are of, and the samples and seconds they stand for (wall clock, on CPU). NotFound when none was
+    attempts they are of, and the samples and seconds they stand for (wall clock, on CPU): none where none was
     sampled."""
     which, params = _which(query)
     rows = con.execute(
@@ -55,8 +55,6 @@ def profile(con: Any, query: ProfileQuery) -> dict[str, Any]:
             ORDER BY {"on_cpu" if query.cpu_only else "samples"} DESC, p.stack""",
         params,
     ).fetchall()
-    if not rows:
-        raise NotFound("no samples of " + _named(query) + f" in {query.session}")
     stacks = [[stack, samples, on_cpu] for stack, samples, on_cpu, *_ in rows if on_cpu or not query.cpu_only]
     attempts = con.execute(
         f"SELECT count(DISTINCT (t.task_id, t.attempt)) FROM task_samples t WHERE t.session = $session AND {which}",
@@ -94,7 +92,8 @@ def _which(query: ProfileQuery) -> tuple[str, dict[str, Any]]:
     return f"(t.task_id, t.attempt) IN ({attempts})", params
 
 
-def _named(query: ProfileQuery) -> str:
+def named(query: ProfileQuery) -> str:
+    """What ``query`` is a profile of, as a title says it."""
     if query.task_id is not None:
         return f"task {query.task_id}" + (f" attempt {query.attempt}" if query.attempt is not None else "")
     if query.function is not None:

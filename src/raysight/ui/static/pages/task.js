@@ -1,11 +1,12 @@
 // One task: each attempt with its state transitions and times, what it ran on, its parent and children, its error
-// with the whole traceback (leading to the failure's page), and the lines it printed.
+// with the whole traceback (leading to the failure's page), the lines it printed, and its profile.
 
 import { api } from "../api.js";
 import { duration, empty, fields, h, idLink, logLines, section, sessionPath, stateBadge, time } from "../dom.js";
 import { resourceTable } from "../table.js";
 import { taskColumns } from "./tasks.js";
 import { attachCommands, sessionPauses } from "./pauses.js";
+import { flameGraph } from "./profile.js";
 import { traceLinks } from "./traces.js";
 
 const DRIVER_PARENT = /^f{40}/; // a driver's task: the task was submitted by the job's driver
@@ -109,6 +110,8 @@ export async function render(page, { session, id }) {
   await drawPauses(pauses, session, id);
   page.append(pauses);
   page.append(section("Traces", h("div", { id: "task-traces" }, await traceLinks(session, { task: id }))));
+  const profile = await flameGraph(session, { task: id }, `raysight profile --task ${id} -o task.svg`);
+  page.append(section("Profile (where its time went)", h("div", { id: "task-profile" }, profile)));
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
   const table = resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
