@@ -112,6 +112,17 @@ def wait_folded(server: str | httpx.Client, timeout_s: float = 30) -> None:
             time.sleep(0.05)
 
 
+def cli(server: ServerProcess, *args: str) -> str:
+    """What `raysight ARGS… --server URL` prints, run in-process; it must succeed."""
+    from click.testing import CliRunner
+
+    from raysight.cli import main
+
+    result = CliRunner().invoke(main, [*args, "--server", server.url])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def raysight_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`raysight ARGS…` as a user runs it in a shell beside the cluster."""
     command = [sys.executable, "-m", "raysight", *args]

@@ -4,11 +4,17 @@ asyncio task of a loop, runs is told as the task wrappers tell it."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from raysight.instrument.task_profile import Folded, Sampler
+import orjson
+
+from raysight import wire
+from raysight.instrument import export
+from raysight.instrument.task_profile import Batches, Folded, Sampler
 
 
 def burn(seconds: float) -> None:
@@ -117,3 +123,51 @@ def test_the_frames_of_internal_files_that_open_a_stack_are_left_out_unless_ther
     folded = _sampled(sampler, target(("user's", 0), users["user_code"]), target(("internal", 0), lambda: burn(0.3)))
     assert {stack.split(";")[0] for stack in folded[("user's", 0)]} == {"user_code (user_module.py:2)"}, folded
     assert all(stack.startswith("test_the_frames") for stack in folded[("internal", 0)]), folded
+
+
+def test_a_worker_sends_its_samples_every_few_seconds_on_the_span_connection_and_the_rest_at_exit() -> None:
+    """The samples ride on the span queue's thread and connection: a batch when due (every ``every_s``, not each
+    second as spans go), the rest at the flush the process's exit makes; every sample in exactly one batch."""
+    received: list[tuple[float, str, dict[str, Any]]] = []
+
+    class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((time.monotonic(), self.path, orjson.loads(gzip.decompress(body))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    queue = export.SpanQueue(f"http://127.0.0.1:{server.server_address[1]}/v1/traces", dict)
+    sampler = Sampler(hz=50, nudge=queue.nudge)
+    attributes = {wire.ATTR_SESSION: "session_2026-11-28_00-00-00_000000_1", wire.ATTR_PID: 1}
+    queue.ride("/ingest/task-profiles?key=k", Batches(sampler, lambda: attributes, every_s=0.5))
+
+    def task() -> None:
+        with sampler.running(("t", 0)):
+            burn(1.3)
+
+    started = time.monotonic()
+    try:
+        sampler.start()
+        thread = threading.Thread(target=task)
+        thread.start()
+        thread.join()
+        sampler.stop()
+        assert queue.force_flush(5000)  # (what the process's exit does: the samples not yet due go too)
+        assert not sampler.sampled()
+    finally:
+        queue.shutdown()
+        server.shutdown()
+    assert {path for _, path, _ in received} == {"/ingest/task-profiles?key=k"}
+    assert 2 <= len(received) <= 5, received
+    assert received[0][0] - started >= 0.45  # (not before it was due)
+    sent = sum(n for _, _, batch in received for a in batch["attempts"] for _, n, _ in a["stacks"])
+    assert sent >= 40 and len({batch["batch_id"] for _, _, batch in received}) == len(received)

@@ -10,12 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
-from raysight.cli import main
 from raysight.flame import top
 from tests import test_ui
-from tests.ray_scenarios import ServerProcess, ray_run
+from tests.ray_scenarios import ServerProcess, cli, ray_run
 
 pytestmark = pytest.mark.ray
 browser, watched = test_ui.browser, test_ui.watched  # (the dashboard's fixtures, for its test here)
@@ -33,12 +31,6 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerP
         yield server, json.loads((tmp / "ids.json").read_text())
     finally:
         server.stop()
-
-
-def cli(server: ServerProcess, *args: str) -> str:
-    result = CliRunner().invoke(main, [*args, "--server", server.url])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def profile(server: ServerProcess, task: str, *more: str) -> dict[str, Any]:

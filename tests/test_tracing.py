@@ -17,7 +17,7 @@ from raysight.cli import main
 from raysight.client import Client
 from raysight.signals.spans.traces_query import critical_path, tree_order
 from tests.ray_programs import traced as traced_program
-from tests.ray_scenarios import ServerProcess, ray_run
+from tests.ray_scenarios import ServerProcess, cli, ray_run
 
 INCOMING_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 INCOMING_SPAN = "00f067aa0ba902b7"
@@ -41,12 +41,6 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
         yield server, orjson.loads(shown)["spans"]
     finally:
         server.stop()
-
-
-def cli(server: ServerProcess, *args: str) -> str:
-    result = CliRunner().invoke(main, [*args, "--server", server.url])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def one(spans: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -13,9 +13,10 @@ process exits without waiting on it for more than :data:`EXIT_FLUSH_S`. Each exp
 since the last one that went through (`raysight doctor` shows the sum). A forked child starts an empty queue and its
 own thread.
 
-Other signals of the process ride on the same thread and connection (:meth:`SpanQueue.ride`): at each export, what
-each rider has is POSTed to its own route (a task profile's samples: ``task_profile.py``); a rider that has something
-to send wakes the thread as an ended span does (:meth:`SpanQueue.nudge`).
+Other signals of the process ride on the same thread and connection (:meth:`SpanQueue.ride`): each rider's body is
+POSTed to its own route when the rider says it is due (a worker's samples of its tasks, every few seconds:
+``task_profile.py``), and at a flush (the process exiting); a rider that comes to have something wakes the thread
+(:meth:`SpanQueue.nudge`), which then waits for it to be due.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Counts:
 
 
 class Rider(Protocol):
+    def due(self) -> float | None:
+        """Seconds until it has a body to send (0: now), None while it has nothing."""
+
     def take(self) -> bytes | None:
         """A body to send now (gzipped JSON), None for none."""
 
@@ -81,6 +85,7 @@ class SpanQueue(SpanProcessor):
         self._queue: collections.deque[task_spans.TaskSpan | ReadableSpan] = collections.deque()
         self._wake, self._flush, self._idle = threading.Event(), threading.Event(), threading.Event()
         self._stopped, self._sent = False, 0.0  # when the last send began
+        self._final = False  # the next export sends what every rider has, due or not (a flush)
         self._added = 0.0  # when the last span was queued
         self._thread: threading.Thread | None = None  # started with the first span
         self._connection: http.client.HTTPConnection | None = None
@@ -122,9 +127,12 @@ class SpanQueue(SpanProcessor):
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            woken = self._wake.wait(self._riders_due())
             if self._stopped:
                 return
+            if not woken:  # a rider's body is due, and no span has ended
+                self._export_queued(0)
+                continue
             # lingers while the last send is recent and spans keep ending; a full batch, or a flush, cuts it short
             while (wait := min(self._sent + LINGER_S, self._added + QUIET_S) - time.monotonic()) > 0:
                 if self._flush.wait(wait):
@@ -134,10 +142,17 @@ class SpanQueue(SpanProcessor):
             self._sent = time.monotonic()
             self._export_queued(len(self._queue))
 
+    def _riders_due(self) -> float | None:
+        """Seconds until the first rider's body is due, None while none has anything."""
+        due = [d for _, rider in self._riders if (d := rider.due()) is not None]
+        return min(due) if due else None
+
     def _export_queued(self, count: int) -> None:
         """Export the first ``count`` spans queued: those that end meanwhile wait for the next send (sending them
-        at once, export after export, made one request of a few spans every few milliseconds)."""
+        at once, export after export, made one request of a few spans every few milliseconds); then the riders'
+        bodies that are due (all of them in a flush)."""
         self._idle.clear()
+        final, self._final = self._final, False
         try:
             while count > 0 and self._queue:
                 batch = [self._queue.popleft() for _ in range(min(BATCH, count, len(self._queue)))]
@@ -146,14 +161,15 @@ class SpanQueue(SpanProcessor):
                     self.counts.exported += len(batch)
                 else:
                     self.counts.dropped_failed += len(batch)
-            self._ride()
+            self._ride(final)
         finally:
             self._idle.set()
 
-    def _ride(self) -> None:
+    def _ride(self, final: bool) -> None:
         for path, rider in self._riders:
             try:
-                body = rider.take()
+                due = rider.due()
+                body = rider.take() if due is not None and (final or due <= 0) else None
             except Exception:  # noqa: BLE001 (a rider's failure is its own: the spans go on)
                 continue
             if body is not None:
@@ -212,6 +228,7 @@ class SpanQueue(SpanProcessor):
         if self._thread is None or not self._thread.is_alive():
             return not self._queue
         self._idle.clear()
+        self._final = True
         self._flush.set()
         self._wake.set()
         return self._idle.wait(timeout_millis / 1000) and not self._queue

@@ -10,7 +10,8 @@ Threads that run no attempt (Ray's, the worker's idle main thread, threads a tas
 sampled at all: the profiler costs nothing while a worker is idle.
 
 A sample is on CPU when its thread runs right then: its CPU time (``pthread_getcpuclockid``) grows by at least a
-quarter of a short probe (:data:`PROBE_S`) the sampler waits, without the GIL, once it has read the stacks. A task
+quarter of a short probe (:data:`PROBE_S`) the sampler waits, without the GIL, once it has read the stacks, and the
+thread still runs the attempt sampled (not one that began meanwhile: another call of an async actor). A task
 sleeping, waiting on I/O, on ``ray.get`` or on a lock is sampled off CPU; one that wants the CPU but waits for it (a
 busy machine) may be too. (CPU time between two samples would not tell: an async actor switches calls between them,
 and a worker's next task would inherit its last one's.) A
@@ -39,6 +40,7 @@ from raysight import wire
 
 DEFAULT_HZ = 20.0
 MAX_HZ = 1000.0  # (what the server takes: signals/task_profiles/parse.py)
+SEND_EVERY_S = 5.0  # how often a worker sends its samples (and when it exits): each batch costs the server a fold
 MAX_STACKS = 20_000  # distinct (attempt, stack) pairs held between two takes: past it, samples are dropped, counted
 MAX_DEPTH = 128  # frames of a stack kept, from the task's function (deeper ones are cut, marked)
 PROBE_S = 0.002  # how long the sampler watches each sampled thread's CPU time, after reading the stacks
@@ -115,6 +117,10 @@ class Sampler:
         finally:
             self._tasks.pop(task, None)
 
+    def sampled(self) -> bool:
+        """Whether samples wait to be taken."""
+        return bool(self._folded)
+
     def take(self) -> Folded:
         """The samples folded since the last take."""
         with self._lock:
@@ -137,11 +143,7 @@ class Sampler:
         frames = sys._current_frames()
         taken: list[tuple[int, Attempt, str]] = []
         for ident, frame in frames.items():
-            attempt = self._threads.get(ident)
-            if attempt is None and (loop := self._loops.get(ident)) is not None:
-                task = _current_tasks.get(loop)
-                attempt = self._tasks.get(task) if task is not None else None
-            if attempt is not None:
+            if (attempt := self._attempt_of(ident)) is not None:
                 taken.append((ident, attempt, self._stack(frame)))
         for gone in self._loops.keys() - frames.keys():  # (a loop's thread that has ended)
             del self._loops[gone]
@@ -151,8 +153,18 @@ class Sampler:
         started, before = time.monotonic_ns(), [_cpu_ns(ident) for ident, _, _ in taken]
         time.sleep(PROBE_S)
         after, elapsed = [_cpu_ns(ident) for ident, _, _ in taken], time.monotonic_ns() - started
-        for (_, attempt, stack), was, now in zip(taken, before, after):
-            self._add(attempt, stack, was is not None and now is not None and now - was >= ON_CPU * elapsed)
+        for (ident, attempt, stack), was, now in zip(taken, before, after):
+            # on CPU where it ran through the probe, still in the attempt sampled (not another that began meanwhile)
+            ran = was is not None and now is not None and now - was >= ON_CPU * elapsed
+            self._add(attempt, stack, ran and self._attempt_of(ident) == attempt)
+
+    def _attempt_of(self, ident: int) -> Attempt | None:
+        """The attempt a thread runs now: its own, or its event loop's running asyncio task's."""
+        attempt = self._threads.get(ident)
+        if attempt is None and (loop := self._loops.get(ident)) is not None:
+            task = _current_tasks.get(loop)
+            attempt = self._tasks.get(task) if task is not None else None
+        return attempt
 
     def _add(self, attempt: Attempt, stack: str, on_cpu: bool) -> None:
         with self._lock:
@@ -217,17 +229,24 @@ def short_path(filename: str) -> str:
 
 class Batches:
     """What the export thread (``export.py``) sends of a sampler: its samples since the last batch, as a
-    ``wire.TaskProfiles`` body (gzipped JSON), and what was lost (samples dropped, batches whose export failed)."""
+    ``wire.TaskProfiles`` body (gzipped JSON), every ``every_s`` (and at exit), and what was lost (samples dropped,
+    batches whose export failed)."""
 
-    def __init__(self, sampler: Sampler, process: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, sampler: Sampler, process: Callable[[], dict[str, Any]], every_s: float = SEND_EVERY_S) -> None:
         """``process``: this process's Ray IDs (``ray_tracing.process_attributes``)."""
-        self.sampler, self.process = sampler, process
+        self.sampler, self.process, self.every_s = sampler, process, every_s
+        self._taken = time.monotonic()
         self._batches, self._lost, self._reported, self._reporting = 0, 0, 0, 0
         self._pending = 0  # the samples of the batch being sent
         self._prefix = f"{os.getpid()}-{time.time_ns():x}"
 
+    def due(self) -> float | None:
+        """Seconds until the next batch is due, None while nothing was sampled."""
+        return max(0.0, self._taken + self.every_s - time.monotonic()) if self.sampler.sampled() else None
+
     def take(self) -> bytes | None:
         """The next batch's body, None when nothing was sampled (or the process is not yet Ray's)."""
+        self._taken = time.monotonic()
         attributes = self.process()
         session = attributes.get(wire.ATTR_SESSION)
         folded = self.sampler.take()

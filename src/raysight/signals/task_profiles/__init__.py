@@ -12,6 +12,7 @@ from raysight.signals.signal import Accepted, Intake, Signal
 from raysight.signals.task_profiles import parse
 
 if TYPE_CHECKING:
+    from raysight.settings import WriterSettings
     from raysight.store.journal import Record
     from raysight.store.store import Store
 
@@ -28,9 +29,15 @@ def accept(body: bytes) -> Accepted:
     return Accepted(body, samples, {"stacks": samples})
 
 
+def linger(settings: WriterSettings) -> float:
+    """As spans do: each worker sends its samples about once a second, each at its own moment."""
+    return settings.spans_linger_s
+
+
 SIGNAL = Signal(
     "task_profiles",
     parse.PROFILE_TABLES,
     apply=applied,
+    linger=linger,
     intake=Intake(wire.TASK_PROFILES, accept, "the worker", "batch of task profiles"),
 )

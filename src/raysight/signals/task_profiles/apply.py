@@ -41,7 +41,7 @@ def apply_profiles(store: Store, bodies: Sequence[bytes], journal_seq: int | Non
     with store.folding(journal_seq) as tx, tx.registered("staged_batches", kept), tx.registered("staged", samples):
         new = tx.returning(
             "INSERT INTO profile_batches SELECT * FROM staged_batches ON CONFLICT DO NOTHING RETURNING batch_id, hz",
-            ["batch_id", "hz"],
+            ["batch_id", "hz"],  # (those not kept before)
         )
         with tx.registered("new_batches", new):
             tx.run(
@@ -57,10 +57,9 @@ def apply_profiles(store: Store, bodies: Sequence[bytes], journal_seq: int | Non
                    ON CONFLICT DO UPDATE SET samples = samples + excluded.samples, on_cpu = on_cpu + excluded.on_cpu,
                        wall_s = wall_s + excluded.wall_s, cpu_s = cpu_s + excluded.cpu_s"""
             )
-            (stored, dropped) = tx.one(
-                """SELECT coalesce(sum(samples), 0), coalesce(sum(dropped), 0)
-                   FROM staged_batches SEMI JOIN new_batches USING (batch_id)"""
-            )
         tx.run("INSERT INTO sessions (session) SELECT DISTINCT session FROM staged_batches ON CONFLICT DO NOTHING")
-        tx.count(profile_batches=new.num_rows, profile_samples=stored, profile_samples_dropped=dropped)
-    return int(stored)
+        kept_now = set(new["batch_id"].to_pylist())
+        fresh = [batch.batch for batch in batches if batch.batch[0] in kept_now]
+        stored, dropped = sum(b[6] for b in fresh), sum(b[7] for b in fresh)
+        tx.count(profile_batches=len(fresh), profile_samples=stored, profile_samples_dropped=dropped)
+    return stored
