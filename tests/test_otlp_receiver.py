@@ -616,3 +616,26 @@ def test_the_traces_list_is_paged_with_its_total_and_refuses_a_bad_offset_by_nam
     for offset in ("-1", "two"):
         reply = server.get("/api/raysight/traces", params={"session": SESSION, "offset": offset})
         assert reply.status_code == 400 and "offset" in reply.json()["error"], reply.text
+
+
+def test_a_resource_kept_once_is_kept_again_after_the_session_that_held_it_is_deleted(server: TestClient) -> None:
+    """The server inserts a process's resource once (not with each of its exports); deleting the session whose spans
+    named it deletes it, and the next export that names it stores it again."""
+
+    def export(span: bytes) -> bytes:
+        request = ExportTraceServiceRequest()
+        resource_spans = request.resource_spans.add()
+        resource_spans.resource.attributes.add(key="ray.session_name").value.string_value = SESSION
+        resource_spans.scope_spans.add().spans.extend([pb_span("work", span=span)])
+        return request.SerializeToString()
+
+    for span in (b"\x01" * 8, b"\x02" * 8):
+        assert post_traces(server, export(span)).status_code == 200
+        settle(server)
+    assert [r["resource"] is not None for r in stored(server)] == [True, True]
+    assert raysight(server).writer.call(lambda store: store.delete_session(SESSION)).result(timeout=15)
+    assert stored(server) == []
+    assert post_traces(server, export(b"\x03" * 8)).status_code == 200
+    settle(server)
+    (again,) = stored(server)
+    assert SESSION in again["resource"], again

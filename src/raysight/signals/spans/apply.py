@@ -44,7 +44,9 @@ def apply_spans(store: Store, bodies: Sequence[bytes], journal_seq: int | None =
     seen = pa.concat_tables([spans, arrow_rows(passing, SPAN_SCHEMA)])
     del rows, passing
     sessions = pc.unique(spans["session"].drop_null()).to_pylist()
-    kept = pa.table([list(resources), list(resources.values())], schema=SPAN_RESOURCES.arrow_schema())
+    known = kept_resources(store)
+    new = {resource: text for resource, text in resources.items() if resource not in known}
+    kept = pa.table([list(new), list(new.values())], schema=SPAN_RESOURCES.arrow_schema())
     with (
         store.folding(journal_seq) as tx,
         tx.registered("staged_spans", spans),
@@ -52,7 +54,8 @@ def apply_spans(store: Store, bodies: Sequence[bytes], journal_seq: int | None =
         tx.registered("staged_resources", kept),
     ):
         (stored,) = tx.one("INSERT INTO spans BY NAME SELECT * FROM staged_spans ON CONFLICT DO NOTHING")
-        tx.run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
+        if new:
+            tx.run("INSERT INTO span_resources SELECT * FROM staged_resources ON CONFLICT DO NOTHING")
         ends = tx.returning(
             f"""INSERT INTO attempt_ends {attempt_ends_sql("seen_spans")} ON CONFLICT DO NOTHING
                 RETURNING session, task_id, attempt""",
@@ -67,12 +70,20 @@ def apply_spans(store: Store, bodies: Sequence[bytes], journal_seq: int | None =
             ).fetchall()
         reconcile(tx.run, sorted(session for (session,) in inferred))
         tx.count(spans=stored, spans_deduplicated=spans.num_rows - stored, span_batches=len(bodies))
+    known.update(new)  # (once committed)
     return int(stored)
+
+
+def kept_resources(store: Store) -> set[str]:
+    """The IDs of the span resources the store holds, as far as this process wrote them: each process sends the same
+    resource with every export, and inserting it again cost a statement a group."""
+    return store.part("span_resources", lambda _: set())
 
 
 def forget(store: Store, tx: Tx, session: str) -> None:
     """A session's spans and attempt ends, and the resources no span names any more."""
     forget_by_session((SPANS, ATTEMPT_ENDS))(store, tx, session)
+    kept_resources(store).clear()
     tx.run(
         "DELETE FROM span_resources WHERE resource_id NOT IN "
         "(SELECT DISTINCT resource_id FROM spans WHERE resource_id IS NOT NULL)"
