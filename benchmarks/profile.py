@@ -8,9 +8,10 @@ call tree a few frames deep, as code is), two at a time; the batch's wall time, 
 (the driver, Ray's workers, Ray's other processes, the raysight server) spent a task meanwhile, until 2 s after (the
 samples sent and stored). ``off``: RAYSIGHT_PROFILE_HZ=0. ``sampled``: the default rate. Aim: sampling costs at most
 2 % of a task's CPU (the extra CPU of all processes a task, over the task's own), the median of paired rounds. Then
-what the store holds of the samples (its task_samples and profile_stacks blocks) over the task-seconds sampled.
+the bytes a task-second of samples takes in the store: --attempts attempts shaped as the most sampled one the runs
+recorded, each a task of its own, stored as workers send them, over the task-seconds they stand for.
 
-Run: .venv/bin/python benchmarks/profile.py [--rounds 5] [--tasks 40] [--task-s 0.25]
+Run: .venv/bin/python benchmarks/profile.py [--rounds 5] [--tasks 40] [--task-s 0.25] [--attempts 20000]
 (2-core VM, noisy: compare medians)
 """
 
@@ -25,11 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cpu import child_output
 from benchmarks.tracing import SERVER_PID_ENV, cpu_seconds
 from raysight.cli.run import ray_env, tracing_env, wait_until_quiet
+from raysight.instrument.task_profile import DEFAULT_HZ
 from raysight.settings import DB_FILE, ENV_PROFILE_HZ
+from raysight.signals.task_profiles.apply import apply_profiles
+from raysight.store.store import Store
 from tests.ray_scenarios import ServerProcess
 
 CONFIGS = ("off", "sampled")
@@ -80,26 +86,58 @@ def measure(config: str, tasks: int, task_s: float, server: ServerProcess) -> di
     return json.loads(child_output(__file__, ["--child", str(tasks), "--task-s", str(task_s)], env))
 
 
-def stored_bytes(data_dir: Path) -> tuple[int, float]:
-    """The bytes of the blocks of the samples' tables, and the task-seconds they stand for."""
+def recorded_attempt(data_dir: Path) -> list[tuple[str, int, int]]:
+    """The stacks of the most sampled attempt the runs recorded: ``[(stack, samples, on_cpu)]``."""
     import duckdb
 
     con = duckdb.connect(str(data_dir / DB_FILE), read_only=True)
     try:
-        (blocks,) = con.execute(
-            """SELECT count(DISTINCT (table_name, block_id)) FROM (
-                   SELECT 'task_samples' AS table_name, block_id FROM pragma_storage_info('task_samples')
-                   UNION ALL SELECT 'profile_stacks', block_id FROM pragma_storage_info('profile_stacks'))
-               WHERE block_id >= 0"""
-        ).fetchone()
-        (block_size,) = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
-        (seconds,) = con.execute("SELECT coalesce(sum(wall_s), 0) FROM task_samples").fetchone()
+        return con.execute(
+            """SELECT p.stack, t.samples, t.on_cpu FROM task_samples t JOIN profile_stacks p USING (stack_id)
+               WHERE (t.task_id, t.attempt) = (SELECT (task_id, attempt) FROM task_samples GROUP BY ALL
+                                               ORDER BY sum(samples) DESC LIMIT 1)"""
+        ).fetchall()
     finally:
         con.close()
-    return blocks * block_size, seconds
 
 
-def main(rounds: int, tasks: int, task_s: float) -> None:
+def stored_bytes(template: list[tuple[str, int, int]], attempts: int) -> tuple[int, float]:
+    """What a store's file grows by (checkpointed) when ``attempts`` attempts shaped as ``template`` are sampled, in
+    batches as workers send them (50 attempts a batch), and the task-seconds they stand for."""
+    with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
+        store = Store(Path(data_dir))
+        try:
+            store.con.execute("CHECKPOINT")
+            before = (Path(data_dir) / DB_FILE).stat().st_size
+            bodies = [
+                orjson.dumps(
+                    {
+                        "batch_id": f"bench-{b}",
+                        "session": "session_2026-12-01_00-00-00_000000_1",
+                        "node_id": None,
+                        "worker_id": None,
+                        "pid": 1,
+                        "hz": DEFAULT_HZ,
+                        "dropped": 0,
+                        "attempts": [
+                            {"task_id": os.urandom(24).hex(), "attempt": 0, "stacks": template}
+                            for _ in range(min(50, attempts - b * 50))
+                        ],
+                    }
+                )
+                for b in range((attempts + 49) // 50)
+            ]
+            for i in range(0, len(bodies), 20):
+                apply_profiles(store, bodies[i : i + 20])
+            store.con.execute("CHECKPOINT")
+            grown = (Path(data_dir) / DB_FILE).stat().st_size - before
+            (seconds,) = store.con.execute("SELECT sum(wall_s) FROM task_samples").fetchone()
+        finally:
+            store.close()
+    return grown, seconds
+
+
+def main(rounds: int, tasks: int, task_s: float, attempts: int) -> None:
     runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
         server = ServerProcess(Path(data_dir)).start()
@@ -113,7 +151,7 @@ def main(rounds: int, tasks: int, task_s: float) -> None:
                 wait_until_quiet(client, quiet_s=0.5, timeout_s=120)
         finally:
             server.stop()
-        stored, seconds = stored_bytes(Path(data_dir))
+        template = recorded_attempt(Path(data_dir))
     for c in CONFIGS:
         medians = {k: statistics.median(run["cpu_us"][k] for run in runs[c]) for k in runs[c][0]["cpu_us"]}
         spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
@@ -130,7 +168,11 @@ def main(rounds: int, tasks: int, task_s: float) -> None:
         f"aim ≤ {AIM:.0%}: {'met' if cost <= AIM else 'not met'}), and {statistics.median(walls):+.2%} of the batch's "
         "wall time"
     )
-    print(f"stored: {stored / max(seconds, 1e-9):,.0f} bytes a task-second of samples ({seconds:,.1f} task-seconds)")
+    stored, seconds = stored_bytes(template, attempts)
+    print(
+        f"stored: {stored / seconds:,.0f} bytes a task-second of samples ({attempts:,} attempts shaped as the most "
+        f"sampled one recorded, {len(template)} stacks; {seconds:,.0f} task-seconds; the store's file, checkpointed)"
+    )
 
 
 if __name__ == "__main__":
@@ -138,9 +180,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--task-s", type=float, default=0.25)
+    parser.add_argument("--attempts", type=int, default=20_000, help="attempts synthesised for the bytes stored")
     parser.add_argument("--child", type=int, metavar="TASKS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.task_s)
     else:
-        main(args.rounds, args.tasks, args.task_s)
+        main(args.rounds, args.tasks, args.task_s, args.attempts)
