@@ -89,6 +89,12 @@ def test_an_async_actor_s_overlapping_calls_each_have_their_own_samples(
     assert computing["on_cpu"] > 0 and blocking["on_cpu"] <= blocking["samples"] // 5, blocking
 
 
+def test_an_actor_s_calls_merge_into_its_profile(profiled: tuple[ServerProcess, dict[str, str]]) -> None:
+    server, ids = profiled
+    worker = orjson.loads(cli(server, "profile", "--actor", ids["hot"][16:], "--format", "json"))
+    assert worker["attempts"] >= 2 and {"burn", "Worker.hot", "Worker.idle"} <= functions(worker), worker
+
+
 def test_a_function_s_attempts_merge_and_each_format_is_written(
     profiled: tuple[ServerProcess, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -109,7 +115,7 @@ def test_a_function_s_attempts_merge_and_each_format_is_written(
     assert all(line.rsplit(" ", 1)[1].isdigit() for line in folded.splitlines())
 
 
-def test_a_task_s_page_draws_its_flame_graph_wall_clock_or_on_cpu(
+def test_a_task_s_and_an_actor_s_page_draw_their_flame_graph_wall_clock_or_on_cpu(
     profiled: tuple[ServerProcess, dict[str, str]], watched: Any
 ) -> None:
     server, ids = profiled
@@ -124,3 +130,7 @@ def test_a_task_s_page_draws_its_flame_graph_wall_clock_or_on_cpu(
     page.locator("#task-profile input[type=radio]").nth(1).check()  # on CPU: it never was
     page.wait_for_function("document.querySelectorAll('#task-profile .flame svg g').length === 0", timeout=15_000)
     w.shot()
+    # an actor's page: the calls it ran, merged (its ID ends each of its calls' task IDs)
+    page = w.open(f"/ui/sessions/profiled/actors/{ids['computing'][16:]}")
+    merged = page.locator("#actors-profile .flame svg").inner_html()
+    assert "crunch (tests/ray_programs/profiled.py:" in merged and "doze (tests/ray_programs/profiled.py:" in merged

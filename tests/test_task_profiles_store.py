@@ -18,6 +18,8 @@ from tests.ray_scenarios import wait_folded
 SESSION = "session_2026-11-28_00-00-00_000000_1"
 TASK = "a" * 40 + "01000000"
 OTHER = "b" * 40 + "01000000"
+ACTOR = "e" * 24 + "02000000"  # (of job 02000000)
+CALLS = ["1" * 16 + ACTOR, "2" * 16 + ACTOR]  # its calls (an actor task's ID ends with its actor's)
 BURN = "main (job.py:10);burn (job.py:3)"
 NAP = "main (job.py:10);nap (job.py:6)"
 
@@ -54,8 +56,19 @@ def test_an_attempt_s_samples_are_summed_by_stack_and_a_resent_batch_adds_nothin
     assert (every["attempts"], every["stacks"]) == (2, [[BURN, 40, 39], [NAP, 9, 0]])
     cpu = server.get(wire.PROFILE, params={"task": TASK, "cpu_only": "true"}).json()
     assert cpu["stacks"] == [[BURN, 40, 39]]
+    assert server.get(wire.PROFILE, params={"job": "01000000"}).json()["attempts"] == 3  # (TASK's two, OTHER's)
     doctor = server.get(wire.DOCTOR).json()["counters"]
     assert (doctor["profile_batches"], doctor["profile_samples"]) == (2, 59)
+
+
+def test_an_actor_s_profile_merges_its_calls_known_by_their_ids_alone(server: TestClient) -> None:
+    """Serve's replicas run with task events off: the tasks table knows none of their calls, their IDs do."""
+    calls = [(CALLS[0], 0, [[BURN, 3, 3]]), (CALLS[1], 0, [[BURN, 2, 2], [NAP, 5, 0]]), (TASK, 0, [[NAP, 7, 0]])]
+    assert post(server, batch("w1-1", *calls)).status_code == 200
+    wait_folded(server)
+    actor = server.get(wire.PROFILE, params={"actor": ACTOR}).json()
+    assert (actor["attempts"], actor["stacks"]) == (2, [[BURN, 5, 5], [NAP, 5, 0]])
+    assert server.get(wire.PROFILE, params={"job": "02000000"}).json()["samples"] == 10
 
 
 def test_a_batch_resent_into_the_same_group_is_kept_once(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 from raysight.errors import BadQuery
 
+ACTOR_ID_HEX, JOB_ID_HEX = 32, 8  # the hex digits of Ray's actor and job IDs, which end a task's ID
+
 
 @dataclass(frozen=True)
 class ProfileQuery:
@@ -83,13 +85,14 @@ def _which(query: ProfileQuery) -> tuple[str, dict[str, Any]]:
         return "t.task_id = $task AND t.attempt = $attempt", params
     if query.function is not None:
         params["function"] = query.function
-        matches = "$function IN (k.name, k.func_or_class_name)"
-    else:
-        column = "actor_id" if query.actor_id is not None else "job_id"
-        params["entity"] = query.actor_id or query.job_id
-        matches = f"k.{column} = $entity"
-    attempts = f"SELECT k.task_id, k.attempt FROM tasks k WHERE k.session = $session AND {matches}"
-    return f"(t.task_id, t.attempt) IN ({attempts})", params
+        attempts = (
+            "SELECT task_id, attempt FROM tasks WHERE session = $session AND $function IN (name, func_or_class_name)"
+        )
+        return f"(t.task_id, t.attempt) IN ({attempts})", params
+    # a task's ID ends with its actor's (an actor's call) and its job's: Ray's IDs say it, also for the calls of
+    # actors whose task events are off (Serve's replicas), which the tasks table does not hold
+    params["entity"] = query.actor_id or query.job_id
+    return f"right(t.task_id, {ACTOR_ID_HEX if query.actor_id is not None else JOB_ID_HEX}) = $entity", params
 
 
 def named(query: ProfileQuery) -> str:

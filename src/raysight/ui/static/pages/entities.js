@@ -4,6 +4,7 @@ import { api } from "../api.js";
 import { duration, empty, fields, h, idLink, logLines, resourceChips, section, sessionPath, stateBadge, time, usageBars } from "../dom.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
 import { stateGroups, TASK_VIEW, taskColumns } from "./tasks.js";
+import { flameGraph } from "./profile.js";
 
 const KINDS = {
   jobs: {
@@ -86,6 +87,7 @@ const KINDS = {
   },
 };
 
+const PROFILED = { actors: "actor", jobs: "job" }; // what a profile merges every task attempt of (its query's name)
 const LINKED = { job_id: "jobs", actor_id: "actors", node_id: "nodes", worker_id: "workers", driver_node_id: "nodes" };
 const TIMES = /(_time|_time_ms)$/;
 
@@ -234,6 +236,11 @@ async function one(page, session, kind, id) {
     page.append(section(title, box));
     return resourceTable(box, { resource, session, columns, filters, pageSize: 20, ...(resource === "tasks" ? TASK_VIEW : {}) });
   });
+  if (PROFILED[kind]) {
+    const param = PROFILED[kind];
+    const graph = await flameGraph(session, { [param]: id }, `raysight profile --${param} ${id} -o ${param}.svg`);
+    page.append(section("Profile (where its tasks' time went)", h("div", { id: `${kind}-profile` }, graph)));
+  }
   page.append(section("Logs (newest 200)", logs));
   return {
     refresh: async () => {
