@@ -570,6 +570,8 @@ CLIENT_ENVIRONMENT: tuple[Variable, ...] = (
     Variable(ENV_METRICS_DROP, "`raysight run` and `raysight agent`: send no metric this regex matches."),
     Variable(ENV_OTLP_ENDPOINT, "Where a traced Ray process sends its spans (/v1/traces is appended)."),
     Variable(ENV_TRACES_SAMPLE_RATIO, "The fraction of new traces a traced Ray process samples [default 1]."),
+    Variable(ENV_PROFILE_HZ, "How often a Ray worker samples the task attempts it runs, a second; 0: never [20]."),
+    Variable(ENV_TRACING, "0: a Ray worker raysight's hook reached makes no span, and samples its tasks alone."),
     Variable(
         ENV_POST_MORTEM_TIMEOUT,
         "Seconds a task that raised stays frozen for `raysight debug attach` where RAY_DEBUG_POST_MORTEM=1 [600].",
