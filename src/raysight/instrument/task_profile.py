@@ -14,10 +14,11 @@ quarter of a short probe (:data:`PROBE_S`) the sampler waits, without the GIL, o
 thread still runs the attempt sampled (not one that began meanwhile: another call of an async actor). A task
 sleeping, waiting on I/O, on ``ray.get`` or on a lock is sampled off CPU; one that wants the CPU but waits for it (a
 busy machine) may be too. (CPU time between two samples would not tell: an async actor switches calls between them,
-and a worker's next task would inherit its last one's.) A
-stack starts at the task's own function (the wrapper's frame and Ray's below it are left out) and names each frame as
-py-spy does, ``function (file:line)``; samples are folded in memory per attempt and stack, counted (all, and on CPU),
-and taken by the sender (:meth:`Sampler.take`) as they are.
+and a worker's next task would inherit its last one's.)
+
+A stack starts at the task's own function (the wrapper's frames and Ray's below and around it are left out) and names
+each frame as py-spy does, ``function (file:line)``; samples are folded in memory per attempt and stack, counted (all,
+and on CPU), and sent in batches (:class:`Batches`) every :data:`SEND_EVERY_S` and when the worker exits.
 """
 
 from __future__ import annotations
