@@ -4,6 +4,7 @@ wrong."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from raysight.errors import BadIngest
 from raysight.ingest.ids import SESSION_NAME
 
 MAX_NAME = 1024
+_RAY_ID = re.compile(r"[0-9a-f]{1,64}")
 MAX_KEY = 255  # a log file's key, name and worker ID, and the host: each stored on every line of the file
 
 
@@ -20,6 +22,15 @@ def text_field(value: Any, what: str, optional: bool = False, limit: int = MAX_N
         return None
     if not isinstance(value, str) or not value or len(value) > limit:
         raise BadIngest(f"{what} must be a string of 1 to {limit} characters")
+    return value
+
+
+def hex_id_field(value: Any, what: str, optional: bool = False) -> str | None:
+    """A Ray ID in hex, as Ray's CLI shows it (a task's, an actor's, a worker's…)."""
+    if value is None and optional:
+        return None
+    if not (isinstance(value, str) and _RAY_ID.fullmatch(value)):
+        raise BadIngest(f"{what} must be a Ray ID in hex" + (", or null" if optional else ""))
     return value
 
 

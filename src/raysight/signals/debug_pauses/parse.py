@@ -3,14 +3,13 @@ and the rows the store keeps of pauses and of the clients that drove them. Pure.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.fields import json_dict
+from raysight.ingest.fields import hex_id_field, json_dict
 from raysight.ingest.ids import SESSION_NAME
 from raysight.tables import Table, columns
 
@@ -20,7 +19,6 @@ MAX_LOCALS = 100
 MAX_REPR = 1000
 MAX_TEXT = 64 * 1024  # an exception's text, a traceback
 KINDS = ("breakpoint", "post_mortem")
-_HEX_ID = re.compile(r"[0-9a-f]{1,64}")
 INT64_MAX = 2**63 - 1
 
 # Every pause a worker reported, and how it ended (null while it lasts): continued, quit, timed out, worker gone
@@ -83,14 +81,6 @@ def _int(value: Any, name: str, optional: bool = False) -> int | None:
     return value
 
 
-def _hex_id(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if not (isinstance(value, str) and _HEX_ID.fullmatch(value)):
-        raise BadIngest(f"{name} must be a Ray ID in hex, or null")
-    return value
-
-
 def _frame(value: Any) -> wire.PausedFrame:
     if not isinstance(value, dict):
         raise BadIngest("each frame of the stack must be an object {file, line, function, locals}")
@@ -126,12 +116,12 @@ def parse_pause(body: bytes | str) -> dict[str, Any]:
     return {
         "session": session,
         "kind": pause["kind"],
-        "job_id": _hex_id(pause["job_id"], "job_id"),
-        "task_id": _hex_id(pause["task_id"], "task_id"),
+        "job_id": hex_id_field(pause["job_id"], "job_id", optional=True),
+        "task_id": hex_id_field(pause["task_id"], "task_id", optional=True),
         "attempt": _int(pause["attempt"], "attempt", optional=True),
-        "actor_id": _hex_id(pause["actor_id"], "actor_id"),
-        "worker_id": _hex_id(pause["worker_id"], "worker_id"),
-        "node_id": _hex_id(pause["node_id"], "node_id"),
+        "actor_id": hex_id_field(pause["actor_id"], "actor_id", optional=True),
+        "worker_id": hex_id_field(pause["worker_id"], "worker_id", optional=True),
+        "node_id": hex_id_field(pause["node_id"], "node_id", optional=True),
         "host": _text(pause["host"], "host", 256),
         "pid": _int(pause["pid"], "pid"),
         "function": frames[0]["function"],

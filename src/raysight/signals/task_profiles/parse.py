@@ -11,12 +11,11 @@ from typing import Any
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.fields import int_field, json_dict, session_field, text_field
+from raysight.ingest.fields import hex_id_field, int_field, json_dict, session_field, text_field
 from raysight.tables import Table, columns
 
 MAX_STACK = 32 * 1024  # characters of a collapsed stack (the sampler keeps 128 frames)
 MAX_HZ = 1000.0  # (instrument/task_profile.py's too)
-_HEX_ID = re.compile(r"[0-9a-f]{1,64}")
 _BATCH_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 INT32_MAX = 2**31 - 1
 
@@ -70,12 +69,6 @@ def stack_id(stack: str) -> str:
     return hashlib.blake2b(stack.encode(), digest_size=8).hexdigest()
 
 
-def _hex_id(value: Any, what: str) -> str:
-    if not (isinstance(value, str) and _HEX_ID.fullmatch(value)):
-        raise BadIngest(f"{what} must be a hex ID (Ray's), not {str(value)[:80]!r}")
-    return value
-
-
 def _count(value: Any, what: str, high: int = INT32_MAX, low: int = 0) -> int:
     count = int_field(value, what, low=low, high=high)
     assert count is not None
@@ -103,7 +96,8 @@ def parse(body: bytes) -> Batch:
         if not isinstance(sent, dict):
             raise BadIngest(f"attempts[{i}] must be an object {{task_id, attempt, stacks}}")
         attempt = wire.shaped(sent, wire.ProfiledAttempt)
-        task_id = _hex_id(attempt["task_id"], f"attempts[{i}].task_id")
+        task_id = hex_id_field(attempt["task_id"], f"attempts[{i}].task_id")
+        assert task_id is not None
         number = _count(attempt["attempt"], f"attempts[{i}].attempt")
         stacks = attempt["stacks"]
         if not isinstance(stacks, list):
@@ -117,7 +111,7 @@ def parse(body: bytes) -> Batch:
             on_cpu = _count(row[2], f"{what}'s samples on CPU", high=count)
             assert stack is not None
             samples.append((task_id, number, stack_id(stack), stack, count, on_cpu))
-    node_id = None if found["node_id"] is None else _hex_id(found["node_id"], "node_id")
-    worker_id = None if found["worker_id"] is None else _hex_id(found["worker_id"], "worker_id")
+    node_id = hex_id_field(found["node_id"], "node_id", optional=True)
+    worker_id = hex_id_field(found["worker_id"], "worker_id", optional=True)
     total = sum(row[4] for row in samples)
     return Batch((batch_id, session, node_id, worker_id, pid, float(hz), total, dropped), samples)
