@@ -970,6 +970,19 @@ def test_run_traces_and_profiles_the_program_unless_told_not_to(server: ServerPr
     }
     unprofiled = raysight_run("run", "--server", server.url, "--no-profiling", "--", *program)
     assert shown(unprofiled)["RAYSIGHT_PROFILE_HZ"] == "0" and shown(unprofiled)["RAYSIGHT_TRACING"] is None
+    # a shell `raysight env --no-profiling` set up: profiling on again; a rate of the user's own stays
+    assert (
+        shown(raysight_run("run", "--server", server.url, "--", *program, RAYSIGHT_PROFILE_HZ="0"))[
+            "RAYSIGHT_PROFILE_HZ"
+        ]
+        is None
+    )
+    assert (
+        shown(raysight_run("run", "--server", server.url, "--", *program, RAYSIGHT_PROFILE_HZ="50"))[
+            "RAYSIGHT_PROFILE_HZ"
+        ]
+        == "50"
+    )
 
 
 def test_run_neither_tracing_nor_profiling_drops_raysights_hook_from_the_shell(server: ServerProcess) -> None:

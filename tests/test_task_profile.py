@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ import orjson
 
 from raysight import wire
 from raysight.instrument import export
+from raysight.instrument.hooks import profiles_path
 from raysight.instrument.task_profile import Batches, Folded, Sampler
 
 
@@ -171,3 +173,22 @@ def test_a_worker_sends_its_samples_every_few_seconds_on_the_span_connection_and
     assert received[0][0] - started >= 0.45  # (not before it was due)
     sent = sum(n for _, _, batch in received for a in batch["attempts"] for _, n, _ in a["stacks"])
     assert sent >= 40 and len({batch["batch_id"] for _, _, batch in received}) == len(received)
+
+
+def test_profiles_go_to_the_server_of_the_trace_endpoint_with_the_key_it_carries() -> None:
+    assert profiles_path("http://h:1/v1/traces") == "/ingest/task-profiles"
+    assert profiles_path("http://h:1/ingest/otlp/a%2Fb%20c/v1/traces") == "/ingest/task-profiles?key=a%2Fb+c"
+    assert profiles_path("http://h:1/base/v1/traces") == "/base/ingest/task-profiles"
+
+
+def test_a_forked_child_s_sampler_starts_empty() -> None:
+    sampler = Sampler(hz=50)
+    with sampler.running(("parent's", 0)):
+        sampler.sample()
+    assert sampler.sampled() == 1
+    read, write = os.pipe()
+    if (pid := os.fork()) == 0:  # the child: what it inherited of the parent's sampler
+        os.write(write, orjson.dumps([sampler.sampled(), sampler._thread is None, len(sampler._threads)]))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert orjson.loads(os.read(read, 1000)) == [0, True, 0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from raysight import wire
 from raysight.server.app import create_app
 from raysight.settings import Settings
 from tests.ray_scenarios import wait_folded
+from tests.test_otlp_receiver import raysight
 
 SESSION = "session_2026-11-28_00-00-00_000000_1"
 TASK = "a" * 40 + "01000000"
@@ -90,6 +92,7 @@ def test_a_batch_resent_into_the_same_group_is_kept_once(tmp_path: Path) -> None
         ({"attempts": [{"task_id": TASK, "attempt": 0, "stacks": [[BURN, 3, 4]]}]}, "samples on CPU"),
         ({"attempts": [{"task_id": TASK, "attempt": 0, "stacks": [["", 3, 0]]}]}, "stack must be"),
         ({"attempts": {}}, "attempts must be a list"),
+        ({"attempts": [{"task_id": TASK, "attempt": 0, "stacks": [[";".join(["f (a.py:1)"] * 200), 1, 0]]}]}, "frames"),
     ],
 )
 def test_a_bad_batch_gets_a_400_naming_what_is_wrong(server: TestClient, change: dict[str, Any], named: str) -> None:
@@ -108,3 +111,17 @@ def test_a_profile_of_nothing_sampled_is_empty_and_a_query_names_one_thing(serve
     assert server.get(wire.PROFILE, params={"task": "zz"}).status_code == 400
     assert "name one of" in server.get(wire.PROFILE).text
     assert server.get(wire.PROFILE, params={"attempt": "1", "job": "01000000"}).status_code == 400
+
+
+def test_the_flame_graph_of_any_stack_is_well_formed_svg_and_deleting_a_session_deletes_its_stacks(
+    server: TestClient,
+) -> None:
+    odd = "main (job.py:10);<b>&\x01\x1b[31m (job.py:3)"  # (a worker names its frames: markup, control characters)
+    assert post(server, batch("w1-1", (TASK, 0, [[odd, 3, 3]]))).status_code == 200
+    wait_folded(server)
+    svg = server.get(wire.PROFILE, params={"task": TASK, "format": "svg"}).text
+    texts = [node.text or "" for node in ElementTree.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert any("<b>&\ufffd\ufffd[31m" in text for text in texts), texts
+    store = raysight(server).store
+    assert raysight(server).writer.call(lambda store: store.delete_session(SESSION)).result(timeout=15)
+    assert store.reader().execute("SELECT count(*) FROM profile_stacks").fetchone() == (0,)

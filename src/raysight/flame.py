@@ -113,6 +113,14 @@ def _color(frame: str) -> str:
     return f"rgb({205 + h[0] % 50},{h[1] % 230},{h[2] % 55})"
 
 
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # what no XML document may hold
+
+
+def _text(text: str) -> str:
+    """``text`` as an SVG's text: escaped, and less what XML cannot hold (a stack is a worker's to name)."""
+    return escape(_NOT_XML.sub("\ufffd", text))
+
+
 def flame_svg(stacks: Stacks, title: str, unit: str = "samples") -> str:
     """A flame graph: the root at the bottom, each frame as wide as its weight, siblings by name; each frame's
     function, and its weight and share, in its tooltip."""
@@ -124,7 +132,7 @@ def flame_svg(stacks: Stacks, title: str, unit: str = "samples") -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}" font-family="Verdana, sans-serif" font-size="{FONT}">',
         '<rect width="100%" height="100%" fill="#fdf6e8"/>',
-        f'<text x="{WIDTH / 2}" y="{PAD + FONT}" text-anchor="middle" font-size="{FONT + 4}">{escape(title)}</text>',
+        f'<text x="{WIDTH / 2}" y="{PAD + FONT}" text-anchor="middle" font-size="{FONT + 4}">{_text(title)}</text>',
     ]
     bottom = height - PAD - ROW
 
@@ -136,12 +144,12 @@ def flame_svg(stacks: Stacks, title: str, unit: str = "samples") -> str:
         share = 100 * node.weight / max(root.weight, 1)
         tip = f"{name} — {node.weight:,} {unit} ({share:.2f}%)"
         parts.append(
-            f'<g><title>{escape(tip)}</title><rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 1}" '
+            f'<g><title>{_text(tip)}</title><rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 1}" '
             f'fill="{_color(name)}" rx="2"/>'
         )
         if (fits := int((width - 6) / CHAR)) >= 3:
             text = name if len(name) <= fits else name[: fits - 2] + ".."
-            parts.append(f'<text x="{x + 3:.1f}" y="{y + ROW - 5}">{escape(text)}</text>')
+            parts.append(f'<text x="{x + 3:.1f}" y="{y + ROW - 5}">{_text(text)}</text>')
         parts.append("</g>")
         for child_name, child in sorted(node.children.items()):
             draw(child_name, child, x, level + 1)

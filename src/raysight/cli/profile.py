@@ -76,6 +76,8 @@ def profile_cmd(
             cpu_only=True if cpu_only else None,
         )
     named = task or function or actor or job
+    if cpu_only and data["samples"] and not data["on_cpu"]:
+        raise click.ClickException(f"none of the {data['samples']:,} samples of {named} was taken on CPU")
     if not data["samples"]:
         raise click.ClickException(
             f"no samples of {named} in {data['session']}: raysight samples the tasks of a job it records (`raysight "

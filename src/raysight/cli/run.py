@@ -105,6 +105,8 @@ def left_off(env: dict[str, str], tracing: bool, profiling: bool) -> None:
     """``env`` (with :func:`tracing_env`'s variables) less those of raysight's that an environment a shell `raysight
     env` set up had, and ``tracing`` and ``profiling`` turn off: a user's own runtime-env hook, which raysight chained,
     back where neither is on."""
+    if profiling and env.get(ENV_PROFILE_HZ) == "0":  # (a rate of the user's own stays)
+        del env[ENV_PROFILE_HZ]
     if tracing:
         env.pop(ENV_TRACING, None)
     elif env.get(RAY_SERVE_EXPORTER) == SERVE_EXPORTER:

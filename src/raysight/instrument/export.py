@@ -88,6 +88,7 @@ class SpanQueue(SpanProcessor):
         self._final = False  # the next export sends what every rider has, due or not (a flush)
         self._added = 0.0  # when the last span was queued
         self._thread: threading.Thread | None = None  # started with the first span
+        self._starting = threading.Lock()
         self._connection: http.client.HTTPConnection | None = None
         self._reported = 0  # the drops the receiver was told of
 
@@ -113,8 +114,10 @@ class SpanQueue(SpanProcessor):
             return
         self._added = time.monotonic()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="raysight-spans", daemon=True)
-            self._thread.start()
+            with self._starting:  # (task threads and the sampler's nudge at once)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="raysight-spans", daemon=True)
+                    self._thread.start()
         if not self._wake.is_set():
             self._wake.set()
 

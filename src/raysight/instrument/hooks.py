@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -87,7 +87,7 @@ def profiles_path(traces_url: str) -> str:
     base = urlsplit(traces_url).path.removesuffix(wire.OTLP_TRACES)
     prefix, keyed, key = base.rpartition(wire.OTLP_KEYED.split("{")[0].rstrip("/") + "/")
     if keyed and key and "/" not in key:
-        return prefix + wire.TASK_PROFILES + "?" + urlencode(wire.key_params(key))
+        return prefix + wire.TASK_PROFILES + "?" + urlencode(wire.key_params(unquote(key)))
     return base + wire.TASK_PROFILES
 
 

@@ -163,8 +163,8 @@ def receive() -> None:
     _receiving = True
 
 
-def profile_with(sampler: Sampler | None) -> None:
-    """Tell ``sampler`` which attempt each task wrapper runs, from now on (None: no more); it starts with the first."""
+def profile_with(sampler: Sampler) -> None:
+    """Tell ``sampler`` which attempt each task wrapper runs, from now on; it starts with the first."""
     global _sampler
     _sampler = sampler
 
@@ -174,9 +174,12 @@ def _profiled(is_async: bool) -> AbstractContextManager[None]:
     sampler = _sampler
     if sampler is None:
         return contextlib.nullcontext()
-    worker = core_worker()
-    attempt = (worker.get_current_task_id().hex(), worker.get_current_task_attempt_number())
-    sampler.start()
+    try:
+        worker = core_worker()
+        attempt = (worker.get_current_task_id().hex(), worker.get_current_task_attempt_number())
+        sampler.start()
+    except Exception:  # noqa: BLE001 (unsampled rather than in the user's way)
+        return contextlib.nullcontext()
     return sampler.running_async(attempt) if is_async else sampler.running(attempt)
 
 

@@ -9,7 +9,7 @@ actor (``max_concurrency`` > 1) runs each call on a thread of its pool: each thr
 Threads that run no attempt (Ray's, the worker's idle main thread, threads a task started and left running) are not
 sampled at all: the profiler costs nothing while a worker is idle.
 
-A sample is on CPU when its thread runs right then: its CPU time (``pthread_getcpuclockid``) grows by at least a
+A sample is on CPU when its thread runs right then: its CPU time (Linux's clock of the thread) grows by at least a
 quarter of a short probe (:data:`PROBE_S`) the sampler waits, without the GIL, once it has read the stacks, and the
 thread still runs the attempt sampled (not one that began meanwhile: another call of an async actor). A task
 sleeping, waiting on I/O, on ``ray.get`` or on a lock is sampled off CPU; one that wants the CPU but waits for it (a
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gzip
 import os
 import sys
@@ -43,15 +44,18 @@ DEFAULT_HZ = 20.0
 MAX_HZ = 1000.0  # (what the server takes: signals/task_profiles/parse.py)
 SEND_EVERY_S = 5.0  # how often a worker sends its samples (and when it exits): each batch costs the server a fold
 MAX_STACKS = 20_000  # distinct (attempt, stack) pairs held between two takes: past it, samples are dropped, counted
-MAX_DEPTH = 128  # frames of a stack kept, from the task's function (deeper ones are cut, marked)
+MAX_DEPTH = 128  # frames of a stack kept, from the task's function (deeper ones are cut, marked; the server's too)
+MAX_LABELS = 10_000  # code objects whose names are kept ready
+SEND_AT_STACKS = 1_000  # distinct (attempt, stack) pairs that make a batch due at once (bounding its size)
 PROBE_S = 0.002  # how long the sampler watches each sampled thread's CPU time, after reading the stacks
 ON_CPU = 0.25  # the share of the probe a thread must have run for its sample to be on CPU
 
 Attempt = tuple[str, int]  # a task's ID (hex) and its attempt number
 Folded = dict[Attempt, dict[str, list[int]]]  # attempt → collapsed stack → [samples, samples on CPU]
 
-# asyncio's own record of the task each running loop runs now (what asyncio.current_task(loop) reads)
-_current_tasks: dict[Any, Any] = getattr(asyncio.tasks, "_current_tasks", {})
+# The attempt an async actor's call runs, in its context: the asyncio tasks it starts (gather, create_task) copy it,
+# and their samples are its own where Python lets another thread read a task's context (3.12 on: Task.get_context)
+_ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("raysight_attempt", default=None)
 
 
 class Sampler:
@@ -79,6 +83,13 @@ class Sampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked child runs none of its parent's attempts: it starts empty (a thread of its own, if it runs one)."""
+        self._threads, self._loops, self._tasks = {}, {}, weakref.WeakKeyDictionary()
+        self._folded, self._stacks, self.dropped = {}, 0, 0
+        self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
 
     def start(self) -> None:
         """Sample from now on (idempotent; a forked child starts a thread of its own)."""
@@ -116,14 +127,16 @@ class Sampler:
             return
         self._loops[threading.get_ident()] = task.get_loop()
         self._tasks[task] = attempt
+        token = _ATTEMPT.set(attempt)
         try:
             yield
         finally:
+            _ATTEMPT.reset(token)
             self._tasks.pop(task, None)
 
-    def sampled(self) -> bool:
-        """Whether samples wait to be taken."""
-        return bool(self._folded)
+    def sampled(self) -> int:
+        """How many distinct stacks of attempts wait to be taken."""
+        return self._stacks
 
     def take(self) -> Folded:
         """The samples folded since the last take."""
@@ -133,11 +146,8 @@ class Sampler:
 
     def _run(self) -> None:
         interval = 1.0 / self.hz
-        pid = os.getpid()
         due = time.monotonic() + interval
         while not self._stop.wait(max(0.0, due - time.monotonic())):
-            if os.getpid() != pid:  # (a fork's copy of this thread does not run)
-                return
             with contextlib.suppress(Exception):  # (a profile missing a sample, never a worker broken)
                 self.sample()
             # on a clock of its own: the GIL and the probe delay a sample, not the ones after it (a sample stands
@@ -153,36 +163,40 @@ class Sampler:
                 taken.append((ident, attempt, self._stack(frame)))
         for gone in self._loops.keys() - frames.keys():  # (a loop's thread that has ended)
             del self._loops[gone]
-        del frames  # (holds every thread's frames alive)
+        del frames, frame  # (they hold the threads' frames alive)
         if not taken:
             return
-        started, before = time.monotonic_ns(), [_cpu_ns(ident) for ident, _, _ in taken]
+        native = {thread.ident: thread.native_id for thread in threading.enumerate()}
+        started, before = time.monotonic_ns(), [_cpu_ns(native.get(ident)) for ident, _, _ in taken]
         time.sleep(PROBE_S)
-        after, elapsed = [_cpu_ns(ident) for ident, _, _ in taken], time.monotonic_ns() - started
+        after, elapsed = [_cpu_ns(native.get(ident)) for ident, _, _ in taken], time.monotonic_ns() - started
         for (ident, attempt, stack), was, now in zip(taken, before, after):
             # on CPU where it ran through the probe, still in the attempt sampled (not another that began meanwhile)
             ran = was is not None and now is not None and now - was >= ON_CPU * elapsed
             self._add(attempt, stack, ran and self._attempt_of(ident) == attempt)
 
     def _attempt_of(self, ident: int) -> Attempt | None:
-        """The attempt a thread runs now: its own, or its event loop's running asyncio task's."""
+        """The attempt a thread runs now: its own, or its event loop's running asyncio task's (or the call's that
+        started that task)."""
         attempt = self._threads.get(ident)
         if attempt is None and (loop := self._loops.get(ident)) is not None:
-            task = _current_tasks.get(loop)
-            attempt = self._tasks.get(task) if task is not None else None
+            task = asyncio.current_task(loop)
+            if task is not None:
+                attempt = self._tasks.get(task)
+                if attempt is None and hasattr(task, "get_context"):
+                    attempt = task.get_context().get(_ATTEMPT)
         return attempt
 
     def _add(self, attempt: Attempt, stack: str, on_cpu: bool) -> None:
         with self._lock:
             first = not self._folded
-            stacks = self._folded.setdefault(attempt, {})
-            counts = stacks.get(stack)
+            counts = self._folded.get(attempt, {}).get(stack)
             if counts is None:
                 if self._stacks >= MAX_STACKS:
                     self.dropped += 1
                     return
                 self._stacks += 1
-                counts = stacks[stack] = [0, 0]
+                counts = self._folded.setdefault(attempt, {})[stack] = [0, 0]
             counts[0] += 1
             counts[1] += on_cpu
         if first and self.nudge is not None:  # (once the sample can be taken: a take meanwhile leaves none behind)
@@ -211,15 +225,21 @@ class Sampler:
     def _label(self, code: CodeType, line: int | None) -> str:
         known = self._labels.get(code)
         if known is None:
+            if len(self._labels) >= MAX_LABELS:  # (code made at run time: kept alive no longer than this)
+                self._labels.clear()
             name = getattr(code, "co_qualname", code.co_name).replace(";", ":")
             known = self._labels[code] = (name, short_path(code.co_filename).replace(";", ":"))
         return f"{known[0]} ({known[1]}:{line or 0})"
 
 
-def _cpu_ns(ident: int) -> int | None:
-    """The CPU time a thread of this process has run, None once it has ended."""
+def _cpu_ns(native_id: int | None) -> int | None:
+    """The CPU time a thread of this process (its kernel ID) has run; None once it has ended, or off Linux. The clock
+    is named as Linux names a thread's (what glibc's pthread_getcpuclockid returns): for a thread gone, the kernel
+    answers EINVAL, where pthread_getcpuclockid of a thread that has ended may crash the process."""
+    if native_id is None or not sys.platform.startswith("linux"):
+        return None
     try:
-        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+        return time.clock_gettime_ns((~native_id << 3) | 6)  # MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
     except OSError:
         return None
 
@@ -241,14 +261,22 @@ class Batches:
     def __init__(self, sampler: Sampler, process: Callable[[], dict[str, Any]], every_s: float = SEND_EVERY_S) -> None:
         """``process``: this process's Ray IDs (``ray_tracing.process_attributes``)."""
         self.sampler, self.process, self.every_s = sampler, process, every_s
-        self._taken = time.monotonic()
+        self._forked()
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """Batches of a process of their own (a forked child's start anew, named apart from its parent's)."""
+        self._prefix, self._taken = f"{os.getpid()}-{time.time_ns():x}", time.monotonic()
         self._batches, self._lost, self._reported, self._reporting = 0, 0, 0, 0
         self._pending = 0  # the samples of the batch being sent
-        self._prefix = f"{os.getpid()}-{time.time_ns():x}"
 
     def due(self) -> float | None:
-        """Seconds until the next batch is due, None while nothing was sampled."""
-        return max(0.0, self._taken + self.every_s - time.monotonic()) if self.sampler.sampled() else None
+        """Seconds until the next batch is due (at once past :data:`SEND_AT_STACKS`), None while nothing was
+        sampled."""
+        held = self.sampler.sampled()
+        if not held:
+            return None
+        return 0.0 if held >= SEND_AT_STACKS else max(0.0, self._taken + self.every_s - time.monotonic())
 
     def take(self) -> bytes | None:
         """The next batch's body, None when nothing was sampled (or the process is not yet Ray's)."""

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raysight import wire
-from raysight.signals.signal import Accepted, Intake, Signal
+from raysight.signals.signal import Accepted, Intake, Signal, forget_by_session
 from raysight.signals.task_profiles import parse
 
 if TYPE_CHECKING:
     from raysight.settings import WriterSettings
     from raysight.store.journal import Record
     from raysight.store.store import Store
+    from raysight.store.tx import Tx
 
 
 def applied(store: Store, records: Sequence[Record], parsed: None, folded: int) -> None:
@@ -30,8 +31,14 @@ def accept(body: bytes) -> Accepted:
 
 
 def linger(settings: WriterSettings) -> float:
-    """As spans do: each worker sends its samples about once a second, each at its own moment."""
+    """As spans do: each worker sends its samples every few seconds, each at its own moment."""
     return settings.spans_linger_s
+
+
+def forgotten(store: Store, tx: Tx, session: str) -> None:
+    """A session's samples and batches, and the stacks no sample is in any more."""
+    forget_by_session((parse.TASK_SAMPLES, parse.PROFILE_BATCHES))(store, tx, session)
+    tx.run("DELETE FROM profile_stacks WHERE stack_id NOT IN (SELECT DISTINCT stack_id FROM task_samples)")
 
 
 SIGNAL = Signal(
@@ -39,5 +46,6 @@ SIGNAL = Signal(
     parse.PROFILE_TABLES,
     apply=applied,
     linger=linger,
+    forget=forgotten,
     intake=Intake(wire.TASK_PROFILES, accept, "the worker", "batch of task profiles"),
 )

@@ -14,7 +14,8 @@ from raysight.errors import BadIngest
 from raysight.ingest.fields import hex_id_field, int_field, json_dict, session_field, text_field
 from raysight.tables import Table, columns
 
-MAX_STACK = 32 * 1024  # characters of a collapsed stack (the sampler keeps 128 frames)
+MAX_STACK = 32 * 1024  # characters of a collapsed stack
+MAX_FRAMES = 129  # frames of one: the sampler keeps 128 (instrument/task_profile.py's MAX_DEPTH) and marks a cut
 MAX_HZ = 1000.0  # (instrument/task_profile.py's too)
 _BATCH_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 INT32_MAX = 2**31 - 1
@@ -107,9 +108,11 @@ def parse(body: bytes) -> Batch:
             if not (isinstance(row, list) and len(row) == 3):
                 raise BadIngest(f"{what} must be [stack, samples, on_cpu]")
             stack = text_field(row[0], f"{what}'s stack", limit=MAX_STACK)
+            assert stack is not None
+            if stack.count(";") >= MAX_FRAMES:
+                raise BadIngest(f"{what}'s stack must be of at most {MAX_FRAMES} frames")
             count = _count(row[1], f"{what}'s samples", low=1)
             on_cpu = _count(row[2], f"{what}'s samples on CPU", high=count)
-            assert stack is not None
             samples.append((task_id, number, stack_id(stack), stack, count, on_cpu))
     node_id = hex_id_field(found["node_id"], "node_id", optional=True)
     worker_id = hex_id_field(found["worker_id"], "worker_id", optional=True)

@@ -50,7 +50,7 @@ def profile(con: Any, query: ProfileQuery) -> dict[str, Any]:
     which, params = _which(query)
     rows = con.execute(
         f"""SELECT p.stack, sum(t.samples)::BIGINT AS samples, sum(t.on_cpu)::BIGINT AS on_cpu, sum(t.wall_s),
-                   sum(t.cpu_s), count(DISTINCT (t.task_id, t.attempt))
+                   sum(t.cpu_s)
             FROM task_samples t JOIN profile_stacks p USING (stack_id)
             WHERE t.session = $session AND {which}
             GROUP BY p.stack
