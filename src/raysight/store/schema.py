@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from raysight.signals.log_lines.parse import (
+    ACCESS,
     LOG_FILES,
     LOG_LINES,
     SERVE_COLUMNS,
@@ -116,7 +117,7 @@ INDEXED_FROM_SQL = f"SELECT coalesce(max(value::BIGINT), 0) FROM meta WHERE key 
 
 
 RESOURCE_ID_SQL = "left(md5(resource::VARCHAR), 16)"  # as ``signals/spans/parse.py``'s ``resource_id``
-SERVE_LINES = f"SELECT seq, name, text FROM log_lines WHERE regexp_matches(name, '{SERVE_FILE}')"
+SERVE_LINES = f"SELECT seq, ts_ns, session, host, name, text FROM log_lines WHERE regexp_matches(name, '{SERVE_FILE}')"
 # Upgrades that need no refold, by the version they lead to; older stores are refolded from their raw events.
 MIGRATIONS = {
     3: [
@@ -168,7 +169,8 @@ MIGRATIONS = {
     ],
     19: [  # serve_requests, from the access lines of Serve's files stored before
         SERVE_REQUESTS.ddl(),
-        f"INSERT INTO serve_requests BY NAME {serve_requests_sql('true')} ON CONFLICT DO NOTHING",
+        f"INSERT INTO serve_requests BY NAME {serve_requests_sql(read_lines(SERVE_LINES, ACCESS))} "
+        "ON CONFLICT DO NOTHING",
     ],
 }
 REFOLD_BELOW = 2

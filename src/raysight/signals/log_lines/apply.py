@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from raysight.signals.log_lines import log_index
 from raysight.signals.log_lines.parse import (
+    ACCESS,
     LINE_TIME,
     MAX_LOG_LINES,
     STAMPED_NS,
@@ -48,13 +49,14 @@ def apply_logs(store: Store, bodies: Sequence[bytes], journal_seq: int | None = 
                        WHERE l.byte_offset >= coalesce(f.end_offset, 0)
                        QUALIFY row_number() OVER (PARTITION BY session, host, file_key, byte_offset ORDER BY ord) = 1"""
         with tx.registered("staged_lines", lines):
-            (stored,) = tx.one(
-                f"""INSERT INTO log_lines BY NAME
+            tx.run(
+                f"""CREATE OR REPLACE TEMP TABLE lines_read AS
                     SELECT {first} + row_number() OVER (ORDER BY ord) AS seq,
                            * EXCLUDE (ord, read_ns, utc_offset_s, stamped, raw),
                            {LINE_TIME} AS ts_ns, from_base64(raw) AS raw
-                    FROM ({read_lines(new_lines, also={"stamped": STAMPED_NS})})"""
+                    FROM ({read_lines(new_lines, also={"stamped": STAMPED_NS, **ACCESS})})"""
             )
+        (stored,) = tx.one("INSERT INTO log_lines BY NAME SELECT * EXCLUDE (access) FROM lines_read")
         with tx.registered("staged_files", files):
             tx.run(
                 """INSERT INTO log_files
@@ -70,7 +72,8 @@ def apply_logs(store: Store, bodies: Sequence[bytes], journal_seq: int | None = 
         with tx.registered("staged_gaps", gaps):
             (new_gaps,) = tx.one("INSERT INTO log_gaps SELECT *, now() FROM staged_gaps ON CONFLICT DO NOTHING")
         index_lines(tx, first)
-        tx.run(f"INSERT INTO serve_requests BY NAME {serve_requests_sql(f'seq > {first}')}")
+        tx.run(f"INSERT INTO serve_requests BY NAME {serve_requests_sql('FROM lines_read')}")
+        tx.run("DROP TABLE lines_read")
         tx.run(f"INSERT OR REPLACE INTO meta VALUES ('{LOG_SEQ_KEY}', ?)", [str(first + stored)])
         tx.count(
             log_lines=stored,

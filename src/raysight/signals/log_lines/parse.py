@@ -133,12 +133,6 @@ def access(message: str) -> Access | None:
     return None
 
 
-# A Serve line's message: a JSON line's, or a text line's less Serve's prefix (in SQL over ``text``)
-_IS_JSON = "left(text, 1) = '{' AND json_valid(text)"
-_MESSAGE = (
-    f"CASE WHEN {_IS_JSON} THEN json_extract_string(text, '$.message') "
-    f"ELSE regexp_replace(text, '{SERVE_TEXT}', '') END"
-)
 # The layers: whether the line is JSON and its file Serve's (and which); the line's JSON values, Serve's kind of file
 # and the parts of Serve's prefix (``_prefix.component`` empty: none); the line's message and a replica's
 # ``<app>_<deployment>`` as its JSON or text line says it (its file's name has Ray's special characters replaced);
@@ -146,7 +140,7 @@ _MESSAGE = (
 # first underscore.
 _LINE_LAYERS: list[dict[str, str]] = [
     {
-        "_is_json": _IS_JSON,
+        "_is_json": "left(text, 1) = '{' AND json_valid(text)",
         "_file": f"regexp_extract(name, '{SERVE_FILE}', ['kind', 'id'])",
         "_replica_file": f"regexp_extract(name, '{SERVE_REPLICA_FILE}', ['app_deployment', 'replica'])",
     },
@@ -204,6 +198,9 @@ LINE_FIELDS = {
     **SERVE_FIELDS,
     "own": OWN_REQUEST,
 }
+
+
+ACCESS = {"access": "_access"}  # a Serve line's access line, read as its parts (for serve_requests_sql)
 
 
 def read_lines(source: str, also: Mapping[str, str] | None = None) -> str:
@@ -348,15 +345,15 @@ SERVE_REQUESTS = Table(
 )
 
 
-def serve_requests_sql(where: str) -> str:
-    """The rows of :data:`SERVE_REQUESTS` that the stored log lines matching ``where`` (SQL over ``log_lines``) hold:
-    the access lines of Serve's proxies and replicas (within a request: a print that reads like one is not)."""
+def serve_requests_sql(read: str) -> str:
+    """The rows of :data:`SERVE_REQUESTS` that the lines of ``read`` (:func:`read_lines` of lines with their
+    ``seq`` and ``ts_ns``, with :data:`ACCESS` among its fields) hold: the access lines of Serve's proxies and
+    replicas (within a request: a print that reads like one is not)."""
     return f"""SELECT session, seq, ts_ns, host, component, replica, application, deployment, request_id, route,
-                      a.method, CASE WHEN a.method = 'CALL' THEN a.target END AS call, a.status,
-                      a.ms::DOUBLE AS latency_ms, nullif(a.client, '') AS client
-               FROM (SELECT *, regexp_extract({_MESSAGE}, '{ACCESS_LINE}', {_ACCESS_PARTS}) AS a FROM log_lines
-                     WHERE component IN ('proxy', 'replica') AND request_id IS NOT NULL AND {where})
-               WHERE a.method <> ''"""
+                      access.method, CASE WHEN access.method = 'CALL' THEN access.target END AS call, access.status,
+                      access.ms::DOUBLE AS latency_ms, nullif(access.client, '') AS client
+               FROM ({read})
+               WHERE component IN ('proxy', 'replica') AND request_id IS NOT NULL AND access.method <> ''"""
 
 
 LOG_TABLES = [LOG_LINES, LOG_FILES, LOG_GAPS, LOG_BLOCKS, LOG_FILE_BLOCKS, LOG_DROPPED, SERVE_REQUESTS]
