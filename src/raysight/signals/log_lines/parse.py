@@ -180,9 +180,10 @@ SERVE_FIELDS = {
 }
 
 # What a line says of itself: its level (Ray's C++ format ``[2026-11-21 19:14:33,944 I 6603 6603]``, Python's
-# ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON logging), its level,
-# trace and span IDs; its request ID (a JSON line's, a Serve text line's); what Serve's lines say
-# (:data:`SERVE_FIELDS`); whether it is a dashboard's line of raysight's own request.
+# ``INFO``/``2026-11-21 19:14:33,944\tINFO`` and Serve's); for a JSON line (Ray's and Serve's JSON logging), its level
+# (``levelname``, else ``level``: an empty value is none), trace and span IDs; its request ID (a JSON line's, a Serve
+# text line's); what Serve's lines say (:data:`SERVE_FIELDS`); whether it is a dashboard's line of raysight's own
+# request.
 LINE_FIELDS = {
     "level": f"""CASE
         WHEN _is_json THEN upper(coalesce({_json("levelname")}, {_json("level")}))
