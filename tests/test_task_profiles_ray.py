@@ -10,7 +10,9 @@ from typing import Any
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from raysight.cli import main
 from raysight.flame import top
 from tests import test_ui
 from tests.ray_scenarios import ServerProcess, cli, ray_run
@@ -58,7 +60,8 @@ def test_a_burning_task_s_hottest_frame_is_burn_on_cpu_and_a_sleeping_task_sleep
     sleeping = profile(server, ids["sleeping"])
     assert sleeping["samples"] >= 10 and sleeping["on_cpu"] == 0, sleeping
     assert hottest(sleeping).startswith("sleeping ("), sleeping  # (time.sleep is C: the task's frame is the leaf)
-    assert profile(server, ids["sleeping"], "--cpu-only")["stacks"] == []
+    result = CliRunner().invoke(main, ["profile", "--task", ids["sleeping"], "--cpu-only", "--server", server.url])
+    assert result.exit_code == 1 and "none of the" in result.output and "was taken on CPU" in result.output
 
 
 def test_profiles_are_taken_without_tracing(profiled: tuple[ServerProcess, dict[str, str]]) -> None:

@@ -160,7 +160,7 @@ def wait_rows(page: Any, box: str, check: Any) -> list[list[str]]:
         found = rows(page, box)
         if check(found):
             return found
-        assert time.monotonic() < deadline, found
+        assert time.monotonic() < deadline, (len(found), found)
         page.wait_for_timeout(100)
 
 
