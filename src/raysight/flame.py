@@ -23,12 +23,18 @@ def weighed(profile: dict[str, Any], cpu_only: bool = False) -> Stacks:
     return [(stack, on_cpu if cpu_only else samples) for stack, samples, on_cpu in profile["stacks"]]
 
 
-def described(profile: dict[str, Any]) -> str:
-    """What a profile adds up to: ``1 attempt, 40 samples: 2.00s sampled, 1.95s on CPU``."""
+def titled(named: str, profile: dict[str, Any], cpu_only: bool = False) -> str:
+    """A profile's title: what it is of and what it adds up to (``1 attempt, 40 samples: 2.00s sampled, 1.95s on
+    CPU``), and whether it shows the samples on CPU alone."""
     attempts = f"{profile['attempts']} attempt{'s' * (profile['attempts'] != 1)}"
-    return (
-        f"{attempts}, {profile['samples']:,} samples: {profile['wall_s']:.2f}s sampled, {profile['cpu_s']:.2f}s on CPU"
-    )
+    sums = f"{profile['samples']:,} samples: {profile['wall_s']:.2f}s sampled, {profile['cpu_s']:.2f}s on CPU"
+    return f"{named} — {attempts}, {sums}" + (" (the samples on CPU)" if cpu_only else "")
+
+
+def profile_svg(named: str, profile: dict[str, Any], cpu_only: bool = False) -> str:
+    """A profile (as ``GET /api/raysight/profile`` answers it) as its flame graph, titled."""
+    unit = "samples on CPU" if cpu_only else "samples"
+    return flame_svg(weighed(profile, cpu_only), titled(named, profile, cpu_only), unit)
 
 
 def collapsed(stacks: Stacks) -> str:

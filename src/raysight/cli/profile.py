@@ -75,7 +75,7 @@ def profile_cmd(
             job=job,
             cpu_only=True if cpu_only else None,
         )
-    named = task or function or actor or job
+    named = next(value for value in (task, function, actor, job) if value is not None)
     if cpu_only and data["samples"] and not data["on_cpu"]:
         raise click.ClickException(f"none of the {data['samples']:,} samples of {named} was taken on CPU")
     if not data["samples"]:
@@ -85,13 +85,13 @@ def profile_cmd(
             "second: a task of a few milliseconds may have none"
         )
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
-    title = f"{named} — {flame.described(data)}" + (" (the samples on CPU)" if cpu_only else "")
+    title = flame.titled(named, data, cpu_only)
     if kind == "table":
         if output is not None:
             raise click.UsageError("the table is for the terminal: write collapsed, speedscope or svg to a file")
         _table(data, title, cpu_only, limit)
         return
-    text = _rendered(data, kind, title, cpu_only)
+    text = _rendered(data, kind, named, cpu_only)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -99,16 +99,16 @@ def profile_cmd(
     click.echo(f"{title} -> {output} ({kind})", err=True)
 
 
-def _rendered(data: dict[str, Any], kind: str, title: str, cpu_only: bool) -> str:
-    stacks = flame.weighed(data, cpu_only)
+def _rendered(data: dict[str, Any], kind: str, named: str, cpu_only: bool) -> str:
     if kind == "json":
         return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
-    if kind == "collapsed":
-        return flame.collapsed(stacks)
+    if kind == "svg":
+        return flame.profile_svg(named, data, cpu_only)
+    stacks = flame.weighed(data, cpu_only)
     if kind == "speedscope":
         each = data["wall_s"] / data["samples"] if data["samples"] else None
-        return orjson.dumps(flame.speedscope(stacks, title, each)).decode() + "\n"
-    return flame.flame_svg(stacks, title, "samples on CPU" if cpu_only else "samples")
+        return orjson.dumps(flame.speedscope(stacks, flame.titled(named, data, cpu_only), each)).decode() + "\n"
+    return flame.collapsed(stacks)
 
 
 def _table(data: dict[str, Any], title: str, cpu_only: bool, limit: int) -> None:

@@ -75,10 +75,15 @@ def _ray_package() -> str:
 
 
 def _profile_hz() -> float:
+    return _env_number(ENV_PROFILE_HZ, task_profile.DEFAULT_HZ, task_profile.MAX_HZ)
+
+
+def _env_number(name: str, default: float, high: float) -> float:
+    """``$name`` as a number from 0 to ``high``; ``default`` where it is unset or no number."""
     try:
-        return min(max(float(os.environ.get(ENV_PROFILE_HZ, task_profile.DEFAULT_HZ)), 0.0), task_profile.MAX_HZ)
+        return min(max(float(os.environ.get(name, default)), 0.0), high)
     except ValueError:
-        return task_profile.DEFAULT_HZ
+        return default
 
 
 def profiles_path(traces_url: str) -> str:
@@ -92,10 +97,7 @@ def profiles_path(traces_url: str) -> str:
 
 
 def _sample_ratio() -> float:
-    try:
-        return min(max(float(os.environ.get(ENV_TRACES_SAMPLE_RATIO, "1")), 0.0), 1.0)
-    except ValueError:
-        return 1.0
+    return _env_number(ENV_TRACES_SAMPLE_RATIO, 1.0, 1.0)
 
 
 def uninstrument() -> None:

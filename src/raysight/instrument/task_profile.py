@@ -284,11 +284,11 @@ class Batches:
         attributes = self.process()
         session = attributes.get(wire.ATTR_SESSION)
         folded = self.sampler.take()
+        samples = sum(n for stacks in folded.values() for n, _ in stacks.values())
         if not folded or session is None:
-            self._lost += sum(n for stacks in folded.values() for n, _ in stacks.values())
+            self._lost += samples
             return None
-        self._batches += 1
-        self._pending = sum(n for stacks in folded.values() for n, _ in stacks.values())
+        self._batches, self._pending = self._batches + 1, samples
         lost = self.sampler.dropped + self._lost
         batch: wire.TaskProfiles = {
             "batch_id": f"{self._prefix}-{self._batches}",

@@ -488,8 +488,7 @@ async def profile(request: Request) -> Response:
     hottest first (``[stack, samples, on_cpu]``, collapsed); ``cpu_only``: the samples on CPU alone. A task's session
     is by default the newest that sampled it. ``format=svg``: its flame graph (what the dashboard shows)."""
     params = request.query_params
-    svg = (params.get("format") or "json") == "svg"
-    if not svg and params.get("format") not in (None, "", "json"):
+    if (fmt := params.get("format") or "json") not in ("json", "svg"):
         raise BadQuery("format must be json or svg")
     query = profiles_query.ProfileQuery(
         task_id=id_param(params, "task", 48, "raysight list tasks"),
@@ -506,12 +505,10 @@ async def profile(request: Request) -> Response:
             session = profiles_query.task_session(con, query.task_id)
         return profiles_query.profile(con, replace(query, session=session or recorded_session(con, request)))
 
-    if not svg:
+    if fmt == "json":
         return await read_json(app_state(request), read)
-    found = await app_state(request).read(read)
-    title = f"{profiles_query.named(query)} — {flame.described(found)}" + (" on CPU" if query.cpu_only else "")
-    unit = "samples on CPU" if query.cpu_only else "samples"
-    return Response(flame.flame_svg(flame.weighed(found, query.cpu_only), title, unit), media_type="image/svg+xml")
+    svg = flame.profile_svg(profiles_query.named(query), await app_state(request).read(read), query.cpu_only)
+    return Response(svg, media_type="image/svg+xml")
 
 
 async def reindex(request: Request) -> Response:

@@ -49,23 +49,19 @@ def profile(con: Any, query: ProfileQuery) -> dict[str, Any]:
     sampled."""
     which, params = _which(query)
     rows = con.execute(
-        f"""SELECT p.stack, sum(t.samples)::BIGINT AS samples, sum(t.on_cpu)::BIGINT AS on_cpu, sum(t.wall_s),
-                   sum(t.cpu_s)
-            FROM task_samples t JOIN profile_stacks p USING (stack_id)
-            WHERE t.session = $session AND {which}
+        f"""WITH picked AS MATERIALIZED (SELECT * FROM task_samples t WHERE t.session = $session AND {which})
+            SELECT p.stack, sum(samples)::BIGINT AS samples, sum(on_cpu)::BIGINT AS on_cpu, sum(wall_s), sum(cpu_s),
+                   (SELECT count(DISTINCT (task_id, attempt)) FROM picked)
+            FROM picked JOIN profile_stacks p USING (stack_id)
             GROUP BY p.stack
             ORDER BY {"on_cpu" if query.cpu_only else "samples"} DESC, p.stack""",
         params,
     ).fetchall()
     stacks = [[stack, samples, on_cpu] for stack, samples, on_cpu, *_ in rows if on_cpu or not query.cpu_only]
-    attempts = con.execute(
-        f"SELECT count(DISTINCT (t.task_id, t.attempt)) FROM task_samples t WHERE t.session = $session AND {which}",
-        params,
-    ).fetchone()[0]
     return {
         "session": query.session,
         "cpu_only": query.cpu_only,
-        "attempts": attempts,
+        "attempts": rows[0][5] if rows else 0,
         "samples": sum(row[1] for row in rows),
         "on_cpu": sum(row[2] for row in rows),
         "wall_s": round(sum(row[3] for row in rows), 3),
