@@ -125,3 +125,11 @@ def test_the_flame_graph_of_any_stack_is_well_formed_svg_and_deleting_a_session_
     store = raysight(server).store
     assert raysight(server).writer.call(lambda store: store.delete_session(SESSION)).result(timeout=15)
     assert store.reader().execute("SELECT count(*) FROM profile_stacks").fetchone() == (0,)
+
+
+def test_an_acknowledged_batch_survives_a_stop_before_it_is_folded(tmp_path: Path) -> None:
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=30))) as server:  # held: journalled
+        assert post(server, batch("w1-1", (TASK, 0, [[BURN, 30, 29]]))).json() == {"ok": True, "stacks": 1}
+    with TestClient(create_app(Settings(tmp_path / "data").replace(fold_linger_s=0, fold_rest=0))) as server:
+        wait_folded(server)  # (replayed from the journal)
+        assert server.get(wire.PROFILE, params={"task": TASK}).json()["stacks"] == [[BURN, 30, 29]]
