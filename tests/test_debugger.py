@@ -27,8 +27,8 @@ from raysight.cli.debug import DapFrames, debug_token, printable
 from raysight.cli.run import free_port
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
-from raysight.server.guard import DEBUG_OFF
-from raysight.settings import SECRETS_FILE, Settings
+from raysight.server.routing import Reach
+from raysight.settings import SECRETS_FILE, Reaches, Settings
 from raysight.signals.debug_pauses import apply, pauses_query
 from raysight.signals.debug_pauses.parse import parse_pause
 from raysight.store.store import Store
@@ -76,7 +76,9 @@ def pause_report(**changes: Any) -> bytes:
 @pytest.fixture
 def debugging(tmp_path: Path) -> Iterator[TestClient]:
     """The app on loopback, debugging allowed with the admin token ``debug-secret``."""
-    settings = Settings(tmp_path / "data").replace(debug_token="debug-secret", fold_linger_s=0, fold_rest=0)
+    settings = Settings(tmp_path / "data").replace(
+        reaches=Reaches(debug=True, token="debug-secret"), fold_linger_s=0, fold_rest=0
+    )
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -100,7 +102,7 @@ def test_without_allow_debug_neither_a_worker_nor_a_client_gets_through(tmp_path
         ):
             with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect(path, headers=headers):
                 pass
-            assert denied.value.status_code == 403 and denied.value.json()["error"] == DEBUG_OFF
+            assert denied.value.status_code == 403 and denied.value.json()["error"] == Reach.DEBUG.off
 
 
 def test_a_pause_is_listed_relayed_to_one_client_at_a_time_and_recorded(debugging: TestClient) -> None:
@@ -184,7 +186,7 @@ def test_a_pauses_locals_need_the_admin_token_beyond_loopback(tmp_path: Path) ->
     """The values of the program's variables may be its secrets: the read token reads where a pause is, not them."""
     secrets = Secrets(token="read-secret", ingest_key="write-secret", admin_token="debug-secret")
     settings = Settings(tmp_path / "data").replace(
-        secrets=secrets, debug_token="debug-secret", fold_linger_s=0, fold_rest=0
+        secrets=secrets, reaches=Reaches(debug=True, token="debug-secret"), fold_linger_s=0, fold_rest=0
     )
     with (
         TestClient(create_app(settings)) as client,

@@ -17,7 +17,7 @@ from raysight.server import routing
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
 from raysight.server.routing import Access
-from raysight.settings import Settings
+from raysight.settings import Reaches, Settings
 
 SECRETS = Secrets(token="read-secret", ingest_key="ingest-secret", admin_token="admin-secret")
 FILLER = "0123abcd"  # each path parameter's value: an ID, a resource or a name that is none of the store's
@@ -33,7 +33,7 @@ def expected(template: str, method: str) -> Access:
     if (method, template) in (("DELETE", wire.SESSION), ("POST", wire.REINDEX)):
         return Access.ADMIN
     if template == wire.DEBUG_ATTACH:
-        return Access.DEBUG
+        return Access.REACH
     return Access.READ
 
 
@@ -50,7 +50,7 @@ GRANTS = {
     Access.INGEST: {"the ingest key"},
     Access.READ: {"the read token", "the admin token"},
     Access.ADMIN: {"the admin token"},
-    Access.DEBUG: {"the admin token"},
+    Access.REACH: {"the admin token"},
 }
 
 
@@ -77,7 +77,9 @@ def url(prefix: str, item: BaseRoute, key: str) -> str:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The app as bound beyond loopback: all three secrets required."""
     data_dir = tmp_path_factory.mktemp("access") / "data"
-    settings = Settings(data_dir).replace(secrets=SECRETS, debug_token="admin-secret", fold_linger_s=0, fold_rest=0)
+    settings = Settings(data_dir).replace(
+        secrets=SECRETS, reaches=Reaches(True, True, "admin-secret"), fold_linger_s=0, fold_rest=0
+    )
     app = create_app(settings)
     with TestClient(app) as client:
         yield client
@@ -106,7 +108,7 @@ def test_every_route_refuses_the_credentials_that_do_not_grant_its_access(secure
                 if name in GRANTS[access]:
                     assert status not in (401, 403), f"{where}: refused"
                 else:
-                    forbidden = access is Access.DEBUG or (access is Access.ADMIN and name == "the read token")
+                    forbidden = access is Access.REACH or (access is Access.ADMIN and name == "the read token")
                     assert status == (403 if forbidden else 401), f"{where}: {status}"
     assert all(asked.values()), asked  # (the walk found routes of every access)
 

@@ -213,6 +213,18 @@ FOLD_BURST_S = 5.0
 
 
 @dataclass(frozen=True)
+class Reaches:
+    """What of Ray's live processes the server lets its clients reach into: debugging (``--allow-debug``: a client
+    drives a paused worker, which runs code in it) and on-demand profiling (``--allow-profiling``: py-spy and memray
+    read a worker's memory). Each then needs the admin token, on loopback too: `raysight server` sets it (``token``
+    None: neither is allowed)."""
+
+    debug: bool = False
+    profiling: bool = False
+    token: str | None = None
+
+
+@dataclass(frozen=True)
 class StoreSettings:
     """The store's part: DuckDB's memory limit (its notation: ``1GB``; folding a full group of 48 MB takes ~500 MB,
     and a larger group is split), and the series a session may hold (``signals/scrapes/metric_retention.py``)."""
@@ -254,10 +266,7 @@ class Settings:
     forwarding: Forwarding = Forwarding()
     secrets: Credentials = Credentials()
     allowed_hosts: frozenset[str] | None = None
-    # Debugging (``--allow-debug``) attaches to paused workers, which runs code in them: `raysight server` then sets the
-    # admin token it needs, on loopback too; None: debugging off
-    allow_debug: bool = False
-    debug_token: str | None = None
+    reaches: Reaches = Reaches()
 
     @classmethod
     def from_options(cls, given: Mapping[str, Any]) -> Settings:
@@ -280,7 +289,7 @@ class Settings:
             forwarding=Forwarding(o["traces_forward"], o["traces_forward_header"], o["traces_store"]),
             secrets=Credentials(o["token"], o["ingest_key"], o["admin_token"]),
             allowed_hosts=frozenset(o["allowed_host"]) or None,
-            allow_debug=o["allow_debug"],
+            reaches=Reaches(o["allow_debug"], o["allow_profiling"]),
         )
 
     def replace(self, **changes: Any) -> Settings:
@@ -298,7 +307,7 @@ class Settings:
         return dataclasses.replace(self, **parts)
 
 
-_PARTS = ("store", "writer", "http", "queries", "forwarding", "secrets")
+_PARTS = ("store", "writer", "http", "queries", "forwarding", "secrets", "reaches")
 
 
 # ── readers of the options' text (ValueError says what is wrong) ─────────────────────────────────────────────────────
@@ -419,6 +428,13 @@ SERVER: tuple[Setting, ...] = (
         "allow-debug",
         "Let `raysight debug attach` drive paused tasks (it runs code in them): it then needs the admin token, on "
         "loopback too, and each attach is recorded.",
+        False,
+        bool,
+    ),
+    Setting(
+        "allow-profiling",
+        "Let `raysight profile stack|cpu|memory` have a node's agent run py-spy or memray on a live Ray process (they "
+        "read its memory): each then needs the admin token, on loopback too, and each request is recorded.",
         False,
         bool,
     ),

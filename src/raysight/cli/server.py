@@ -8,6 +8,7 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,7 +48,8 @@ def serve(settings: Settings) -> None:
     private_data_dir(data_dir)
     with holding(data_dir):
         secrets, saved = Secrets.loopback(), None
-        if settings.allow_debug or not is_loopback(host):  # debugging needs the admin token on loopback too
+        reaching = settings.reaches.debug or settings.reaches.profiling  # (the admin token's, on loopback too)
+        if reaching or not is_loopback(host):
             try:
                 saved = load_or_create(data_dir, given.token, given.ingest_key, given.admin_token)
             except ValueError as exc:
@@ -60,16 +62,24 @@ def serve(settings: Settings) -> None:
                 f"\nreads need the token in {data_dir / SECRETS_FILE} ({ENV_TOKEN}), deleting and reindexing its "
                 f"admin_token ({ENV_ADMIN_TOKEN}); ingest URLs need its ingest_key (`raysight env --ingest-key …`)"
             )
-        if saved is not None and settings.allow_debug:
+        if saved is not None and reaching:
+            allowed = " and ".join(
+                what
+                for what, on in (("debugging", settings.reaches.debug), ("profiling", settings.reaches.profiling))
+                if on
+            )
             banner += (
-                f"\ndebugging allowed: `raysight debug attach` needs the admin_token in {data_dir / SECRETS_FILE} "
-                f"({ENV_ADMIN_TOKEN}), which the CLI reads from there on this machine"
+                f"\n{allowed} allowed: `raysight debug attach` and `raysight profile stack|cpu|memory` need the "
+                f"admin_token in {data_dir / SECRETS_FILE} ({ENV_ADMIN_TOKEN}), which the CLI reads from there on this "
+                "machine"
             )
         # a loopback bind serves loopback names, its own address (127.0.0.2, say) and --allowed-host
         names = (url_host(host), *(settings.allowed_hosts or ()))
         served = LOOPBACK_HOSTS | {host_name(name) for name in names} if is_loopback(host) else None
-        debug_token = saved.admin_token if saved is not None and settings.allow_debug else None
-        app = create_app(settings.replace(secrets=secrets, allowed_hosts=served, debug_token=debug_token))
+        token = saved.admin_token if saved is not None and reaching else None
+        app = create_app(
+            settings.replace(secrets=secrets, allowed_hosts=served, reaches=replace(settings.reaches, token=token))
+        )
         listen(app, host, settings.port, settings.http, banner)
 
 

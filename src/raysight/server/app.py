@@ -108,8 +108,6 @@ def create_app(settings: Settings) -> Starlette:
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[
-            Middleware(Guard, secrets=secrets, allowed_hosts=settings.allowed_hosts, debug_token=settings.debug_token)
-        ],
+        middleware=[Middleware(Guard, secrets=secrets, allowed_hosts=settings.allowed_hosts, reaches=settings.reaches)],
         exception_handlers={Exception: handle_error, RaysightError: handle_error, ClientDisconnect: client_gone},
     )

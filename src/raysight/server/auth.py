@@ -52,9 +52,10 @@ class Secrets(Credentials):
         return self.ingest_key is None or _same(key, self.ingest_key)
 
 
-def debug_ok(header: str | None, debug_token: str | None) -> bool:
-    """Driving a paused worker: the admin token a server that allows debugging has (on loopback too)."""
-    return _same(bearer(header), debug_token)
+def reach_ok(header: str | None, reach_token: str | None) -> bool:
+    """Reaching into a Ray process (driving a paused worker, profiling one): the admin token a server that allows it
+    has (on loopback too)."""
+    return _same(bearer(header), reach_token)
 
 
 def load_or_create(data_dir: Path, token: str | None, ingest_key: str | None, admin_token: str | None) -> Secrets:

@@ -28,7 +28,7 @@ from raysight.server.answers import raysight_error, read_json
 from raysight.server.app_state import AppState, app_state
 from raysight.server.debug_relay import LivePause
 from raysight.server.params import bool_param
-from raysight.server.routing import Access, route, socket
+from raysight.server.routing import Access, Reach, route, socket
 from raysight.signals.debug_pauses import apply, pauses_query
 from raysight.signals.debug_pauses.parse import parse_pause
 from raysight.store import sessions_query
@@ -198,8 +198,8 @@ async def pause(request: Request) -> Response:
 
 
 routes = [
-    socket(wire.DEBUG_PAUSED, paused_worker, access=Access.INGEST, debugger=True),
-    socket(wire.DEBUG_ATTACH, attach, access=Access.DEBUG, debugger=True),
+    socket(wire.DEBUG_PAUSED, paused_worker, access=Access.INGEST, reach=Reach.DEBUG),
+    socket(wire.DEBUG_ATTACH, attach, access=Access.REACH, reach=Reach.DEBUG),
     route(wire.DEBUG_PAUSES, pauses, access=Access.READ, envelope=raysight_error),
     route(wire.DEBUG_PAUSE, pause, access=Access.READ, envelope=raysight_error),
 ]

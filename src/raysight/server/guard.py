@@ -16,8 +16,8 @@ On loopback the browser is the threat, beyond it the network:
   refused above; and Ray's job writes, which raysight refuses whatever they carry (405).
 - Credentials, as the route declares: none for the dashboard's files (which hold no data: the page must load to ask
   for the token), the write-only ingest key for ingest, the read token (or the admin token) for reads, the admin
-  token for what destroys data, and on loopback too for driving a paused worker (the debugger's routes are refused
-  outright unless the server allows debugging).
+  token for what destroys data, and on loopback too for what reaches into Ray's processes (driving a paused worker,
+  an on-demand profile: refused outright unless the server allows it).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from raysight import wire
 from raysight.errors import BadQuery, Forbidden, RaysightError, Unauthorized, UnsupportedEncoding
 from raysight.server import routing
-from raysight.server.auth import Secrets, debug_ok
-from raysight.server.routing import Access, Declaration
-from raysight.settings import ENV_ADMIN_TOKEN, ENV_TOKEN, SECRETS_FILE
+from raysight.server.auth import Secrets, reach_ok
+from raysight.server.routing import Access, Declaration, Reach
+from raysight.settings import ENV_ADMIN_TOKEN, ENV_TOKEN, SECRETS_FILE, Reaches
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
@@ -88,10 +88,10 @@ ADMIN_TOKEN_NEEDED = (
     f"set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
 )
 INGEST_KEY_NEEDED = "this ingest URL needs the server's ingest key (`raysight env` prints the URL)"
-DEBUG_OFF = "debugging is off on this raysight server: start it with --allow-debug"
-DEBUG_TOKEN_NEEDED = (
-    f"attaching to a paused task needs the server's admin token, on loopback too (`admin_token` in its {SECRETS_FILE}, "
-    f"which the CLI reads on the server's machine): set {ENV_ADMIN_TOKEN} or send it as Authorization: Bearer"
+REACH_TOKEN_NEEDED = (
+    "attaching to a paused task and profiling a live process need the server's admin token, on loopback too "
+    f"(`admin_token` in its {SECRETS_FILE}, which the CLI reads on the server's machine): set {ENV_ADMIN_TOKEN} or "
+    "send it as Authorization: Bearer"
 )
 
 
@@ -100,15 +100,17 @@ def credential_refusal(
     connection: HTTPConnection,
     path_params: dict[str, Any],
     secrets: Secrets,
-    debug_token: str | None = None,
+    reach_token: str | None = None,
 ) -> RaysightError | None:
     """Why the request's credentials do not grant ``access``; None when they do. The ingest key is looked for in
     the URL (``?key=``, or in the path, where Ray's aggregator and OTLP exporters append their own) and in a header;
-    the tokens in ``Authorization: Bearer``; ``debug_token``: the admin token debugging needs (None: debugging off)."""
+    the tokens in ``Authorization: Bearer``; ``reach_token``: the admin token what reaches into processes needs (None:
+    none allowed)."""
     if access is Access.OPEN:
         return None
-    if access is Access.DEBUG:  # (debugging off: refused before, by the route's declaration)
-        return None if debug_ok(connection.headers.get("authorization"), debug_token) else Forbidden(DEBUG_TOKEN_NEEDED)
+    if access is Access.REACH:  # (not allowed: refused before, by the route's declaration)
+        token_given = reach_ok(connection.headers.get("authorization"), reach_token)
+        return None if token_given else Forbidden(REACH_TOKEN_NEEDED)
     if access is Access.INGEST:
         key = (
             connection.query_params.get(wire.INGEST_KEY_PARAM)
@@ -124,18 +126,26 @@ def credential_refusal(
     return None
 
 
+NOTHING_REACHED = Reaches()  # neither debugging nor on-demand profiling allowed
+
+
+def allows(reaches: Reaches, reach: Reach) -> bool:
+    """Whether the server allows ``reach`` (and so has the admin token it needs)."""
+    return reaches.token is not None and (reaches.debug if reach is Reach.DEBUG else reaches.profiling)
+
+
 def refusal(
     scope: Scope,
     secrets: Secrets,
     allowed_hosts: frozenset[str] | None,
     declaration: Declaration,
     path_params: dict[str, Any],
-    debug_token: str | None = None,
+    reaches: Reaches = NOTHING_REACHED,
 ) -> RaysightError | None:
     """Why an HTTP request or WebSocket handshake to a route of ``declaration`` (its path's ``path_params``) is
     refused; None when it may pass.
 
-    ``allowed_hosts`` None: any Host (bound beyond loopback). ``debug_token`` None: debugging is off.
+    ``allowed_hosts`` None: any Host (bound beyond loopback). ``reaches``: what the server allows of :class:`Reach`.
     """
     connection = HTTPConnection(scope)
     headers = connection.headers
@@ -154,9 +164,9 @@ def refusal(
             f"POST bodies must be sent as {' or '.join(types)}, "
             f"not {headers.get('content-type') or 'without a Content-Type'}"
         )
-    if declaration.debugger and debug_token is None:
-        return Forbidden(DEBUG_OFF)
-    return credential_refusal(declaration.access, connection, path_params, secrets, debug_token)
+    if declaration.reach is not None and not allows(reaches, declaration.reach):
+        return Forbidden(declaration.reach.off)
+    return credential_refusal(declaration.access, connection, path_params, secrets, reaches.token)
 
 
 class Guard:
@@ -164,9 +174,9 @@ class Guard:
     (plain ASGI: bodies pass straight through); leaves the route's declaration for the app's error handler."""
 
     def __init__(
-        self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None, debug_token: str | None = None
+        self, app: ASGIApp, secrets: Secrets, allowed_hosts: frozenset[str] | None, reaches: Reaches = NOTHING_REACHED
     ) -> None:
-        self.app, self.secrets, self.allowed_hosts, self.debug_token = app, secrets, allowed_hosts, debug_token
+        self.app, self.secrets, self.allowed_hosts, self.reaches = app, secrets, allowed_hosts, reaches
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -174,7 +184,7 @@ class Guard:
             return
         declaration, path_params = routing.find(scope["app"].routes, scope)
         routing.remember(scope, declaration)
-        refused = refusal(scope, self.secrets, self.allowed_hosts, declaration, path_params, self.debug_token)
+        refused = refusal(scope, self.secrets, self.allowed_hosts, declaration, path_params, self.reaches)
         if refused is None:
             await self.app(scope, receive, send)
             return

@@ -34,7 +34,21 @@ class Access(enum.Enum):
     INGEST = "ingest"  # the ingest key, which grants writes only: Ray's aggregator logs its URL in clear
     READ = "read"  # the read token (or the admin token)
     ADMIN = "admin"  # the admin token: what destroys data
-    DEBUG = "debug"  # the admin token on loopback too: driving a paused worker runs code in it
+    REACH = "reach"  # the admin token on loopback too: what reaches into Ray's processes (see :class:`Reach`)
+
+
+class Reach(enum.Enum):
+    """What reaches into Ray's live processes: driving a paused worker runs code in it; an on-demand profile reads
+    another process's memory. Each is refused unless the server allows it, and then needs ``Access.REACH``."""
+
+    DEBUG = ("debugging", "--allow-debug")
+    PROFILE = ("on-demand profiling", "--allow-profiling")
+
+    @property
+    def off(self) -> str:
+        """Why a route of it is refused while the server does not allow it."""
+        what, flag = self.value
+        return f"{what} is off on this raysight server: start it with {flag}"
 
 
 @dataclass(frozen=True)
@@ -42,7 +56,7 @@ class Declaration:
     access: Access
     envelope: Envelope
     bodies: tuple[str, ...] | None = POST_TYPES  # the content types a POST may carry; None: any (it reads none)
-    debugger: bool = False  # the debugger's: refused unless the server allows debugging (``--allow-debug``)
+    reach: Reach | None = None  # refused unless the server allows it (``--allow-debug``, ``--allow-profiling``)
 
 
 UNDECLARED = Declaration(Access.READ, raysight_error)
@@ -69,9 +83,10 @@ def route(
     envelope: Envelope,
     methods: list[str] | None = None,
     bodies: tuple[str, ...] | None = POST_TYPES,
+    reach: Reach | None = None,
 ) -> Route:
     """A route at ``path`` (a template of ``raysight.wire``) with what it declares."""
-    return DeclaredRoute(path, endpoint, Declaration(access, envelope, bodies), methods)
+    return DeclaredRoute(path, endpoint, Declaration(access, envelope, bodies, reach), methods)
 
 
 class DeclaredSocket(WebSocketRoute):
@@ -80,9 +95,9 @@ class DeclaredSocket(WebSocketRoute):
         self.declaration = declaration
 
 
-def socket(path: str, endpoint: Callable[..., Any], *, access: Access, debugger: bool = False) -> WebSocketRoute:
+def socket(path: str, endpoint: Callable[..., Any], *, access: Access, reach: Reach | None = None) -> WebSocketRoute:
     """A WebSocket route at ``path``, its handshake refused as an HTTP request would be (in raysight's envelope)."""
-    return DeclaredSocket(path, endpoint, Declaration(access, raysight_error, None, debugger))
+    return DeclaredSocket(path, endpoint, Declaration(access, raysight_error, None, reach))
 
 
 def files(path: str, app: ASGIApp, *, name: str) -> Mount:
