@@ -23,7 +23,8 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from raysight import wire
 from raysight.agent.scrape import ray_temp_dir
-from raysight.cli.debug import DapFrames, debug_token, printable
+from raysight.cli.common import admin_token_for
+from raysight.cli.debug import DapFrames, printable
 from raysight.cli.run import free_port
 from raysight.server.app import create_app
 from raysight.server.auth import Secrets
@@ -219,10 +220,10 @@ def test_the_data_dirs_admin_token_is_sent_to_a_server_on_loopback_alone(
     monkeypatch.delenv("RAYSIGHT_ADMIN_TOKEN", raising=False)
     monkeypatch.setenv("RAYSIGHT_DATA", str(tmp_path))
     (tmp_path / SECRETS_FILE).write_bytes(orjson.dumps({"admin_token": "local-admin"}))
-    assert debug_token("ws://127.0.0.1:8271/api/raysight/debug/pauses/x/attach") == "local-admin"
-    assert debug_token("ws://head.example:8271/api/raysight/debug/pauses/x/attach") is None
+    assert admin_token_for("ws://127.0.0.1:8271/api/raysight/debug/pauses/x/attach") == "local-admin"
+    assert admin_token_for("ws://head.example:8271/api/raysight/debug/pauses/x/attach") is None
     monkeypatch.setenv("RAYSIGHT_ADMIN_TOKEN", "given")
-    assert debug_token("wss://head.example:8271/api/raysight/debug/pauses/x/attach") == "given"
+    assert admin_token_for("wss://head.example:8271/api/raysight/debug/pauses/x/attach") == "given"
 
 
 def test_a_worker_that_goes_away_ends_its_pause(debugging: TestClient) -> None:

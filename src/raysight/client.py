@@ -19,6 +19,7 @@ from raysight.config import OWN_HEADERS
 from raysight.errors import (
     BadQuery,
     BodyTooLarge,
+    Conflict,
     Forbidden,
     NotFound,
     RaysightError,
@@ -41,6 +42,7 @@ _BY_STATUS: dict[int, type[RaysightError]] = {
     401: Unauthorized,
     403: Forbidden,
     404: NotFound,
+    409: Conflict,
     413: BodyTooLarge,
     415: UnsupportedEncoding,
     503: Unavailable,
@@ -176,6 +178,21 @@ class Client:
         ``cpu_only`` (None leaves one out). Returns its ``stacks``, hottest first, and what they add up to."""
         given = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", wire.PROFILE, params=given)  # type: ignore[no-any-return]
+
+    def ask_capture(self, asked: wire.CaptureAsked, client: str) -> dict[str, Any]:
+        """Ask for an on-demand profile of a live process (``POST /api/raysight/profiles``, the admin token's):
+        recorded under ``client`` (who asks: user@host) and queued for its node's agent. Returns it, with its ID."""
+        headers = {**self._admin_headers, wire.CLIENT_HEADER: client}
+        return self._request("POST", wire.CAPTURES, json=asked, headers=headers)  # type: ignore[no-any-return]
+
+    def capture(self, capture_id: str) -> dict[str, Any]:
+        """One on-demand profile: how it went, and what its agent found (``GET /api/raysight/profiles/{id}``)."""
+        return self._request("GET", wire.path(wire.CAPTURE, capture_id=capture_id))  # type: ignore[no-any-return]
+
+    def captures(self, session: str | None = None, task: str | None = None, actor: str | None = None) -> dict[str, Any]:
+        """The on-demand profiles asked of a session, newest first (``GET /api/raysight/profiles``)."""
+        given = {k: v for k, v in {"session": session, "task": task, "actor": actor}.items() if v is not None}
+        return self._request("GET", wire.CAPTURES, params=given)  # type: ignore[no-any-return]
 
     def trace(self, trace_id: str) -> dict[str, Any]:
         """One trace's spans in tree order: ``GET /api/raysight/traces/{id}``."""

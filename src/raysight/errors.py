@@ -7,6 +7,7 @@ RaysightError
  │                  not what the agent sends (a ValueError too, as the parsers' own errors were)
  ├─ QueryFailed     a query that failed as it ran: too many samples, a value past int64 (HTTP 422; "execution")
  ├─ NotFound        an unknown session, resource or ID (HTTP 404)
+ ├─ Conflict        what cannot be done in its present state: profiling a task no longer running (HTTP 409)
  ├─ Unauthorized    a missing or wrong token (HTTP 401)
  ├─ Forbidden       a token that does not grant this, or a request another site sent (HTTP 403)
  ├─ BodyTooLarge    a request body over its route's limit (HTTP 413)
@@ -45,6 +46,12 @@ class QueryFailed(RaysightError):
 
 class NotFound(RaysightError):
     status = 404
+
+
+class Conflict(RaysightError):
+    """What is asked of cannot be done in its present state (an on-demand profile of a task no longer running)."""
+
+    status = 409
 
 
 class Unauthorized(RaysightError):

@@ -48,13 +48,14 @@ def _function(frame: str) -> str:
     return f"{m['name']} ({m['file']})" if m else frame
 
 
-def top(stacks: Stacks) -> list[dict[str, Any]]:
-    """Each function (its lines together) with the weight of the stacks it ends (``own``) and of those it is in
-    (``total``, once a stack however often it recurs), most own first (py-spy top's columns)."""
+def top(stacks: Stacks, lines: bool = False) -> list[dict[str, Any]]:
+    """Each function (its lines together; each line apart where ``lines``) with the weight of the stacks it ends
+    (``own``) and of those it is in (``total``, once a stack however often it recurs), most own first (py-spy top's
+    columns)."""
     own: dict[str, int] = {}
     total: dict[str, int] = {}
     for stack, weight in stacks:
-        functions = [_function(frame) for frame in stack.split(";")]
+        functions = [frame if lines else _function(frame) for frame in stack.split(";")]
         own[functions[-1]] = own.get(functions[-1], 0) + weight
         for function in set(functions):
             total[function] = total.get(function, 0) + weight

@@ -40,6 +40,8 @@ DEBUG_PAUSES = f"{API}/debug/pauses"
 DEBUG_PAUSE = f"{API}/debug/pauses/{{pause_id}}"
 DEBUG_ATTACH = f"{API}/debug/pauses/{{pause_id}}/attach"  # a WebSocket: the client's side of a pause
 PROFILE = f"{API}/profile"
+CAPTURES = f"{API}/profiles"  # on-demand profiles of live processes: asked for (POST), listed
+CAPTURE = f"{API}/profiles/{{capture_id}}"
 TRACES = f"{API}/traces"
 TRACE = f"{API}/traces/{{trace_id}}"
 RESOURCE = f"{API}/{{resource}}"
@@ -57,6 +59,8 @@ AGENT_RAY_STATE = f"{INGEST}/agent/ray-state"
 AGENT_METRICS = f"{INGEST}/agent/metrics"
 DEBUG_PAUSED = f"{INGEST}/debug/paused"  # a WebSocket: a paused worker's side of its pause
 TASK_PROFILES = f"{INGEST}/task-profiles"  # a worker's samples of the task attempts it ran
+AGENT_CAPTURES = f"{INGEST}/agent/captures"  # an agent's long poll for the on-demand profiles of its nodes' processes
+AGENT_CAPTURE = f"{INGEST}/agent/captures/{{capture_id}}"  # …and what it made of one
 OTLP_TRACES = "/v1/traces"  # OTLP/HTTP's standard paths, which exporters append to the endpoint they are given
 OTLP_LOGS = "/v1/logs"
 OTLP_KEYED = f"{INGEST}/otlp/{{key}}"  # an endpoint that carries the ingest key, for exporters that send no header
@@ -303,6 +307,43 @@ DAP, DAP_OPEN, DAP_CLOSED = "dap", "open", "closed"
 
 
 Payload = TypeVar("Payload", bound=Mapping[str, object])
+
+
+class CaptureAsked(TypedDict):
+    """``POST CAPTURES``: an on-demand profile of a live process, named by its task (the attempt running, else the
+    one named), its actor, or its pid and node. ``kind``: ``stack`` (py-spy dump), ``cpu`` (py-spy record) or
+    ``memory`` (memray attach) for ``duration_s``."""
+
+    kind: str
+    session: NotRequired[str | None]
+    task_id: NotRequired[str | None]
+    actor_id: NotRequired[str | None]
+    pid: NotRequired[int | None]
+    node_id: NotRequired[str | None]
+    duration_s: NotRequired[float | None]
+    native: NotRequired[bool | None]  # native (C) frames too
+    leaks: NotRequired[bool | None]  # memory: what is still allocated at the end, not the peak
+
+
+class CaptureOrder(TypedDict):
+    """What an agent is told to run (``AGENT_CAPTURES``' answer, a list of them)."""
+
+    capture_id: str
+    kind: str
+    pid: int
+    duration_s: float
+    native: bool
+    leaks: bool
+
+
+class CaptureResult(TypedDict):
+    """What an agent sends back (``POST AGENT_CAPTURE``): the stacks it found (collapsed, root first, with their
+    weight in ``unit``: samples or bytes), py-spy dump's text, or why it could not."""
+
+    error: NotRequired[str | None]
+    unit: NotRequired[str | None]
+    stacks: NotRequired[list[tuple[str, int]] | None]
+    text: NotRequired[str | None]
 
 
 def shaped(value: Mapping[str, Any], payload: type[Payload]) -> Payload:

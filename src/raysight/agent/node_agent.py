@@ -4,7 +4,8 @@ Logs: what the tailer reads is sent to the server, and the checkpoint moved on o
 durable. The files themselves are the buffer while the server is away: nothing is held in memory but the batch in
 flight (one at a time). Node life (``agent/node_watch.py``): each change seen is sent, and kept until the server has
 taken it. Metrics (``agent/metrics_scrape.py``): the host's part of each session followed, scraped on a thread of its
-own, each scrape sent once (a moment's view: the next one follows)."""
+own, each scrape sent once (a moment's view: the next one follows). On-demand profiles (``agent/captures.py``): what
+the server is asked of the node's processes, run on threads of their own where the server allows it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import orjson
 
 from raysight import wire
 from raysight.agent import node_watch
+from raysight.agent.captures import CaptureRunner
 from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
 from raysight.agent.tailer import Chunk, Gap, Tailer
 from raysight.config import OWN_HEADERS
@@ -116,6 +118,7 @@ class NodeAgent:
         self._next_look = 0.0
         self._metrics_http = httpx.Client(timeout=10, headers=OWN_HEADERS)  # (the scraping thread's own)
         self.scraper = HostScraper(self._send_scrape, families, report=self._send_aggregator_lines)
+        self.captures = CaptureRunner(self.server, key)
 
     def _send(
         self, route: str, body: bytes, what: str, gzipped: bool = False, http: httpx.Client | None = None
@@ -183,9 +186,11 @@ class NodeAgent:
         return lines
 
     def run(self, stop: threading.Event) -> None:
-        """Ship until ``stop`` is set, then what is left (partial last lines too), and return; scrape meanwhile."""
+        """Ship until ``stop`` is set, then what is left (partial last lines too), and return; scrape and run
+        on-demand profiles meanwhile (a poll under way is left to end with the process)."""
         scraping = threading.Thread(target=self.scrape_metrics, args=(stop,), name="raysight-metrics", daemon=True)
         scraping.start()
+        threading.Thread(target=self.captures.run, args=(stop,), name="raysight-captures", daemon=True).start()
         try:
             self._ship(stop)
         finally:
@@ -228,6 +233,7 @@ class NodeAgent:
     def close(self) -> None:
         self.tailer.close()
         self.scraper.close()
+        self.captures.close()
         self._metrics_http.close()
         self._http.close()
         self._lock.close()

@@ -10,6 +10,7 @@ import click
 
 from raysight import __version__
 from raysight.cli.agent import agent_cmd
+from raysight.cli.captures import profiles_cmd
 from raysight.cli.debug import debug_cmd
 from raysight.cli.failures import errors_cmd
 from raysight.cli.logs import logs_cmd
@@ -82,7 +83,10 @@ SECTIONS: dict[str, tuple[tuple[click.Command, tuple[str, ...]], ...]] = {
         (serve_cmd, ("serve", "status", "--at", "-10m")),
         (metrics_cmd, ("metrics", "top")),
     ),
-    "Debugging": ((debug_cmd, ("debug", "attach", "3f2a9c1e5b7d4e60")),),
+    "Debugging": (
+        (debug_cmd, ("debug", "attach", "3f2a9c1e5b7d4e60")),
+        (profiles_cmd, ("profiles", "--actor", "5c6b7d40e6a24a9b7c4e06ab01000000")),
+    ),
     "Tools": (
         (doctor_cmd, ("doctor",)),
         (reindex_cmd, ("reindex",)),

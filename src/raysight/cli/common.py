@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
+import orjson
 
 from raysight import units
 from raysight.cli.render import FORMATS
 from raysight.client import Client
-from raysight.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_METRICS_DROP, ENV_METRICS_KEEP, ENV_SERVER
+from raysight.config import is_loopback
+from raysight.settings import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_ADMIN_TOKEN,
+    ENV_METRICS_DROP,
+    ENV_METRICS_KEEP,
+    ENV_SERVER,
+    SECRETS_FILE,
+    default_data_dir,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,6 +75,25 @@ def metrics_options(fn: F) -> F:
 
 def make_client(server: str | None) -> Client:
     return Client(server)
+
+
+def admin_token_for(url: str) -> str | None:
+    """The admin token what reaches into Ray's processes needs at ``url`` (attaching a debugger, an on-demand
+    profile), on loopback too: ``$RAYSIGHT_ADMIN_TOKEN``, else, for a server on loopback, the one in this machine's
+    data dir (its secrets file, readable by the server's user alone; never sent beyond loopback)."""
+    if token := os.environ.get(ENV_ADMIN_TOKEN):
+        return token
+    if not is_loopback(urlsplit(url).hostname or ""):
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        found = orjson.loads((default_data_dir() / SECRETS_FILE).read_bytes()).get("admin_token")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def who_asks() -> str:
+    """How a request that reaches into a process names its maker, as it is recorded: user@host."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 class Checked(click.ParamType):

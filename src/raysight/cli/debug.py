@@ -4,7 +4,6 @@ pause a session had, and a pdb prompt on a paused frame through the raysight ser
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import re
 import signal
@@ -21,9 +20,8 @@ import orjson
 
 from raysight import wire
 from raysight.cli import render
-from raysight.cli.common import client_options, make_client, server_option, session_option
-from raysight.config import is_loopback
-from raysight.settings import ENV_ADMIN_TOKEN, SECRETS_FILE, default_data_dir, default_server
+from raysight.cli.common import admin_token_for, client_options, make_client, server_option, session_option, who_asks
+from raysight.settings import ENV_ADMIN_TOKEN, default_server
 
 ANSWER_WAIT_S = 30.0  # how long a client whose input has ended waits for the debugger to answer what it sent
 
@@ -112,19 +110,6 @@ def show_cmd(pause_id: str, fmt: str | None, server: str | None) -> None:
         click.echo(f"attached: {a['client']} from {a['address']}", err=True)
 
 
-def debug_token(url: str) -> str | None:
-    """The admin token attaching to ``url`` needs: ``$RAYSIGHT_ADMIN_TOKEN``, else, for a server on loopback, the one
-    in this machine's data dir (its secrets file, readable by the server's user alone; never sent beyond loopback)."""
-    if token := os.environ.get(ENV_ADMIN_TOKEN):
-        return token
-    if not is_loopback(urlsplit(url).hostname or ""):
-        return None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        found = orjson.loads((default_data_dir() / SECRETS_FILE).read_bytes()).get("admin_token")
-        return found if isinstance(found, str) else None
-    return None
-
-
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # a terminal's controls (escapes): not the debugger's text
 
 
@@ -175,8 +160,8 @@ def _connected(url: str) -> Iterator[Any]:
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
 
-    headers = {wire.CLIENT_HEADER: f"{getpass.getuser()}@{socket.gethostname()}"}
-    if token := debug_token(url):
+    headers = {wire.CLIENT_HEADER: who_asks()}
+    if token := admin_token_for(url):
         headers["Authorization"] = f"Bearer {token}"
     try:
         websocket = connect(url, additional_headers=headers, ping_interval=None, max_size=None, proxy=None)

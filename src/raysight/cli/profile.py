@@ -4,7 +4,6 @@ in-process: ``instrument/task_profile.py``), live or long after its cluster is g
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 import orjson
@@ -86,42 +85,55 @@ def profile_cmd(
         )
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
     title = flame.titled(named, data, cpu_only)
+    if kind == "json":
+        emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n", output, title, kind)
+        return
+    each = data["wall_s"] / data["samples"] if data["samples"] else None
+    unit = "samples on CPU" if cpu_only else "samples"
+    show(flame.weighed(data, cpu_only), kind, title, output, limit, unit, each, f"Session: {data['session']}")
+
+
+def show(
+    stacks: flame.Stacks,
+    kind: str,
+    title: str,
+    output: Path | None,
+    limit: int,
+    unit: str = "samples",
+    seconds_each: float | None = None,
+    header: str = "",
+    lines: bool = False,
+) -> None:
+    """Stacks as ``kind`` (table, collapsed, speedscope, svg) to ``output``, else to stdout: the table of the hottest
+    functions (each line apart where ``lines``) on the terminal alone."""
     if kind == "table":
         if output is not None:
             raise click.UsageError("the table is for the terminal: write collapsed, speedscope or svg to a file")
-        _table(data, title, cpu_only, limit)
+        click.echo(f"{header}\n{title}" if header else title)
+        weight = sum(w for _, w in stacks) or 1
+        rows = [
+            {
+                "own": f"{100 * r['own'] / weight:.1f}%",
+                "total": f"{100 * r['total'] / weight:.1f}%",
+                ("line" if lines else "function"): r["function"],
+            }
+            for r in flame.top(stacks, lines)[:limit]
+        ]
+        render.table(rows, columns=["own", "total", "line" if lines else "function"])
         return
-    text = _rendered(data, kind, named, cpu_only)
+    if kind == "svg":
+        text = flame.flame_svg(stacks, title, unit)
+    elif kind == "speedscope":
+        text = orjson.dumps(flame.speedscope(stacks, title, seconds_each)).decode() + "\n"
+    else:
+        text = flame.collapsed(stacks)
+    emit(text, output, title, kind)
+
+
+def emit(text: str, output: Path | None, title: str, kind: str) -> None:
+    """``text`` to ``output`` (saying so on stderr), else to stdout."""
     if output is None:
         click.echo(text, nl=False)
         return
     output.write_text(text)
     click.echo(f"{title} -> {output} ({kind})", err=True)
-
-
-def _rendered(data: dict[str, Any], kind: str, named: str, cpu_only: bool) -> str:
-    if kind == "json":
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
-    if kind == "svg":
-        return flame.profile_svg(named, data, cpu_only)
-    stacks = flame.weighed(data, cpu_only)
-    if kind == "speedscope":
-        each = data["wall_s"] / data["samples"] if data["samples"] else None
-        return orjson.dumps(flame.speedscope(stacks, flame.titled(named, data, cpu_only), each)).decode() + "\n"
-    return flame.collapsed(stacks)
-
-
-def _table(data: dict[str, Any], title: str, cpu_only: bool, limit: int) -> None:
-    """The hottest functions: the share of the samples each ends (own) and is in (total)."""
-    stacks = flame.weighed(data, cpu_only)
-    weight = sum(w for _, w in stacks) or 1
-    click.echo(f"Session: {data['session']}\n{title}")
-    rows = [
-        {
-            "own": f"{100 * r['own'] / weight:.1f}%",
-            "total": f"{100 * r['total'] / weight:.1f}%",
-            "function": r["function"],
-        }
-        for r in flame.top(stacks)[:limit]
-    ]
-    render.table(rows, columns=["own", "total", "function"])

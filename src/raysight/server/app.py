@@ -15,7 +15,7 @@ from starlette.routing import Mount
 
 from raysight import wire
 from raysight.errors import RaysightError
-from raysight.server import api, debug_routes, ingest_routes, prometheus_api, ray_compat, ui_routes
+from raysight.server import api, capture_routes, debug_routes, ingest_routes, prometheus_api, ray_compat, ui_routes
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import AppState, BodyBudget, Metrics, app_state
 from raysight.server.auth import Secrets
@@ -99,6 +99,7 @@ def create_app(settings: Settings) -> Starlette:
     routes = [
         *ingest_routes.routes(),
         *debug_routes.routes,
+        *capture_routes.routes,
         *api.routes,
         *per_session,
         Mount(wire.IN_SESSION, routes=per_session),

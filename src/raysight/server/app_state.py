@@ -14,12 +14,14 @@ from starlette.requests import HTTPConnection
 
 from raysight.errors import Unavailable
 from raysight.server.auth import Secrets
+from raysight.server.capture_queue import CaptureQueue
 from raysight.server.debug_relay import Relay
 from raysight.server.forward import Forwarder
 from raysight.server.resends import Resends
 from raysight.settings import DB_FILE, Forwarding, QueryLimits
 from raysight.signals.ray_events.apply import ApplyResult
 from raysight.store.store import Store
+from raysight.store.tx import Tx
 from raysight.store.writer import Writer
 
 T = TypeVar("T")
@@ -134,6 +136,7 @@ class AppState:
     query_limits: QueryLimits = field(default_factory=QueryLimits)  # each PromQL query's (``raysight/promql/``)
     queries: asyncio.Semaphore = field(init=False)  # the PromQL queries evaluated at once
     pauses: Relay = field(default_factory=Relay)  # the debugger's live pauses (``debug_routes.py``)
+    captures: CaptureQueue = field(default_factory=CaptureQueue)  # on-demand profiles under way (``capture_routes.py``)
 
     def __post_init__(self) -> None:
         self.queries = asyncio.Semaphore(self.query_limits.max_concurrency)
@@ -154,6 +157,12 @@ class AppState:
                 cursor.close()
 
         return await run_in_threadpool(run)
+
+    async def write(self, write: Callable[[Tx], None]) -> None:
+        """``write`` committed at once, on the writer's fold thread (unordered: for what depends on no journalled
+        batch); written still where the handler is cancelled meanwhile (its server stopping), which would cancel a
+        future not shielded."""
+        await asyncio.shield(asyncio.wrap_future(self.writer.call(lambda store: store.write(write), ordered=False)))
 
 
 def app_state(request: HTTPConnection) -> AppState:

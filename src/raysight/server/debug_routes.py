@@ -10,11 +10,9 @@ out) or its connection is lost. Every pause and every attach is recorded (``sign
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -25,25 +23,18 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.server.answers import raysight_error, read_json
-from raysight.server.app_state import AppState, app_state
+from raysight.server.app_state import app_state
 from raysight.server.debug_relay import LivePause
 from raysight.server.params import bool_param
 from raysight.server.routing import Access, Reach, route, socket
 from raysight.signals.debug_pauses import apply, pauses_query
 from raysight.signals.debug_pauses.parse import parse_pause
 from raysight.store import sessions_query
-from raysight.store.tx import Tx
 
 MAX_INPUT = 64 * 1024  # characters of one message a client types
 WORKER_GONE = "worker gone"  # how a pause ends whose worker's connection was lost before it said
 # WebSocket close codes (4000-4999: the application's), as an HTTP status would say it
 CLOSE_BAD, CLOSE_NOT_FOUND, CLOSE_HELD = 4400, 4404, 4409
-
-
-async def _written(state: AppState, write: Callable[[Tx], None]) -> None:
-    """``write`` committed, on the writer's fold thread (unordered: a pause depends on no journalled batch); written
-    still where the handler is cancelled meanwhile (its server stopping), which would cancel a future not shielded."""
-    await asyncio.shield(asyncio.wrap_future(state.writer.call(lambda store: store.write(write), ordered=False)))
 
 
 def _message(text: str | bytes) -> dict[str, Any]:
@@ -88,7 +79,7 @@ async def paused_worker(worker: WebSocket) -> None:
         await _refuse(worker, CLOSE_BAD, f"bad pause report: {exc}")
         return
     pause_id = secrets.token_hex(8)
-    await _written(state, lambda tx: apply.paused(tx, pause_id, row))
+    await state.write(lambda tx: apply.paused(tx, pause_id, row))
     live = state.pauses.live[pause_id] = LivePause(pause_id, row, worker)
     how = WORKER_GONE
     try:
@@ -112,7 +103,7 @@ async def paused_worker(worker: WebSocket) -> None:
         async with live.lock:
             live.over = True
         try:
-            await _written(state, lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
+            await state.write(lambda tx: apply.ended(tx, pause_id, how, time.time_ns()))
         finally:
             del state.pauses.live[pause_id]
             await live.end(how)
@@ -139,9 +130,9 @@ async def attach(client: WebSocket) -> None:
         await _refuse(client, CLOSE_HELD, f"pause {pause_id} is driven by {live.holder}: wait for it to detach")
         return
     attached_ns = time.time_ns()
-    await _written(state, lambda tx: apply.attached(tx, pause_id, live.row["session"], who, address, attached_ns))
+    await state.write(lambda tx: apply.attached(tx, pause_id, live.row["session"], who, address, attached_ns))
     if live.over:  # the pause ended meanwhile, its end recorded (perhaps) before this attach: detached too
-        await _written(state, lambda tx: apply.detached(tx, pause_id, time.time_ns()))
+        await state.write(lambda tx: apply.detached(tx, pause_id, time.time_ns()))
     try:
         while True:
             data = await _frame(client)
@@ -155,7 +146,7 @@ async def attach(client: WebSocket) -> None:
         pass
     finally:
         if await live.detach(client) and pause_id in state.pauses.live:
-            await _written(state, lambda tx: apply.detached(tx, pause_id, time.time_ns()))
+            await state.write(lambda tx: apply.detached(tx, pause_id, time.time_ns()))
 
 
 async def pauses(request: Request) -> Response:

@@ -27,6 +27,14 @@ class _Announcing(uvicorn.Server):
         if self.started:
             print(self.banner, flush=True)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Answer the long polls first (agents asking for on-demand profiles), then stop as uvicorn does: it waits
+        for every response under way."""
+        state = getattr(getattr(self.config.app, "state", None), "raysight", None)
+        if state is not None:
+            await state.captures.close()
+        await super().shutdown(sockets=sockets)
+
 
 def listen(app: ASGIApp, host: str, port: int, limits: Limits, banner: str) -> None:
     """Serve ``app`` on ``host``:``port`` until a signal ends it, printing ``banner`` once it serves; exit as

@@ -8,6 +8,7 @@ from raysight.signals import (
     log_lines,
     node_sightings,
     polls,
+    profile_captures,
     ray_events,
     ray_metrics,
     run_exits,
@@ -31,6 +32,7 @@ SIGNALS: dict[str, Signal] = {
         node_sightings.SIGNAL,
         log_lines.SIGNAL,
         debug_pauses.SIGNAL,
+        profile_captures.SIGNAL,
         task_profiles.SIGNAL,
     )
 }
