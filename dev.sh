@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set-up and entry points for a fresh machine: `./dev.sh demo` runs `raysight demo`, `./dev.sh test` runs every test.
 # Installs what it needs: Python packages from PyPI into .venv, the dashboard's libraries from npm (by its lock file)
-# into src/raysight/ui/node_modules, and for the tests Debian's Chromium (the browser tests drive it) and Prometheus
-# (the metrics tests compare raysight's answers with its).
+# into src/raysight/ui/node_modules, and for the tests Debian's Chromium (the browser tests drive it), Prometheus
+# (the metrics tests compare raysight's answers with its) and gdb (memray attach, for on-demand memory profiles).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -36,6 +36,7 @@ case "${1:-}" in
         shift
         apt_install chromium:chromium
         APT_LEAN=1 apt_install prometheus:prometheus  # the real Prometheus the metrics tests compare with
+        APT_LEAN=1 apt_install gdb:gdb  # memray attach injects itself through it (on-demand memory profiles)
         .venv/bin/ruff check src tests benchmarks
         .venv/bin/ruff format --check src tests benchmarks
         .venv/bin/mypy src

@@ -32,7 +32,7 @@ def expected(template: str, method: str) -> Access:
         return Access.INGEST
     if (method, template) in (("DELETE", wire.SESSION), ("POST", wire.REINDEX)):
         return Access.ADMIN
-    if template == wire.DEBUG_ATTACH:
+    if template == wire.DEBUG_ATTACH or (method, template) == ("POST", wire.CAPTURES):
         return Access.REACH
     return Access.READ
 
