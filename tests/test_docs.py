@@ -50,6 +50,13 @@ LIVE = {
     "raysight debug": "tests.test_debugger.test_breakpoints_in_a_task_an_actor_and_an_async_actor_are_driven_"
     "through_the_server",
     "raysight profile": "tests.test_task_profiles_ray.test_a_function_s_attempts_merge_and_each_format_is_written",
+    "raysight profile stack": "tests.test_captures_ray.test_a_busy_actor_s_stack_shows_its_method",
+    "raysight profile cpu": "tests.test_captures_ray.test_a_busy_actor_s_cpu_profile_is_a_flame_graph_whose_hottest_"
+    "frame_is_its_loop",
+    "raysight profile memory": "tests.test_captures_ray.test_a_growing_actor_s_memory_profile_names_the_line_that_"
+    "allocates",
+    "raysight profiles": "tests.test_captures_ray.test_a_busy_actor_s_cpu_profile_is_a_flame_graph_whose_hottest_"
+    "frame_is_its_loop",
     "./dev.sh": ".ci/run",
     "pip install .": "tests.test_ui.test_a_wheel_built_from_a_fresh_clone_serves_the_dashboard_and_says_what_is_"
     "missing_without_its_libraries",

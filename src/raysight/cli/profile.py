@@ -1,5 +1,6 @@
 """`raysight profile`: where a task's time went, from the samples raysight took of it while it ran (continuous,
-in-process: ``instrument/task_profile.py``), live or long after its cluster is gone."""
+in-process: ``instrument/task_profile.py``), live or long after its cluster is gone; and how stacks are shown, for
+these and for the on-demand profiles (``cli/captures.py``)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def profile_cmd(
 ) -> None:
     """Where a task's time went: the Python stacks raysight sampled of it while it ran (20 times a second in every
     worker of a job it records), each marked on CPU or not (sleeping, waiting on I/O, on ray.get), kept after the
-    cluster is gone. Name one task (--task), or merge every attempt of a function, an actor or a job."""
+    cluster is gone. Name one task (--task), or merge every attempt of a function, an actor or a job. `stack`, `cpu`
+    and `memory` profile a live process on demand instead (py-spy, memray), through its node's agent."""
     if ctx.invoked_subcommand:
         return
     if sum(v is not None for v in (task, function, actor, job)) != 1:
