@@ -197,7 +197,7 @@ def test_the_queue_gives_each_node_s_agent_its_requests_and_fails_those_left_pas
 def profiling(tmp_path: Path) -> Iterator[TestClient]:
     """The app on loopback, profiling allowed with the admin token ``admin-secret``."""
     settings = Settings(tmp_path / "data").replace(
-        reaches=Reaches(profiling=True, token="admin-secret"), fold_linger_s=0, fold_rest=0
+        reaches=Reaches(profiling=True, reach_token="admin-secret"), fold_linger_s=0, fold_rest=0
     )
     with TestClient(create_app(settings)) as client:
         yield client
@@ -252,4 +252,10 @@ def test_a_request_is_recorded_taken_by_its_node_s_agent_and_followed_to_its_end
         None,
     )
     assert whole["requested_ns"] <= whole["taken_ns"] <= whole["finished_ns"]
+    drawn = profiling.get(wire.path(wire.CAPTURE, capture_id=capture_id), params={"format": "svg"})
+    assert drawn.headers["content-type"] == "image/svg+xml" and "CPU of pid 42 (session " in drawn.text
+    assert "spin (a.py:9)" in drawn.text
+    running = profiling.post(wire.CAPTURES, content=asked(kind="stack"), headers=ADMIN).json()["capture_id"]
+    undrawn = profiling.get(wire.path(wire.CAPTURE, capture_id=running), params={"format": "svg"})
+    assert undrawn.status_code == 409 and undrawn.json()["error"].endswith("is queued: it has no stacks to draw")
     assert profiling.get(wire.path(wire.CAPTURE, capture_id="nope")).status_code == 404

@@ -29,9 +29,11 @@ from raysight import wire
 from raysight.agent.captures import PTRACE_HELP
 from raysight.flame import top
 from raysight.settings import ENV_ADMIN_TOKEN, ENV_SERVER, SECRETS_FILE
+from tests import test_ui
 from tests.ray_scenarios import ServerProcess, without_ray_settings
 
 pytestmark = pytest.mark.ray
+browser, watched = test_ui.browser, test_ui.watched  # (the dashboard's fixtures, for its test here)
 PROGRAM = Path(__file__).parent / "ray_programs" / "captured.py"
 ALLOCATING_LINE = next(n for n, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "the allocating line" in line)
 
@@ -149,6 +151,18 @@ def test_a_busy_actor_s_cpu_profile_is_a_flame_graph_whose_hottest_frame_is_its_
     stacks = [(stack, weight) for stack, weight in whole["stacks"]]
     assert whole["unit"] == "samples" and sum(w for _, w in stacks) >= 100, whole  # 2 s at 100 Hz, on CPU throughout
     assert top(stacks)[0]["function"].startswith("Spinner.spin ("), top(stacks)[:3]
+
+
+def test_an_actor_s_page_lists_its_on_demand_profiles_and_draws_each(live: Live, watched: Any) -> None:
+    stack = raysight(live, "profile", "stack", "--actor", live.ids["spinner"])  # (beside the CPU profile before)
+    assert stack.returncode == 0, stack.stderr
+    page = watched(live.server.url).open(f"/ui/sessions/captures/actors/{live.ids['spinner']}")
+    listed = page.locator("#actors-captures tbody tr")
+    assert listed.count() >= 2 and listed.first.locator("td").nth(4).inner_text() == "done"
+    assert "Spinner.spin (tests/ray_programs/captured.py:" in page.locator("#actors-captures pre.stack").inner_text()
+    page.locator("#actors-captures button.capture-show", has_text="cpu").first.click()
+    page.wait_for_selector("#actors-captures .flame svg", timeout=15_000)
+    assert "Spinner.spin (" in page.locator("#actors-captures .flame svg").inner_html()
 
 
 def test_a_growing_actor_s_memory_profile_names_the_line_that_allocates(live: Live) -> None:

@@ -78,7 +78,7 @@ def pause_report(**changes: Any) -> bytes:
 def debugging(tmp_path: Path) -> Iterator[TestClient]:
     """The app on loopback, debugging allowed with the admin token ``debug-secret``."""
     settings = Settings(tmp_path / "data").replace(
-        reaches=Reaches(debug=True, token="debug-secret"), fold_linger_s=0, fold_rest=0
+        reaches=Reaches(debug=True, reach_token="debug-secret"), fold_linger_s=0, fold_rest=0
     )
     with TestClient(create_app(settings)) as client:
         yield client
@@ -187,7 +187,7 @@ def test_a_pauses_locals_need_the_admin_token_beyond_loopback(tmp_path: Path) ->
     """The values of the program's variables may be its secrets: the read token reads where a pause is, not them."""
     secrets = Secrets(token="read-secret", ingest_key="write-secret", admin_token="debug-secret")
     settings = Settings(tmp_path / "data").replace(
-        secrets=secrets, reaches=Reaches(debug=True, token="debug-secret"), fold_linger_s=0, fold_rest=0
+        secrets=secrets, reaches=Reaches(debug=True, reach_token="debug-secret"), fold_linger_s=0, fold_rest=0
     )
     with (
         TestClient(create_app(settings)) as client,

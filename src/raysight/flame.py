@@ -37,6 +37,29 @@ def profile_svg(named: str, profile: dict[str, Any], cpu_only: bool = False) -> 
     return flame_svg(weighed(profile, cpu_only), titled(named, profile, cpu_only), unit)
 
 
+def capture_of(capture: dict[str, Any]) -> str:
+    """What an on-demand profile (as ``GET /api/raysight/profiles/{id}`` answers it) was asked of."""
+    if capture["task_id"]:
+        return f"task {capture['task_id']}, attempt {capture['attempt']}"
+    return f"actor {capture['actor_id']}" if capture["actor_id"] else f"session {capture['session']}"
+
+
+def capture_title(capture: dict[str, Any]) -> str:
+    """An on-demand profile's title: what it is of, over how long, and what its stacks add up to."""
+    what = {"stack": "Stacks", "cpu": "CPU", "memory": "Memory at its peak"}[capture["kind"]]
+    what = "Memory still allocated" if capture["leaks"] else what
+    lasting = f" over {capture['duration_s']:g}s" if capture["duration_s"] else ""
+    total = sum(weight for _, weight in capture["stacks"])
+    sums = f"{total / 1e6:,.1f} MB" if capture["unit"] == "bytes" else f"{total:,} samples"
+    return f"{what} of pid {capture['pid']} ({capture_of(capture)}){lasting}: {sums} — profile {capture['capture_id']}"
+
+
+def capture_svg(capture: dict[str, Any]) -> str:
+    """An on-demand profile's stacks as its flame graph, titled."""
+    stacks = [(stack, weight) for stack, weight in capture["stacks"]]
+    return flame_svg(stacks, capture_title(capture), capture["unit"] or "samples")
+
+
 def collapsed(stacks: Stacks) -> str:
     """One line a stack: the stack, a space, its weight."""
     return "".join(f"{stack} {weight}\n" for stack, weight in stacks)

@@ -216,12 +216,12 @@ FOLD_BURST_S = 5.0
 class Reaches:
     """What of Ray's live processes the server lets its clients reach into: debugging (``--allow-debug``: a client
     drives a paused worker, which runs code in it) and on-demand profiling (``--allow-profiling``: py-spy and memray
-    read a worker's memory). Each then needs the admin token, on loopback too: `raysight server` sets it (``token``
-    None: neither is allowed)."""
+    read a worker's memory). Each then needs the admin token, on loopback too: `raysight server` sets it
+    (``reach_token`` None: neither is allowed)."""
 
     debug: bool = False
     profiling: bool = False
-    token: str | None = None
+    reach_token: str | None = None
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ OFF_RETRY_S = 60.0  # between polls of a server that does not allow profiling
 NO_NODE_S = 2.0  # between looks for a raylet on this host, while there is none
 CPU_RATE_HZ = 100
 TOOL_GRACE_S = 30.0
-CAPTURE_LOOK_S = 0.2  # a tool's time beyond its duration: attaching, reading symbols, writing its output
+CAPTURE_LOOK_S = 0.2
+ATTACH_TRIES = 4
+SIGNALLED = "received a signal in another thread while"  # gdb, of a call it abandoned
 
 PTRACE_HELP = (
     "ptrace of pid {pid} was refused ({tool}: {why}). py-spy and memray read another process's memory: run "
@@ -156,8 +158,8 @@ def run_memory(pid: int, duration_s: float, native: bool, leaks: bool, stop: thr
             os.chown(folder, os.stat(f"/proc/{pid}").st_uid, -1)
         out = Path(folder) / "capture.bin"
         seconds = max(1, round(duration_s))  # (memray stops tracking by itself, and writes the capture, then)
-        args = [memray, "attach", str(pid), "-o", str(out), "--aggregate", "--duration", str(seconds)]
-        _run([*args, *(["--native"] if native else [])], pid, TOOL_GRACE_S)
+        args = [memray, "attach", "-v", str(pid), "-o", str(out), "--aggregate", "--duration", str(seconds)]
+        _attach([*args, *(["--native"] if native else [])], pid)
         reader = _written_capture(out, time.monotonic() + seconds + TOOL_GRACE_S, stop)
         records = (
             reader.get_leaked_allocation_records(merge_threads=True)
@@ -167,6 +169,19 @@ def run_memory(pid: int, duration_s: float, native: bool, leaks: bool, stop: thr
         return {"unit": "bytes", "stacks": memray_stacks(records)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _attach(args: list[str], pid: int) -> None:
+    """memray attach, once more where gdb abandoned its call into the process because another thread of it received
+    a signal meanwhile (a Ray worker's sockets raise SIGPIPE, which gdb stops on): nothing was injected then."""
+    for attempt in range(ATTACH_TRIES):
+        try:
+            _run(args, pid, TOOL_GRACE_S)
+            return
+        except CaptureFailed as exc:
+            if SIGNALLED not in str(exc) or attempt == ATTACH_TRIES - 1:
+                raise
+            time.sleep(0.2)
 
 
 def _written_capture(path: Path, deadline: float, stop: threading.Event) -> Any:

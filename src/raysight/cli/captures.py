@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import click
 import orjson
 
-from raysight import units, wire
+from raysight import flame, units, wire
+from raysight.agent.captures import CPU_RATE_HZ
 from raysight.cli import render
 from raysight.cli.common import admin_token_for, make_client, server_option, session_option, who_asks
 from raysight.cli.profile import SUFFIXES, emit, profile_cmd, show
@@ -101,7 +102,7 @@ def capture(
         capture_id, said = found["capture_id"], "queued"
         click.echo(
             f"raysight: {kind} profile {capture_id} of pid {found['pid']} on node {found['node_id'][:12]}… "
-            f"({_of(found)}): waiting for the node's agent",
+            f"({flame.capture_of(found)}): waiting for the node's agent",
             err=True,
         )
         deadline = time.monotonic() + (duration or 0) + FOLLOW_S
@@ -119,17 +120,6 @@ def capture(
     if found["status"] == "failed":
         raise click.ClickException(f"profile {capture_id} failed: {found['error']}")
     return found
-
-
-def _of(found: dict[str, Any]) -> str:
-    if found["task_id"]:
-        return f"task {found['task_id']}, attempt {found['attempt']}"
-    return f"actor {found['actor_id']}" if found["actor_id"] else f"session {found['session']}"
-
-
-def _title(found: dict[str, Any], what: str) -> str:
-    lasting = f" over {found['duration_s']:g}s" if found["duration_s"] else ""
-    return f"{what} of pid {found['pid']} ({_of(found)}){lasting} — profile {found['capture_id']}"
 
 
 @profile_cmd.command("stack")
@@ -153,7 +143,7 @@ def stack_cmd(
     elif fmt == "collapsed":
         emit("".join(f"{stack} {weight}\n" for stack, weight in found["stacks"]), None, "", fmt)
     else:
-        click.echo(f"{_title(found, 'Stacks')}\n\n{found['text'].rstrip()}")
+        click.echo(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}")
 
 
 @profile_cmd.command("cpu")
@@ -177,7 +167,7 @@ def cpu_cmd(
     graph with -o FILE.svg). Needs the server to allow profiling (--allow-profiling) and its admin token, on loopback
     too; the request is recorded."""
     found = capture(server, "cpu", task, actor, pid, node, session, native, _seconds(duration))
-    _show(found, "CPU", output, fmt, limit, "samples", 1 / 100)
+    _show(found, output, fmt, limit, 1 / CPU_RATE_HZ)
 
 
 @profile_cmd.command("memory")
@@ -204,7 +194,7 @@ def memory_cmd(
     Needs the server to allow profiling (--allow-profiling) and its admin token, on loopback too; the request is
     recorded."""
     found = capture(server, "memory", task, actor, pid, node, session, native, _seconds(duration), leaks)
-    _show(found, "Memory still allocated" if leaks else "Memory at its peak", output, fmt, limit, "bytes", None)
+    _show(found, output, fmt, limit, None)
 
 
 def _seconds(text: str) -> float:
@@ -214,13 +204,10 @@ def _seconds(text: str) -> float:
         raise click.BadParameter(str(exc), param_hint="--duration") from None
 
 
-def _show(
-    found: dict[str, Any], what: str, output: Path | None, fmt: str | None, limit: int, unit: str, each: float | None
-) -> None:
+def _show(found: dict[str, Any], output: Path | None, fmt: str | None, limit: int, each: float | None) -> None:
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
     stacks = [(stack, weight) for stack, weight in found["stacks"]]
-    total = sum(weight for _, weight in stacks)
-    title = _title(found, what) + (f": {total / 1e6:,.1f} MB" if unit == "bytes" else f": {total:,} samples")
+    title, unit = flame.capture_title(found), found["unit"]
     if kind == "json":
         emit(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n", output, title, kind)
         return
@@ -244,7 +231,7 @@ def profiles_cmd(task: str | None, actor: str | None, session: str | None, serve
         {
             "profile": row["capture_id"],
             "kind": row["kind"],
-            "of": _of(row),
+            "of": flame.capture_of(row),
             "pid": row["pid"],
             "asked_ms": row["requested_ns"] // 1_000_000,
             "by": row["client"],

@@ -78,7 +78,9 @@ def serve(settings: Settings) -> None:
         served = LOOPBACK_HOSTS | {host_name(name) for name in names} if is_loopback(host) else None
         token = saved.admin_token if saved is not None and reaching else None
         app = create_app(
-            settings.replace(secrets=secrets, allowed_hosts=served, reaches=replace(settings.reaches, token=token))
+            settings.replace(
+                secrets=secrets, allowed_hosts=served, reaches=replace(settings.reaches, reach_token=token)
+            )
         )
         listen(app, host, settings.port, settings.http, banner)
 

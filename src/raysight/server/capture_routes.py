@@ -14,8 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from raysight import wire
-from raysight.errors import BadIngest, BadQuery, NotFound
+from raysight import flame, wire
+from raysight.errors import BadIngest, BadQuery, Conflict, NotFound
 from raysight.ingest.fields import hex_id_field
 from raysight.server.answers import raysight_error, read_json
 from raysight.server.app_state import AppState, app_state
@@ -96,11 +96,19 @@ async def listed(request: Request) -> Response:
 
 
 async def one(request: Request) -> Response:
-    """GET /api/raysight/profiles/{capture_id}: one whole: how it went, and what its agent found."""
+    """GET /api/raysight/profiles/{capture_id}?format=json|svg: one whole: how it went, and what its agent found;
+    ``svg``: its stacks as a flame graph."""
     state = app_state(request)
     await _expire(state)
-    capture_id = request.path_params["capture_id"]
-    return await read_json(state, lambda con: captures_query.capture(con, capture_id))
+    capture_id, fmt = request.path_params["capture_id"], request.query_params.get("format", "json")
+    if fmt not in ("json", "svg"):
+        raise BadQuery("format must be json or svg")
+    if fmt == "json":
+        return await read_json(state, lambda con: captures_query.capture(con, capture_id))
+    found = await state.read(lambda con: captures_query.capture(con, capture_id))
+    if found["status"] != "done":
+        raise Conflict(f"on-demand profile {capture_id} is {found['status']}: it has no stacks to draw")
+    return Response(await run_in_threadpool(flame.capture_svg, found), media_type="image/svg+xml")
 
 
 async def agent_take(request: Request) -> Response:

@@ -131,7 +131,7 @@ NOTHING_REACHED = Reaches()  # neither debugging nor on-demand profiling allowed
 
 def allows(reaches: Reaches, reach: Reach) -> bool:
     """Whether the server allows ``reach`` (and so has the admin token it needs)."""
-    return reaches.token is not None and (reaches.debug if reach is Reach.DEBUG else reaches.profiling)
+    return reaches.reach_token is not None and (reaches.debug if reach is Reach.DEBUG else reaches.profiling)
 
 
 def refusal(
@@ -166,7 +166,7 @@ def refusal(
         )
     if declaration.reach is not None and not allows(reaches, declaration.reach):
         return Forbidden(declaration.reach.off)
-    return credential_refusal(declaration.access, connection, path_params, secrets, reaches.token)
+    return credential_refusal(declaration.access, connection, path_params, secrets, reaches.reach_token)
 
 
 class Guard:

@@ -14,6 +14,8 @@ from uvicorn.config import STARTUP_FAILURE
 from raysight.server.http_protocol import protocol_with
 from raysight.settings import Limits
 
+KEEP_ALIVE_S = 30
+
 
 class _Announcing(uvicorn.Server):
     """A uvicorn server that prints ``banner`` once it has started."""
@@ -40,7 +42,15 @@ def listen(app: ASGIApp, host: str, port: int, limits: Limits, banner: str) -> N
     """Serve ``app`` on ``host``:``port`` until a signal ends it, printing ``banner`` once it serves; exit as
     ``uvicorn.run`` does when it could not start."""
     config = uvicorn.Config(
-        app, host=host, port=port, http=protocol_with(limits), log_level="warning", timeout_graceful_shutdown=5
+        app,
+        host=host,
+        port=port,
+        http=protocol_with(limits),
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        # Workers export spans and samples every 5 s: a connection kept no longer than that is closed as they send on
+        # it (a failed send, a reconnect, and a SIGPIPE that stops a debugger or memray attached to the worker)
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     server = _Announcing(config, banner)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn raises the signal again once it has stopped

@@ -4,7 +4,7 @@ import { api } from "../api.js";
 import { duration, empty, fields, h, idLink, logLines, resourceChips, section, sessionPath, stateBadge, time, usageBars } from "../dom.js";
 import { cells, column, filterBy, resourceTable } from "../table.js";
 import { stateGroups, TASK_VIEW, taskColumns } from "./tasks.js";
-import { flameGraph } from "./profile.js";
+import { flameGraph, onDemand } from "./profile.js";
 
 const KINDS = {
   jobs: {
@@ -241,6 +241,8 @@ async function one(page, session, kind, id) {
     const graph = await flameGraph(session, { [param]: id }, `raysight profile --${param} ${id} -o ${param}.svg`);
     page.append(section("Profile (where its tasks' time went)", h("div", { id: `${kind}-profile` }, graph)));
   }
+  const asked = kind === "actors" ? await onDemand(session, { actor: id }) : null;
+  if (asked) page.append(section("On-demand profiles (of its worker)", h("div", { id: "actors-captures" }, asked)));
   page.append(section("Logs (newest 200)", logs));
   return {
     refresh: async () => {

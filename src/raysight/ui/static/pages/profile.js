@@ -1,10 +1,58 @@
 // A profile, as `raysight profile` draws it: the samples raysight took of a task's attempts (or of every attempt of
-// an actor, a function or a job) as a flame graph the server draws, wall clock or on CPU alone.
+// an actor, a function or a job) as a flame graph the server draws, wall clock or on CPU alone; and the on-demand
+// profiles asked of a live task or actor (`raysight profile stack|cpu|memory`).
 
 import { api } from "../api.js";
-import { empty, h } from "../dom.js";
+import { empty, h, time } from "../dom.js";
 
 const PATH = "/api/raysight/profile";
+const CAPTURES = "/api/raysight/profiles";
+
+/** ``svg``'s text as an element scaled to the page's width (by its viewBox). */
+function scaled(text) {
+  const svg = new DOMParser().parseFromString(text, "image/svg+xml").documentElement;
+  svg.removeAttribute("height");
+  svg.setAttribute("width", "100%");
+  return document.importNode(svg, true);
+}
+
+/** The on-demand profiles asked of ``params``'s task or actor, newest first, each shown when chosen: its flame graph
+ * (the server draws it), py-spy's dump of its threads, or why it failed; null where none was asked. */
+export async function onDemand(session, params) {
+  const found = await api(CAPTURES, { session, ...params });
+  if (!found.rows.length) return null;
+  const shown = h("div", { class: "flame capture" });
+  const show = async (row) => {
+    if (row.status !== "done") {
+      shown.replaceChildren(h("p", {}, row.error || `${row.status}…`));
+    } else if (row.kind === "stack") {
+      const whole = await api(`${CAPTURES}/${row.capture_id}`);
+      shown.replaceChildren(h("pre", { class: "stack" }, whole.text));
+    } else {
+      const response = await api(`${CAPTURES}/${row.capture_id}`, { format: "svg" }, { raw: true });
+      shown.replaceChildren(scaled(await response.text()));
+    }
+  };
+  const lasting = (row) => (row.duration_s ? ` ${row.duration_s}s` : "");
+  const rows = found.rows.map((row) =>
+    h(
+      "tr",
+      {},
+      h("td", {}, h("button", { type: "button", class: "capture-show", onclick: () => show(row) }, `${row.kind}${lasting(row)}`)),
+      h("td", {}, time(row.requested_ns / 1e6)),
+      h("td", {}, row.client),
+      h("td", {}, `pid ${row.pid}`),
+      h("td", {}, row.status),
+    ),
+  );
+  await show(found.rows[0]);
+  return h(
+    "div",
+    { class: "captures" },
+    h("table", {}, h("thead", {}, h("tr", {}, ...["profile", "asked", "by", "process", "status"].map((c) => h("th", {}, c)))), h("tbody", {}, ...rows)),
+    shown,
+  );
+}
 
 /** The flame graph of ``params``'s samples (``task``, ``actor``…), with a switch between all samples and those on
  * CPU; nothing (an empty note, which hides its section) where none was sampled. */
@@ -14,10 +62,7 @@ export async function flameGraph(session, params, command) {
   const graph = h("div", { class: "flame" });
   const draw = async (cpuOnly) => {
     const response = await api(PATH, { session, ...params, cpu_only: cpuOnly || undefined, format: "svg" }, { raw: true });
-    const svg = new DOMParser().parseFromString(await response.text(), "image/svg+xml").documentElement;
-    svg.removeAttribute("height"); // (scaled to the page's width by its viewBox)
-    svg.setAttribute("width", "100%");
-    graph.replaceChildren(document.importNode(svg, true));
+    graph.replaceChildren(scaled(await response.text()));
   };
   const choice = (label, cpuOnly) =>
     h("label", {}, h("input", { type: "radio", name: "flame-samples", checked: !cpuOnly, onchange: () => draw(cpuOnly) }), ` ${label}`);

@@ -6,7 +6,7 @@ import { duration, empty, fields, h, idLink, logLines, section, sessionPath, sta
 import { resourceTable } from "../table.js";
 import { taskColumns } from "./tasks.js";
 import { attachCommands, sessionPauses } from "./pauses.js";
-import { flameGraph } from "./profile.js";
+import { flameGraph, onDemand } from "./profile.js";
 import { traceLinks } from "./traces.js";
 
 const DRIVER_PARENT = /^f{40}/; // a driver's task: the task was submitted by the job's driver
@@ -112,6 +112,8 @@ export async function render(page, { session, id }) {
   page.append(section("Traces", h("div", { id: "task-traces" }, await traceLinks(session, { task: id }))));
   const profile = await flameGraph(session, { task: id }, `raysight profile --task ${id} -o task.svg`);
   page.append(section("Profile (where its time went)", h("div", { id: "task-profile" }, profile)));
+  const asked = await onDemand(session, { task: id });
+  if (asked) page.append(section("On-demand profiles (of its worker, while it ran)", h("div", { id: "task-captures" }, asked)));
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
   const table = resourceTable(children, { resource: "tasks", session, columns: taskColumns(session), filters: [`parent_task_id=${id}`], pageSize: 20 });
