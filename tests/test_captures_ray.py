@@ -146,8 +146,9 @@ def test_a_busy_actor_s_cpu_profile_is_a_flame_graph_whose_hottest_frame_is_its_
     listed = raysight(live, "profiles", "--actor", live.ids["spinner"])
     (line,) = [line for line in listed.stdout.splitlines() if line.startswith(capture_id)]
     assert " cpu " in line and f"{getpass.getuser()}@{socket.gethostname()}" in line and " done" in line, line
-    with httpx.Client(base_url=live.server.url, timeout=10) as http:
-        whole = http.get(wire.path(wire.CAPTURE, capture_id=capture_id)).json()
+    kept = raysight(live, "profiles", capture_id, "--format", "json")  # as long as the server keeps it
+    assert kept.returncode == 0, kept.stderr
+    whole = json.loads(kept.stdout)
     stacks = [(stack, weight) for stack, weight in whole["stacks"]]
     assert whole["unit"] == "samples" and sum(w for _, w in stacks) >= 100, whole  # 2 s at 100 Hz, on CPU throughout
     assert top(stacks)[0]["function"].startswith("Spinner.spin ("), top(stacks)[:3]
@@ -156,6 +157,8 @@ def test_a_busy_actor_s_cpu_profile_is_a_flame_graph_whose_hottest_frame_is_its_
 def test_an_actor_s_page_lists_its_on_demand_profiles_and_draws_each(live: Live, watched: Any) -> None:
     stack = raysight(live, "profile", "stack", "--actor", live.ids["spinner"])  # (beside the CPU profile before)
     assert stack.returncode == 0, stack.stderr
+    capture_id = re.findall(r"stack profile ([0-9a-f]{16}) of pid", stack.stderr)[0]
+    assert raysight(live, "profiles", capture_id).stdout == stack.stdout  # shown again as it was
     page = watched(live.server.url).open(f"/ui/sessions/captures/actors/{live.ids['spinner']}")
     listed = page.locator("#actors-captures tbody tr")
     assert listed.count() >= 2 and listed.first.locator("td").nth(4).inner_text() == "done"

@@ -217,14 +217,37 @@ def _show(found: dict[str, Any], output: Path | None, fmt: str | None, limit: in
 
 
 @click.command("profiles")
+@click.argument("capture_id", required=False)
 @click.option("--task", metavar="ID", help="Only those of this task.")
 @click.option("--actor", metavar="ID", help="Only those of this actor.")
+@_output_options
 @session_option
 @server_option
-def profiles_cmd(task: str | None, actor: str | None, session: str | None, server: str | None) -> None:
+def profiles_cmd(
+    capture_id: str | None,
+    task: str | None,
+    actor: str | None,
+    output: Path | None,
+    fmt: str | None,
+    limit: int,
+    session: str | None,
+    server: str | None,
+) -> None:
     """The on-demand profiles asked of a session (`raysight profile stack|cpu|memory`), newest first: of what, by
-    whom, how each ended."""
+    whom, how each ended. With a profile's ID, that profile, as it was shown when it was made (a stack's threads, a
+    table, or -o a flame graph), long after its cluster is gone."""
     with make_client(server) as client:
+        if capture_id is not None:
+            found = client.capture(capture_id)
+            if found["status"] == "failed":
+                raise click.ClickException(f"profile {capture_id} failed: {found['error']}")
+            if found["status"] != "done":
+                raise click.ClickException(f"profile {capture_id} is {found['status']}: ask again once it is done")
+            if found["kind"] == "stack" and fmt is None and output is None:
+                click.echo(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}")
+            else:
+                _show(found, output, fmt, limit, 1 / CPU_RATE_HZ if found["kind"] == "cpu" else None)
+            return
         data = client.captures(session=session, task=task, actor=actor)
     click.echo(f"Session: {data['session']}")
     rows = [
