@@ -5,6 +5,7 @@ admin token given, each request recorded and followed to its end, bad bodies a 4
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight import wire
-from raysight.agent.captures import PTRACE_HELP, _refusal, dump_stacks, memray_stacks, raw_stacks
+from raysight.agent.captures import PTRACE_HELP, _refusal, bounded, dump_stacks, memray_stacks, raw_stacks, ray_worker
 from raysight.errors import BadIngest, Unavailable
 from raysight.flame import top
 from raysight.server import capture_queue
@@ -26,7 +27,7 @@ from raysight.server.capture_queue import CaptureQueue
 from raysight.server.guard import REACH_TOKEN_NEEDED
 from raysight.server.routing import Reach
 from raysight.settings import Reaches, Settings
-from raysight.signals.profile_captures.parse import MAX_RESULT, parse_asked, parse_result
+from raysight.signals.profile_captures.parse import MAX_RESULT, MAX_STACK, MAX_STACKS, parse_asked, parse_result
 from tests.test_server import post
 
 NODE = "a" * 56
@@ -65,7 +66,7 @@ def test_a_request_names_one_live_process_and_says_what_is_wrong_otherwise() -> 
         asked(duration_s=True): "duration_s must be a number",
         asked(leaks=True): "leaks is memory's",
         asked(native="yes"): "native must be true or false",
-        asked(session="nope"): "session must be the name of a Ray session",
+        asked(session=""): "session must be a session's name or label",
     }
     for body, why in wrong.items():
         with pytest.raises(BadIngest, match=why):
@@ -119,6 +120,21 @@ def test_py_spy_s_dump_and_raw_output_are_read_as_stacks_root_first() -> None:
     assert stacks == [("<module> (main.py:3);Spinner.spin (a.py:9)", 1)]  # a thread without frames has no stack
     raw = "<module> (main.py:3);spin (a.py:9) 180\n<module> (main.py:3);spin (a.py:10) 20\nnot a line\n"
     assert raw_stacks(raw) == [("<module> (main.py:3);spin (a.py:9)", 180), ("<module> (main.py:3);spin (a.py:10)", 20)]
+
+
+def test_the_agent_sends_what_the_server_keeps_and_profiles_only_what_ray_started() -> None:
+    many = [(f"f{i} (a.py:{i})", i + 1) for i in range(MAX_STACKS + 5)]
+    kept = bounded(many)
+    assert len(kept) == MAX_STACKS and kept[0] == many[-1] and ("f0 (a.py:0)", 1) not in kept  # the heaviest
+    (deep,) = bounded([(";".join(["g (b.py:1)"] * 10_000), 3)])
+    assert len(deep[0]) <= MAX_STACK and deep[0].startswith("…;") and deep[0].endswith("g (b.py:1)")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert ray_worker(child.pid, {os.getpid()})  # started by "the raylet" (this process)
+        assert not ray_worker(child.pid, {child.pid + 1_000_000}) and not ray_worker(os.getpid(), {child.pid})
+    finally:
+        child.kill()
+        child.wait()
 
 
 def allocate(kept: list[bytearray]) -> None:
@@ -188,7 +204,7 @@ def test_the_queue_gives_each_node_s_agent_its_requests_and_fails_those_left_pas
         while len(queue.queued) < capture_queue.MAX_WAITING:
             await queue.put(NODE, order(str(len(queue.queued))))
         with pytest.raises(Unavailable, match="on-demand profiles are under way"):
-            await queue.put(NODE, order("one too many"))
+            queue.check_room()
 
     asyncio.run(scenario())
 

@@ -31,16 +31,17 @@ import orjson
 from raysight import wire
 from raysight.agent import node_watch
 from raysight.config import OWN_HEADERS
+from raysight.signals.profile_captures.parse import MAX_STACK, MAX_STACKS
 
 log = logging.getLogger("raysight.agent")
 
 POLL_WAIT_S = 20.0  # the server holds a poll this long when nothing is asked
-OFF_RETRY_S = 60.0  # between polls of a server that does not allow profiling
+OFF_RETRY_S = 15.0  # between polls of a server that does not allow profiling (it holds a request 30 s for its agent)
 NO_NODE_S = 2.0  # between looks for a raylet on this host, while there is none
 CPU_RATE_HZ = 100
 TOOL_GRACE_S = 30.0
 CAPTURE_LOOK_S = 0.2
-ATTACH_TRIES = 4
+ATTACH_TRIES = 3
 SIGNALLED = "received a signal in another thread while"  # gdb, of a call it abandoned
 
 PTRACE_HELP = (
@@ -88,17 +89,39 @@ def raw_stacks(text: str) -> list[tuple[str, int]]:
     return stacks
 
 
-def memray_stacks(records: Any) -> list[tuple[str, int]]:
-    """memray's allocation records (each with ``size`` and ``stack_trace()``, innermost first) as stacks weighed in
-    bytes; memray's own injected hook left out."""
+def memray_stacks(records: Any, native: bool = False) -> list[tuple[str, int]]:
+    """memray's allocation records (each with ``size`` and ``stack_trace()``, innermost first; ``native``: their
+    ``hybrid_stack_trace()``, C frames too) as stacks weighed in bytes; memray's own injected hook left out."""
     weights: dict[str, int] = {}
     for record in records:
-        trace = record.stack_trace()
+        trace = record.hybrid_stack_trace() if native else record.stack_trace()
         if trace and trace[-1][1].endswith("_memray_attach_hook.py"):
             continue
         stack = ";".join(frame_name(*frame) for frame in reversed(trace)) or "[no Python stack]"
         weights[stack] = weights.get(stack, 0) + record.size
     return [(stack, weight) for stack, weight in weights.items() if weight > 0]
+
+
+def bounded(stacks: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The heaviest stacks the server keeps (:data:`MAX_STACKS`), each within :data:`MAX_STACK` characters (a deep
+    one cut at its root end, marked ``…``)."""
+    kept = sorted(stacks, key=lambda entry: -entry[1])[:MAX_STACKS]
+    return [(stack if len(stack) <= MAX_STACK else "…;" + stack[-(MAX_STACK - 2) :], weight) for stack, weight in kept]
+
+
+def ray_worker(pid: int, raylets: set[int], proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` descends from one of ``raylets`` (the processes Ray starts for its tasks and actors do): the
+    agent profiles no other process of its host."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid in raylets:
+            return True
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return False
+        pid, seen = int(stat.rsplit(")", 1)[1].split()[1]), seen + 1  # (the field after the name's closing paren)
+    return False
 
 
 def _refusal(pid: int, tool: str, output: str) -> str:
@@ -166,7 +189,7 @@ def run_memory(pid: int, duration_s: float, native: bool, leaks: bool, stop: thr
             if leaks
             else reader.get_high_watermark_allocation_records(merge_threads=True)
         )
-        return {"unit": "bytes", "stacks": memray_stacks(records)}
+        return {"unit": "bytes", "stacks": memray_stacks(records, native)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -213,23 +236,26 @@ class CaptureRunner:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            nodes = sorted({node for _, process, node in node_watch.running() if process == node_watch.RAYLET})
-            if not nodes:
+            raylets = {
+                pid: node for (_, process, node), pid in node_watch.running().items() if process == node_watch.RAYLET
+            }
+            if not raylets:
                 stop.wait(NO_NODE_S)
                 continue
             try:
-                orders = self._poll(nodes)
+                orders = self._poll(sorted(set(raylets.values())))
             except httpx.HTTPStatusError as exc:
                 if exc.response.status_code != 403:  # (403: profiling not allowed; the server may be restarted so)
                     log.warning("asking %s for on-demand profiles failed: %s", self.server, exc.response.text[:300])
                 stop.wait(OFF_RETRY_S)
                 continue
-            except httpx.HTTPError as exc:
+            except Exception as exc:  # noqa: BLE001 (unreachable, or an answer not as expected: asked again)
                 log.debug("asking %s for on-demand profiles failed (%s); retrying", self.server, exc)
                 stop.wait(NO_NODE_S)
                 continue
             for order in orders:
-                threading.Thread(target=self.capture, args=(order, stop), name="raysight-capture", daemon=True).start()
+                args = (order, set(raylets), stop)
+                threading.Thread(target=self.capture, args=args, name="raysight-capture", daemon=True).start()
 
     def _poll(self, nodes: list[str]) -> list[wire.CaptureOrder]:
         params = {"node": nodes, "wait": str(POLL_WAIT_S), **wire.key_params(self.key)}
@@ -238,10 +264,13 @@ class CaptureRunner:
         orders: list[wire.CaptureOrder] = response.json()["captures"]
         return orders
 
-    def capture(self, order: wire.CaptureOrder, stop: threading.Event) -> None:
-        """Run ``order`` and send back what it found, or why it could not."""
+    def capture(self, order: wire.CaptureOrder, raylets: set[int], stop: threading.Event) -> None:
+        """Run ``order`` (of a process one of ``raylets`` started) and send back what it found, or why it could
+        not."""
         pid, kind = order["pid"], order["kind"]
         try:
+            if not ray_worker(pid, raylets):
+                raise CaptureFailed(f"pid {pid} is not a process Ray started on this node: raysight profiles no other")
             if kind == "stack":
                 result = run_stack(pid, order["native"])
             elif kind == "cpu":
@@ -253,17 +282,24 @@ class CaptureRunner:
         except Exception as exc:  # noqa: BLE001 (a tool's output not as expected: said, not fatal to the agent)
             log.exception("the %s profile of pid %s failed", kind, pid)
             result = {"error": f"the agent failed to make it ({type(exc).__name__}: {exc}); its log says more"}
+        if result.get("stacks"):
+            result["stacks"] = bounded(result["stacks"] or [])
         route = wire.path(wire.AGENT_CAPTURE, capture_id=order["capture_id"])
-        try:
-            response = self._http.post(
-                f"{self.server}{route}",
-                content=orjson.dumps(result),
-                params=wire.key_params(self.key),
-                headers={"Content-Type": "application/json"},
-            )
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("could not send the %s profile of pid %s to %s (%s)", kind, pid, self.server, exc)
+        for attempt in (result, {"error": "the agent's answer was refused by the server: its log says why"}):
+            try:
+                response = self._http.post(
+                    f"{self.server}{route}",
+                    content=orjson.dumps(attempt),
+                    params=wire.key_params(self.key),
+                    headers={"Content-Type": "application/json"},
+                )
+                if response.status_code in (400, 413):  # (then why, that its requester is not left waiting)
+                    log.error("the server refused the %s profile of pid %s: %s", kind, pid, response.text[:300])
+                    continue
+                response.raise_for_status()
+            except (httpx.HTTPError, RuntimeError) as exc:  # (RuntimeError: the agent closed meanwhile)
+                log.warning("could not send the %s profile of pid %s to %s (%s)", kind, pid, self.server, exc)
+            return
 
     def close(self) -> None:
         self._http.close()

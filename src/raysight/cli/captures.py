@@ -15,6 +15,7 @@ from raysight import flame, units, wire
 from raysight.agent.captures import CPU_RATE_HZ
 from raysight.cli import render
 from raysight.cli.common import admin_token_for, make_client, server_option, session_option, who_asks
+from raysight.cli.debug import printable
 from raysight.cli.profile import SUFFIXES, emit, profile_cmd, show
 from raysight.client import Client
 from raysight.settings import default_server
@@ -22,8 +23,8 @@ from raysight.settings import default_server
 F = TypeVar("F", bound=Callable[..., Any])
 POLL_S = 0.25
 # How long the CLI follows a request beyond its duration: the server fails one no agent took within 30 s or sent back
-# within 60 s more (``server/capture_queue.py``), so this is only a bound on a server that stopped answering
-FOLLOW_S = 120.0
+# within 180 s more (``server/capture_queue.py``), so this is only a bound on a server that stopped answering
+FOLLOW_S = 240.0
 
 
 def _target(command: F) -> F:
@@ -118,7 +119,7 @@ def capture(
                 lasting = f" for {found['duration_s']:g}s" if found["duration_s"] else ""
                 click.echo(f"raysight: the agent is profiling pid {found['pid']}{lasting}", err=True)
     if found["status"] == "failed":
-        raise click.ClickException(f"profile {capture_id} failed: {found['error']}")
+        raise click.ClickException(f"profile {capture_id} failed: {printable(found['error'])}")
     return found
 
 
@@ -143,7 +144,7 @@ def stack_cmd(
     elif fmt == "collapsed":
         emit("".join(f"{stack} {weight}\n" for stack, weight in found["stacks"]), None, "", fmt)
     else:
-        click.echo(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}")
+        click.echo(printable(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}"))
 
 
 @profile_cmd.command("cpu")
@@ -206,8 +207,8 @@ def _seconds(text: str) -> float:
 
 def _show(found: dict[str, Any], output: Path | None, fmt: str | None, limit: int, each: float | None) -> None:
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
-    stacks = [(stack, weight) for stack, weight in found["stacks"]]
-    title, unit = flame.capture_title(found), found["unit"]
+    stacks = [(printable(stack), weight) for stack, weight in found["stacks"]]  # (frames the process named)
+    title, unit = printable(flame.capture_title(found)), found["unit"]
     if kind == "json":
         emit(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n", output, title, kind)
         return
@@ -240,14 +241,16 @@ def profiles_cmd(
         if capture_id is not None:
             found = client.capture(capture_id)
             if found["status"] == "failed":
-                raise click.ClickException(f"profile {capture_id} failed: {found['error']}")
+                raise click.ClickException(f"profile {capture_id} failed: {printable(found['error'])}")
             if found["status"] != "done":
                 raise click.ClickException(f"profile {capture_id} is {found['status']}: ask again once it is done")
             if found["kind"] == "stack" and fmt is None and output is None:
-                click.echo(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}")
+                click.echo(printable(f"{flame.capture_title(found)}\n\n{found['text'].rstrip()}"))
             else:
                 _show(found, output, fmt, limit, 1 / CPU_RATE_HZ if found["kind"] == "cpu" else None)
             return
+        if output is not None or fmt is not None:
+            raise click.UsageError("-o and --format show one profile: name it (`raysight profiles ID`)")
         data = client.captures(session=session, task=task, actor=actor)
     click.echo(f"Session: {data['session']}")
     rows = [
@@ -259,7 +262,7 @@ def profiles_cmd(
             "asked_ms": row["requested_ns"] // 1_000_000,
             "by": row["client"],
             "status": row["status"],
-            "error": (row["error"] or "")[:80],
+            "error": printable(row["error"] or "")[:80],
         }
         for row in data["rows"]
     ]

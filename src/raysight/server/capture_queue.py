@@ -15,7 +15,7 @@ from raysight import wire
 from raysight.errors import Unavailable
 
 TAKE_WITHIN_S = 30.0
-RUN_GRACE_S = 60.0  # beyond a request's duration: py-spy and gdb attaching, memray reading its capture, the upload
+RUN_GRACE_S = 180.0  # beyond a request's duration: py-spy and gdb attaching (memray's tries), its capture, the upload
 MAX_WAITING = 64  # requests queued or running at once
 
 
@@ -33,10 +33,13 @@ class CaptureQueue:
         self._changed = asyncio.Condition()
         self._closed = False
 
-    async def put(self, node_id: str, order: wire.CaptureOrder) -> None:
-        """Queue ``order`` for the agent of ``node_id``; Unavailable while :data:`MAX_WAITING` are waiting."""
+    def check_room(self) -> None:
+        """Unavailable while :data:`MAX_WAITING` requests are queued or running (checked before one is recorded)."""
         if len(self.queued) + len(self.running) >= MAX_WAITING:
             raise Unavailable(f"{MAX_WAITING} on-demand profiles are under way: ask again once some are done")
+
+    async def put(self, node_id: str, order: wire.CaptureOrder) -> None:
+        """Queue ``order`` for the agent of ``node_id``."""
         self.queued[order["capture_id"]] = Waiting(order, node_id, time.monotonic() + TAKE_WITHIN_S)
         async with self._changed:
             self._changed.notify_all()

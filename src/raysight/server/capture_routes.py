@@ -52,6 +52,8 @@ async def ask(request: Request) -> Response:
     except BadIngest as exc:
         raise BadQuery(f"bad profile request: {exc}") from None
     found = await state.read(lambda con: captures_query.target(con, asked))
+    await _expire(state)
+    state.captures.check_room()  # (before it is recorded: a request refused is no request)
     capture_id = secrets.token_hex(8)
     address = f"{request.client.host}:{request.client.port}" if request.client else "unknown"
     row: dict[str, Any] = {

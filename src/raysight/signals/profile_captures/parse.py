@@ -10,7 +10,7 @@ import orjson
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.fields import hex_id_field, json_dict, session_field
+from raysight.ingest.fields import hex_id_field, json_dict
 from raysight.tables import Table, columns
 
 KINDS = ("stack", "cpu", "memory")  # py-spy dump, py-spy record, memray attach
@@ -87,6 +87,13 @@ def _pid(value: Any) -> int | None:
     return value
 
 
+def _session(value: Any) -> str | None:
+    """A session as a request names it: its name or its label (None: the newest)."""
+    if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 256):
+        raise BadIngest("session must be a session's name or label")
+    return value
+
+
 def parse_asked(body: bytes) -> Asked:
     """A user's request; BadIngest says what is wrong."""
     asked = wire.shaped(json_dict(body, '{"kind", "task_id" | "actor_id" | "pid" and "node_id", …}'), wire.CaptureAsked)
@@ -112,7 +119,7 @@ def parse_asked(body: bytes) -> Asked:
     session = asked["session"]
     return Asked(
         kind=kind,
-        session=None if session is None else session_field(session, "session"),
+        session=_session(session),
         task_id=hex_id_field(asked["task_id"], "task_id", optional=True),
         actor_id=hex_id_field(asked["actor_id"], "actor_id", optional=True),
         pid=pid,

@@ -241,7 +241,7 @@ async function one(page, session, kind, id) {
     const graph = await flameGraph(session, { [param]: id }, `raysight profile --${param} ${id} -o ${param}.svg`);
     page.append(section("Profile (where its tasks' time went)", h("div", { id: `${kind}-profile` }, graph)));
   }
-  const asked = kind === "actors" ? await onDemand(session, { actor: id }) : null;
+  const asked = kind === "actors" ? await onDemand(session, { actor: id }).catch(() => null) : null;
   if (asked) page.append(section("On-demand profiles (of its worker)", h("div", { id: "actors-captures" }, asked)));
   page.append(section("Logs (newest 200)", logs));
   return {

@@ -112,7 +112,7 @@ export async function render(page, { session, id }) {
   page.append(section("Traces", h("div", { id: "task-traces" }, await traceLinks(session, { task: id }))));
   const profile = await flameGraph(session, { task: id }, `raysight profile --task ${id} -o task.svg`);
   page.append(section("Profile (where its time went)", h("div", { id: "task-profile" }, profile)));
-  const asked = await onDemand(session, { task: id });
+  const asked = await onDemand(session, { task: id }).catch(() => null);
   if (asked) page.append(section("On-demand profiles (of its worker, while it ran)", h("div", { id: "task-captures" }, asked)));
   const children = h("div", { id: "children" });
   page.append(section("Children (tasks it submitted)", children));
