@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight import wire
-from raysight.agent.captures import PTRACE_HELP, _refusal, bounded, dump_stacks, memray_stacks, raw_stacks, ray_worker
+from raysight.agent.captures import PTRACE_HELP, _refusal, dump_stacks, raw_stacks, raylet_of
 from raysight.errors import BadIngest, Unavailable
 from raysight.flame import top
 from raysight.server import capture_queue
@@ -27,6 +27,7 @@ from raysight.server.capture_queue import CaptureQueue
 from raysight.server.guard import REACH_TOKEN_NEEDED
 from raysight.server.routing import Reach
 from raysight.settings import Reaches, Settings
+from raysight.signals.profile_captures.memray_read import bounded, memray_stacks
 from raysight.signals.profile_captures.parse import MAX_RESULT, MAX_STACK, MAX_STACKS, parse_asked, parse_result
 from tests.test_server import post
 
@@ -130,8 +131,8 @@ def test_the_agent_sends_what_the_server_keeps_and_profiles_only_what_ray_starte
     assert len(deep[0]) <= MAX_STACK and deep[0].startswith("…;") and deep[0].endswith("g (b.py:1)")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert ray_worker(child.pid, {os.getpid()})  # started by "the raylet" (this process)
-        assert not ray_worker(child.pid, {child.pid + 1_000_000}) and not ray_worker(os.getpid(), {child.pid})
+        assert raylet_of(child.pid, {os.getpid(), 1_000_001}) == os.getpid()  # started by "the raylet" (this process)
+        assert raylet_of(child.pid, {child.pid + 1_000_000}) is None and raylet_of(os.getpid(), {child.pid}) is None
     finally:
         child.kill()
         child.wait()

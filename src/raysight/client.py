@@ -189,6 +189,10 @@ class Client:
         """One on-demand profile: how it went, and what its agent found (``GET /api/raysight/profiles/{id}``)."""
         return self._request("GET", wire.path(wire.CAPTURE, capture_id=capture_id))  # type: ignore[no-any-return]
 
+    def capture_file(self, capture_id: str) -> bytes:
+        """A Serve capture's memray file, as Serve wrote it (``GET /api/raysight/profiles/{id}/file``)."""
+        return self._request("GET", wire.path(wire.CAPTURE_FILE, capture_id=capture_id), raw=True)  # type: ignore[no-any-return]
+
     def captures(self, session: str | None = None, task: str | None = None, actor: str | None = None) -> dict[str, Any]:
         """The on-demand profiles asked of a session, newest first (``GET /api/raysight/profiles``)."""
         given = {k: v for k, v in {"session": session, "task": task, "actor": actor}.items() if v is not None}

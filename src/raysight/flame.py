@@ -38,10 +38,14 @@ def profile_svg(named: str, profile: dict[str, Any], cpu_only: bool = False) -> 
 
 
 def capture_of(capture: dict[str, Any]) -> str:
-    """What an on-demand profile (as ``GET /api/raysight/profiles/{id}`` answers it) was asked of."""
+    """What a profile of a live process (as ``GET /api/raysight/profiles/{id}`` answers it) is of: the task or actor
+    it was asked of, or Serve's capture file (and its actor)."""
     if capture["task_id"]:
         return f"task {capture['task_id']}, attempt {capture['attempt']}"
-    return f"actor {capture['actor_id']}" if capture["actor_id"] else f"session {capture['session']}"
+    actor = f"actor {capture['actor_id']}" if capture["actor_id"] else None
+    if capture.get("file"):
+        return f"Serve's {capture['file']}" + (f", {actor}" if actor else "")
+    return actor or f"session {capture['session']}"
 
 
 def capture_title(capture: dict[str, Any]) -> str:

@@ -42,6 +42,7 @@ DEBUG_ATTACH = f"{API}/debug/pauses/{{pause_id}}/attach"  # a WebSocket: the cli
 PROFILE = f"{API}/profile"
 CAPTURES = f"{API}/profiles"  # on-demand profiles of live processes: asked for (POST), listed
 CAPTURE = f"{API}/profiles/{{capture_id}}"
+CAPTURE_FILE = f"{API}/profiles/{{capture_id}}/file"  # a Serve capture's memray file
 TRACES = f"{API}/traces"
 TRACE = f"{API}/traces/{{trace_id}}"
 RESOURCE = f"{API}/{{resource}}"
@@ -61,6 +62,8 @@ DEBUG_PAUSED = f"{INGEST}/debug/paused"  # a WebSocket: a paused worker's side o
 TASK_PROFILES = f"{INGEST}/task-profiles"  # a worker's samples of the task attempts it ran
 AGENT_CAPTURES = f"{INGEST}/agent/captures"  # an agent's long poll for the on-demand profiles of its nodes' processes
 AGENT_CAPTURE = f"{INGEST}/agent/captures/{{capture_id}}"  # …and what it made of one
+AGENT_SERVE_CAPTURES = f"{INGEST}/agent/serve-captures"  # Serve's memray captures: shipped (POST), those kept (GET)
+GZIP = "application/gzip"  # the Content-Type of a Serve capture shipped
 OTLP_TRACES = "/v1/traces"  # OTLP/HTTP's standard paths, which exporters append to the endpoint they are given
 OTLP_LOGS = "/v1/logs"
 OTLP_KEYED = f"{INGEST}/otlp/{{key}}"  # an endpoint that carries the ingest key, for exporters that send no header
@@ -344,6 +347,19 @@ class CaptureResult(TypedDict):
     unit: NotRequired[str | None]
     stacks: NotRequired[list[tuple[str, int]] | None]
     text: NotRequired[str | None]
+
+
+class ServeCaptureShipped(TypedDict):
+    """``POST AGENT_SERVE_CAPTURES``' query parameters, the file gzipped as the body (none where ``too_large``): one
+    of Serve's memray captures in a session's ``logs/serve/`` as it is now; the server reads it with memray. ``GET``
+    (``session=``) answers ``{"captures": [these, without session and node]}``: those it keeps, as last shipped."""
+
+    session: str
+    node: NotRequired[str]  # the node its process ran on, where the agent can tell
+    file: str  # its name in logs/serve/
+    bytes: str  # its size as written
+    modified_ns: str
+    too_large: NotRequired[str]  # over what the server takes (gzipped): only said
 
 
 def shaped(value: Mapping[str, Any], payload: type[Payload]) -> Payload:

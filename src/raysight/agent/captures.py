@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import orjson
 from raysight import wire
 from raysight.agent import node_watch
 from raysight.config import OWN_HEADERS
-from raysight.signals.profile_captures.parse import MAX_STACK, MAX_STACKS
+from raysight.signals.profile_captures.memray_read import bounded, frame_name, memray_stacks
 
 log = logging.getLogger("raysight.agent")
 
@@ -56,11 +57,6 @@ _REFUSED = ("Permission Denied", "Permission denied", "Operation not permitted",
 
 class CaptureFailed(Exception):
     """Why a capture could not be made, as its requester reads it."""
-
-
-def frame_name(function: str, filename: str, line: int) -> str:
-    """A frame as py-spy names it in collapsed stacks: ``function (file:line)``."""
-    return f"{function} ({filename}:{line})"
 
 
 def dump_stacks(threads: list[dict[str, Any]]) -> tuple[str, list[tuple[str, int]]]:
@@ -89,39 +85,19 @@ def raw_stacks(text: str) -> list[tuple[str, int]]:
     return stacks
 
 
-def memray_stacks(records: Any, native: bool = False) -> list[tuple[str, int]]:
-    """memray's allocation records (each with ``size`` and ``stack_trace()``, innermost first; ``native``: their
-    ``hybrid_stack_trace()``, C frames too) as stacks weighed in bytes; memray's own injected hook left out."""
-    weights: dict[str, int] = {}
-    for record in records:
-        trace = record.hybrid_stack_trace() if native else record.stack_trace()
-        if trace and trace[-1][1].endswith("_memray_attach_hook.py"):
-            continue
-        stack = ";".join(frame_name(*frame) for frame in reversed(trace)) or "[no Python stack]"
-        weights[stack] = weights.get(stack, 0) + record.size
-    return [(stack, weight) for stack, weight in weights.items() if weight > 0]
-
-
-def bounded(stacks: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The heaviest stacks the server keeps (:data:`MAX_STACKS`), each within :data:`MAX_STACK` characters (a deep
-    one cut at its root end, marked ``…``)."""
-    kept = sorted(stacks, key=lambda entry: -entry[1])[:MAX_STACKS]
-    return [(stack if len(stack) <= MAX_STACK else "…;" + stack[-(MAX_STACK - 2) :], weight) for stack, weight in kept]
-
-
-def ray_worker(pid: int, raylets: set[int], proc: Path = Path("/proc")) -> bool:
-    """Whether ``pid`` descends from one of ``raylets`` (the processes Ray starts for its tasks and actors do): the
-    agent profiles no other process of its host."""
+def raylet_of(pid: int, raylets: Collection[int], proc: Path = Path("/proc")) -> int | None:
+    """The one of ``raylets`` that ``pid`` descends from (the processes Ray starts for its tasks and actors do), or
+    None: the agent profiles no other process of its host."""
     seen = 0
     while pid > 1 and seen < 64:
         if pid in raylets:
-            return True
+            return pid
         try:
             stat = (proc / str(pid) / "stat").read_text()
         except OSError:
-            return False
+            return None
         pid, seen = int(stat.rsplit(")", 1)[1].split()[1]), seen + 1  # (the field after the name's closing paren)
-    return False
+    return None
 
 
 def _refusal(pid: int, tool: str, output: str) -> str:
@@ -269,7 +245,7 @@ class CaptureRunner:
         not."""
         pid, kind = order["pid"], order["kind"]
         try:
-            if not ray_worker(pid, raylets):
+            if raylet_of(pid, raylets) is None:
                 raise CaptureFailed(f"pid {pid} is not a process Ray started on this node: raysight profiles no other")
             if kind == "stack":
                 result = run_stack(pid, order["native"])

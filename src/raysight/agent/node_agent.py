@@ -5,7 +5,9 @@ durable. The files themselves are the buffer while the server is away: nothing i
 flight (one at a time). Node life (``agent/node_watch.py``): each change seen is sent, and kept until the server has
 taken it. Metrics (``agent/metrics_scrape.py``): the host's part of each session followed, scraped on a thread of its
 own, each scrape sent once (a moment's view: the next one follows). On-demand profiles (``agent/captures.py``): what
-the server is asked of the node's processes, run on threads of their own where the server allows it."""
+the server is asked of the node's processes, run on threads of their own where the server allows it. Serve's memray
+captures (``agent/serve_captures.py``): each shipped once it settles after a change, on a thread of its own, and what
+changed since as the agent stops."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from raysight import wire
 from raysight.agent import node_watch
 from raysight.agent.captures import CaptureRunner
 from raysight.agent.metrics_scrape import SCRAPE_EVERY_S, Families, HostScraper
+from raysight.agent.serve_captures import ServeCaptures
 from raysight.agent.tailer import Chunk, Gap, Tailer
 from raysight.config import OWN_HEADERS
 
@@ -119,6 +122,7 @@ class NodeAgent:
         self._metrics_http = httpx.Client(timeout=10, headers=OWN_HEADERS)  # (the scraping thread's own)
         self.scraper = HostScraper(self._send_scrape, families, report=self._send_aggregator_lines)
         self.captures = CaptureRunner(self.server, key)
+        self.serve_captures = ServeCaptures(self.server, key, ray_dir)
 
     def _send(
         self, route: str, body: bytes, what: str, gzipped: bool = False, http: httpx.Client | None = None
@@ -186,11 +190,18 @@ class NodeAgent:
         return lines
 
     def run(self, stop: threading.Event) -> None:
-        """Ship until ``stop`` is set, then what is left (partial last lines too), and return; scrape and run
-        on-demand profiles meanwhile (a poll under way is left to end with the process)."""
+        """Ship until ``stop`` is set, then what is left (partial last lines too), and return; scrape, run on-demand
+        profiles and ship Serve's captures meanwhile (a poll under way is left to end with the process)."""
         scraping = threading.Thread(target=self.scrape_metrics, args=(stop,), name="raysight-metrics", daemon=True)
         scraping.start()
         threading.Thread(target=self.captures.run, args=(stop,), name="raysight-captures", daemon=True).start()
+        shipping = threading.Thread(
+            target=self.serve_captures.follow,
+            args=(lambda: self.tailer.sessions, stop),
+            name="raysight-serve-captures",
+            daemon=True,
+        )
+        shipping.start()
         try:
             self._ship(stop)
         finally:
@@ -215,14 +226,16 @@ class NodeAgent:
         self.drain()
 
     def drain(self, patience_s: float = 30.0) -> bool:
-        """Send everything the files hold now, partial last lines too, however long that takes while the server takes
-        it; give up once it has taken nothing for ``patience_s``. Whether everything was sent."""
+        """Send everything the files hold now, partial last lines too, and every Serve capture that changed, however
+        long that takes while the server takes it; give up once it has taken nothing for ``patience_s``. Whether
+        everything was sent."""
         deadline = time.monotonic() + patience_s
         while time.monotonic() < deadline:
             try:
                 if not self.cycle(final=True):
                     self._next_look = 0.0
                     self.report_node_life()
+                    self.serve_captures.look(self.tailer.sessions, final=True)
                     return True
                 deadline = time.monotonic() + patience_s
             except httpx.HTTPError as exc:
@@ -234,6 +247,7 @@ class NodeAgent:
         self.tailer.close()
         self.scraper.close()
         self.captures.close()
+        self.serve_captures.close()
         self._metrics_http.close()
         self._http.close()
         self._lock.close()

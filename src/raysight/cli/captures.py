@@ -1,8 +1,12 @@
 """`raysight profile stack|cpu|memory`: an on-demand profile of a live Ray process, which the agent of its node makes
-(py-spy, memray) and the server keeps; `raysight profiles`: those asked of a session, and how each went."""
+(py-spy, memray) and the server keeps; `raysight profiles`: those asked of a session, and how each went, with the
+memray captures Serve's actors made of themselves (whose files memray's own reporters read)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +29,7 @@ POLL_S = 0.25
 # How long the CLI follows a request beyond its duration: the server fails one no agent took within 30 s or sent back
 # within 180 s more (``server/capture_queue.py``), so this is only a bound on a server that stopped answering
 FOLLOW_S = 240.0
+MEMRAY_SUFFIXES = (".bin", ".html")  # a Serve capture's memray file, and memray's flame graph report of it
 
 
 def _target(command: F) -> F:
@@ -205,6 +210,35 @@ def _seconds(text: str) -> float:
         raise click.BadParameter(str(exc), param_hint="--duration") from None
 
 
+def _memray_file(client: Client, found: dict[str, Any], output: Path) -> None:
+    """A Serve capture's memray file as Serve wrote it (``output`` a .bin), or memray's own flame graph report of it
+    (an .html)."""
+    data = client.capture_file(found["capture_id"])
+    if output.suffix.lower() == ".bin":
+        output.write_bytes(data)
+        made = "memray's capture file"
+    else:
+        with tempfile.TemporaryDirectory(prefix="raysight-memray-") as folder:
+            path = Path(folder) / found["file"]
+            path.write_bytes(data)
+            report = [
+                sys.executable,
+                "-m",
+                "memray",
+                "flamegraph",
+                "--no-web",
+                "--force",
+                "--output",
+                str(output),
+                str(path),
+            ]
+            done = subprocess.run(report, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise click.ClickException(f"memray flamegraph failed: {(done.stderr or done.stdout).strip()[-500:]}")
+        made = "memray's flame graph"
+    click.echo(f"{printable(flame.capture_of(found))} -> {output} ({made})", err=True)
+
+
 def _show(found: dict[str, Any], output: Path | None, fmt: str | None, limit: int, each: float | None) -> None:
     kind = fmt or (SUFFIXES.get(output.suffix.lower(), "collapsed") if output else "table")
     stacks = [(printable(stack), weight) for stack, weight in found["stacks"]]  # (frames the process named)
@@ -234,12 +268,17 @@ def profiles_cmd(
     session: str | None,
     server: str | None,
 ) -> None:
-    """The on-demand profiles asked of a session (`raysight profile stack|cpu|memory`), newest first: of what, by
-    whom, how each ended. With a profile's ID, that profile, as it was shown when it was made (a stack's threads, a
-    table, or -o a flame graph), long after its cluster is gone."""
+    """The on-demand profiles asked of a session (`raysight profile stack|cpu|memory`), and the memray captures
+    Serve's actors made of themselves (RAY_SERVE_ENABLE_MEMORY_PROFILING=1), newest first: of what, by whom, how each
+    ended. With a profile's ID, that profile, as it was shown when it was made (a stack's threads, a table, or -o a
+    flame graph), long after its cluster is gone; a Serve capture's memray file with -o FILE.bin, memray's own flame
+    graph report of it with -o FILE.html."""
     with make_client(server) as client:
         if capture_id is not None:
             found = client.capture(capture_id)
+            if output is not None and fmt is None and output.suffix.lower() in MEMRAY_SUFFIXES:
+                _memray_file(client, found, output)
+                return
             if found["status"] == "failed":
                 raise click.ClickException(f"profile {capture_id} failed: {printable(found['error'])}")
             if found["status"] != "done":

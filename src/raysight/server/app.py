@@ -15,7 +15,16 @@ from starlette.routing import Mount
 
 from raysight import wire
 from raysight.errors import RaysightError
-from raysight.server import api, capture_routes, debug_routes, ingest_routes, prometheus_api, ray_compat, ui_routes
+from raysight.server import (
+    api,
+    capture_routes,
+    debug_routes,
+    ingest_routes,
+    prometheus_api,
+    ray_compat,
+    serve_capture_routes,
+    ui_routes,
+)
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import AppState, BodyBudget, Metrics, app_state
 from raysight.server.auth import Secrets
@@ -100,6 +109,7 @@ def create_app(settings: Settings) -> Starlette:
         *ingest_routes.routes(),
         *debug_routes.routes,
         *capture_routes.routes,
+        *serve_capture_routes.routes,
         *api.routes,
         *per_session,
         Mount(wire.IN_SESSION, routes=per_session),

@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from raysight.signals.profile_captures.parse import PROFILE_CAPTURES, Result
+import orjson
+
+from raysight.signals.profile_captures.parse import (
+    PROFILE_CAPTURE_FILES,
+    PROFILE_CAPTURES,
+    SERVE_CLIENT,
+    Result,
+    ServeShipped,
+)
 from raysight.store.tx import Tx
 
 _ASKED = (
@@ -70,3 +78,46 @@ def server_stopped(tx: Tx) -> None:
         "WHERE status IN ('queued', 'running')",
         [time.time_ns()],
     )
+
+
+def serve_shipped(tx: Tx, shipped: ServeShipped, read: dict[str, Any] | None, error: str | None, address: str) -> None:
+    """A Serve capture as its agent last shipped it, in place of any earlier shipping: what memray read of it
+    (``read``: :func:`memray_read.read_capture`'s), or why there is nothing (``error``); its file kept where it came.
+    Its actor is the session's actor that ran with the capture's pid (on its node, where the agent knew it)."""
+    pid = read and read["pid"]
+    start_ns = read["start_ns"] if read else shipped.modified_ns
+    row = {
+        "capture_id": shipped.capture_id,
+        "session": shipped.session,
+        "kind": "memory",
+        "node_id": shipped.node_id,
+        "pid": pid,
+        "duration_s": read and max(0.0, (read["end_ns"] - read["start_ns"]) / 1e9),
+        "native": True,
+        "leaks": False,
+        "client": SERVE_CLIENT,
+        "address": address,
+        "requested_ns": start_ns,
+        "finished_ns": time.time_ns(),
+        "status": "failed" if error else "done",
+        "error": error,
+        "unit": None if error else "bytes",
+        "stacks": None if read is None else orjson.dumps(read["stacks"]).decode(),
+        "file": shipped.file,
+        "file_bytes": shipped.file_bytes,
+        "modified_ns": shipped.modified_ns,
+    }
+    names = list(row)
+    tx.run(f"DELETE FROM {PROFILE_CAPTURES.name} WHERE capture_id = ?", [shipped.capture_id])
+    tx.run(
+        f"INSERT INTO {PROFILE_CAPTURES.name} ({', '.join(names)}, actor_id) VALUES ({', '.join('?' for _ in names)}, "
+        "(SELECT actor_id FROM actors WHERE session = ? AND list_contains(list_transform(history, lambda h: h.pid), ?) "
+        "AND (? IS NULL OR node_id = ?) ORDER BY start_ns DESC NULLS LAST LIMIT 1))",
+        [*row.values(), shipped.session, pid, shipped.node_id, shipped.node_id],
+    )
+    tx.run(f"DELETE FROM {PROFILE_CAPTURE_FILES.name} WHERE capture_id = ?", [shipped.capture_id])
+    if shipped.gz is not None:
+        tx.run(
+            f"INSERT INTO {PROFILE_CAPTURE_FILES.name} VALUES (?, ?, ?)",
+            [shipped.capture_id, shipped.session, shipped.gz],
+        )

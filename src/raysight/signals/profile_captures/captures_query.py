@@ -1,5 +1,6 @@
-"""The read models of on-demand profiles: the process a request names (a running task's worker, a live actor's, a
-pid), the requests of a session (or of a task, an actor), and one whole, with what came back."""
+"""The read models of profiles of live processes: the process a request names (a running task's worker, a live
+actor's, a pid), the profiles of a session (or of a task, an actor), one whole, with what came back, and a Serve
+capture's file."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import duckdb
 import orjson
 
 from raysight.errors import Conflict, NotFound
-from raysight.signals.profile_captures.parse import PROFILE_CAPTURES, Asked
+from raysight.signals.profile_captures.parse import PROFILE_CAPTURE_FILES, PROFILE_CAPTURES, Asked
 from raysight.signals.ray_events import entities, state_query
 from raysight.store import sessions_query
 
 _LISTED = (
     "capture_id, session, kind, task_id, attempt, actor_id, node_id, pid, duration_s, native, leaks, client, "
-    "address, requested_ns, taken_ns, finished_ns, status, error, unit, json_array_length(stacks) AS stacks"
+    "address, requested_ns, taken_ns, finished_ns, status, error, unit, json_array_length(stacks) AS stacks, file, "
+    "file_bytes"
 )
 
 
@@ -89,3 +91,27 @@ def capture(con: duckdb.DuckDBPyConnection, capture_id: str) -> dict[str, Any]:
         raise NotFound(f"no on-demand profile {capture_id!r}: `raysight profiles` lists them")
     row = found[0]
     return {**row, "stacks": orjson.loads(row["stacks"])}
+
+
+def serve_kept(con: duckdb.DuckDBPyConnection, session: str) -> list[dict[str, Any]]:
+    """The Serve captures of ``session`` kept, each as last shipped: its file's name, size and modification time."""
+    rows = con.execute(
+        f"SELECT file, file_bytes, modified_ns FROM {PROFILE_CAPTURES.name} WHERE session = ? AND file IS NOT NULL",
+        [session],
+    ).fetchall()
+    return [{"file": file, "bytes": size, "modified_ns": ns} for file, size, ns in rows]
+
+
+def capture_file(con: duckdb.DuckDBPyConnection, capture_id: str) -> tuple[str, bytes]:
+    """A Serve capture's file name and its bytes gzipped; NotFound for a profile that has none."""
+    found = con.execute(
+        f"SELECT c.file, f.gz FROM {PROFILE_CAPTURES.name} c JOIN {PROFILE_CAPTURE_FILES.name} f USING (capture_id) "
+        "WHERE capture_id = ?",
+        [capture_id],
+    ).fetchone()
+    if found is None:
+        raise NotFound(
+            f"no capture file of profile {capture_id!r}: only Serve's memray captures have one, and one too large to "
+            "ship was not kept (`raysight profiles` lists them)"
+        )
+    return found[0], bytes(found[1])

@@ -1,8 +1,12 @@
 """On-demand profiles of live processes: what a user asks for (``wire.CaptureAsked``), what an agent sends back
-(``wire.CaptureResult``), each checked; and the table that keeps every request, who made it, and its result. Pure."""
+(``wire.CaptureResult``), each checked; Serve's memray captures as an agent ships them (``wire.ServeCaptureShipped``);
+and the tables that keep every profile, who asked for it (or which of Serve's files it is), its result, and a Serve
+capture's file. Pure."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +15,7 @@ import orjson
 from raysight import wire
 from raysight.errors import BadIngest
 from raysight.ingest.fields import hex_id_field, json_dict
-from raysight.tables import Table, columns
+from raysight.tables import Column, Table, columns
 
 KINDS = ("stack", "cpu", "memory")  # py-spy dump, py-spy record, memray attach
 UNITS = ("samples", "bytes")
@@ -23,6 +27,13 @@ MAX_STACK = 64 * 1024  # characters of one collapsed stack
 MAX_TEXT = 4 * 1024 * 1024  # py-spy dump's text
 MAX_ERROR = 8 * 1024
 INT64_MAX = 2**63 - 1
+MAX_SERVE_CAPTURE = 1024**3  # bytes of a Serve capture the server reads (shipped gzipped, within --max-body)
+SERVE_CLIENT = "Serve (RAY_SERVE_ENABLE_MEMORY_PROFILING)"  # who asked for a Serve capture, as a list shows it
+# Serve's memray captures in a session's logs/serve/ (``logging_utils.configure_component_memory_profiler``): a
+# controller's, a proxy's, a replica's; ``<n>`` counts the actor's restarts
+# (Serve replaces what a file name should not hold by _: utils.FILE_NAME_REGEX)
+SERVE_CAPTURE = re.compile(r"(?P<component>(controller|proxy|replica)_[ -~]+)_memray_(?P<n>\d+)\.bin")
+_UNSAFE = re.compile(r'["/\\<>:|?*]')
 
 # Every on-demand profile asked for: of what (the task or actor named, else a pid), where (node, pid), by whom (the
 # client's name for itself, its address), when, how it went (queued, running, done, failed, with the error), and what
@@ -51,7 +62,18 @@ PROFILE_CAPTURES = Table(
         unit="VARCHAR",
         stacks="JSON",
         text="VARCHAR",
-    ),
+    )
+    + [
+        Column("file", "VARCHAR", added=True),  # a Serve capture's: its name in logs/serve/
+        Column("file_bytes", "BIGINT", added=True),  # …its size as written
+        Column("modified_ns", "BIGINT", added=True),  # …when it last changed
+    ],
+    key=("capture_id",),
+)
+# A Serve capture's file, gzipped as its agent shipped it: memray's own reporters read it after the cluster is gone
+PROFILE_CAPTURE_FILES = Table(
+    "profile_capture_files",
+    columns(capture_id="VARCHAR", session="VARCHAR", gz="BLOB"),
     key=("capture_id",),
 )
 
@@ -169,3 +191,55 @@ def parse_result(body: bytes) -> Result:
         raise BadIngest(f"text must be a string of at most {MAX_TEXT} characters")
     checked = [_stack(entry) for entry in stacks]
     return Result(None, unit, orjson.dumps(checked).decode(), text)
+
+
+@dataclass(frozen=True)
+class ServeShipped:
+    """A Serve capture as its agent named it, checked: the session and node it is of, its file's name, size and
+    modification time, and the file gzipped (None where it was too large to ship)."""
+
+    session: str
+    node_id: str | None
+    file: str
+    file_bytes: int
+    modified_ns: int
+    gz: bytes | None
+
+    @property
+    def capture_id(self) -> str:
+        """The same for each shipping of one file (a later one replaces it): Serve names each of its actors' files
+        apart (a replica by its ID, a proxy by its node's address, the controller by its pid)."""
+        named = f"{self.session}/{self.file}".encode()
+        return "serve-" + hashlib.blake2b(named, digest_size=8).hexdigest()
+
+
+def _count(value: str | None, name: str) -> int:
+    if value is None or not value.isdigit() or not 0 <= int(value) <= INT64_MAX:
+        raise BadIngest(f"{name} must be a non-negative integer")
+    return int(value)
+
+
+def parse_serve_shipped(params: Any, body: bytes) -> ServeShipped:
+    """A Serve capture shipped (``POST AGENT_SERVE_CAPTURES``: ``wire.ServeCaptureShipped`` as query parameters, the
+    file gzipped as the body, empty where ``too_large``); BadIngest says what is wrong."""
+    session, file = params.get("session"), params.get("file")
+    if not session or len(session) > 256 or "/" in session:
+        raise BadIngest("session must be the session's name")
+    if not file or not SERVE_CAPTURE.fullmatch(file) or len(file) > 1024 or _UNSAFE.search(file):
+        raise BadIngest("file must be the name of one of Serve's memray captures (<component>_memray_<n>.bin)")
+    too_large = params.get("too_large") is not None
+    if too_large and body:
+        raise BadIngest("a capture too large to ship has no body")
+    if not too_large and body[:2] != b"\x1f\x8b":
+        raise BadIngest("the body must be the capture gzipped")
+    file_bytes = _count(params.get("bytes"), "bytes")
+    if file_bytes > MAX_SERVE_CAPTURE and not too_large:
+        raise BadIngest(f"a Serve capture over {MAX_SERVE_CAPTURE} bytes is too_large: only said")
+    return ServeShipped(
+        session=session,
+        node_id=hex_id_field(params.get("node"), "node", optional=True),
+        file=file,
+        file_bytes=file_bytes,
+        modified_ns=_count(params.get("modified_ns"), "modified_ns"),
+        gz=None if too_large else body,
+    )
