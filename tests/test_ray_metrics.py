@@ -14,21 +14,25 @@ import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import memray
 import orjson
 import pytest
 from click.testing import CliRunner
 
-from raysight import Client
+from raysight import Client, flame
 from raysight.cli import main
 from raysight.cli.run import free_port
+from tests.ray_programs import app_metrics
 from tests.ray_programs.app_metrics import CHOSEN, CRASH, TASKS, exported
 from tests.ray_scenarios import replayed
 
 pytestmark = pytest.mark.ray
 PAGE = "app-metrics-page.json"
+PROGRAM = Path(app_metrics.__file__)
 ADDED = ("instance", "job", "NodeId")  # the target's labels, which Prometheus adds (and raysight: the node's ID)
 
 
@@ -514,3 +518,34 @@ def test_serve_history_and_replicas_show_the_crashed_replica_and_its_replacement
     assert greeter["ended"]["how"] == "stopped", greeter
     lines = CliRunner().invoke(main, ["logs", "--replica", crashed, "--server", url, "--format", "json"])
     assert lines.exit_code == 0 and "raysight-fails" in lines.stdout, lines.output
+
+
+def test_greeters_memray_capture_is_listed_and_rendered_after_the_cluster_is_gone(
+    metered: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Serve's memray capture of Greeter's replica (RAY_SERVE_ENABLE_MEMORY_PROFILING=1 in its runtime env), shipped
+    by `raysight run`'s agent: listed with the profiles, of Greeter's replica actor and pid, its heaviest line the one
+    that keeps part of each request; its file, and memray's own flame graph of it, written from a server started
+    after the cluster is gone."""
+    url, _ = metered
+    (greeter,) = _serve_json(url, "replicas", "-n", "greeter", "--deployment", "Greeter")["replicas"]
+    file = Path(greeter["log_file_path"]).name.removesuffix(".log") + "_memray_0.bin"
+    (capture,) = [row for row in Client(url).captures()["rows"] if row["file"]]
+    assert (capture["file"], capture["status"], capture["kind"], capture["error"]) == (file, "done", "memory", None)
+    assert (capture["actor_id"], capture["pid"]) == (greeter["actor_id"], greeter["pid"]), capture
+    listed = CliRunner().invoke(main, ["profiles", "--server", url])
+    assert listed.exit_code == 0 and capture["capture_id"] in listed.stdout and "Serve (RAY_SERVE" in listed.stdout
+    shown = CliRunner().invoke(main, ["profiles", capture["capture_id"], "--server", url, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    line = next(n for n, text in enumerate(PROGRAM.read_text().splitlines(), 1) if "what Greeter's memray" in text)
+    heaviest = flame.top(orjson.loads(shown.stdout)["stacks"], lines=True)[0]
+    assert heaviest["function"] == f"remember ({PROGRAM}:{line})", heaviest
+    table = CliRunner().invoke(main, ["profiles", capture["capture_id"], "--server", url])
+    assert table.exit_code == 0 and f"remember ({PROGRAM}:{line})" in table.stdout, table.output
+    written = tmp_path / "greeter.bin"
+    saved = CliRunner().invoke(main, ["profiles", capture["capture_id"], "--server", url, "-o", str(written)])
+    assert saved.exit_code == 0 and memray.FileReader(str(written)).metadata.pid == greeter["pid"], saved.output
+    report = tmp_path / "greeter.html"
+    drawn = CliRunner().invoke(main, ["profiles", capture["capture_id"], "--server", url, "-o", str(report)])
+    assert drawn.exit_code == 0 and "memray's flame graph" in drawn.stderr, drawn.output
+    assert "remember" in report.read_text() and "cdn.jsdelivr.net" not in report.read_text()  # (offline: --no-web)

@@ -1,6 +1,7 @@
 """Run under `raysight run`: an application's own metrics (`ray.util.metrics`: a Counter, a Gauge and a Histogram,
 tagged by item) set by an actor, and a Ray Serve application of two deployments (an ingress calling the other
-through a handle); then tasks run and HTTP requests are served at a steady pace for ``ACTIVE_S`` (while raysight and
+through a handle, whose replica tracks its allocations with memray as RAY_SERVE_ENABLE_MEMORY_PROFILING has Serve
+do); then tasks run and HTTP requests are served at a steady pace for ``ACTIVE_S`` (while raysight and
 a Prometheus scrape the cluster: Serve's own metrics too), and three requests with chosen IDs (``CHOSEN``: one slow,
 one failing) are sent, until Ray's node
 exports the final values and raysight has scraped them since; then writes Ray's own metrics page of the node, and
@@ -71,6 +72,8 @@ def nap(seconds: float) -> None:
 
 # Requests sent last, each with its own ID (``X-Request-ID``): a quick one, a slow one, one that fails in Scorer
 CHOSEN = {"raysight-quick": "", "raysight-slow": "?sleep=0.4", "raysight-fails": "?fail=1"}
+MEMORY_PROFILING = "RAY_SERVE_ENABLE_MEMORY_PROFILING"
+REMEMBERED = 64 * 1024  # bytes Greeter keeps of each request
 CRASH = "raysight-crash"  # sent after them: its Scorer replica exits (``os._exit(1)``), and Serve replaces it
 
 
@@ -87,15 +90,21 @@ class Scorer:
         return "scored"
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0})
+# (its replica tracks its allocations with memray, as Serve's actors do where RAY_SERVE_ENABLE_MEMORY_PROFILING=1)
+@serve.deployment(ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {MEMORY_PROFILING: "1"}}})
 class Greeter:
     """The ingress: calls Scorer through a handle (``?sleep=S``: it sleeps so long first; ``?fail=1``: it fails;
-    ``?crash=1``: its process exits)."""
+    ``?crash=1``: its process exits); it remembers a little of each request (what its memray capture shows)."""
 
     def __init__(self, scorer: Any) -> None:
         self.scorer = scorer
+        self.remembered: list[bytearray] = []
+
+    def remember(self) -> None:
+        self.remembered.append(bytearray(REMEMBERED))  # what Greeter's memray capture shows at its peak
 
     async def __call__(self, request: Any) -> str:
+        self.remember()
         params = request.query_params
         await self.scorer.remote(float(params.get("sleep", 0)), bool(params.get("fail")), bool(params.get("crash")))
         return "hello"
