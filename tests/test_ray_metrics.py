@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from raysight import Client, flame
 from raysight.cli import main
 from raysight.cli.run import free_port
+from tests import test_ui
 from tests.ray_programs import app_metrics
 from tests.ray_programs.app_metrics import CHOSEN, CRASH, TASKS, exported
 from tests.ray_scenarios import replayed
@@ -33,6 +34,7 @@ from tests.ray_scenarios import replayed
 pytestmark = pytest.mark.ray
 PAGE = "app-metrics-page.json"
 PROGRAM = Path(app_metrics.__file__)
+browser, watched = test_ui.browser, test_ui.watched  # (the dashboard's fixtures, for its test here)
 ADDED = ("instance", "job", "NodeId")  # the target's labels, which Prometheus adds (and raysight: the node's ID)
 
 
@@ -521,12 +523,12 @@ def test_serve_history_and_replicas_show_the_crashed_replica_and_its_replacement
 
 
 def test_greeters_memray_capture_is_listed_and_rendered_after_the_cluster_is_gone(
-    metered: tuple[str, dict[str, Any]], tmp_path: Path
+    metered: tuple[str, dict[str, Any]], tmp_path: Path, watched: Any
 ) -> None:
     """Serve's memray capture of Greeter's replica (RAY_SERVE_ENABLE_MEMORY_PROFILING=1 in its runtime env), shipped
     by `raysight run`'s agent: listed with the profiles, of Greeter's replica actor and pid, its heaviest line the one
     that keeps part of each request; its file, and memray's own flame graph of it, written from a server started
-    after the cluster is gone."""
+    after the cluster is gone; the replica's actor's page in the dashboard draws it and downloads its file."""
     url, _ = metered
     (greeter,) = _serve_json(url, "replicas", "-n", "greeter", "--deployment", "Greeter")["replicas"]
     file = Path(greeter["log_file_path"]).name.removesuffix(".log") + "_memray_0.bin"
@@ -549,3 +551,13 @@ def test_greeters_memray_capture_is_listed_and_rendered_after_the_cluster_is_gon
     drawn = CliRunner().invoke(main, ["profiles", capture["capture_id"], "--server", url, "-o", str(report)])
     assert drawn.exit_code == 0 and "memray's flame graph" in drawn.stderr, drawn.output
     assert "remember" in report.read_text() and "cdn.jsdelivr.net" not in report.read_text()  # (offline: --no-web)
+    page = watched(url).open(f"/ui/sessions/metered/actors/{greeter['actor_id']}")
+    listed = page.locator("#actors-captures tbody tr", has_text="Serve (RAY_SERVE")
+    assert listed.count() == 1
+    page.wait_for_selector("#actors-captures .flame svg", timeout=15_000)  # (the newest, shown at once)
+    assert "remember (" in page.locator("#actors-captures .flame svg").inner_html()
+    with page.expect_download() as download:
+        listed.locator("button.capture-file").click()
+    downloaded = tmp_path / "downloaded.bin"
+    download.value.save_as(downloaded)
+    assert download.value.suggested_filename == file and downloaded.read_bytes() == written.read_bytes()

@@ -16,8 +16,9 @@ function scaled(text) {
   return document.importNode(svg, true);
 }
 
-/** The on-demand profiles asked of ``params``'s task or actor, newest first, each shown when chosen: its flame graph
- * (the server draws it), py-spy's dump of its threads, or why it failed; null where none was asked. */
+/** The profiles of ``params``'s task or actor, newest first (those asked on demand, and Serve's memray captures of an
+ * actor), each shown when chosen: its flame graph (the server draws it), py-spy's dump of its threads, or why it
+ * failed; a Serve capture's memray file to download, for memray's reporters; null where there is none. */
 export async function onDemand(session, params) {
   const found = await api(CAPTURES, { session, ...params });
   if (!found.rows.length) return null;
@@ -43,15 +44,27 @@ export async function onDemand(session, params) {
       h("td", {}, row.client),
       h("td", {}, `pid ${row.pid}`),
       h("td", {}, row.status),
+      h("td", {}, row.file ? memrayFile(row) : ""),
     ),
   );
   await show(found.rows[0]);
   return h(
     "div",
     { class: "captures" },
-    h("table", {}, h("thead", {}, h("tr", {}, ...["profile", "asked", "by", "process", "status"].map((c) => h("th", {}, c)))), h("tbody", {}, ...rows)),
+    h("table", {}, h("thead", {}, h("tr", {}, ...["profile", "asked", "by", "process", "status", ""].map((c) => h("th", {}, c)))), h("tbody", {}, ...rows)),
     shown,
   );
+}
+
+/** A button that downloads a Serve capture's memray file (fetched with the dashboard's token, then saved). */
+function memrayFile(row) {
+  const save = async () => {
+    const response = await api(`${CAPTURES}/${row.capture_id}/file`, {}, { raw: true });
+    const link = h("a", { href: URL.createObjectURL(await response.blob()), download: row.file });
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+  };
+  return h("button", { type: "button", class: "capture-file", title: `memray flamegraph ${row.file}`, onclick: save }, "memray file");
 }
 
 /** The flame graph of ``params``'s samples (``task``, ``actor``…), with a switch between all samples and those on
