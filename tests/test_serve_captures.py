@@ -101,7 +101,8 @@ def test_a_serve_capture_is_shipped_once_settled_kept_read_and_given_back_for_me
     again = ServeCaptures("http://testserver", None, ray_dir, http=recorded)  # an agent started again
     assert again.look(sessions) == 0 and again.look(sessions) == 0  # the server keeps it as it is: not shipped again
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # written to since
-    assert again.look(sessions, final=True) == 1  # as the agent stops: whatever changed
+    assert agent.look(sessions) == 0 and agent.look(sessions) == 0  # settled, but shipped under a minute ago
+    assert agent.look(sessions, final=True) == 1  # as the agent stops: whatever changed
     (row,) = recorded.get(wire.CAPTURES).json()["rows"]  # in place of the earlier shipping
     assert row["status"] == "done" and row["pid"] == pid
 

@@ -133,7 +133,8 @@ class ServeCaptures:
             return False
         if not (final or settled and now - seen.shipped_at >= RESHIP_S):
             return False
-        seen.shipped, seen.shipped_at = self._ship(session, path, version), now
+        seen.shipped_at = now  # (tried: one that failed is tried again RESHIP_S later, or as the agent stops)
+        seen.shipped = self._ship(session, path, version)
         return True
 
     def _kept_of(self, session: str) -> dict[str, Version]:

@@ -137,6 +137,9 @@ class AppState:
     queries: asyncio.Semaphore = field(init=False)  # the PromQL queries evaluated at once
     pauses: Relay = field(default_factory=Relay)  # the debugger's live pauses (``debug_routes.py``)
     captures: CaptureQueue = field(default_factory=CaptureQueue)  # on-demand profiles under way (``capture_routes.py``)
+    # Serve's memray captures read one at a time (``serve_capture_routes.py``): memray's reader takes a core and the
+    # file's memory; those waiting hold no thread
+    memray_reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
     def __post_init__(self) -> None:
         self.queries = asyncio.Semaphore(self.query_limits.max_concurrency)

@@ -7,7 +7,6 @@ Shipping them reaches into no process: no ``--allow-profiling`` is needed, as no
 from __future__ import annotations
 
 import tempfile
-import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from raysight.signals.profile_captures import apply, captures_query
 from raysight.signals.profile_captures.memray_read import read_in_child
 from raysight.signals.profile_captures.parse import ServeShipped, parse_serve_shipped
 
-_READING = threading.Semaphore(1)  # one capture read at a time: memray's reader takes a core and the file's memory
 _CHUNK = 1024 * 1024
 
 
@@ -54,7 +52,7 @@ def _read(shipped: ServeShipped) -> tuple[dict[str, Any] | None, str | None]:
             f"{shipped.file} was {shipped.file_bytes:,} bytes, too large to ship: memray's reporters read it on its "
             "node (memray flamegraph --no-web logs/serve/FILE), or raise the server's --max-body"
         )
-    with _READING, tempfile.TemporaryDirectory(prefix="raysight-serve-capture-") as folder:
+    with tempfile.TemporaryDirectory(prefix="raysight-serve-capture-") as folder:
         path = Path(folder) / shipped.file
         try:
             _inflated(shipped.gz, path, shipped.file_bytes)
@@ -69,7 +67,8 @@ async def shipped(request: Request) -> Response:
     state = app_state(request)
     async with held_body(request, state.max_body) as body:
         capture = parse_serve_shipped(request.query_params, body)
-        read, error = await run_in_threadpool(_read, capture)
+        async with state.memray_reads:
+            read, error = await run_in_threadpool(_read, capture)
         address = f"{request.client.host}:{request.client.port}" if request.client else "unknown"
         await state.write(lambda tx: apply.serve_shipped(tx, capture, read, error, address))
     return JSONResponse({"ok": True, "capture_id": capture.capture_id, "error": error})
