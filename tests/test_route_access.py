@@ -96,8 +96,8 @@ def test_every_route_refuses_the_credentials_that_do_not_grant_its_access(secure
             for name, (headers, in_url) in CREDENTIALS.items():
                 key = "ingest-secret" if in_url else "wrong"
                 path = url(prefix, item, key) + (f"?{wire.INGEST_KEY_PARAM}={key}" if in_url else "")
-                form = template.startswith(wire.PROM_API)  # (Prometheus's API takes forms, the rest JSON)
-                content_type = "application/x-www-form-urlencoded" if form else "application/json"
+                declared = routing.declaration_of(item)
+                content_type = declared.bodies[0] if declared and declared.bodies else "application/json"
                 where = f"{method} {path} with {name}, for {access.value}"
                 if isinstance(item, WebSocketRoute):
                     status = handshake(secured, path, headers)
