@@ -5,10 +5,12 @@ captures of a child process; the app in-process (the agent's client is the app's
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from raysight import flame, wire
+from raysight.agent import serve_captures
 from raysight.agent.serve_captures import ServeCaptures
 from raysight.signals.profile_captures.parse import SERVE_CLIENT
 from tests.test_server import post
@@ -113,8 +116,9 @@ def test_a_bad_shipping_gets_a_400_naming_what_is_wrong_and_an_unreadable_captur
     good = gzip.compress(b"abcd")
     wrong = {
         "file": ("raysight.log", "file must be the name of one of Serve's memray captures"),
-        "session": ("", "session must be the session's name"),
+        "session": ("", "session must be the name of a Ray session"),
         "bytes": ("-1", "bytes must be a non-negative integer"),
+        "modified_ns": ("\u00b2", "modified_ns must be a non-negative integer"),  # (a digit to str.isdigit)
         "node": ("xyz", "node must be a Ray ID"),
     }
     for name, (value, says) in wrong.items():
@@ -136,7 +140,52 @@ def test_a_bad_shipping_gets_a_400_naming_what_is_wrong_and_an_unreadable_captur
     assert {row["status"] for row in rows.values()} == {"failed"} and len(rows) == 4
     kept = recorded.get(wire.AGENT_SERVE_CAPTURES, params={"session": SESSION}).json()
     assert {c["file"] for c in kept["captures"]} == set(rows) and kept["max_bytes"] == 1024 * 1024
-    undone = rows["controller_7_memray_2.bin"]["capture_id"]
+    files = {name: row["file_kept"] for name, row in rows.items()}  # (only what inflates as its agent said is kept)
+    assert files == {
+        FILE: True,
+        "proxy_10.0.0.1_memray_0.bin": False,
+        "controller_7_memray_1.bin": False,
+        "controller_7_memray_2.bin": False,
+    }
+    undone = rows["controller_7_memray_1.bin"]["capture_id"]
     missing = recorded.get(wire.path(wire.CAPTURE_FILE, capture_id=undone))
     assert missing.status_code == 404 and "too large to ship was not kept" in missing.json()["error"]
     assert recorded.get(wire.AGENT_SERVE_CAPTURES).status_code == 400  # (name the session)
+
+
+def test_a_later_shipping_with_nothing_to_show_keeps_the_earlier_and_a_busy_server_says_to_send_again(
+    recorded: TestClient, tmp_path: Path
+) -> None:
+    path, pid = tracked(tmp_path / "ray" / SESSION / "logs" / "serve")
+    body, size = gzip.compress(path.read_bytes()), str(path.stat().st_size)
+    assert shipping(recorded, body=body, bytes=size).json()["error"] is None
+    later = shipping(recorded, too_large="1", bytes="999999999", modified_ns="2")
+    assert "too large to ship" in later.json()["error"]
+    (row,) = recorded.get(wire.CAPTURES).json()["rows"]
+    assert (row["status"], row["pid"], row["file_kept"]) == ("done", pid, True)
+    assert row["error"].startswith("a later shipping failed (") and "as shipped before" in row["error"]
+    state = recorded.app.state.raysight  # type: ignore[attr-defined]
+    reads, state.memray_reads = state.memray_reads, asyncio.Semaphore(0)  # (another capture being read)
+    try:
+        busy = shipping(recorded, body=body, bytes=size)
+    finally:
+        state.memray_reads = reads
+    assert busy.status_code == 503 and "busy reading another Serve capture" in busy.json()["error"]
+
+
+def test_a_capture_that_changes_at_every_look_is_shipped_once_it_has_for_a_while(
+    recorded: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serve_captures, "RESHIP_S", 0.3)
+    ray_dir = tmp_path / "ray"
+    path, _ = tracked(ray_dir / SESSION / "logs" / "serve")
+    agent = ServeCaptures("http://testserver", None, ray_dir, http=recorded)
+    sessions, shipped, deadline = frozenset({SESSION}), 0, time.monotonic() + 30
+    while not shipped:
+        assert time.monotonic() < deadline, "a capture that kept changing was never shipped"
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # (Serve writing to it between each look)
+        shipped = agent.look(sessions)
+        time.sleep(0.05)
+    (row,) = recorded.get(wire.CAPTURES).json()["rows"]
+    assert row["status"] == "done"

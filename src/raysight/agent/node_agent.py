@@ -235,7 +235,7 @@ class NodeAgent:
                 if not self.cycle(final=True):
                     self._next_look = 0.0
                     self.report_node_life()
-                    self.serve_captures.look(self.tailer.sessions, final=True)
+                    self.serve_captures.last_look(self.tailer.sessions)
                     return True
                 deadline = time.monotonic() + patience_s
             except httpx.HTTPError as exc:

@@ -1,13 +1,14 @@
 """Serve's memray captures, shipped. Where Serve's actors track their own allocations
 (``RAY_SERVE_ENABLE_MEMORY_PROFILING=1``), each writes ``logs/serve/<component>_memray_<n>.bin`` for as long as it
 lives, and nothing reads it once the cluster is gone. The agent ships each one once it has settled after a change (the
-same size and time at two looks, and at most every :data:`RESHIP_S` a file), and every one that changed as it stops;
-the server keeps the last shipping of each, reads it with memray, and lists it with the on-demand profiles.
+same size and time at two looks; one that changes at every look, once it has for :data:`RESHIP_S`), at most every
+RESHIP_S a file, and every one that changed as it stops (for up to :data:`FINAL_S`); the server keeps the last shipping
+of each, reads it with memray, and lists it with the on-demand profiles.
 
 A file is gzipped as it is read, chunk by chunk (memray's reader reads a capture still being written up to its last
-whole record); one that comes to more than the server takes (``--max-body``) is only said to be too large. The node
-of a capture is its process's raylet where the process still runs, else the session's one raylet on this host where
-it has one. Serve's ``LoggingConfig(logs_dir=…)`` elsewhere is not followed."""
+whole record); one that comes to more than the server takes (``--max-body``) is only said to be too large. The node of a
+capture is the session's one raylet on this host, where it has one. Serve's ``LoggingConfig(logs_dir=…)`` elsewhere is
+not followed."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ import httpx
 
 from raysight import wire
 from raysight.agent import node_watch
-from raysight.agent.captures import raylet_of
 from raysight.config import OWN_HEADERS
 from raysight.signals.profile_captures.memray_read import READ_WITHIN_S
 from raysight.signals.profile_captures.parse import MAX_SERVE_CAPTURE, SERVE_CAPTURE
@@ -35,6 +35,8 @@ log = logging.getLogger("raysight.agent")
 
 LOOK_S = 2.0
 RESHIP_S = 60.0  # a file that keeps changing is shipped at most this often (and as the agent stops)
+FINAL_S = 60.0  # the agent's last look ships for at most this long
+BUSY_WAIT_S = 1.0  # between sends the server answered busy (reading another capture), in the last look
 _CHUNK = 1024 * 1024
 
 Version = tuple[int, int]  # a file's size and modification time
@@ -44,7 +46,8 @@ Version = tuple[int, int]  # a file's size and modification time
 class _Seen:
     version: Version  # at the last look
     shipped: Version | None  # as the server keeps it
-    shipped_at: float = 0.0  # (monotonic)
+    changed_at: float  # (monotonic) when it was first seen other than shipped
+    shipped_at: float = 0.0  # (monotonic) when last shipped, or tried
 
 
 def gzipped(path: Path, into: IO[bytes], most: int) -> int | None:
@@ -61,21 +64,9 @@ def gzipped(path: Path, into: IO[bytes], most: int) -> int | None:
     return read if written <= most else None
 
 
-def capture_pid(path: Path) -> int | None:
-    """The pid memray's header names (that of the process tracked), or None where memray cannot read it yet."""
-    from memray import FileReader
-
-    try:
-        return int(FileReader(str(path)).metadata.pid)
-    except (OSError, ValueError):
-        return None
-
-
-def capture_node(pid: int | None, session: str, running: dict[node_watch.Key, int]) -> str | None:
-    """The node whose raylet ``pid`` descends from, else the session's one raylet on this host, else None."""
-    raylets = {raylet: node for (named, process, node), raylet in running.items() if process == node_watch.RAYLET}
-    if pid is not None and (raylet := raylet_of(pid, raylets)) is not None:
-        return raylets[raylet]
+def capture_node(session: str, running: dict[node_watch.Key, int]) -> str | None:
+    """The node of the session's captures on this host: its one raylet here, else None (several nodes of a session
+    share a host's session folder: the server then finds the capture's actor by its pid alone)."""
     mine = {node for (named, process, node) in running if named == session and process == node_watch.RAYLET}
     return mine.pop() if len(mine) == 1 else None
 
@@ -93,7 +84,7 @@ class ServeCaptures:
         self.shipped = 0
 
     def follow(self, sessions: Callable[[], frozenset[str]], stop: threading.Event) -> None:
-        """Look every :data:`LOOK_S` until ``stop``."""
+        """Look every :data:`LOOK_S` until ``stop`` (the agent's drain makes the last look: :meth:`last_look`)."""
         while not stop.wait(LOOK_S):
             try:
                 self.look(sessions())
@@ -102,9 +93,10 @@ class ServeCaptures:
             except Exception:  # noqa: BLE001 (never let a capture stop the agent)
                 log.exception("shipping Serve's memray captures failed; trying again in %s s", LOOK_S)
 
-    def look(self, sessions: frozenset[str], final: bool = False) -> int:
-        """Ship what has settled after a change (``final``: whatever changed); how many were shipped. Raises
-        httpx.HTTPError where the server could not be reached (shipped again at a later look)."""
+    def look(self, sessions: frozenset[str], final: bool = False, until: float | None = None) -> int:
+        """Ship what has settled after a change, or has changed for a minute (``final``: whatever changed, until the
+        monotonic time ``until``); how many were shipped. Raises httpx.HTTPError where the server could not be
+        reached (shipped again at a later look)."""
         with self._lock:
             shipped = 0
             for session in sorted(sessions):
@@ -114,10 +106,10 @@ class ServeCaptures:
                 except OSError:
                     continue
                 for name in names:
-                    shipped += self._consider(session, folder / name, final)
+                    shipped += self._consider(session, folder / name, final, until)
             return shipped
 
-    def _consider(self, session: str, path: Path, final: bool) -> bool:
+    def _consider(self, session: str, path: Path, final: bool, until: float | None) -> bool:
         try:
             st = path.stat()
         except OSError:
@@ -125,16 +117,20 @@ class ServeCaptures:
         version, now = (st.st_size, st.st_mtime_ns), time.monotonic()
         seen = self._files.get(path)
         if seen is None:
-            seen = self._files[path] = _Seen(version, self._kept_of(session).get(path.name))
+            seen = self._files[path] = _Seen(version, self._kept_of(session).get(path.name), now)
             settled = False
         else:
             settled, seen.version = seen.version == version, version
         if not version[0] or version == seen.shipped:
+            seen.changed_at = now
             return False
-        if not (final or settled and now - seen.shipped_at >= RESHIP_S):
+        rested = now - seen.shipped_at >= RESHIP_S
+        busy = now - seen.changed_at >= RESHIP_S  # (changing at every look: shipped as it is, once a minute)
+        if not (final or rested and (settled or busy)) or until is not None and now > until:
             return False
         seen.shipped_at = now  # (tried: one that failed is tried again RESHIP_S later, or as the agent stops)
-        seen.shipped = self._ship(session, path, version)
+        seen.shipped = self._ship(session, path, version, until)
+        seen.changed_at = now
         return True
 
     def _kept_of(self, session: str) -> dict[str, Version]:
@@ -148,28 +144,41 @@ class ServeCaptures:
             self._kept[session] = {c["file"]: (c["bytes"], c["modified_ns"]) for c in answer["captures"]}
         return self._kept[session]
 
-    def _ship(self, session: str, path: Path, version: Version) -> Version:
-        """Ship ``path`` as it is now; the version shipped."""
+    def _ship(self, session: str, path: Path, version: Version, until: float | None) -> Version:
+        """Ship ``path`` as it is now (while the server is busy reading another, again each second until ``until``);
+        the version shipped."""
         params: dict[str, str] = {"session": session, "file": path.name, "modified_ns": str(version[1])}
-        if node := capture_node(capture_pid(path), session, node_watch.running()):
+        if node := capture_node(session, node_watch.running()):
             params["node"] = node
         body = io.BytesIO()
         read = gzipped(path, body, self._max_bytes) if version[0] <= MAX_SERVE_CAPTURE else None
         params["bytes"] = str(version[0] if read is None else read)
         if read is None:
             params["too_large"] = "1"
-        response = self._http.post(
-            f"{self.server}{wire.AGENT_SERVE_CAPTURES}",
-            content=b"" if read is None else body.getvalue(),
-            params={**params, **wire.key_params(self.key)},
-            headers={"Content-Type": wire.GZIP},
-        )
+        while True:
+            response = self._http.post(
+                f"{self.server}{wire.AGENT_SERVE_CAPTURES}",
+                content=b"" if read is None else body.getvalue(),
+                params={**params, **wire.key_params(self.key)},
+                headers={"Content-Type": wire.GZIP},
+            )
+            if response.status_code != 503 or until is None or time.monotonic() + BUSY_WAIT_S > until:
+                break
+            time.sleep(BUSY_WAIT_S)
         if response.status_code == 400:  # (a bug on one side: sending it again cannot help)
             log.error("the server refused Serve's capture %s: %s", path, response.text[:500])
         else:
             response.raise_for_status()
         self.shipped += 1
         return int(params["bytes"]), version[1]
+
+    def last_look(self, sessions: frozenset[str]) -> None:
+        """Ship whatever changed, for at most :data:`FINAL_S`, as the agent stops; what cannot be is said in the log
+        (the files keep it: an agent started again ships it)."""
+        try:
+            self.look(sessions, final=True, until=time.monotonic() + FINAL_S)
+        except Exception as exc:  # noqa: BLE001 (never in the way of the agent's end)
+            log.warning("could not ship Serve's memray captures to %s as the agent stops (%s)", self.server, exc)
 
     def close(self) -> None:
         self._http.close()

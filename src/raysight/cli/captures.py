@@ -219,7 +219,7 @@ def _memray_file(client: Client, found: dict[str, Any], output: Path) -> None:
         made = "memray's capture file"
     else:
         with tempfile.TemporaryDirectory(prefix="raysight-memray-") as folder:
-            path = Path(folder) / found["file"]
+            path = Path(folder) / "capture.bin"
             path.write_bytes(data)
             report = [
                 sys.executable,

@@ -1,8 +1,9 @@
 """Serve's memray captures (``RAY_SERVE_ENABLE_MEMORY_PROFILING=1``: each Serve actor tracks its own allocations into
 ``logs/serve/<component>_memray_<n>.bin``), shipped by the agent of their node (``AGENT_SERVE_CAPTURES``, the ingest
 key's), each time one settles after a change: kept whole (within ``--max-body`` gzipped), read by memray in a child
-process, and listed with the on-demand profiles (``signals/profile_captures/``), long after the cluster is gone.
-Shipping them reaches into no process: no ``--allow-profiling`` is needed, as none is for logs."""
+process, one at a time (another shipped meanwhile gets 503: its agent sends it again), and listed with the on-demand
+profiles (``signals/profile_captures/``), long after the cluster is gone. Shipping them reaches into no process: no
+``--allow-profiling`` is needed, as none is for logs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from raysight import wire
-from raysight.errors import BadQuery
+from raysight.errors import BadQuery, Unavailable
 from raysight.server.answers import raysight_error
 from raysight.server.app_state import app_state
 from raysight.server.ingest_routes import held_body
@@ -31,11 +32,12 @@ _CHUNK = 1024 * 1024
 def _inflated(gz: bytes, into: Path, size: int) -> None:
     """``gz`` inflated into ``into``, which must come to the ``size`` its agent gave (never more is written);
     ValueError where it does not."""
-    inflate, written = zlib.decompressobj(wbits=31), 0
+    inflate, written, data = zlib.decompressobj(wbits=31), 0, gz
     with into.open("wb") as out:
-        data = gz
-        while data and not inflate.eof:
+        while not inflate.eof:
             piece = inflate.decompress(data, _CHUNK)
+            if not piece and not inflate.unconsumed_tail and data == inflate.unconsumed_tail:
+                break  # (no progress: the stream is cut short)
             written += len(piece)
             if written > size:
                 raise ValueError(f"it inflates past the {size} bytes its agent gave")
@@ -45,32 +47,41 @@ def _inflated(gz: bytes, into: Path, size: int) -> None:
         raise ValueError(f"it inflates to {written} bytes, not the {size} its agent gave")
 
 
-def _read(shipped: ServeShipped) -> tuple[dict[str, Any] | None, str | None]:
-    """What memray reads of a shipped capture, or why nothing."""
+def _read(shipped: ServeShipped) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """What memray reads of a shipped capture, or why nothing; and whether its file is kept (one that inflates to
+    the size its agent gave, whatever memray makes of it)."""
     if shipped.gz is None:
-        return None, (
-            f"{shipped.file} was {shipped.file_bytes:,} bytes, too large to ship: memray's reporters read it on its "
-            "node (memray flamegraph --no-web logs/serve/FILE), or raise the server's --max-body"
+        return (
+            None,
+            (
+                f"{shipped.file} was {shipped.file_bytes:,} bytes, too large to ship: memray's reporters read it on "
+                "its node (memray flamegraph --no-web logs/serve/FILE), or raise the server's --max-body"
+            ),
+            False,
         )
     with tempfile.TemporaryDirectory(prefix="raysight-serve-capture-") as folder:
-        path = Path(folder) / shipped.file
+        path = Path(folder) / "capture.bin"
         try:
             _inflated(shipped.gz, path, shipped.file_bytes)
-            return read_in_child(str(path)), None
         except (ValueError, zlib.error) as exc:
-            return None, f"the capture could not be read: {exc}"
+            return None, f"the capture could not be read: {exc}", False
+        try:
+            return read_in_child(str(path)), None, True
+        except ValueError as exc:
+            return None, f"the capture could not be read: {exc}", True
 
 
 async def shipped(request: Request) -> Response:
     """POST /ingest/agent/serve-captures?session=&node=&file=&bytes=&modified_ns=[&too_large=1]: one of Serve's
     memray captures as it is now (``wire.ServeCaptureShipped``), gzipped; kept in place of its earlier shipping."""
     state = app_state(request)
-    async with held_body(request, state.max_body) as body:
+    if state.memray_reads.locked():  # (before the body is read: one waiting would hold the ingest budget)
+        raise Unavailable("busy reading another Serve capture: send it again in a few seconds")
+    async with state.memray_reads, held_body(request, state.max_body) as body:
         capture = parse_serve_shipped(request.query_params, body)
-        async with state.memray_reads:
-            read, error = await run_in_threadpool(_read, capture)
+        read, error, keep = await run_in_threadpool(_read, capture)
         address = f"{request.client.host}:{request.client.port}" if request.client else "unknown"
-        await state.write(lambda tx: apply.serve_shipped(tx, capture, read, error, address))
+        await state.write(lambda tx: apply.serve_shipped(tx, capture, read, error, keep, address))
     return JSONResponse({"ok": True, "capture_id": capture.capture_id, "error": error})
 
 

@@ -80,12 +80,23 @@ def server_stopped(tx: Tx) -> None:
     )
 
 
-def serve_shipped(tx: Tx, shipped: ServeShipped, read: dict[str, Any] | None, error: str | None, address: str) -> None:
+def serve_shipped(
+    tx: Tx, shipped: ServeShipped, read: dict[str, Any] | None, error: str | None, keep: bool, address: str
+) -> None:
     """A Serve capture as its agent last shipped it, in place of any earlier shipping: what memray read of it
-    (``read``: :func:`memray_read.read_capture`'s), or why there is nothing (``error``); its file kept where it came.
-    Its actor is the session's actor that ran with the capture's pid (on its node, where the agent knew it)."""
+    (``read``: :func:`memray_read.read_capture`'s), or why there is nothing (``error``); its file kept where ``keep``.
+    A shipping with nothing to show after one that had keeps the earlier, with the later one's error beside it. Its
+    actor is the session's actor that ran with the capture's pid (on its node, where the agent knew it)."""
+    now = time.time_ns()
+    if read is None and not keep:
+        kept = tx.run(
+            f"UPDATE {PROFILE_CAPTURES.name} SET error = ?, finished_ns = ? WHERE capture_id = ? AND status = 'done' "
+            "RETURNING capture_id",
+            [f"a later shipping failed ({error}); this is the capture as shipped before", now, shipped.capture_id],
+        ).fetchall()
+        if kept:
+            return
     pid = read and read["pid"]
-    start_ns = read["start_ns"] if read else shipped.modified_ns
     row = {
         "capture_id": shipped.capture_id,
         "session": shipped.session,
@@ -97,8 +108,8 @@ def serve_shipped(tx: Tx, shipped: ServeShipped, read: dict[str, Any] | None, er
         "leaks": False,
         "client": SERVE_CLIENT,
         "address": address,
-        "requested_ns": start_ns,
-        "finished_ns": time.time_ns(),
+        "requested_ns": read["start_ns"] if read else shipped.modified_ns,
+        "finished_ns": now,
         "status": "failed" if error else "done",
         "error": error,
         "unit": None if error else "bytes",
@@ -116,7 +127,7 @@ def serve_shipped(tx: Tx, shipped: ServeShipped, read: dict[str, Any] | None, er
         [*row.values(), shipped.session, pid, shipped.node_id, shipped.node_id],
     )
     tx.run(f"DELETE FROM {PROFILE_CAPTURE_FILES.name} WHERE capture_id = ?", [shipped.capture_id])
-    if shipped.gz is not None:
+    if keep and shipped.gz is not None:
         tx.run(
             f"INSERT INTO {PROFILE_CAPTURE_FILES.name} VALUES (?, ?, ?)",
             [shipped.capture_id, shipped.session, shipped.gz],

@@ -18,7 +18,7 @@ from raysight.store import sessions_query
 _LISTED = (
     "capture_id, session, kind, task_id, attempt, actor_id, node_id, pid, duration_s, native, leaks, client, "
     "address, requested_ns, taken_ns, finished_ns, status, error, unit, json_array_length(stacks) AS stacks, file, "
-    "file_bytes"
+    f"file_bytes, capture_id IN (SELECT capture_id FROM {PROFILE_CAPTURE_FILES.name}) AS file_kept"
 )
 
 

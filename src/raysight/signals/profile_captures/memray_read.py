@@ -68,13 +68,14 @@ def read_capture(path: str, leaks: bool = False) -> dict[str, Any]:
 
 
 def read_in_child(path: str) -> dict[str, Any]:
-    """:func:`read_capture` of ``path`` in a child process, within :data:`READ_WITHIN_S`; ValueError says why memray
-    could not read it."""
+    """:func:`read_capture` of ``path`` in a child process (in the file's folder, which Python leaves off its import
+    path: ``-P``), killed past :data:`READ_WITHIN_S`; ValueError says why memray could not read it."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", __name__, path],
+            [sys.executable, "-P", "-m", __name__, path],
             capture_output=True,
             timeout=READ_WITHIN_S,
+            cwd=os.path.dirname(path) or None,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
     except subprocess.TimeoutExpired:

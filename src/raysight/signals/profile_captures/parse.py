@@ -14,7 +14,7 @@ import orjson
 
 from raysight import wire
 from raysight.errors import BadIngest
-from raysight.ingest.fields import hex_id_field, json_dict
+from raysight.ingest.fields import hex_id_field, json_dict, session_field
 from raysight.tables import Column, Table, columns
 
 KINDS = ("stack", "cpu", "memory")  # py-spy dump, py-spy record, memray attach
@@ -34,6 +34,7 @@ SERVE_CLIENT = "Serve (RAY_SERVE_ENABLE_MEMORY_PROFILING)"  # who asked for a Se
 # (Serve replaces what a file name should not hold by _: utils.FILE_NAME_REGEX)
 SERVE_CAPTURE = re.compile(r"(?P<component>(controller|proxy|replica)_[ -~]+)_memray_(?P<n>\d+)\.bin")
 _UNSAFE = re.compile(r'["/\\<>:|?*]')
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 # Every on-demand profile asked for: of what (the task or actor named, else a pid), where (node, pid), by whom (the
 # client's name for itself, its address), when, how it went (queued, running, done, failed, with the error), and what
@@ -214,7 +215,7 @@ class ServeShipped:
 
 
 def _count(value: str | None, name: str) -> int:
-    if value is None or not value.isdigit() or not 0 <= int(value) <= INT64_MAX:
+    if value is None or not _DIGITS.fullmatch(value) or int(value) > INT64_MAX:
         raise BadIngest(f"{name} must be a non-negative integer")
     return int(value)
 
@@ -222,9 +223,7 @@ def _count(value: str | None, name: str) -> int:
 def parse_serve_shipped(params: Any, body: bytes) -> ServeShipped:
     """A Serve capture shipped (``POST AGENT_SERVE_CAPTURES``: ``wire.ServeCaptureShipped`` as query parameters, the
     file gzipped as the body, empty where ``too_large``); BadIngest says what is wrong."""
-    session, file = params.get("session"), params.get("file")
-    if not session or len(session) > 256 or "/" in session:
-        raise BadIngest("session must be the session's name")
+    session, file = session_field(params.get("session"), "session"), params.get("file")
     if not file or not SERVE_CAPTURE.fullmatch(file) or len(file) > 1024 or _UNSAFE.search(file):
         raise BadIngest("file must be the name of one of Serve's memray captures (<component>_memray_<n>.bin)")
     too_large = params.get("too_large") is not None

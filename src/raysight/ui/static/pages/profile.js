@@ -44,7 +44,7 @@ export async function onDemand(session, params) {
       h("td", {}, row.client),
       h("td", {}, `pid ${row.pid}`),
       h("td", {}, row.status),
-      h("td", {}, row.file ? memrayFile(row) : ""),
+      h("td", {}, row.file_kept ? memrayFile(row, shown) : ""),
     ),
   );
   await show(found.rows[0]);
@@ -56,13 +56,18 @@ export async function onDemand(session, params) {
   );
 }
 
-/** A button that downloads a Serve capture's memray file (fetched with the dashboard's token, then saved). */
-function memrayFile(row) {
+/** A button that downloads a Serve capture's memray file (fetched with the dashboard's token, then saved); why
+ * not, in ``said``, where it cannot. */
+function memrayFile(row, said) {
   const save = async () => {
-    const response = await api(`${CAPTURES}/${row.capture_id}/file`, {}, { raw: true });
-    const link = h("a", { href: URL.createObjectURL(await response.blob()), download: row.file });
-    link.click();
-    setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+    try {
+      const response = await api(`${CAPTURES}/${row.capture_id}/file`, {}, { raw: true });
+      const link = h("a", { href: URL.createObjectURL(await response.blob()), download: row.file });
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+    } catch (error) {
+      said.replaceChildren(h("p", {}, error.message));
+    }
   };
   return h("button", { type: "button", class: "capture-file", title: `memray flamegraph ${row.file}`, onclick: save }, "memray file");
 }
