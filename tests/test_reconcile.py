@@ -140,9 +140,53 @@ def test_a_session_that_a_later_one_follows_is_reconciled_whole_when_its_span_mo
     folds.fold([shifted(e, "session_later", 60) for e in events[1:]], run_id=None)
     assert store.con.execute("SELECT ended_ns FROM session_ends([$1])", [first]).fetchone()[0] is not None
     narrow = folds.narrow
-    folds.fold([shifted(tasks[len(tasks) // 2], first, 0)], run_id=None)  # within the first session's span
+    task_id, attempt = store.con.execute(
+        "SELECT task_id, attempt FROM tasks WHERE session = ? LIMIT 1", [first]
+    ).fetchone()
+    folds.fold([retried(first, task_id, attempt, tasks[len(tasks) // 2]["timestamp"])], run_id=None)  # within its span
     assert folds.narrow == narrow + 1
     folds.fold([shifted(tasks[-1], first, 90)], run_id=None)  # after the second session began
     folds.fold([shifted(tasks[0], "session_later", 30)], run_id=None)  # before the second session's first event
     assert folds.narrow == narrow + 1
+    store.close()
+
+
+def submitted_again(event: dict[str, Any]) -> dict[str, Any]:
+    """A profile event of the same attempt a moment later, of its `submit_task` entries alone."""
+    task = event["taskProfileEvents"]
+    source = task["profileEvents"]
+    submits = [
+        {**entry, "startTime": str(int(entry["startTime"]) + 1)}
+        for entry in source["events"]
+        if entry["eventName"] == "submit_task"
+    ]
+    return {**event, "eventId": None, "taskProfileEvents": {**task, "profileEvents": {**source, "events": submits}}}
+
+
+def test_profile_events_that_change_no_task_are_appended_neither_written_nor_reconciled(
+    tmp_path: Path, ray_batches: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray sends a running task's profile events every second, also of the calls it keeps no task events of (Serve's
+    proxy submitting a replica's call, ~3 `submit_task` entries a request): a group of them that sets nothing their
+    attempt's row does not hold already appends its entries and leaves the tasks table, and every inference,
+    untouched; one that sets something (a later attempt's) is reconciled by its tasks."""
+    store = Store(tmp_path)
+    folds = Folds(store, monkeypatch)
+    events = [e for batch in ray_batches for e in batch]
+    folds.fold(events)
+    profiles = [e for e in events if e["eventType"] == "TASK_PROFILE_EVENT"]
+    submits = [e for e in map(submitted_again, profiles) if e["taskProfileEvents"]["profileEvents"]["events"]]
+    assert submits, "the recording's tasks submitted others"
+    entries = sum(len(e["taskProfileEvents"]["profileEvents"]["events"]) for e in submits)
+    tasks, kept, narrow = (
+        rows(store)["tasks"],
+        store.con.execute("SELECT count(*) FROM task_profile").fetchone()[0],
+        folds.narrow,
+    )
+    folds.fold(submits)
+    assert rows(store)["tasks"] == tasks and folds.narrow == narrow
+    assert store.con.execute("SELECT count(*) FROM task_profile").fetchone()[0] == kept + entries
+    later = {**submits[0], "taskProfileEvents": {**submits[0]["taskProfileEvents"], "attemptNumber": 5}}
+    folds.fold([later])
+    assert folds.narrow == narrow + 1 and rows(store)["tasks"] != tasks
     store.close()

@@ -241,6 +241,19 @@ class FoldedTable:
             f"ON CONFLICT DO NOTHING RETURNING {keys}"
         )
 
+    def unchanged_sql(self, staged: str) -> str:
+        """SQL: whether merging the rows of ``staged`` would leave the table as it is: each key stored, and each
+        column, merged by its rule, as stored (derived columns follow the merged). A scan of the table, which the
+        zone maps of the staged keys narrow: ask it of a few rows."""
+        on = " AND ".join(f"s.{c.name} = t.{c.name}" for c in self.keys)
+        differs = " OR ".join(
+            f"{c.merge_sql(f't.{c.name}', f's.{c.name}')} IS DISTINCT FROM t.{c.name}" for c in self.columns
+        )
+        return (
+            f"SELECT NOT EXISTS (SELECT 1 FROM {staged} s LEFT JOIN {self.name} t ON {on} "
+            f"WHERE t.{self.keys[0].name} IS NULL OR {differs})"
+        )
+
     def merge_sql(self, staged: str, columns: list[str]) -> str:
         """Merge the rows of ``staged`` into the rows with their keys, touching only ``columns`` (and the derived).
 

@@ -196,7 +196,7 @@ def _fold(tx: Tx, part: Folding, patches: Patches) -> None:
     spans come from all of ``batch_events``."""
     for made in (stage.TRANSITIONS, stage.PROFILE, stage.TASKS):
         part.stage(tx, made)
-    _upsert(tx, part, "tasks", stage.TASKS.name)
+    tasks_changed = _upsert(tx, part, "tasks", stage.TASKS.name, unless_unchanged=True)
     for appended in stage.APPENDED:
         tx.run(appended.sql)
     seqs = tx.run(stage.PATCHED.sql).fetchall() if patches else []  # (each event of those types has patches)
@@ -205,9 +205,10 @@ def _fold(tx: Tx, part: Folding, patches: Patches) -> None:
     (kept,) = tx.one(SPANS_KEPT.sql) if not seqs else (False,)
     _upsert(tx, part, "sessions", stage.SESSIONS.name)
     sessions = [row[0] for row in tx.run(f"SELECT session FROM {stage.SESSIONS.name} ORDER BY 1").fetchall()]
-    if kept:  # task rows alone changed: only their inferences may
-        tasks = [row[0] for row in tx.run(f"SELECT DISTINCT task_id FROM {stage.TASKS.name}").fetchall()]
-        reconcile_tasks(tx.run, sessions, tasks)
+    if kept:  # task rows alone changed, if any did: only their inferences may
+        if tasks_changed:
+            tasks = [row[0] for row in tx.run(f"SELECT DISTINCT task_id FROM {stage.TASKS.name}").fetchall()]
+            reconcile_tasks(tx.run, sessions, tasks)
     else:
         reconcile(tx.run, sessions)
 
@@ -225,24 +226,33 @@ def _upsert_patches(tx: Tx, part: Folding, patches: Iterable[tuple[str, Key, Pat
             _upsert(tx, part, name, f"arrow_{name}")
 
 
-def _upsert(tx: Tx, part: Folding, name: str, staged: str) -> None:
+def _upsert(tx: Tx, part: Folding, name: str, staged: str, unless_unchanged: bool = False) -> bool:
     """Insert the rows of relation ``staged`` with new keys, then merge the others into the stored rows (two
     cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets). A few rows are merged in
     one statement where that writes the same: one row, or rows of a table whose merges keep the stored value of a
-    column a row leaves NULL (then the columns any row sets may be merged into every stored row)."""
+    column a row leaves NULL (then the columns any row sets may be merged into every stored row). With
+    ``unless_unchanged``, a few rows that would change nothing are not written: Serve's calls, whose task events
+    Ray keeps, send profile events every second that set only what their task's row holds already. Whether the
+    table may have changed."""
     table = schema.FOLDED_TABLES[name]
     (total,) = tx.one(f"SELECT count(*) FROM {staged}")
-    if 0 < total <= MERGED_AT_ONCE and (total == 1 or table.null_keeps):
-        _merge(tx, part, name, staged)
-        return
+    if total == 0:
+        return False
+    if total <= MERGED_AT_ONCE:
+        if unless_unchanged and tx.one(table.unchanged_sql(staged)) == (True,):
+            return False
+        if total == 1 or table.null_keeps:
+            _merge(tx, part, name, staged)
+            return True
     inserted = tx.returning(table.insert_sql(staged), [c.name for c in table.keys])
     if inserted.num_rows == total:
-        return
+        return True
     keys = ", ".join(c.name for c in table.keys)
     with tx.registered(_INSERTED, inserted):
         merging = Stage("merging", f"SELECT * FROM {staged} ANTI JOIN {_INSERTED} USING ({keys})")
         part.stage(tx, merging)
     _merge(tx, part, name, merging.name)
+    return True
 
 
 def _merge(tx: Tx, part: Folding, name: str, staged: str) -> None:
