@@ -27,9 +27,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
+from opentelemetry.sdk.resources import Resource as SdkResource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from raysight import wire
@@ -38,7 +43,7 @@ from raysight.cli.run import free_port, serve_exporter_hint, tracing_env, uv_run
 from raysight.client import Client
 from raysight.errors import NotFound
 from raysight.ingest.otlp import key_values
-from raysight.instrument import export, hook_paths, hooks, ray_tracing, task_spans
+from raysight.instrument import export, hook_paths, hooks, otlp_proto, ray_tracing, task_spans
 from raysight.instrument.task_spans import TaskSpan
 from raysight.settings import (
     ENV_CHAINED_ENV_HOOK,
@@ -174,6 +179,51 @@ def test_task_spans_encode_as_the_protobuf_library_would() -> None:
     sdk_spans = ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=Resource())]).SerializeToString()
     both = ExportTraceServiceRequest.FromString(sdk_spans + task_spans.encode_request(spans, resource))
     assert len(both.resource_spans) == 2  # appended to another export, one export of both
+
+
+def test_sdk_spans_written_by_hand_read_as_the_sdk_encoder_writes_them() -> None:
+    """What the span queue sends of the SDK's spans (``otlp_proto.sdk_request``) parses into the very message the
+    OTLP exporter's encoder builds: every kind, value type, event, link, status, trace state, remote parent, dropped
+    count, two resources and three scopes (one with a version, attributes and a schema URL; one of no name)."""
+    exporter = InMemorySpanExporter()
+    providers = [
+        TracerProvider(resource=SdkResource.create({"service.name": name, "n": i}), span_limits=SpanLimits(
+            max_span_attributes=12, max_events=2, max_links=1, max_event_attributes=2, max_link_attributes=1))
+        for i, name in enumerate(("ray", "ünïcode"))
+    ]  # fmt: skip
+    for provider in providers:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    values = {
+        "text": "ünïcode", "empty": "", "flag": True, "off": False, "zero": 0, "negative": -5, "big": 2**63 - 1,
+        "ratio": 0.25, "bytes": b"\x00\xff", "texts": ["a", ""], "flags": [True, False], "ints": [1, -2],
+        "floats": [0.5], "none": [],
+    }  # fmt: skip
+    remote = SpanContext(
+        TRACE_ID, SPAN_ID, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])
+    )
+    scopes = [("raysight.test", None, None, None), ("versioned", "1.2", "https://opentelemetry.io/schemas/1.21.0",
+              {"scope.attr": "x"}), ("", None, None, None)]  # fmt: skip
+    for provider in providers:
+        for name, version, schema_url, attributes in scopes:
+            tracer = provider.get_tracer(name, version, schema_url, attributes)
+            for kind in trace.SpanKind:
+                context = (
+                    trace.set_span_in_context(trace.NonRecordingSpan(remote)) if kind is trace.SpanKind.SERVER else None
+                )
+                links = [trace.Link(remote, {"link": 1, "more": 2}), trace.Link(remote)]
+                with tracer.start_as_current_span(f"span {kind.name} é", context, kind, values, links) as span:
+                    with tracer.start_as_current_span("") as child:
+                        child.set_status(trace.Status(trace.StatusCode.OK))
+                    for i in range(3):
+                        span.add_event(f"event {i}", {"a": i, "b": "x", "c": 0.5}, timestamp=1_700_000_000 * 10**9 + i)
+                    span.add_event("")
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, "it failed: ü"))
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2 * 3 * 5 * 2
+    expected = encode_spans(spans)
+    for _ in range(2):  # the second time from what the encoder remembered of the first
+        assert ExportTraceServiceRequest.FromString(otlp_proto.sdk_request(spans)) == expected
+    assert otlp_proto.sdk_request([]) == expected.__class__().SerializeToString() == b""
 
 
 def test_parse_traceparent_reads_w3c_trace_context_and_formats_it_back() -> None:

@@ -33,12 +33,11 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from raysight import wire
 from raysight.config import OWN_HEADERS
-from raysight.instrument import task_spans
+from raysight.instrument import otlp_proto, task_spans
 
 MAX_QUEUE = 8192
 BATCH = 512
@@ -207,7 +206,7 @@ class SpanQueue(SpanProcessor):
     def _encode(self, batch: list[task_spans.TaskSpan | ReadableSpan]) -> bytes:
         ours = [span for span in batch if isinstance(span, task_spans.TaskSpan)]
         sdk = [span for span in batch if not isinstance(span, task_spans.TaskSpan)]
-        body = encode_spans(sdk).SerializeToString() if sdk else b""
+        body = otlp_proto.sdk_request(sdk) if sdk else b""
         return body + task_spans.encode_request(ours, self.resource()) if ours else body
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> bool:
