@@ -104,6 +104,32 @@ def test_an_event_loop_s_samples_belong_to_the_asyncio_task_running_then() -> No
     assert burning["burn"][1] > 0 and sleeping["nap"][1] == 0
 
 
+def test_an_async_generator_closed_by_another_task_ends_its_attempt_quietly() -> None:
+    """Ray Serve streams a call's answer through an async generator and, once the stream ends or the call is
+    cancelled, closes it from another asyncio task: the wrapper's block ends there, in a context that never held the
+    attempt. It ends without an error of raysight's (which asyncio printed to the replica's stderr, a traceback per
+    cancelled call), the generator's own cleanup runs, and the loop holds no attempt any more."""
+    sampler = Sampler(hz=50)
+    cleaned = []
+
+    async def streamed() -> Any:
+        with sampler.running_async(("streamed call", 0)):
+            try:
+                while True:
+                    yield "chunk"
+            finally:
+                cleaned.append(True)
+
+    async def serve() -> None:
+        generator = streamed()
+        assert await generator.__anext__() == "chunk"
+        await asyncio.create_task(generator.aclose())  # (raised ValueError: a token of another context)
+        assert not sampler._tasks
+
+    asyncio.run(serve())
+    assert cleaned == [True]
+
+
 def test_threads_running_no_attempt_are_not_sampled() -> None:
     sampler = Sampler(hz=100)
     folded = _sampled(sampler, threading.Thread(target=burn, args=(0.3,)))

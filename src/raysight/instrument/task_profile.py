@@ -119,7 +119,9 @@ class Sampler:
 
     @contextlib.contextmanager
     def running_async(self, attempt: Attempt) -> Iterator[None]:
-        """The calling asyncio task (an async actor's call) runs ``attempt`` within the block."""
+        """The calling asyncio task (an async actor's call) runs ``attempt`` within the block. An async generator's
+        block may end in another task (Ray Serve closes a streamed call's generator from the task that cancels it),
+        whose context never held the attempt: it is left as it is."""
         task = asyncio.current_task()
         if task is None:  # (a coroutine driven by hand, not by a loop: its thread is its own)
             with self.running(attempt):
@@ -131,7 +133,8 @@ class Sampler:
         try:
             yield
         finally:
-            _ATTEMPT.reset(token)
+            with contextlib.suppress(ValueError):  # (another context's: the task that set it is done with it)
+                _ATTEMPT.reset(token)
             self._tasks.pop(task, None)
 
     def sampled(self) -> int:
