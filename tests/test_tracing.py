@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import raysight.instrument
+from raysight import wire
 from raysight.cli import main
 from raysight.client import Client
 from raysight.signals.spans.traces_query import critical_path, tree_order
@@ -88,8 +89,11 @@ def test_spans_carry_the_ray_ids_of_their_task_worker_and_actor(traced) -> None:
     work, add = one(spans, "Doubler.work"), one(spans, "Counter.add")
     assert work["actor_id"] and add["actor_id"] and work["actor_id"] != add["actor_id"]
     assert tasks[work["task_id"]]["actor_id"] == work["actor_id"]
-    user = one(spans, "user-span")
-    assert user["task_id"] == one(spans, "leaf")["task_id"] and user["attributes"]["user.x"] == 1
+    user, leaf = one(spans, "user-span"), one(spans, "leaf")
+    assert user["task_id"] == leaf["task_id"] and user["attributes"]["user.x"] == 1
+    # the worker's IDs once, on its provider's resource, not on each of its spans
+    assert (user["session"], user["worker_id"], user["pid"]) == (leaf["session"], leaf["worker_id"], leaf["pid"])
+    assert not {wire.ATTR_SESSION, wire.ATTR_WORKER_ID, wire.ATTR_PID} & set(user["attributes"]), user["attributes"]
 
 
 def test_a_retried_task_shows_each_attempt(traced) -> None:

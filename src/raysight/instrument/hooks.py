@@ -49,7 +49,7 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
             if tracing:
                 provider = _provider()
                 _queue = SpanQueue(url, _resource(provider))
-                provider.add_span_processor(RayIds())
+                provider.add_span_processor(RayIds(provider.resource.attributes if provider is _own else None))
                 provider.add_span_processor(_queue)
             else:  # (the connection the samples ride on)
                 _queue = SpanQueue(url, ray_tracing.process_attributes)
@@ -112,13 +112,15 @@ def counts() -> Counts | None:
 
 def _provider() -> TracerProvider:
     """The process's SDK tracer provider: the user's own, else a new one (sampling ``$RAYSIGHT_TRACES_SAMPLE_RATIO``
-    of new traces, and whatever a parent decided)."""
+    of new traces, and whatever a parent decided), whose resource holds the process's Ray IDs where it is connected
+    to Ray already (a worker: a driver learns them later)."""
     global _own
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
     provider = TracerProvider(
-        sampler=ParentBased(TraceIdRatioBased(_sample_ratio())), resource=Resource.create({"service.name": "ray"})
+        sampler=ParentBased(TraceIdRatioBased(_sample_ratio())),
+        resource=Resource.create({"service.name": "ray", **ray_tracing.process_attributes()}),
     )
     trace.set_tracer_provider(provider)
     _own = provider
