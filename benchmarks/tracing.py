@@ -15,6 +15,8 @@ a second through the receiver; bytes a span stored.
    connections to a server pinned to one core, each acknowledged once durable: spans a second acknowledged, then
    stored. Beside it, the same bodies posted to a sink in this process that reads and discards them.
 3. Bytes a span: the spans table's storage blocks over its rows, against the bytes Ray's hook wrote a span.
+4. Encoding: the µs a traced process's export thread spends writing one of those spans as OTLP protobuf, by hand
+   (raysight's span queue) and by the OTLP exporter's encoder (the median of 21 batches).
 
 Run: .venv/bin/python benchmarks/tracing.py [--rounds 5] [--tasks 3000] [--spans 204800] [--with-arg]
 (``--spans 0`` skips the receiver; ``--with-arg``: tasks taking one argument, which carries the context for free)
@@ -34,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -176,9 +179,8 @@ def throughput(rounds: int, tasks: int, server: ServerProcess, with_arg: bool) -
     return cost("raysight"), cost("ray-hook")
 
 
-def ray_shaped_bodies(spans: int) -> list[bytes]:
-    """OTLP protobuf exports of BATCH spans each, shaped as raysight's instrumentation sends a task's."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+def ray_shaped_spans() -> list[Any]:
+    """BATCH SDK spans shaped as raysight's instrumentation sends a task's (its IDs and attributes each)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
     from opentelemetry.trace import SpanKind
@@ -208,7 +210,14 @@ def ray_shaped_bodies(spans: int) -> list[bytes]:
                 "noop", kind=SpanKind.CONSUMER, attributes={**ids, "ray.task_id": f"{i:048x}", "ray.task.attempt": 0}
             ):
                 pass
-    template = made[:BATCH]
+    return made[:BATCH]
+
+
+def ray_shaped_bodies(spans: int) -> list[bytes]:
+    """OTLP protobuf exports of BATCH spans each, shaped as raysight's instrumentation sends a task's."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    template = ray_shaped_spans()
     first = [span.context for span in template]
     bodies = []
     for b in range(spans // BATCH):
@@ -216,6 +225,29 @@ def ray_shaped_bodies(spans: int) -> list[bytes]:
             span._context = context.__class__(context.trace_id ^ (b + 1), context.span_id, False, context.trace_flags)
         bodies.append(encode_spans(template).SerializeToString())
     return bodies
+
+
+def encoding(repeat: int = 21) -> None:
+    """What a traced process's export thread spends writing an SDK span as OTLP protobuf: by hand
+    (``otlp_proto.sdk_request``, what raysight's span queue does) beside the OTLP exporter's encoder."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from raysight.instrument.otlp_proto import sdk_request
+
+    spans = ray_shaped_spans()
+
+    def per_span(encode: Any) -> float:
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            encode(spans)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) / len(spans) * 1e6
+
+    ours, sdk = per_span(sdk_request), per_span(lambda s: encode_spans(s).SerializeToString())
+    print(
+        f"encoding an SDK span: {ours:.1f} µs by hand, {sdk:.1f} µs by the OTLP exporter's encoder ({sdk / ours:.1f}x)"
+    )
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -286,6 +318,7 @@ def receiver(spans: int) -> None:
 
 
 def main(rounds: int, tasks: int, spans: int, with_arg: bool) -> None:
+    encoding()
     if spans:
         receiver(spans)
     with tempfile.TemporaryDirectory(prefix="raysight-bench-") as data_dir:
