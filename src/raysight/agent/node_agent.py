@@ -38,6 +38,7 @@ log = logging.getLogger("raysight.agent")
 
 BATCH_BYTES = 4 * 1024 * 1024  # read per batch, at most (about)
 POLL_S = 0.2  # between looks at the files, unless the last batch was full (the files hold more)
+LINGER_S = 1.0  # after a batch, before the next (lines that keep coming go in one POST a second, as spans do)
 MAX_BACKOFF_S = 5.0
 LOOK_S = 1.0  # between looks at the node's Ray processes
 
@@ -215,11 +216,14 @@ class NodeAgent:
                 sent = self.cycle()
                 backoff = POLL_S
                 if sent and self.behind:
-                    continue  # a full batch: more is waiting (else what comes meanwhile goes in one batch, later)
+                    continue  # a full batch: more is waiting
+                # lines that come soon after a batch wait for the next, a second later: a trickle costs a POST a
+                # second, not five; a line after a quiet second goes at the next look
+                wait = LINGER_S if sent else POLL_S
             except httpx.HTTPError as exc:
                 log.warning("could not send logs to %s (%s); the files keep them, retrying", self.server, exc)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
-            resume = time.monotonic() + backoff
+                wait = backoff = min(backoff * 2, MAX_BACKOFF_S)
+            resume = time.monotonic() + wait
             while not stop.wait(POLL_S) and time.monotonic() < resume:
                 self.tailer.scan()  # while the server is away, files Ray rotates away are opened, so kept readable
                 self.report_node_life()
