@@ -64,6 +64,8 @@ FOLLOW = """p => {
   a.remove();
 }"""
 
+HREFS = "as => as.map(a => a.getAttribute('href'))"
+
 
 class Watched:
     """A page whose every console error, uncaught exception, failed request and error response is kept."""
@@ -186,6 +188,40 @@ def test_sessions_page_and_switcher(recorded: ServerProcess, watched: Any) -> No
     page.wait_for_url(f"**/ui/sessions/{found['demo']}/tasks")
     w.settle()
     assert page.locator("#session-switcher").input_value() == found["demo"]
+
+
+@pytest.mark.ray
+def test_a_page_left_while_its_code_loads_draws_nothing_beside_the_next(recorded: ServerProcess, watched: Any) -> None:
+    """The user switches session while the tasks page's module is still on its way: both renders waited on the one
+    import, and each then drew its table into the page (32 rows: the flake this test was written for). Only the
+    page switched to is drawn, its switcher and nav of its session."""
+    w = watched(recorded.url)
+    page = w.open("/ui/sessions/demo")
+    options = rows_when(page, "#session-switcher option")
+    second = next(o for o in options if o.startswith("second · ")).split(" · ")[1]
+    held: list[Any] = []
+    page.route("**/static/pages/tasks.js", lambda route: held.append(route))  # answered when the test says
+    page.locator("#nav").get_by_role("link", name="Tasks").click()
+    page.wait_for_url("**/demo/tasks")
+    page.locator("#session-switcher").select_option(second)
+    page.wait_for_url(f"**/ui/sessions/{second}/tasks")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not held:
+        assert time.monotonic() < deadline, "the tasks page's module was not asked for"
+        page.wait_for_timeout(25)
+    held[0].continue_()
+    w.settle()
+    wait_rows(page, "#tasks-table", lambda r: len(r) == 16)
+    page.wait_for_timeout(300)  # (what a stale render would still draw)
+    assert page.locator("#tasks-table").count() == 1 and page.locator("h1").count() == 1
+    assert page.locator("#session-switcher").input_value() == second
+    assert all(second in href for href in page.locator("#nav a[href*='/sessions/']").evaluate_all(HREFS))
+
+
+def rows_when(page: Any, options: str) -> list[str]:
+    """The texts of ``options`` once there are some."""
+    page.locator(options).nth(1).wait_for(state="attached", timeout=WAIT_MS)
+    return page.locator(options).all_inner_texts()
 
 
 @pytest.mark.ray

@@ -59,6 +59,7 @@ let liveTimer = null;
 let knownSessions = [];
 let paused = false; // the user's pause of live updates (kept from page to page)
 let updated = null; // when the page shown was last rendered or refreshed (ms)
+let rendering = 0; // the number of the latest render: one the user has moved on from while it loads draws nowhere
 
 export function navigate(path) {
   history.pushState({}, "", path);
@@ -98,13 +99,14 @@ function renderNav(session, params) {
   );
 }
 
-async function renderSwitcher(session) {
+async function renderSwitcher(session, mine) {
   const select = document.getElementById("session-switcher");
   try {
     knownSessions = (await api("/api/raysight/sessions")).sessions;
   } catch (error) {
     showError(error);
   }
+  if (mine !== rendering) return sessionRow(session); // (a newer page's switcher is drawn by its own render)
   select.replaceChildren(
     h("option", { value: "" }, knownSessions.length ? "— pick a session —" : "no sessions yet"),
     ...knownSessions.map((s) =>
@@ -120,15 +122,18 @@ async function renderSwitcher(session) {
 /** Show the page the URL names; `data-loading` is on #page until it is rendered (or failed). */
 async function render() {
   const page = document.getElementById("page");
+  const mine = ++rendering;
   page.dataset.loading = "";
   try {
-    await show(page);
+    await show(page, mine);
   } finally {
-    delete page.dataset.loading;
+    if (mine === rendering) delete page.dataset.loading;
   }
 }
 
-async function show(page) {
+/** Render the page the URL names into a view of its own: a render overtaken by a newer one (the user moved on while
+ * its module or data loaded) draws into its view, which the newer one has taken off the page, and starts nothing. */
+async function show(page, mine) {
   current?.stop?.();
   clearInterval(liveTimer);
   clearError();
@@ -141,16 +146,25 @@ async function show(page) {
   found.params.section = location.pathname.split("/")[4] ?? "";
   renderNav(session, found.params);
   // beside the page's own requests, not before them; the sessions it reads say whether Serve ran in this one
-  const switcher = renderSwitcher(session).then((live) => (renderNav(session, found.params), live));
-  page.replaceChildren();
+  const switcher = renderSwitcher(session, mine).then((live) => (mine === rendering && renderNav(session, found.params), live));
+  const view = h("div", { class: "view" });
+  page.replaceChildren(view);
   try {
-    current = (await (await found.load()).render(page, found.params)) ?? null;
+    const module = await found.load();
+    if (mine !== rendering) return;
+    const shown = (await module.render(view, found.params)) ?? null;
+    if (mine !== rendering) {
+      shown?.stop?.();
+      return;
+    }
+    current = shown;
   } catch (error) {
-    showError(error);
+    if (mine === rendering) showError(error);
     return;
   }
   updated = Date.now();
   const known = await switcher;
+  if (mine !== rendering) return;
   if (known && known.end_time_ms === null && current?.refresh) {
     const shown = current;
     let busy = false; // a slow refresh is not stacked under the next
