@@ -231,8 +231,8 @@ def _upsert(tx: Tx, part: Folding, name: str, staged: str, unless_unchanged: boo
     cheap statements, not one: DuckDB's ON CONFLICT DO UPDATE costs per column it sets). A few rows are merged in
     one statement where that writes the same: one row, or rows of a table whose merges keep the stored value of a
     column a row leaves NULL (then the columns any row sets may be merged into every stored row). With
-    ``unless_unchanged``, a few rows that would change nothing are not written: Serve's calls, whose task events
-    Ray keeps, send profile events every second that set only what their task's row holds already. Whether the
+    ``unless_unchanged``, a few rows that would change nothing are not written: Serve's calls, of which Ray sends no
+    task events, bring profile events every second that set only what their task's row holds already. Whether the
     table may have changed."""
     table = schema.FOLDED_TABLES[name]
     (total,) = tx.one(f"SELECT count(*) FROM {staged}")
