@@ -463,43 +463,40 @@ def test_a_trickle_of_lines_goes_in_a_batch_a_second_and_a_line_after_a_quiet_se
     logs = _session(tmp_path)
     writer = Writer(logs)
     writer.write(1)
-    server = ServerProcess(tmp_path / "data").start()
-    agent = NodeAgent(server.url, tmp_path / "ray", tmp_path / "state")
-    sent: list[float] = []
-    send = agent._send
+    with ServerProcess(tmp_path / "data") as server:
+        agent = NodeAgent(server.url, tmp_path / "ray", tmp_path / "state")
+        sent: list[float] = []
+        send = agent._send
 
-    def counted(route: str, *args: Any, **kwargs: Any) -> Any:
-        if route == wire.AGENT_LOGS:
-            sent.append(time.monotonic())
-        return send(route, *args, **kwargs)
+        def counted(route: str, *args: Any, **kwargs: Any) -> Any:
+            if route == wire.AGENT_LOGS:
+                sent.append(time.monotonic())
+            return send(route, *args, **kwargs)
 
-    monkeypatch.setattr(agent, "_send", counted)
-    stop = threading.Event()
-    shipping = threading.Thread(target=agent._ship, args=(stop,))
-    shipping.start()
-    try:
-        assert _until_stored(server, 1) == [0]
-        started = time.monotonic()
-        while time.monotonic() < started + 3:  # a line every 20 ms
+        monkeypatch.setattr(agent, "_send", counted)
+        stop = threading.Event()
+        shipping = threading.Thread(target=agent._ship, args=(stop,))
+        shipping.start()
+        try:
+            assert _until_stored(server, 1) == [0]
+            started = time.monotonic()
+            while time.monotonic() < started + 3:  # a line every 20 ms
+                writer.write(1)
+                time.sleep(0.02)
+            trickle = [t for t in sent if started <= t < started + 3]
+            assert 2 <= len(trickle) <= 4, trickle  # (a look every 0.2 s sent 15)
+            time.sleep(1.5)
+            written = time.monotonic()
             writer.write(1)
-            time.sleep(0.02)
-        trickle = [t for t in sent if started <= t < started + 3]
-        assert 2 <= len(trickle) <= 4, trickle  # (a look every 0.2 s sent 15)
-        time.sleep(1.5)
-        written = time.monotonic()
-        writer.write(1)
-        deadline = written + 5
-        while not (after := [t - written for t in sent if t > written]) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert after and after[0] < 0.5, after
-    finally:
-        stop.set()
-        shipping.join()
-        agent.close()
-    try:
+            deadline = written + 5
+            while not (after := [t - written for t in sent if t > written]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert after and after[0] < 0.5, after
+        finally:
+            stop.set()
+            shipping.join()
+            agent.close()
         assert _until_stored(server, writer.next) == list(range(writer.next))
-    finally:
-        server.stop()
 
 
 def test_context_prints_the_lines_of_the_file_around_each_found_as_grep_c(tmp_path: Path) -> None:
