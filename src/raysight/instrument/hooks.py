@@ -49,7 +49,7 @@ def instrument(endpoint: str | None = None, propagate: bool = True) -> None:
             if tracing:
                 provider = _provider()
                 _queue = SpanQueue(url, _resource(provider))
-                provider.add_span_processor(RayIds(provider.resource.attributes if provider is _own else None))
+                provider.add_span_processor(RayIds())
                 provider.add_span_processor(_queue)
             else:  # (the connection the samples ride on)
                 _queue = SpanQueue(url, ray_tracing.process_attributes)

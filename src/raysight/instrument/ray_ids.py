@@ -4,9 +4,6 @@ ID, so that each span leads to its task, worker and log lines."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
@@ -15,15 +12,12 @@ from raysight.instrument.ray_tracing import core_worker, process_attributes
 
 
 class RayIds(SpanProcessor):
-    def __init__(self, resource: Mapping[str, Any] | None = None) -> None:
-        """``resource``: the attributes of the provider's resource, whose Ray IDs no span repeats (a provider made in
-        a connected worker holds them: five attributes fewer on each span to set, send and store)."""
-        self.resource = resource or {}
-
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            ids = process_attributes()
-            if any(self.resource.get(key) != value for key, value in ids.items()):  # (a driver's, a forked child's)
+            ids, resource = process_attributes(), span.resource.attributes
+            # (raysight's provider, made in a connected worker, holds them: five attributes fewer on each span to
+            # set, send and store; a driver's, a forked child's or a user's provider does not)
+            if any(resource.get(key) != value for key, value in ids.items()):
                 span.set_attributes(ids)
             if span.attributes is not None and wire.ATTR_TASK_ID not in span.attributes:
                 from ray._private import worker
