@@ -7,12 +7,13 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from raysight.agent.log_files import MAX_RECORD, describe, marker, named_as_copy, rotation_place, split
-from raysight.agent.tailer import Tailer
+from raysight.agent.tailer import SETTLE_TRIES, Tailer
 
 WORKER = "worker-" + "ab" * 28 + "-01000000-4242.out"
 
@@ -314,6 +315,112 @@ def test_every_line_once_in_order_and_in_its_task_while_ray_rotates_as_the_taile
         lines = [(text, context.get("task_name")) for text, (*_, context) in zip(c.texts, c.records)]
         assert len(list(live.parent.iterdir())) > 5  # rotated
         assert lines[2:] == [(f"line {i} padded to rotate the file sooner {'.' * 32}", "printer") for i in range(200)]
+
+
+@pytest.mark.parametrize("alike", [True, False], ids=["two-alike-looks-miss-it", "no-look-holds-still"])
+def test_a_file_rotated_past_the_tailer_s_looks_still_comes_first_with_its_markers(
+    logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alike: bool
+) -> None:
+    """A look is a walk of the names, then a stat of each: Ray's renames in between may hide a file from it, even from
+    two looks in a row that agree, or go on through every look of a scan. Each rotation is made here between a walk
+    and its stats; the files that follow the hidden one are read after it, with its markers."""
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    live = logs / WORKER
+    live.write_text(":job_id:01000000\n:task_name:printer\nline 0\n")
+    c.pump()
+    n = _write(live, 1, 1)  # not read yet
+
+    def rotate() -> None:  # Ray rotates the file; the worker prints a line in the new one
+        nonlocal n
+        _rotate(live)
+        n = _write(live, n, 1)
+
+    moves: list[Callable[[], None]]
+    if alike:  # the first file moves past the first look (to .2) and the second (.2 to .3: the next rotation begins)
+        rotate()
+        moves = [rotate, lambda: (logs / f"{WORKER}.2").rename(logs / f"{WORKER}.3")]
+    else:
+        moves = [rotate] * (SETTLE_TRIES + 2)
+    walk = os.scandir
+
+    def scandir(path: str | Path) -> Iterator[os.DirEntry[str]]:
+        if path != str(logs) or not moves:  # (not the tailer's walk: a glob's, of a Path)
+            return walk(path)
+        entries = list(walk(path))
+        moves.pop(0)()  # Ray moves on before the tailer stats what it walked
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    c.pump()
+    monkeypatch.undo()
+    if alike:  # the rotation begun goes on
+        (logs / f"{WORKER}.1").rename(logs / f"{WORKER}.2")
+        live.rename(logs / f"{WORKER}.1")
+        n = _write(live, n, 1)
+    c.pump(final=True)
+    lines = [(text, context.get("task_name")) for text, (*_, context) in zip(c.texts, c.records)]
+    assert not moves and lines[2:] == [(f"line {i}", "printer") for i in range(n)]
+
+
+def test_a_final_read_reads_the_files_no_look_could_place(
+    logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files Ray rotated through every look of a scan wait for a look that holds still to know which file they follow,
+    but the final read (the agent draining, the files to grow no more) reads them as they are: out of order rather
+    than never."""
+    tailer = Tailer(logs.parent.parent, tmp_path / "checkpoint.json")
+    live = logs / WORKER
+    n = _write(live, 0, 1)
+    tailer.scan()
+    walk = os.scandir
+
+    def scandir(path: str | Path) -> Iterator[os.DirEntry[str]]:
+        nonlocal n
+        if path != str(logs):
+            return walk(path)
+        entries = list(walk(path))
+        _rotate(live)  # Ray moves on before the tailer stats what it walked, at every look
+        n = _write(live, n, 1)
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    tailer.scan()
+    monkeypatch.undo()
+    def read(final: bool) -> set[bytes]:
+        chunks = tailer.read(1 << 20, final=final)
+        tailer.commit(chunks, [])
+        return {piece.data for chunk in chunks for piece, _, _ in chunk.pieces}
+
+    assert read(final=False) == {b"line 0"}  # the first file: the files after it wait
+    assert read(final=True) == {f"line {i}".encode() for i in range(1, n)}
+    tailer.close()
+
+
+def test_files_rotated_twice_between_looks_as_ray_deletes_the_oldest_follow_the_files_before_them(
+    logs: Path, tmp_path: Path
+) -> None:
+    """With two backups, Ray deletes ``NAME.2`` before each rotation: a file deleted since the last look is not where
+    that look saw it, and the files rotated past it meanwhile are read after the one they followed, not after it."""
+    c = Collector(logs.parent.parent, tmp_path / "state")
+    live = logs / WORKER
+    n = 0
+    for task in "abc":
+        if task != "a":
+            _rotate(live)
+        live.write_text(f":task_name:{task}\n")
+        n = _write(live, n, 1)
+        c.pump()
+    n = _write(live, n, 1)  # not read yet
+    for task in "de":
+        (logs / f"{WORKER}.2").unlink()
+        _rotate(live)
+        live.write_text(f":task_name:{task}\n")
+        n = _write(live, n, 1)
+    c.pump(final=True)
+    lines = [(text, context.get("task_name")) for text, (*_, context) in zip(c.texts, c.records)]
+    assert [line for line in lines if line[0].startswith("line ")] == [
+        (f"line {i}", task) for i, task in enumerate("abccde")
+    ]
 
 
 def test_only_sessions_active_since_are_followed_and_an_old_one_is_looked_at_again_now_and_then(

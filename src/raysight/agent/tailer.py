@@ -33,6 +33,7 @@ READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read
 SPOOL_BYTES = 1 << 30  # unread bytes held in deleted files at most (the server away): past it the oldest are dropped
 RECHECK_S = 5.0  # between looks at a session that was not active since ``since``: has it become so?
 SETTLE_TRIES = 10  # listings taken at most while the files move, for one that agrees with the one before
+UNLINKED = "?"  # a new file's predecessor while not known: found by a look that did not hold still
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Followed:
     mid_line: bool = False
     context: dict[str, str] = field(default_factory=dict)  # Ray's in-band markers so far: job_id, task_name, actor_name
     # The key of the file rotated away when this one took its name: its markers are in force here, once it is read
+    # (UNLINKED: not known yet, and the file not read until it is)
     predecessor: str = ""
     head: str = ""  # hash of its first head_len bytes
     head_len: int = 0
@@ -116,9 +118,10 @@ def _names(path: Path, ident: tuple[int, int]) -> bool:
         return False
 
 
-def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, str, Path, os.stat_result]]:
-    """(session, name under logs/, path, stat) of each log file in ``directory`` (``under`` logs/) and below it; a
-    look a scan takes several times a second: one stat a file."""
+def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, str, Path, os.stat_result | None]]:
+    """(session, name under logs/, path, stat) of each log file in ``directory`` (``under`` logs/) and below it, the
+    stat None for a name gone by then (the file moved on since the walk); a look a scan takes several times a second:
+    one stat a file."""
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
@@ -128,8 +131,11 @@ def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, 
         if entry.is_dir(follow_symlinks=False):
             yield from _log_files(session, entry.path, name + "/")
         elif not entry.is_symlink() and describe(name) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                yield session, name, Path(entry.path), entry.stat(follow_symlinks=False)
+            try:
+                st: os.stat_result | None = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            yield session, name, Path(entry.path), st
 
 
 def _layout(listing: list[tuple[str, str, Path, os.stat_result]]) -> list[tuple[str, str, int, int]]:
@@ -175,20 +181,28 @@ class Tailer:
         """The sessions whose files are followed (as of the last scan)."""
         return frozenset(self._sessions)
 
-    def _settled_listing(self) -> list[tuple[str, str, Path, os.stat_result]]:
-        """:meth:`_listing`, taken again while it changes: a listing is a walk of names and then a stat of each, so one
-        taken while Ray rotates a file (several renames in a few milliseconds) may see a file twice, under its old and
-        new names, or miss it. A listing that shows nothing new is taken as it is; one that does is taken until two in
-        a row agree (at most :data:`SETTLE_TRIES` times)."""
-        listing = list(self._listing())
-        if not self._shows_change(listing):
-            return listing
+    def _settled_listing(self) -> tuple[list[tuple[str, str, Path, os.stat_result]], bool]:
+        """:meth:`_listing`, taken again while it changes, and whether it held still: a listing is a walk of names and
+        then a stat of each, so one taken while Ray rotates a file (several renames in a few milliseconds) may see a
+        file twice, under its old and new names, or miss it. A listing that shows nothing new is taken as it is; one
+        that does is taken until two in a row agree (at most :data:`SETTLE_TRIES` times), the second with each name
+        walked still there to stat: each file then stayed under its name from the first's stat to the second's, so the
+        second is the directory as it was when its walk was taken."""
+        listing, whole = self._look()
+        if whole and not self._shows_change(listing):
+            return listing, True
         for _ in range(SETTLE_TRIES):
-            again = list(self._listing())
-            if _layout(again) == _layout(listing):
-                return again
+            again, whole = self._look()
+            if whole and _layout(again) == _layout(listing):
+                return again, True
             listing = again
-        return listing
+        return listing, False
+
+    def _look(self) -> tuple[list[tuple[str, str, Path, os.stat_result]], bool]:
+        """:meth:`_listing` once, and whether each name walked was still there to stat."""
+        walked = list(self._listing())
+        listing = [(session, name, path, st) for session, name, path, st in walked if st is not None]
+        return listing, len(listing) == len(walked)
 
     def _shows_change(self, listing: list[tuple[str, str, Path, os.stat_result]]) -> bool:
         """Whether a listing holds a file not followed, a followed file under another name, or misses one (not one
@@ -206,8 +220,9 @@ class Tailer:
         opened = self._open.get(ident)
         return opened is not None and opened.vanished is not None
 
-    def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result]]:
-        """(session, name under logs/, path, stat) of every log file now (not a link)."""
+    def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result | None]]:
+        """(session, name under logs/, path, stat or None: see :func:`_log_files`) of every log file now (not a
+        link)."""
         try:  # (not session_latest: a link to one of them)
             sessions = sorted(
                 e.name for e in os.scandir(self.ray_dir) if e.name.startswith("session_") and not e.is_symlink()
@@ -239,7 +254,7 @@ class Tailer:
         """Find new, moved, truncated, copied and vanished files."""
         new: list[tuple[int, int]] = []
         for _ in range(SETTLE_TRIES):  # until every new file is opened as listed (none moved on meanwhile)
-            listing = self._settled_listing()
+            listing, settled = self._settled_listing()
             for _, _, path, st in listing:
                 if _ident(st) in self.files:
                     self._open.setdefault(_ident(st), _Open(path)).path = path
@@ -248,7 +263,9 @@ class Tailer:
             new += [_ident(st) for *_, st in found if _ident(st) in self.files]
             if all(taken):
                 break
-        self._link_rotations([self.files[ident] for ident in new if ident in self.files])
+        unlinked = [f for f in self.files.values() if f.predecessor == UNLINKED and (f.dev, f.ino) not in new]
+        new_files = [self.files[ident] for ident in new if ident in self.files]
+        self._link_rotations(new_files + unlinked, {_ident(st) for *_, st in listing} if settled else None)
         for _, name, _, st in listing:
             ident = _ident(st)
             if (followed := self.files.get(ident)) is None:
@@ -306,22 +323,27 @@ class Tailer:
         self._open[ident] = opened
         return True
 
-    def _link_rotations(self, new: list[Followed]) -> None:
+    def _link_rotations(self, new: list[Followed], listed: set[tuple[int, int]] | None) -> None:
         """Each new file's predecessor: the file that a rename rotation moved away from its name (found in the same
         scan, perhaps: Ray may rotate a file several times between two looks). That is the nearest older one of its
         rotation there is, ``NAME.k+1`` for ``NAME.k`` or above it: Ray renames the oldest first, so a look taken
-        mid-rotation may find ``NAME.k+1`` moved up already and ``NAME.k`` not yet."""
+        mid-rotation may find ``NAME.k+1`` moved up already and ``NAME.k`` not yet. Only the files of a look that held
+        still (``listed``) have a name to go by; after one that did not (None), the new files wait for one that does
+        (:data:`UNLINKED`): a file missed by it keeps the name it had before, below the files rotated past it."""
+        if listed is None:
+            for followed in new:
+                followed.predecessor = UNLINKED
+            return
         rotations: dict[tuple[str, str], list[tuple[int, Followed]]] = {}
         for ident, followed in self.files.items():
-            if self._deleted(ident):
-                continue  # its name may be another's now
+            if ident not in listed:
+                continue  # deleted, or moved out of sight: its name may be another's now
             name, place = rotation_place(self._name_now(followed))
             rotations.setdefault((followed.session, name), []).append((place, followed))
         for followed in new:
             name, place = rotation_place(self._name_now(followed))
             older = [(k, f) for k, f in rotations.get((followed.session, name), []) if k > place]
-            if older:
-                followed.predecessor = min(older, key=lambda kf: kf[0])[1].key
+            followed.predecessor = min(older, key=lambda kf: kf[0])[1].key if older else ""
 
     def _original_of(self, session: str, name: str, path: Path) -> Followed | None:
         """The followed file, partly read, that the new file ``name`` is a copy of: named as logrotate names a copy of
@@ -407,11 +429,16 @@ class Tailer:
                 if successor.predecessor == dropped.key:
                     self._inherit(successor, dropped)
 
-    def _after_predecessor(self, followed: Followed) -> bool:
+    def _after_predecessor(self, followed: Followed, final: bool) -> bool:
         """Whether the file rotated away before ``followed`` took its name is read to its end (then its markers are
-        in force in ``followed``); a file that follows none is."""
+        in force in ``followed``); a file that follows none is. One whose predecessor is not known yet waits for a
+        look that holds still, but for the ``final`` read: out of order then rather than never read."""
         if not followed.predecessor:
             return True
+        if followed.predecessor == UNLINKED:
+            if final:
+                self._inherit(followed, None)
+            return final
         predecessor = next((f for f in self.files.values() if f.key == followed.predecessor), None)
         if predecessor is not None and predecessor.offset < predecessor.size:
             return False  # its bytes were written first: they are read, and their markers known, first
@@ -437,7 +464,7 @@ class Tailer:
             followed, opened = self.files[ident], self._open.get(ident)
             if budget <= 0 or opened is None or (opened.fd is None and followed.size <= followed.offset):
                 continue  # (closed while idle, and the last scan saw it grow no more)
-            if not self._after_predecessor(followed):
+            if not self._after_predecessor(followed, final):
                 continue
             if (fd := self._fd(ident, opened)) is None:
                 continue
