@@ -386,6 +386,7 @@ def test_a_final_read_reads_the_files_no_look_could_place(
     monkeypatch.setattr(os, "scandir", scandir)
     tailer.scan()
     monkeypatch.undo()
+
     def read(final: bool) -> set[bytes]:
         chunks = tailer.read(1 << 20, final=final)
         tailer.commit(chunks, [])
