@@ -290,6 +290,20 @@ def _print_rotated(live: Path, lines: int, max_bytes: int, go: threading.Event) 
     f.close()
 
 
+def _moving_between_walk_and_stat(monkeypatch: pytest.MonkeyPatch, logs: Path, move: Callable[[], None]) -> None:
+    """Ray moves files on (``move``) at each of the tailer's walks of ``logs``, before it stats what it walked."""
+    walk = os.scandir
+
+    def scandir(path: str | Path) -> Iterator[os.DirEntry[str]]:
+        if path != str(logs):  # (not the tailer's walk: a glob's, of a Path)
+            return walk(path)
+        entries = list(walk(path))
+        move()
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def test_every_line_once_in_order_and_in_its_task_while_ray_rotates_as_the_tailer_looks(
     logs: Path, tmp_path: Path
 ) -> None:
@@ -341,16 +355,7 @@ def test_a_file_rotated_past_the_tailer_s_looks_still_comes_first_with_its_marke
         moves = [rotate, lambda: (logs / f"{WORKER}.2").rename(logs / f"{WORKER}.3")]
     else:
         moves = [rotate] * (SETTLE_TRIES + 2)
-    walk = os.scandir
-
-    def scandir(path: str | Path) -> Iterator[os.DirEntry[str]]:
-        if path != str(logs) or not moves:  # (not the tailer's walk: a glob's, of a Path)
-            return walk(path)
-        entries = list(walk(path))
-        moves.pop(0)()  # Ray moves on before the tailer stats what it walked
-        return iter(entries)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _moving_between_walk_and_stat(monkeypatch, logs, lambda: moves.pop(0)() if moves else None)
     c.pump()
     monkeypatch.undo()
     if alike:  # the rotation begun goes on
@@ -372,18 +377,13 @@ def test_a_final_read_reads_the_files_no_look_could_place(
     live = logs / WORKER
     n = _write(live, 0, 1)
     tailer.scan()
-    walk = os.scandir
 
-    def scandir(path: str | Path) -> Iterator[os.DirEntry[str]]:
+    def rotate() -> None:  # at every look
         nonlocal n
-        if path != str(logs):
-            return walk(path)
-        entries = list(walk(path))
-        _rotate(live)  # Ray moves on before the tailer stats what it walked, at every look
+        _rotate(live)
         n = _write(live, n, 1)
-        return iter(entries)
 
-    monkeypatch.setattr(os, "scandir", scandir)
+    _moving_between_walk_and_stat(monkeypatch, logs, rotate)
     tailer.scan()
     monkeypatch.undo()
 

@@ -263,9 +263,10 @@ class Tailer:
             new += [_ident(st) for *_, st in found if _ident(st) in self.files]
             if all(taken):
                 break
+        seen = {_ident(st) for *_, st in listing}
         unlinked = [f for f in self.files.values() if f.predecessor == UNLINKED and (f.dev, f.ino) not in new]
         new_files = [self.files[ident] for ident in new if ident in self.files]
-        self._link_rotations(new_files + unlinked, {_ident(st) for *_, st in listing} if settled else None)
+        self._link_rotations(new_files + unlinked, seen if settled else None)
         for _, name, _, st in listing:
             ident = _ident(st)
             if (followed := self.files.get(ident)) is None:
@@ -282,7 +283,6 @@ class Tailer:
             else:
                 followed.size = st.st_size
         self._settle_copies()
-        seen = {_ident(st) for *_, st in listing}
         for ident, followed in list(self.files.items()):
             listed = followed.session in self._sessions or not (self.ray_dir / followed.session).exists()
             if ident not in seen and listed:  # (a session not followed now keeps its files' places)
