@@ -4,6 +4,7 @@ own SIGKILL and a server outage, counted line by line."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import os
 import queue
@@ -33,6 +34,7 @@ from raysight.client import Client
 from raysight.config import USER_AGENT
 from raysight.errors import NotFound
 from tests.ray_scenarios import ServerProcess, agent_command
+from tests.test_server import post
 
 WORKER = "worker-" + "cd" * 28 + "-01000000-777.out"
 ROTATE_EVERY_S = 0.6  # a file lives at least this long before Ray's rotation deletes it (the agent scans each 0.2 s)
@@ -121,6 +123,29 @@ def test_a_line_s_time_is_its_own_stamp_else_when_its_file_was_last_written(
     assert server.post(wire.AGENT_LOGS, content=body, headers={"Content-Type": "application/json"}).is_success
     times = [row["ts_ns"] for row in _lines(server)]
     assert times == [own, own, own, written, written]
+
+
+def test_a_dead_worker_s_print_as_its_task_began_is_that_attempt_s_though_its_mtime_reads_a_tick_before(
+    server: TestClient, tmp_path: Path, ray_batches: list[list[dict[str, Any]]]
+) -> None:
+    """The recorded run's `crash_once` exits in its first attempt, so Ray gives no byte range of what it printed: its
+    lines are its worker's while it ran. The kernel stamps a file's mtime with its coarse clock, a tick behind Ray's:
+    a print as the task begins may read a few milliseconds before Ray's first event of the attempt (the CI flake of
+    test_ray_integration's crash_once). A line written well before is still not the attempt's."""
+    for batch in ray_batches:
+        post(server, batch)
+    (crash,) = [e["taskLifecycleEvent"] for b in ray_batches for e in b if "WORKER_DIED" in orjson.dumps(e).decode()]
+    seconds, fraction = crash["stateTransitions"][0]["timestamp"].rstrip("Z").split(".")  # submitted: its first event
+    first_ns = int(datetime.fromisoformat(seconds + "+00:00").timestamp()) * 10**9 + int(fraction.ljust(9, "0"))
+    logs = tmp_path / "ray" / ray_batches[0][0]["sessionName"] / "logs"
+    logs.mkdir(parents=True)
+    worker = f"worker-{base64.b64decode(crash['workerId']).hex()}-01000000-4242"
+    for stream, text, before_ns in (("out", "first attempt, exiting", 3_000_000), ("err", "long before", 500_000_000)):
+        (logs / f"{worker}.{stream}").write_text(f":task_name:crash_once\ncrash_once: {text}\n")
+        os.utime(logs / f"{worker}.{stream}", ns=(first_ns - before_ns,) * 2)
+    assert server.post(wire.AGENT_LOGS, content=_batch(tmp_path, logs), headers=JSON).is_success
+    lines = _lines(server, task=base64.b64decode(crash["taskId"]).hex(), attempt=0)
+    assert [(row["text"], row["attribution"]) for row in lines] == [("crash_once: first attempt, exiting", "inferred")]
 
 
 def test_a_line_s_level_and_json_fields_are_read_from_it(server: TestClient, tmp_path: Path) -> None:

@@ -31,6 +31,10 @@ CHUNK_ROWS = 5_000
 CHUNK_BYTES = 2 << 20
 LINE_BYTES = 400  # what a line's JSON holds besides its text, about
 INFERRED_SLACK_NS = 1_000_000_000  # lines are timed when the agent read them: up to about this much after written
+# ... and a line timed by its file's mtime (or a stamp to the millisecond) may read up to this much before it was
+# written: the kernel stamps a write with its coarse clock, a tick (1-10 ms by its HZ) behind the clock Ray's events
+# are timed by. A task that prints as it starts printed "before" its attempt began by as much.
+EARLY_SLACK_NS = 10_000_000
 COLUMNS = (
     "seq",
     "session",
@@ -82,7 +86,7 @@ def _of_attempt(file: str, offsets: tuple[str, str], times: tuple[str, str], mar
         AND {last_offset} >= a.stderr_start AND {first_offset} < a.stderr_end)
     OR (NOT a.exact AND {file}.stream <> 'system'
         AND {file}.worker_id = coalesce(a.worker_id, a.exec_worker_id) {named}
-        AND {last_ns} >= a.begun_ns
+        AND {last_ns} >= a.begun_ns - {EARLY_SLACK_NS}
         AND coalesce({first_ns} - {INFERRED_SLACK_NS} <= coalesce(a.executed_ns, a.end_ns), true))"""
 
 
