@@ -166,6 +166,34 @@ def test_numbers_out_of_range_are_400_and_no_sql_is_echoed(server: TestClient, r
         assert "SELECT" not in answer.text and "integer from 0" in answer.text
 
 
+def test_a_query_parameter_a_route_does_not_take_is_400_naming_it_and_those_it_takes(
+    server: TestClient, ray_batches
+) -> None:
+    """Ignored, a misspelt or guessed parameter answers as if it were not given: every failed task asked for with
+    `?state=FAILED` came back as all of them."""
+    for batch in ray_batches:
+        post(server, batch)
+    every, failed = (
+        server.get("/api/raysight/tasks", params=p).json()["total"] for p in ({}, {"filter": "state=FAILED"})
+    )
+    assert 0 < failed < every
+    for path, params, said in (
+        ("/api/raysight/tasks", {"state": "FAILED"}, "'state': it takes count_by, detail, filter, include_driver, "),
+        ("/api/raysight/tasks", {"state": "FAILED"}, "; a field's filter is filter=FIELD=VALUE"),
+        ("/api/raysight/logs", {"tsk": "ab", "grp": "x", "grep": "x"}, "no query parameter 'grp', 'tsk': it takes "),
+        ("/api/raysight/serve/requests", {"latency": "1s"}, "'latency': it takes app, by, deployment, limit, "),
+        (
+            "/api/raysight/ping",
+            {"verbose": "1"},
+            "/api/raysight/ping takes no query parameter 'verbose': it takes none",
+        ),
+    ):
+        answer = server.get(path, params=params)
+        assert answer.status_code == 400 and said in answer.json()["error"], (path, answer.text)
+    # Ray's own routes take what Ray's callers send, as Ray's dashboard does (its CLI sends more than it reads)
+    assert server.get("/api/v0/tasks", params={"limit": 5, "timeout": 30, "unknown": 1}).status_code == 200
+
+
 def run_exit(client: TestClient, body: object) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()  # orjson stops at 64-bit integers
     return client.post("/ingest/agent/run-exit", content=content, headers=JSON)

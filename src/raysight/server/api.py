@@ -517,31 +517,94 @@ async def reindex(request: Request) -> Response:
     return answer({"ok": True, "events": events})
 
 
+SERVE_REQUEST_PARAMS = ("session", "app", "deployment", "route", "status", "min_latency", "since", "until")
+PAGED = ("limit", "offset")
 routes = [
-    route(wire.PING, ping, access=Access.READ, envelope=raysight_error),
-    route(wire.SESSIONS, sessions, access=Access.READ, envelope=raysight_error),
-    route(wire.SESSION, delete_session, access=Access.ADMIN, envelope=raysight_error, methods=["DELETE"]),
-    route(wire.DOCTOR, doctor, access=Access.READ, envelope=raysight_error),
-    route(wire.REINDEX, reindex, access=Access.ADMIN, envelope=raysight_error, methods=["POST"]),
-    route(wire.SUMMARY, summary, access=Access.READ, envelope=raysight_error),
-    route(wire.LOGS, logs, access=Access.READ, envelope=raysight_error),
-    route(wire.ERRORS, errors, access=Access.READ, envelope=raysight_error),
-    route(wire.ERROR, error_detail, access=Access.READ, envelope=raysight_error),
-    route(wire.ACTIVITY, activity, access=Access.READ, envelope=raysight_error),
-    route(wire.STATUS, status, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE_REPLICAS, serve_replicas, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE_REQUESTS, serve_requests, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE_LATENCY, serve_latency, access=Access.READ, envelope=raysight_error),
-    route(wire.SERVE_REQUEST, serve_request, access=Access.READ, envelope=raysight_error),
-    route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error),
-    route(wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error),
-    route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error),
-    route(wire.METRICS_TOP, metrics_top, access=Access.READ, envelope=raysight_error),
-    route(wire.PROFILE, profile, access=Access.READ, envelope=raysight_error),
-    route(wire.TRACES, traces, access=Access.READ, envelope=raysight_error),
-    route(wire.TRACE, trace, access=Access.READ, envelope=raysight_error),
-    route(wire.RESOURCE, list_resource, access=Access.READ, envelope=raysight_error),
-    route(wire.ENTITY, get_resource, access=Access.READ, envelope=raysight_error),
+    route(wire.PING, ping, access=Access.READ, envelope=raysight_error, params=()),
+    route(wire.SESSIONS, sessions, access=Access.READ, envelope=raysight_error, params=()),
+    route(wire.SESSION, delete_session, access=Access.ADMIN, envelope=raysight_error, methods=["DELETE"], params=()),
+    route(wire.DOCTOR, doctor, access=Access.READ, envelope=raysight_error, params=()),
+    route(wire.REINDEX, reindex, access=Access.ADMIN, envelope=raysight_error, methods=["POST"], params=()),
+    route(wire.SUMMARY, summary, access=Access.READ, envelope=raysight_error, params=("session",)),
+    route(
+        wire.LOGS,
+        logs,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=(
+            *("session", "task", "attempt", "actor", "job", "worker", "pid", "node", "file", "request_id", "app"),
+            *("deployment", "replica", "stream", "level", "grep", "regex", "since", "until", "after", "limit"),
+            *("newest", "markers", "include_own", "context", "count"),
+        ),
+    ),
+    route(
+        wire.ERRORS,
+        errors,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=("session", "job", "since", "until", "type"),
+    ),
+    route(wire.ERROR, error_detail, access=Access.READ, envelope=raysight_error, params=("session", "colours")),
+    route(
+        wire.ACTIVITY, activity, access=Access.READ, envelope=raysight_error, params=("session", "step", "start", "end")
+    ),
+    route(wire.STATUS, status, access=Access.READ, envelope=raysight_error, params=("session", "at")),
+    route(wire.SERVE, serve, access=Access.READ, envelope=raysight_error, params=("session", "at")),
+    route(wire.SERVE_HISTORY, serve_history, access=Access.READ, envelope=raysight_error, params=("session", "app")),
+    route(
+        wire.SERVE_REPLICAS,
+        serve_replicas,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=("session", "app", "deployment", "at"),
+    ),
+    route(
+        wire.SERVE_REQUESTS,
+        serve_requests,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=(*SERVE_REQUEST_PARAMS, *PAGED, "by"),
+    ),
+    route(
+        wire.SERVE_LATENCY,
+        serve_latency,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=(*SERVE_REQUEST_PARAMS, *PAGED, "by", "step"),
+    ),
+    route(wire.SERVE_REQUEST, serve_request, access=Access.READ, envelope=raysight_error, params=("session",)),
+    route(wire.TIMELINE, timeline, access=Access.READ, envelope=raysight_error, params=("session", "job")),
+    route(
+        wire.TASK_STREAM, task_stream, access=Access.READ, envelope=raysight_error, params=("session", "job", "limit")
+    ),
+    route(wire.USAGE, usage, access=Access.READ, envelope=raysight_error, params=("session", "node", "at")),
+    route(
+        wire.METRICS_TOP, metrics_top, access=Access.READ, envelope=raysight_error, params=("session", "at", "limit")
+    ),
+    route(
+        wire.PROFILE,
+        profile,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=("session", "task", "attempt", "function", "actor", "job", "cpu_only", "format"),
+    ),
+    route(
+        wire.TRACES,
+        traces,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=(
+            *("session", "job", "task", "actor", "request", "name", "min_duration", "error", "since", "until"),
+            *PAGED,
+        ),
+    ),
+    route(wire.TRACE, trace, access=Access.READ, envelope=raysight_error, params=()),
+    route(
+        wire.RESOURCE,
+        list_resource,
+        access=Access.READ,
+        envelope=raysight_error,
+        params=("session", "filter", "sort", *PAGED, "detail", "include_driver", "count_by"),
+    ),
+    route(wire.ENTITY, get_resource, access=Access.READ, envelope=raysight_error, params=("session",)),
 ]

@@ -152,9 +152,24 @@ async def agent_result(request: Request) -> Response:
 
 
 routes = [
-    route(wire.CAPTURES, ask, access=Access.REACH, envelope=raysight_error, methods=["POST"], reach=Reach.PROFILE),
-    route(wire.CAPTURES, listed, access=Access.READ, envelope=raysight_error, methods=["GET"]),
-    route(wire.CAPTURE, one, access=Access.READ, envelope=raysight_error, methods=["GET"]),
+    route(
+        wire.CAPTURES,
+        ask,
+        access=Access.REACH,
+        envelope=raysight_error,
+        methods=["POST"],
+        reach=Reach.PROFILE,
+        params=(),
+    ),
+    route(
+        wire.CAPTURES,
+        listed,
+        access=Access.READ,
+        envelope=raysight_error,
+        methods=["GET"],
+        params=("session", "task", "actor"),
+    ),
+    route(wire.CAPTURE, one, access=Access.READ, envelope=raysight_error, methods=["GET"], params=("format",)),
     route(
         wire.AGENT_CAPTURES,
         agent_take,

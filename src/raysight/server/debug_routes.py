@@ -191,6 +191,6 @@ async def pause(request: Request) -> Response:
 routes = [
     socket(wire.DEBUG_PAUSED, paused_worker, access=Access.INGEST, reach=Reach.DEBUG),
     socket(wire.DEBUG_ATTACH, attach, access=Access.REACH, reach=Reach.DEBUG),
-    route(wire.DEBUG_PAUSES, pauses, access=Access.READ, envelope=raysight_error),
-    route(wire.DEBUG_PAUSE, pause, access=Access.READ, envelope=raysight_error),
+    route(wire.DEBUG_PAUSES, pauses, access=Access.READ, envelope=raysight_error, params=("session", "all")),
+    route(wire.DEBUG_PAUSE, pause, access=Access.READ, envelope=raysight_error, params=()),
 ]

@@ -22,6 +22,7 @@ On loopback the browser is the threat, beyond it the network:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -166,7 +167,20 @@ def refusal(
         )
     if declaration.reach is not None and not allows(reaches, declaration.reach):
         return Forbidden(declaration.reach.off)
-    return credential_refusal(declaration.access, connection, path_params, secrets, reaches.reach_token)
+    refused = credential_refusal(declaration.access, connection, path_params, secrets, reaches.reach_token)
+    return refused or unknown_params(connection.url.path, connection.query_params.keys(), declaration.params)
+
+
+def unknown_params(path: str, given: Iterable[str], taken: frozenset[str] | None) -> BadQuery | None:
+    """A query parameter the route does not take (``taken``; None: not checked), named with those it does: ignored,
+    a misspelt filter (``?state=FAILED`` for ``?filter=state=FAILED``) would answer as if none were given."""
+    unknown = sorted(set(given) - taken) if taken is not None else []
+    if not unknown:
+        return None
+    names = ", ".join(repr(name) for name in unknown)
+    takes = f"it takes {', '.join(sorted(taken))}" if taken else "it takes none"
+    hint = "; a field's filter is filter=FIELD=VALUE" if "filter" in (taken or ()) else ""
+    return BadQuery(f"{path} takes no query parameter {names}: {takes}{hint}")
 
 
 class Guard:

@@ -1,6 +1,7 @@
 """The route table's declarations: each route says who may call it (:class:`Access`), the envelope its errors are
-answered in, and the bodies a POST to it may carry. The guard (``guard.py``) finds a request's route before any body
-is read and enforces the first and the last; the app's error handler renders what a handler raises in the second.
+answered in, the bodies a POST to it may carry and the query parameters it takes. The guard (``guard.py``) finds a
+request's route before any body is read and enforces all but the envelope, in which the app's error handler renders
+what a handler raises.
 
 A route is made by :func:`route` (a folder of files by :func:`files`), which takes all three: none is made without
 them. A request that no declared route matches (an unknown path, or a route appended undeclared) needs the read token
@@ -10,7 +11,7 @@ and is answered in raysight's envelope.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,9 @@ class Declaration:
     envelope: Envelope
     bodies: tuple[str, ...] | None = POST_TYPES  # the content types a POST may carry; None: any (it reads none)
     reach: Reach | None = None  # refused unless the server allows it (``--allow-debug``, ``--allow-profiling``)
+    # The query parameters it takes: any other is refused (a misspelt filter would answer as if none were given).
+    # None: not checked (the routes of Ray's, Prometheus's and OTLP's callers, ingest, the dashboard's pages).
+    params: frozenset[str] | None = None
 
 
 UNDECLARED = Declaration(Access.READ, raysight_error)
@@ -84,9 +88,11 @@ def route(
     methods: list[str] | None = None,
     bodies: tuple[str, ...] | None = POST_TYPES,
     reach: Reach | None = None,
+    params: Iterable[str] | None = None,
 ) -> Route:
     """A route at ``path`` (a template of ``raysight.wire``) with what it declares."""
-    return DeclaredRoute(path, endpoint, Declaration(access, envelope, bodies, reach), methods)
+    taken = None if params is None else frozenset(params)
+    return DeclaredRoute(path, endpoint, Declaration(access, envelope, bodies, reach, taken), methods)
 
 
 class DeclaredSocket(WebSocketRoute):

@@ -120,5 +120,5 @@ routes = [
         bodies=(wire.GZIP,),
     ),
     route(wire.AGENT_SERVE_CAPTURES, kept, access=Access.INGEST, envelope=raysight_error, methods=["GET"]),
-    route(wire.CAPTURE_FILE, capture_file, access=Access.READ, envelope=raysight_error, methods=["GET"]),
+    route(wire.CAPTURE_FILE, capture_file, access=Access.READ, envelope=raysight_error, methods=["GET"], params=()),
 ]
