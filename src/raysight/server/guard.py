@@ -18,6 +18,8 @@ On loopback the browser is the threat, beyond it the network:
   for the token), the write-only ingest key for ingest, the read token (or the admin token) for reads, the admin
   token for what destroys data, and on loopback too for what reaches into Ray's processes (driving a paused worker,
   an on-demand profile: refused outright unless the server allows it).
+- Query parameters: a route that declares those it takes refuses any other (400, naming it and them), once the
+  credentials pass.
 """
 
 from __future__ import annotations
