@@ -163,7 +163,7 @@ def test_drivers_polled_are_workers_with_their_lives(server: TestClient) -> None
         "INTENDED_USER_EXIT",
         1_795_000_060_000,
     )
-    (own,) = server.get("/api/raysight/workers/" + alive["worker_id"], params={"detail": "true"}).json()["rows"]
+    (own,) = server.get("/api/raysight/workers/" + alive["worker_id"]).json()["rows"]
     assert own["job_id"] == "01000000"
     histories = server.app.state.raysight.writer.call(  # type: ignore[attr-defined]
         lambda store: store._run("SELECT worker_id[:8], len(history) FROM workers ORDER BY 1").fetchall()
@@ -275,7 +275,7 @@ def test_a_task_that_waited_shows_what_the_cluster_had_then(server: TestClient, 
     assert server.post(wire.AGENT_RAY_STATE, json=body).status_code == 200
     (row,) = [
         r
-        for r in server.get(f"/api/raysight/tasks/{waited['task_id']}", params={"detail": "true"}).json()["rows"]
+        for r in server.get(f"/api/raysight/tasks/{waited['task_id']}").json()["rows"]
         if r["attempt_number"] == waited["attempt_number"]
     ]
     assert row["waited"] == {

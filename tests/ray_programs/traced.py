@@ -113,7 +113,7 @@ def lose_the_owner(barrier: Path) -> None:
         ray.get(lost_owner.remote(str(barrier)))
     task_ids = [path.read_text() for path in barrier.glob("started-*")]
     wait_until_raysight(
-        lambda client: all(client.traces(task_id=task_id)["traces"] for task_id in task_ids),
+        lambda client: all(client.traces(task=task_id)["traces"] for task_id in task_ids),
         "the spans of the owner's lost leaves",
         60,
     )
