@@ -34,6 +34,7 @@ SPOOL_BYTES = 1 << 30  # unread bytes held in deleted files at most (the server 
 RECHECK_S = 5.0  # between looks at a session that was not active since ``since``: has it become so?
 SETTLE_TRIES = 10  # listings taken at most while the files move, for one that agrees with the one before
 UNLINKED = "?"  # a new file's predecessor while not known: found by a look that did not hold still
+Listed = tuple[str, str, str, os.stat_result]  # a file a look found: its session, name under logs/, path and stat
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _names(path: Path, ident: tuple[int, int]) -> bool:
         return False
 
 
-def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, str, Path, os.stat_result | None]]:
+def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, str, str, os.stat_result | None]]:
     """(session, name under logs/, path, stat) of each log file in ``directory`` (``under`` logs/) and below it, the
     stat None for a name gone by then (the file moved on since the walk); a look a scan takes several times a second:
     one stat a file."""
@@ -135,10 +136,10 @@ def _log_files(session: str, directory: str, under: str) -> Iterator[tuple[str, 
                 st: os.stat_result | None = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 st = None
-            yield session, name, Path(entry.path), st
+            yield session, name, entry.path, st  # (a str: a Path made a file a look cost more than its stat)
 
 
-def _layout(listing: list[tuple[str, str, Path, os.stat_result]]) -> list[tuple[str, str, int, int]]:
+def _layout(listing: list[Listed]) -> list[tuple[str, str, int, int]]:
     """Which file each name of a listing is."""
     return [(session, name, *_ident(st)) for session, name, _, st in listing]
 
@@ -169,6 +170,7 @@ class Tailer:
         self._copies: dict[tuple[int, int], tuple[Path, Followed, float]] = {}  # copy → (path, its original, since)
         self.gaps: list[Gap] = []  # not yet sent
         self._turn = 0
+        self._sized: set[tuple[int, int]] = set()  # the files the last scan found, and so knows the size of
         if checkpoint.exists():
             for saved in orjson.loads(checkpoint.read_bytes())["files"]:
                 followed = Followed(**saved)
@@ -181,7 +183,7 @@ class Tailer:
         """The sessions whose files are followed (as of the last scan)."""
         return frozenset(self._sessions)
 
-    def _settled_listing(self) -> tuple[list[tuple[str, str, Path, os.stat_result]], bool]:
+    def _settled_listing(self) -> tuple[list[Listed], bool]:
         """:meth:`_listing`, taken again while it changes, and whether it held still: a listing is a walk of names and
         then a stat of each, so one taken while Ray rotates a file (several renames in a few milliseconds) may see a
         file twice, under its old and new names, or miss it. A listing that shows nothing new is taken as it is; one
@@ -198,13 +200,13 @@ class Tailer:
             listing = again
         return listing, False
 
-    def _look(self) -> tuple[list[tuple[str, str, Path, os.stat_result]], bool]:
+    def _look(self) -> tuple[list[Listed], bool]:
         """:meth:`_listing` once, and whether each name walked was still there to stat."""
         walked = list(self._listing())
         listing = [(session, name, path, st) for session, name, path, st in walked if st is not None]
         return listing, len(listing) == len(walked)
 
-    def _shows_change(self, listing: list[tuple[str, str, Path, os.stat_result]]) -> bool:
+    def _shows_change(self, listing: list[Listed]) -> bool:
         """Whether a listing holds a file not followed, a followed file under another name, or misses one (not one
         known to be deleted)."""
         named = {_ident(st): name for _, name, _, st in listing}
@@ -220,7 +222,7 @@ class Tailer:
         opened = self._open.get(ident)
         return opened is not None and opened.vanished is not None
 
-    def _listing(self) -> Iterator[tuple[str, str, Path, os.stat_result | None]]:
+    def _listing(self) -> Iterator[tuple[str, str, str, os.stat_result | None]]:
         """(session, name under logs/, path, stat or None: see :func:`_log_files`) of every log file now (not a
         link)."""
         try:  # (not session_latest: a link to one of them)
@@ -230,19 +232,19 @@ class Tailer:
         except FileNotFoundError:
             return
         for session in sessions:
-            logs = self.ray_dir / session / "logs"
-            if self._followed(session, logs):
-                yield from _log_files(session, str(logs), "")
+            if self._followed(session):
+                yield from _log_files(session, os.path.join(self.ray_dir, session, "logs"), "")
 
-    def _followed(self, session: str, logs: Path) -> bool:
+    def _followed(self, session: str) -> bool:
         """Whether the session's files are followed: all are, or those of sessions active since ``since`` (one that
-        was not is looked at again every :data:`RECHECK_S`: a machine keeps hundreds of old sessions)."""
+        was not is looked at again every :data:`RECHECK_S`: a machine keeps hundreds of old sessions, passed over
+        in each look without a path made or a stat taken)."""
         if session in self._sessions:
             return True
         if self._passed.get(session, 0.0) > time.monotonic():
             return False
         try:
-            if self.since is not None and logs.stat().st_mtime < self.since:
+            if self.since is not None and os.stat(os.path.join(self.ray_dir, session, "logs")).st_mtime < self.since:
                 self._passed[session] = time.monotonic() + RECHECK_S
                 return False
         except FileNotFoundError:
@@ -257,13 +259,13 @@ class Tailer:
             listing, settled = self._settled_listing()
             for _, _, path, st in listing:
                 if _ident(st) in self.files:
-                    self._open.setdefault(_ident(st), _Open(path)).path = path
+                    self._place(_ident(st), path)
             found = [entry for entry in listing if _ident(entry[3]) not in self.files]
             taken = [self._new(*entry) for entry in found]  # before restarts: a copy is matched against its original
             new += [_ident(st) for *_, st in found if _ident(st) in self.files]
             if all(taken):
                 break
-        seen = {_ident(st) for *_, st in listing}
+        seen = self._sized = {_ident(st) for *_, st in listing}
         unlinked = [f for f in self.files.values() if f.predecessor == UNLINKED and (f.dev, f.ino) not in new]
         new_files = [self.files[ident] for ident in new if ident in self.files]
         self._link_rotations(new_files + unlinked, seen if settled else None)
@@ -280,6 +282,7 @@ class Tailer:
                 continue
             if st.st_size < followed.offset or _head(fd, followed.head_len)[0] != followed.head:
                 self._restarted(ident, followed, name, fd)  # truncated, or the inode reused
+                self.files[ident].size = st.st_size
             else:
                 followed.size = st.st_size
         self._settle_copies()
@@ -304,10 +307,18 @@ class Tailer:
                 self.gaps.append(Gap(followed, followed.offset, followed.size, why))
             self._drop(ident)
 
-    def _new(self, session: str, name: str, path: Path, st: os.stat_result) -> bool:
+    def _place(self, ident: tuple[int, int], path: str) -> None:
+        """Where a followed file is now (a Path made only when it moved)."""
+        opened = self._open.get(ident)
+        if opened is None:
+            self._open[ident] = _Open(Path(path))
+        elif str(opened.path) != path:
+            opened.path = Path(path)
+
+    def _new(self, session: str, name: str, where: str, st: os.stat_result) -> bool:
         """Follow a file listed for the first time (or wait to see whether it is a copy); False when its path names
         another file now, or none (it moved on, or was deleted, since it was listed)."""
-        ident = _ident(st)
+        ident, path = _ident(st), Path(where)
         if ident in self._copies or ident in self.files:
             return True
         original = self._original_of(session, name, path)
@@ -334,6 +345,8 @@ class Tailer:
             for followed in new:
                 followed.predecessor = UNLINKED
             return
+        if not new:
+            return  # (most looks: the files' rotations are not gathered for nothing)
         rotations: dict[tuple[str, str], list[tuple[int, Followed]]] = {}
         for ident, followed in self.files.items():
             if ident not in listed:
@@ -462,8 +475,11 @@ class Tailer:
         self._turn = (self._turn + 1) % max(len(idents), 1)
         for ident in idents[self._turn :] + idents[: self._turn]:
             followed, opened = self.files[ident], self._open.get(ident)
-            if budget <= 0 or opened is None or (opened.fd is None and followed.size <= followed.offset):
-                continue  # (closed while idle, and the last scan saw it grow no more)
+            if budget <= 0 or opened is None:
+                continue
+            if ident in self._sized and followed.size <= followed.offset and not final:
+                self._close_if_idle(opened, now)  # the last scan found it no larger than read: no read for nothing
+                continue
             if not self._after_predecessor(followed, final):
                 continue
             if (fd := self._fd(ident, opened)) is None:
@@ -473,9 +489,8 @@ class Tailer:
             if not data:
                 if opened.vanished is not None:
                     self._drop(ident)
-                elif now - opened.grown_at > IDLE_CLOSE_S:
-                    os.close(fd)
-                    opened.fd = None
+                else:
+                    self._close_if_idle(opened, now)
                 continue
             opened.grown_at = now
             # A partial last line is whole only at the end of a file that grows no more, not where the budget ends
@@ -485,6 +500,13 @@ class Tailer:
                 budget -= used
                 chunks.append(self._chunk(followed, pieces, used, mid_line, fd, opened.path))
         return chunks
+
+    @staticmethod
+    def _close_if_idle(opened: _Open, now: float) -> None:
+        """Close the descriptor of a file read to its end that has not grown for :data:`IDLE_CLOSE_S`."""
+        if opened.fd is not None and now - opened.grown_at > IDLE_CLOSE_S:
+            os.close(opened.fd)
+            opened.fd = None
 
     @staticmethod
     def _chunk(followed: Followed, pieces: list[Piece], used: int, mid_line: bool, fd: int, path: Path) -> Chunk:
