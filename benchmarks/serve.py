@@ -134,6 +134,8 @@ def child(seconds: float, concurrency: int, recorded: bool) -> None:
         time.sleep(SETTLE_S)
         before = cpu_seconds(recorded)
         sent, took = load(seconds)
+        if not sent:  # (every client's request failed, or hung past its timeout: their threads said how)
+            raise SystemExit(f"no request was answered in {took:.0f} s: Serve hung or refused them all")
         time.sleep(SETTLE_S)  # what the requests wrote is shipped and stored
         after = cpu_seconds(recorded)
         cpu_us = {kind: round((after[kind] - before.get(kind, 0.0)) / sent * 1e6, 1) for kind in after}
