@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cpu import cpu_seconds
 from raysight.agent.node_agent import POLL_S
 from raysight.agent.tailer import Tailer
 
@@ -65,9 +66,7 @@ def tail_share(paths: list[Path], seconds: float) -> float:
     proc = subprocess.Popen(["tail", "-q", "-n", "0", "-F", *map(str, paths)], stdout=subprocess.DEVNULL)
     try:
         time.sleep(seconds)
-        with open(f"/proc/{proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") / seconds
+        return cpu_seconds(proc.pid) / seconds
     finally:
         proc.terminate()
         proc.wait()

@@ -233,7 +233,11 @@ class Tailer:
             return
         for session in sessions:
             if self._followed(session):
-                yield from _log_files(session, os.path.join(self.ray_dir, session, "logs"), "")
+                yield from _log_files(session, self._logs(session), "")
+
+    def _logs(self, session: str) -> str:
+        """The session's ``logs/`` (a str: a look passes over hundreds of sessions)."""
+        return os.path.join(self.ray_dir, session, "logs")
 
     def _followed(self, session: str) -> bool:
         """Whether the session's files are followed: all are, or those of sessions active since ``since`` (one that
@@ -244,7 +248,7 @@ class Tailer:
         if self._passed.get(session, 0.0) > time.monotonic():
             return False
         try:
-            if self.since is not None and os.stat(os.path.join(self.ray_dir, session, "logs")).st_mtime < self.since:
+            if self.since is not None and os.stat(self._logs(session)).st_mtime < self.since:
                 self._passed[session] = time.monotonic() + RECHECK_S
                 return False
         except FileNotFoundError:
@@ -281,8 +285,7 @@ class Tailer:
             if fd is None:
                 continue
             if st.st_size < followed.offset or _head(fd, followed.head_len)[0] != followed.head:
-                self._restarted(ident, followed, name, fd)  # truncated, or the inode reused
-                self.files[ident].size = st.st_size
+                self._restarted(ident, followed, name, fd, st.st_size)  # truncated, or the inode reused
             else:
                 followed.size = st.st_size
         self._settle_copies()
@@ -376,9 +379,9 @@ class Tailer:
         opened = self._open.get((followed.dev, followed.ino))
         return followed.path if opened is None else _under_logs(opened.path)
 
-    def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, fd: int) -> None:
+    def _restarted(self, ident: tuple[int, int], followed: Followed, name: str, fd: int, size: int) -> None:
         """The file's bytes start again (copy-truncate, or a new file on a reused inode): its copy, if it has one,
-        carries on from the offset read, and the file is read from its start under a new key."""
+        carries on from the offset read, and the file (``size`` bytes now) is read from its start under a new key."""
         for copy, (copy_path, original, _) in list(self._copies.items()):
             if original is followed:
                 self._adopt(copy, copy_path, followed)
@@ -390,6 +393,7 @@ class Tailer:
             context=dict(followed.context),
             head=head,
             head_len=head_len,
+            size=size,
             path=name,
         )
 
@@ -477,8 +481,8 @@ class Tailer:
             followed, opened = self.files[ident], self._open.get(ident)
             if budget <= 0 or opened is None:
                 continue
-            if ident in self._sized and followed.size <= followed.offset and not final:
-                self._close_if_idle(opened, now)  # the last scan found it no larger than read: no read for nothing
+            if followed.size <= followed.offset and (opened.fd is None or (ident in self._sized and not final)):
+                self._close_if_idle(opened, now)  # closed while idle, or the last scan found it no larger than read
                 continue
             if not self._after_predecessor(followed, final):
                 continue

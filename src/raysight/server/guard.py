@@ -176,12 +176,11 @@ def refusal(
 def unknown_params(path: str, given: Iterable[str], taken: frozenset[str] | None) -> BadQuery | None:
     """A query parameter the route does not take (``taken``; None: not checked), named with those it does: ignored,
     a misspelt filter (``?state=FAILED`` for ``?filter=state=FAILED``) would answer as if none were given."""
-    unknown = sorted(set(given) - taken) if taken is not None else []
-    if not unknown:
+    if taken is None or not (unknown := sorted(set(given) - taken)):
         return None
     names = ", ".join(repr(name) for name in unknown)
     takes = f"it takes {', '.join(sorted(taken))}" if taken else "it takes none"
-    hint = "; a field's filter is filter=FIELD=VALUE" if "filter" in (taken or ()) else ""
+    hint = "; a field's filter is filter=FIELD=VALUE" if "filter" in taken else ""
     return BadQuery(f"{path} takes no query parameter {names}: {takes}{hint}")
 
 
