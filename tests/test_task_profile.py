@@ -4,8 +4,10 @@ asyncio task of a loop, runs is told as the task wrappers tell it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import os
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +18,7 @@ import orjson
 from raysight import wire
 from raysight.instrument import export
 from raysight.instrument.hooks import profiles_path
-from raysight.instrument.task_profile import Batches, Folded, Sampler
+from raysight.instrument.task_profile import Batches, Folded, Sampler, current_frames
 
 
 def burn(seconds: float) -> None:
@@ -134,6 +136,38 @@ def test_threads_running_no_attempt_are_not_sampled() -> None:
     sampler = Sampler(hz=100)
     folded = _sampled(sampler, threading.Thread(target=burn, args=(0.3,)))
     assert folded == {}
+
+
+def test_no_garbage_is_collected_while_the_threads_frames_are_read() -> None:
+    """CPython 3.11 may collect inside ``sys._current_frames()`` under its thread-list lock (gh-106883): a finalizer
+    run there that waited on another thread (a Ray ObjectRef's) froze a Serve proxy for good. Collections as eager as
+    they come, finalizers of cyclic garbage say where they ran: never inside the read, and the collector's state is
+    the caller's after it."""
+    where: list[bool] = []
+
+    class Cycle:
+        def __del__(self) -> None:
+            where.append(sys._getframe(1).f_code is current_frames.__code__)
+
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(1)
+    try:
+        for _ in range(100):
+            garbage = Cycle()
+            garbage.me = garbage  # type: ignore[attr-defined]
+            del garbage
+            current_frames()
+    finally:
+        gc.set_threshold(*threshold)
+    gc.collect()
+    assert len(where) == 100 and not any(where)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert threading.get_ident() in current_frames() and not gc.isenabled()  # (one the caller turned off stays off)
+    finally:
+        gc.enable()
 
 
 def test_the_frames_of_internal_files_that_open_a_stack_are_left_out_unless_there_is_no_other() -> None:

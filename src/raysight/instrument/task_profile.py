@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import gzip
 import os
 import sys
@@ -159,7 +160,7 @@ class Sampler:
 
     def sample(self) -> None:
         """Take one sample of each thread that runs an attempt now."""
-        frames = sys._current_frames()
+        frames = current_frames()
         taken: list[tuple[int, Attempt, str]] = []
         for ident, frame in frames.items():
             if (attempt := self._attempt_of(ident)) is not None:
@@ -233,6 +234,20 @@ class Sampler:
             name = getattr(code, "co_qualname", code.co_name).replace(";", ":")
             known = self._labels[code] = (name, short_path(code.co_filename).replace(";", ":"))
         return f"{known[0]} ({known[1]}:{line or 0})"
+
+
+def current_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()`` with the cyclic garbage collector held off meanwhile (where it was on). CPython before
+    3.12 may collect inside it, while it holds the runtime's lock of the thread list, and run finalizers there
+    (gh-106883): a Ray ``ObjectRef``'s waits on Ray's reference counter, whose holder may wait on that lock, and the
+    worker froze for good (a Serve proxy under load, its requests with it)."""
+    if not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()
 
 
 def _cpu_ns(native_id: int | None) -> int | None:
