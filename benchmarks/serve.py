@@ -88,7 +88,7 @@ TRACED_BY_SERVE = {  # Serve's own tracing of every request, its spans sent nowh
     "PYTHONPATH": str(ROOT),
 }
 SERVER_PID_ENV = "RAYSIGHT_BENCH_SERVER_PID"
-OURS = ("raysight-server", "raysight-run")  # raysight's processes (its threads in Ray's, span export, sampling: Ray's)
+OURS = ("raysight-server", "raysight-run")  # raysight's own processes (its threads in Serve's count as Serve's)
 AIM = 0.97
 RESULT = "result:"  # the child's line of results (Ray and Serve print on stdout too)
 
@@ -240,14 +240,14 @@ def throughput(rounds: int, seconds: float, concurrency: int) -> None:
                 print(f"round {r}: " + "  ".join(f"{c} {rates[c][-1]:,.0f}" for c in CONFIGS) + " requests/s")
         finally:
             server.stop()
-    spent_in_all, spent_by_kind = {}, {}
+    medians: dict[str, dict[str, float]] = {}  # configuration → process kind → µs of CPU a request
     for c in CONFIGS:
         print(f"{c:>9}: median {statistics.median(rates[c]):,.0f} requests/s ({concurrency} clients, {rounds} rounds)")
         kinds = dict.fromkeys(kind for run in cpu[c] for kind in run)  # (a process may be missing from a run)
-        medians = {kind: statistics.median(run.get(kind, 0.0) for run in cpu[c]) for kind in kinds}
-        spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians.items())
-        spent_in_all[c], spent_by_kind[c] = sum(medians.values()), medians
-        print(f"{c:>9}: CPU a request (µs, median of rounds): {spent}  (all {spent_in_all[c]:,.0f})")
+        medians[c] = {kind: statistics.median(run.get(kind, 0.0) for run in cpu[c]) for kind in kinds}
+        spent = "  ".join(f"{k} {v:,.0f}" for k, v in medians[c].items())
+        print(f"{c:>9}: CPU a request (µs, median of rounds): {spent}  (all {sum(medians[c].values()):,.0f})")
+    spent_in_all = {c: sum(by_kind.values()) for c, by_kind in medians.items()}
     # the 2 cores are saturated: the rate a configuration allows is about inversely its CPU a request, a figure far
     # steadier than the rates on a noisy machine
     print(
@@ -256,7 +256,7 @@ def throughput(rounds: int, seconds: float, concurrency: int) -> None:
     )
     # what Ray's own processes spend under `raysight run` (events exported, Serve's spans made and sent, the polls
     # and scrapes answered) bounds the ratio however little raysight's own processes cost
-    others = spent_in_all["raysight"] - sum(spent_by_kind["raysight"].get(kind, 0.0) for kind in OURS)
+    others = spent_in_all["raysight"] - sum(medians["raysight"].get(kind, 0.0) for kind in OURS)
     print(
         f"by CPU a request, were raysight's server and `raysight run` free (Ray's processes as recorded): "
         f"{spent_in_all['off'] / others:.3f}x"
